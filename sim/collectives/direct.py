@@ -1,0 +1,22 @@
+"""Direct (pairwise) all-to-all and point-to-point send/recv.
+
+All-to-all: each of N ranks holds S bytes (nccl-tests' size) and sends S/N to each of
+the N-1 others, all at once; each pair is its own chain. With B = N*S total payload,
+T = B(N-1)/(W N^2) (the seeds' formula).
+"""
+
+import numpy as np
+
+from .schedule import chains_phase
+
+
+def all_to_all(group, domains, nbytes):
+    """Every ordered pair exchanges nbytes/N."""
+    n = len(group)
+    chains = [[(a, b)] for a in group for b in group if a != b]
+    return (chains_phase(chains, np.full(len(chains), nbytes / n), 1, "direct all_to_all"),)
+
+
+def send_recv(group, domains, nbytes):
+    """group[0] sends nbytes to group[1]."""
+    return (chains_phase([[(group[0], group[1])]], np.array([float(nbytes)]), 1, "send/recv"),)

@@ -1,0 +1,47 @@
+"""The seeds' hierarchical collectives across NVLink domains.
+
+All-reduce: reduce-scatter inside each domain (every GPU ends with the domain-reduced
+sum of a 1/k shard), all-reduce of the shards across domains between corresponding
+GPUs, all-gather inside the domain. Only B/k per GPU crosses the slow inter-domain links,
+and all k GPUs of a domain drive their NICs at once. All-gather and reduce-scatter use
+the two halves of the same idea. Every phase is a flat ring on its subgroup.
+"""
+
+from . import ring
+from .schedule import merge
+
+
+def _split(group, domains):
+    per_domain = ring.domain_members(group, domains)
+    k = min(len(m) for m in per_domain)
+    dom_of = dict(zip(group, domains))
+    inside = [tuple(m) for m in per_domain]
+    across = [tuple(m[j] for m in per_domain) for j in range(k)]
+    return inside, across, k, dom_of
+
+
+def _rings(fn, subgroups, dom_of, nbytes, label):
+    phases = [fn(g, tuple(dom_of[r] for r in g), nbytes)[0] for g in subgroups if len(g) > 1]
+    return (merge(phases, label),) if phases else ()
+
+
+def all_reduce(group, domains, nbytes):
+    """Reduce-scatter in domains, all-reduce across, all-gather in domains."""
+    inside, across, k, dom = _split(group, domains)
+    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)")
+            + _rings(ring.all_reduce, across, dom, nbytes / k, "hier all_reduce (across)")
+            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)"))
+
+
+def all_gather(group, domains, nbytes):
+    """All-gather across domains (B/k per subgroup), then inside each domain (B)."""
+    inside, across, k, dom = _split(group, domains)
+    return (_rings(ring.all_gather, across, dom, nbytes / k, "hier all_gather (across)")
+            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)"))
+
+
+def reduce_scatter(group, domains, nbytes):
+    """Reduce-scatter inside each domain (B), then across domains (B/k)."""
+    inside, across, k, dom = _split(group, domains)
+    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)")
+            + _rings(ring.reduce_scatter, across, dom, nbytes / k, "hier reduce_scatter (across)"))

@@ -1,0 +1,1 @@
+"""Subcommands of the clustersim CLI, one module each."""

@@ -1,0 +1,201 @@
+"""The SimPy engine: runs per-rank programs of ops on compute and communication streams.
+
+Each rank has streams like CUDA streams: ops on one stream run in program order, an op
+also waits for its ``deps`` (ops of the same rank on any stream), compute ops take their
+duration, and a collective starts once every *simulated* member of its group has reached
+it, then runs its schedule's phases on the :class:`~sim.network.Network`. Every op
+becomes a span. Overlap of compute and communication is never computed by a formula: it
+emerges from the streams and dependencies.
+
+Folding: a workload may simulate only one rank per class of identical ranks; members of
+a group that are not simulated are taken to arrive with the simulated ones, and a
+collective may carry ``siblings`` (the identical groups of the folded ranks) so their
+traffic still loads the network.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from . import collectives
+from .collectives.schedule import Schedule, merge
+from .network import Network
+from .topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective call. ``key`` matches the calls of all members of one instance."""
+
+    key: tuple
+    op: str
+    group: tuple[int, ...]
+    nbytes: float
+    algo: str = "auto"
+    siblings: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(slots=True)
+class Op:
+    """One operation of a rank program. ``deps`` index earlier ops of the same program."""
+
+    name: str
+    category: str  # compute | idle | tp | dp | pp | ep | cp
+    stream: str
+    duration: float = 0.0  # seconds, compute ops
+    comm: Collective | None = None
+    deps: tuple[int, ...] = ()
+    layer: int = -1
+    micro_batch: int = -1
+    stage: int = -1
+
+
+@dataclass
+class RankProgram:
+    """The ops one rank executes in one step, in issue order."""
+
+    rank: int
+    ops: list[Op] = field(default_factory=list)
+
+    def add(self, op: Op) -> int:
+        """Append ``op``; return its index for later ``deps``."""
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+
+SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
+                "micro_batch", "stage", "bytes")
+
+
+class Engine:
+    """Executes rank programs; ``run()`` returns the spans as a list of tuples."""
+
+    def __init__(self, topo: Topology, programs: list[RankProgram],
+                 compute_scale: Callable[[int, float], float] | None = None):
+        self.env = simpy.Environment()
+        self.topo = topo
+        self.net = Network(self.env, topo)
+        self.programs = programs
+        self.compute_scale = compute_scale
+        self.simulated = {p.rank for p in programs}
+        self.spans: list[tuple] = []
+        self._rendezvous: dict[tuple, list] = {}
+        self._expected: dict[tuple, int] = {}
+        self._finish: dict[int, list] = {}
+        self._waiters: dict[tuple[int, int], simpy.Event] = {}
+        self.collectives_run = 0
+
+    def run(self) -> list[tuple]:
+        """Simulate until every program has finished."""
+        for prog in self.programs:
+            self._finish[prog.rank] = [None] * len(prog.ops)
+            streams: dict[str, list[int]] = {}
+            for i, op in enumerate(prog.ops):
+                streams.setdefault(op.stream, []).append(i)
+            for indices in streams.values():
+                self.env.process(self._stream(prog, indices))
+        self.env.run()
+        self._check_finished()
+        return self.spans
+
+    @property
+    def events(self) -> int:
+        """SimPy events scheduled so far (the engine's unit of work)."""
+        return int(repr(self.env._eid)[6:-1])  # SimPy numbers events with itertools.count
+
+    def _check_finished(self) -> None:
+        stuck = [(p.rank, i, op.name) for p in self.programs
+                 for i, op in enumerate(p.ops) if self._finish[p.rank][i] is None]
+        if stuck:
+            rank, i, name = stuck[0]
+            raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
+
+    def _stream(self, prog: RankProgram, indices: list[int]):
+        finish = self._finish[prog.rank]
+        for i in indices:
+            op = prog.ops[i]
+            for d in op.deps:
+                if finish[d] is None:
+                    yield self._waiter(prog.rank, d)
+            start = self.env.now
+            if op.comm is None:
+                scale = self.compute_scale(prog.rank, start) if self.compute_scale else 1.0
+                yield self.env.timeout(op.duration * scale)
+            else:
+                yield self._arrive(op.comm)
+            end = self.env.now
+            finish[i] = end
+            self.spans.append((prog.rank, op.stream, op.name, op.category, start, end, op.layer,
+                               op.micro_batch, op.stage, op.comm.nbytes if op.comm else 0.0))
+            waiter = self._waiters.pop((prog.rank, i), None)
+            if waiter is not None:
+                waiter.succeed()
+
+    def _waiter(self, rank: int, index: int) -> simpy.Event:
+        ev = self._waiters.get((rank, index))
+        if ev is None:
+            ev = self._waiters[(rank, index)] = self.env.event()
+        return ev
+
+    def _arrive(self, call: Collective) -> simpy.Event:
+        """Register one member's arrival; the last simulated member starts the collective."""
+        state = self._rendezvous.get(call.key)
+        if state is None:
+            state = self._rendezvous[call.key] = [0, self.env.event()]
+        state[0] += 1
+        if state[0] == self._expected_members(call.group):
+            del self._rendezvous[call.key]
+            self.env.process(self._execute(call, state[1]))
+        return state[1]
+
+    def _expected_members(self, group: tuple[int, ...]) -> int:
+        n = self._expected.get(group)
+        if n is None:
+            n = self._expected[group] = sum(1 for r in group if r in self.simulated)
+        return n
+
+    def _execute(self, call: Collective, done: simpy.Event):
+        self.collectives_run += 1
+        for phase in self.schedule_of(call).phases:
+            yield from self.net.run(phase)
+        done.succeed()
+
+    def schedule_of(self, call: Collective) -> Schedule:
+        """The schedule of a call, its siblings' traffic merged phase by phase."""
+        return _merged_schedule(call.op, call.algo, (call.group,) + call.siblings, call.nbytes,
+                                self.topo)
+
+
+_MERGED: dict[tuple, Schedule] = {}
+
+
+def _merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology) -> Schedule:
+    doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
+    key = (op, algo, groups, nbytes, doms)
+    cached = _MERGED.get(key)
+    if cached is None:
+        parts = [collectives.schedule(op, algo, g, nbytes, d) for g, d in zip(groups, doms)]
+        phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
+        cached = Schedule(parts[0].op, parts[0].algo, phases)
+        if len(_MERGED) > 20000:
+            _MERGED.clear()
+        _MERGED[key] = cached
+    return cached
+
+
+def bare_simpy_rate(n: int = 200_000) -> float:
+    """Events per second of a bare SimPy timeout loop: the yardstick for the engine."""
+    import time
+
+    env = simpy.Environment()
+
+    def loop():
+        for _ in range(n):
+            yield env.timeout(1e-6)
+
+    env.process(loop())
+    t0 = time.perf_counter()
+    env.run()
+    return n / (time.perf_counter() - t0)

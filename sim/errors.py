@@ -1,0 +1,14 @@
+"""Errors a user can cause. The CLI turns :class:`InputError` into exit status 2.
+
+Everything a user writes (scenario keys, CLI flags, topology files) is checked at the
+edge; a bad value raises ``InputError(key, reason)`` whose text names the key and why.
+"""
+
+
+class InputError(Exception):
+    """Invalid user input: ``str(e) == f"{key}: {reason}"``."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{key}: {reason}")

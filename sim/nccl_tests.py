@@ -1,0 +1,74 @@
+"""``clustersim collective``: an nccl-tests-style benchmark of one collective, simulated.
+
+Run ``clustersim collective --op all_reduce --algo ring --gpus 64 --topology dgx-a100``.
+Sizes and bus-bandwidth factors follow nccl-tests doc/PERFORMANCE.md: algbw = size /
+time; busbw = algbw * 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter
+and all_to_all, 1 for broadcast.
+"""
+
+from dataclasses import dataclass
+
+from . import topology
+from .engine import Collective, Engine, Op, RankProgram
+from .errors import InputError
+from .hardware import gpu_preset
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' busbw / algbw factor."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of the table."""
+
+    bytes: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+
+def build_topology(topology_name: str, gpus: int, gpu_name: str | None):
+    """Topology with at least ``gpus`` GPUs, rounded up to whole servers."""
+    spec = topology.load_spec(topology_name, key="--topology")
+    gpu = gpu_preset(spec.gpu) if gpu_name is None else _gpu(gpu_name)
+    per = max(spec.gpus_per_node, spec.gpus_per_domain)
+    total = -(-gpus // per) * per
+    if spec.max_gpus is not None and gpus > spec.max_gpus:
+        raise InputError("--gpus", f"{gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
+    return topology.build(spec, min(total, spec.max_gpus or total), gpu, key="--gpus")
+
+
+def _gpu(name: str):
+    try:
+        return gpu_preset(name)
+    except InputError as exc:
+        raise InputError("--gpu", exc.reason) from None
+
+
+def time_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: int,
+                    simulate_all: bool = False) -> float:
+    """Simulated seconds of one collective. Members are symmetric, so by default only the
+    first is simulated (the others arrive with it); ``simulate_all`` runs every member."""
+    call = Collective(("bench",), op, group, float(nbytes), algo)
+    ranks = group if simulate_all else group[:1]
+    programs = [RankProgram(r, [Op(op, "comm", "comm", comm=call)]) for r in ranks]
+    engine = Engine(topo, programs)
+    engine.run()
+    return engine.env.now
+
+
+def measure(topo, op: str, algo: str, gpus: int, sizes: list[int]) -> list[Measurement]:
+    """One Measurement per size on the first ``gpus`` GPUs of ``topo``."""
+    group = tuple(range(gpus)) if op != "send_recv" else (0, gpus - 1)
+    rows = []
+    for size in sizes:
+        t = time_collective(topo, op, algo, group, size)
+        algbw = size / t / 1e9 if t > 0 else float("inf")
+        rows.append(Measurement(size, t * 1e6, algbw, algbw * bus_factor(op, len(group))))
+    return rows

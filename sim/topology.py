@@ -1,0 +1,294 @@
+"""Cluster topologies as NetworkX graphs: NVLink domains joined by an InfiniBand fat tree.
+
+Nodes are GPUs, NVSwitches, NICs and IB switches; every edge is a full-duplex link with
+``bw`` (bytes/s per direction, line rate), ``kind`` (nvlink | pcie | ib) and ``latency``
+(seconds). Builders are plain functions returning a graph (networkx generator style);
+:class:`Topology` indexes a graph for the network model: directed link ids, capacities
+after fabric efficiency, and routes.
+
+Run ``clustersim collective --op all_reduce --algo ring --gpus 64 --topology dgx-a100``
+to see a topology at work.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+import tomllib
+import zlib
+
+import networkx as nx
+import numpy as np
+
+from .errors import InputError
+from .hardware import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset
+from .units import GB
+
+TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"  # repo top level
+
+
+@dataclass(frozen=True)
+class FatTreeSpec:
+    """Parameters of :func:`fat_tree`: what a topology file in topologies/ holds."""
+
+    name: str
+    gpus_per_domain: int = 8  # GPUs behind one NVSwitch fabric (the NVLink domain)
+    gpus_per_node: int = 8  # GPUs per server: one IB rail per local GPU index
+    nodes_per_su: int = 32  # servers per scalable unit (one leaf per rail per SU; DGX SuperPOD)
+    spines: int = 16  # spine switches; every leaf has one uplink to each
+    oversubscription: float = 1.0  # leaf downlink bandwidth / uplink bandwidth
+    gpu: str = "h100-sxm"  # default GPU preset for this system
+    nvlink_gbps: float | None = None  # GB/s per direction per GPU; default from the GPU
+    nic_gbps: float | None = None  # GB/s per NIC; default from the GPU
+    routing: str = "spray"  # "spray": IB adaptive routing over equal paths | "ecmp": hash one
+    max_gpus: int | None = None  # the most GPUs this system has (None: grows as asked)
+
+
+def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
+    """NVLink domains of ``spec.gpus_per_domain`` GPUs on a rail-optimized two-level IB fat tree.
+
+    Each GPU links to its domain's NVSwitch (NVLink) and to its own NIC (PCIe); NIC ``r``
+    of every server in a scalable unit plugs into that unit's rail-``r`` leaf; leaves link
+    to every spine with uplink bandwidth = downlink bandwidth / oversubscription.
+
+    >>> g = fat_tree(16, FatTreeSpec("t"), gpu_preset("h100-sxm"))
+    >>> sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
+    16
+    """
+    nvlink = (spec.nvlink_gbps * GB) if spec.nvlink_gbps else gpu.nvlink_bw
+    nic = (spec.nic_gbps * GB) if spec.nic_gbps else gpu.nic_bw
+    g = nx.Graph(name=spec.name)
+    _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw)
+    _add_fabric(g, num_gpus, spec, nic)
+    return g
+
+
+def _add_domains(g: nx.Graph, num_gpus: int, spec: FatTreeSpec, nvlink: float, pcie: float) -> None:
+    for i in range(num_gpus):
+        domain, node = i // spec.gpus_per_domain, i // spec.gpus_per_node
+        g.add_node(("gpu", i), kind="gpu", domain=domain, node=node)
+        g.add_node(("nvsw", domain), kind="nvswitch")
+        g.add_node(("nic", i), kind="nic")
+        _link(g, ("gpu", i), ("nvsw", domain), nvlink, "nvlink")
+        _link(g, ("gpu", i), ("nic", i), pcie, "pcie")
+
+
+def _add_fabric(g: nx.Graph, num_gpus: int, spec: FatTreeSpec, nic: float) -> None:
+    gpus_per_su = spec.gpus_per_node * spec.nodes_per_su
+    sus = -(-num_gpus // gpus_per_su)
+    uplink = spec.nodes_per_su * nic / spec.oversubscription / spec.spines
+    for i in range(num_gpus):
+        leaf = ("leaf", i // gpus_per_su, i % spec.gpus_per_node)
+        g.add_node(leaf, kind="switch")
+        _link(g, ("nic", i), leaf, nic, "ib")
+    for su in range(sus):
+        for rail in range(spec.gpus_per_node):
+            if g.has_node(("leaf", su, rail)):
+                for s in range(spec.spines):
+                    g.add_node(("spine", s), kind="switch")
+                    _link(g, ("leaf", su, rail), ("spine", s), uplink, "ib")
+
+
+def _link(g: nx.Graph, u, v, bw: float, kind: str) -> None:
+    g.add_edge(u, v, bw=bw, kind=kind, latency=LINK_LATENCY[kind])
+
+
+def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
+    """Read a topology file: a preset name in topologies/ or a path to a TOML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = TOPOLOGY_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
+        raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(key, f"{path}: malformed TOML ({exc})") from None
+    return _spec_from_dict(data, path, key)
+
+
+def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
+    builder = data.pop("builder", "fat_tree")
+    if builder != "fat_tree":
+        raise InputError(key, f"{path}: unknown builder {builder!r}; known: fat_tree")
+    fields = FatTreeSpec.__dataclass_fields__
+    for k, v in data.items():
+        if k not in fields:
+            raise InputError(f"{key}.{k}", f"{path}: unknown key; known: {', '.join(fields)}")
+        expected = (str,) if k in ("name", "gpu", "routing") else (int, float)
+        if not isinstance(v, expected) or isinstance(v, bool) or (expected != (str,) and v <= 0):
+            raise InputError(f"{key}.{k}", f"{path}: expected a positive number, got {v!r}"
+                             if expected != (str,) else f"{path}: expected a string, got {v!r}")
+    data.setdefault("name", path.stem)
+    spec = FatTreeSpec(**data)
+    if spec.routing not in ("spray", "ecmp"):
+        raise InputError(f"{key}.routing", f"{path}: expected 'spray' or 'ecmp', got {spec.routing!r}")
+    if spec.gpus_per_domain % spec.gpus_per_node and spec.gpus_per_node % spec.gpus_per_domain:
+        raise InputError(f"{key}.gpus_per_domain", "must be a multiple or a divisor of gpus_per_node")
+    return spec
+
+
+@dataclass(frozen=True)
+class Route:
+    """Directed link ids of a path with the share of the flow each carries (below 1 where
+    traffic is sprayed over equal-cost paths), and the path latency in seconds."""
+
+    links: np.ndarray
+    weights: np.ndarray
+    latency: float
+
+
+class Topology:
+    """A graph indexed for the network model.
+
+    ``caps[l]`` is the usable bandwidth (bytes/s) of directed link ``l`` after the fabric
+    efficiency of its kind; ``route(a, b)`` returns the link ids from GPU ``a`` to GPU ``b``.
+    """
+
+    def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
+        if not nx.is_connected(graph):
+            parts = nx.number_connected_components(graph)
+            raise InputError("cluster.topology", f"the network is disconnected ({parts} parts)")
+        self.graph, self.spec = graph, spec
+        self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
+        self._link_id: dict[tuple, int] = {}
+        caps, lats, kinds = [], [], []
+        for u, v, d in graph.edges(data=True):
+            for a, b in ((u, v), (v, u)):
+                self._link_id[(a, b)] = len(caps)
+                caps.append(d["bw"] * FABRIC_EFFICIENCY[d["kind"]])
+                lats.append(d["latency"])
+                kinds.append(d["kind"])
+        self.caps, self.latency = np.array(caps), np.array(lats)
+        self.kinds = np.array(kinds)
+        self._routes: dict[tuple[int, int], Route] = {}
+        self._core_paths: dict[tuple, list] = {}
+
+    def domain(self, gpu: int) -> int:
+        """NVLink domain of a GPU."""
+        return int(self.domains[gpu])
+
+    def server(self, gpu: int) -> int:
+        """Server (node) index of a GPU."""
+        return self.graph.nodes[("gpu", gpu)]["node"]
+
+    @cached_property
+    def domains(self) -> np.ndarray:
+        """Array: NVLink domain of every GPU."""
+        return np.array([self.graph.nodes[("gpu", i)]["domain"] for i in range(self.num_gpus)])
+
+    def route(self, a: int, b: int) -> Route:
+        """The path a -> b (cached). Same domain: through the NVSwitch. Otherwise through a
+        NIC on the destination's rail (NCCL's PXN relays over NVLink to the GPU on that
+        rail) -> leaf -> spines -> leaf -> NIC -> GPU, sprayed evenly over the equal-cost
+        spine paths (IB adaptive routing) or hashed onto one (``routing = "ecmp"``)."""
+        key = (a, b)
+        found = self._routes.get(key)
+        if found is None:
+            hops = self._fast_route(a, b)
+            if hops is None:  # a fault removed a link of the usual path: search the graph
+                hops = self._graph_route(("gpu", a), ("gpu", b), key)
+            found = self._routes[key] = self._to_route(hops)
+        return found
+
+    def _to_route(self, hops: list[tuple[int, float]]) -> Route:
+        links = np.array([h[0] for h in hops], dtype=np.int64)
+        weights = np.array([h[1] for h in hops])
+        return Route(links, weights, float((self.latency[links] * weights).sum()))
+
+    def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
+        ends = self._endpoint_links
+        if self.domains[a] == self.domains[b]:
+            hops = [ends["up_nv"][a], ends["down_nv"][b]]
+            return None if min(hops) < 0 else [(h, 1.0) for h in hops]
+        relay, prefix = self._rail_relay(a, b)
+        first = prefix + [ends["up_nic"][relay], ends["up_ib"][relay]]
+        last = [ends["down_ib"][b], ends["down_nic"][b]]
+        if min(first + last) < 0:
+            return None
+        core = self._core_hops(self._leaves[relay], self._leaves[b], (a, b))
+        return [(h, 1.0) for h in first] + core + [(h, 1.0) for h in last]
+
+    def _rail_relay(self, a: int, b: int) -> tuple[int, list[int]]:
+        """PXN: the GPU of a's server on b's rail, and the NVLink hops to reach it."""
+        per = self.spec.gpus_per_node
+        relay = a - a % per + b % per
+        if relay == a or relay >= self.num_gpus or self.domains[relay] != self.domains[a]:
+            return a, []
+        ends = self._endpoint_links
+        return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
+
+    def _core_hops(self, la, lb, flow: tuple[int, int]) -> list[tuple[int, float]]:
+        paths = self._paths(la, lb)
+        if self.spec.routing == "ecmp":
+            paths = [paths[zlib.crc32(repr(flow).encode()) % len(paths)]]
+        share: dict[int, float] = {}
+        for nodes in paths:
+            for u, v in zip(nodes, nodes[1:]):
+                link = self._link_id[(u, v)]
+                share[link] = share.get(link, 0.0) + 1.0 / len(paths)
+        return sorted(share.items())
+
+    def _graph_route(self, u, v, flow) -> list[tuple[int, float]]:
+        nodes = self._paths(u, v)[zlib.crc32(repr(flow).encode()) % len(self._paths(u, v))]
+        return [(self._link_id[(x, y)], 1.0) for x, y in zip(nodes, nodes[1:])]
+
+    @cached_property
+    def _endpoint_links(self) -> dict[str, np.ndarray]:
+        """Per GPU: the link ids of its first and last hops (-1 where a fault removed one)."""
+        pairs = {"up_nv": lambda i: (("gpu", i), ("nvsw", self.domains[i])),
+                 "up_nic": lambda i: (("gpu", i), ("nic", i)),
+                 "up_ib": lambda i: (("nic", i), self._leaves[i])}
+        out = {}
+        for name, pair in pairs.items():
+            fwd = [self._link_id.get(pair(i), -1) for i in range(self.num_gpus)]
+            back = [self._link_id.get(pair(i)[::-1], -1) for i in range(self.num_gpus)]
+            out[name] = np.array(fwd)
+            out[name.replace("up_", "down_")] = np.array(back)
+        return out
+
+    @cached_property
+    def _leaves(self) -> list:
+        """Per GPU: the IB switch its NIC plugs into (None if the NIC is cut off)."""
+        g, out = self.graph, []
+        for i in range(self.num_gpus):
+            nic = ("nic", i)
+            leaves = [n for n in g.neighbors(nic) if g.nodes[n]["kind"] == "switch"] if nic in g else []
+            out.append(leaves[0] if leaves else None)
+        return out
+
+    def _paths(self, u, v) -> list[list]:
+        """Every equal-cost shortest path u -> v (cached)."""
+        paths = self._core_paths.get((u, v))
+        if paths is None:
+            graph = self.graph if u[0] == "gpu" else self._switch_graph
+            try:
+                paths = _short_paths(graph, u, v) or sorted(nx.all_shortest_paths(graph, u, v))
+            except (nx.NetworkXNoPath, nx.NodeNotFound):
+                raise InputError("faults", f"no path left from {u} to {v}") from None
+            self._core_paths[(u, v)] = paths
+        return paths
+
+    @cached_property
+    def _switch_graph(self) -> nx.Graph:
+        switches = [n for n, d in self.graph.nodes(data=True) if d["kind"] == "switch"]
+        return self.graph.subgraph(switches).copy()  # a copy: subgraph views are slow to search
+
+
+def _short_paths(graph: nx.Graph, u, v) -> list[list]:
+    """Shortest paths of at most two hops, found without a graph-wide search (the common
+    case in a fat tree: same leaf, or leaf -> spine -> leaf); [] when the path is longer."""
+    if u == v:
+        return [[u]]
+    if u not in graph or v not in graph:
+        return []
+    if graph.has_edge(u, v):
+        return [[u, v]]
+    return [[u, w, v] for w in sorted(set(graph.adj[u]) & set(graph.adj[v]))]
+
+
+def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster") -> Topology:
+    """Build and index the topology for ``num_gpus`` GPUs."""
+    if spec.max_gpus is not None and num_gpus > spec.max_gpus:
+        raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
+    return Topology(fat_tree(num_gpus, spec, gpu), spec)
