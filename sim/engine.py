@@ -85,6 +85,7 @@ class Engine:
         self._expected: dict[tuple, int] = {}
         self._finish: dict[int, list] = {}
         self._waiters: dict[tuple[int, int], simpy.Event] = {}
+        self._sent: dict[tuple, float] = {}
         self.collectives_run = 0
 
     def run(self) -> list[tuple]:
@@ -123,12 +124,17 @@ class Engine:
             if op.comm is None:
                 scale = self.compute_scale(prog.rank, start) if self.compute_scale else 1.0
                 yield self.env.timeout(op.duration * scale)
+                sent = 0.0
             else:
-                yield self._arrive(op.comm)
+                state = self._arrive(op.comm)
+                yield state[1]
+                if op.comm.op == "send_recv":
+                    start = state[2]  # a posted recv waiting for its send is idle, not traffic
+                sent = self.sent_bytes(op.comm, prog.rank)
             end = self.env.now
             finish[i] = end
             self.spans.append((prog.rank, op.stream, op.name, op.category, start, end, op.layer,
-                               op.micro_batch, op.stage, op.comm.nbytes if op.comm else 0.0))
+                               op.micro_batch, op.stage, sent))
             waiter = self._waiters.pop((prog.rank, i), None)
             if waiter is not None:
                 waiter.succeed()
@@ -139,16 +145,18 @@ class Engine:
             ev = self._waiters[(rank, index)] = self.env.event()
         return ev
 
-    def _arrive(self, call: Collective) -> simpy.Event:
-        """Register one member's arrival; the last simulated member starts the collective."""
+    def _arrive(self, call: Collective) -> list:
+        """Register one member's arrival; the last simulated member starts the collective.
+        Returns the shared state [arrived, done event, start time]."""
         state = self._rendezvous.get(call.key)
         if state is None:
-            state = self._rendezvous[call.key] = [0, self.env.event()]
+            state = self._rendezvous[call.key] = [0, self.env.event(), None]
         state[0] += 1
         if state[0] == self._expected_members(call.group):
             del self._rendezvous[call.key]
+            state[2] = self.env.now
             self.env.process(self._execute(call, state[1]))
-        return state[1]
+        return state
 
     def _expected_members(self, group: tuple[int, ...]) -> int:
         n = self._expected.get(group)
@@ -161,6 +169,15 @@ class Engine:
         for phase in self.schedule_of(call).phases:
             yield from self.net.run(phase)
         done.succeed()
+
+    def sent_bytes(self, call: Collective, rank: int) -> float:
+        """Bytes ``rank`` itself sends in ``call`` (from the algorithm's schedule)."""
+        key = (call.op, call.algo, call.group, call.nbytes, rank)
+        sent = self._sent.get(key)
+        if sent is None:
+            sched = _merged_schedule(call.op, call.algo, (call.group,), call.nbytes, self.topo)
+            sent = self._sent[key] = float(sum(ph.nbytes[ph.chain[ph.src == rank]].sum() for ph in sched.phases))
+        return sent
 
     def schedule_of(self, call: Collective) -> Schedule:
         """The schedule of a call, its siblings' traffic merged phase by phase."""

@@ -11,7 +11,7 @@ from ..errors import InputError
 from . import direct, hierarchical, ring, tree
 from .schedule import Phase, Schedule
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "ring_shift")
 ALGOS = ("ring", "tree", "hierarchical", "direct", "auto")
 
 ALGORITHMS = {
@@ -25,6 +25,7 @@ ALGORITHMS = {
     ("reduce_scatter", "hierarchical"): hierarchical.reduce_scatter,
     ("all_to_all", "direct"): direct.all_to_all,
     ("send_recv", "direct"): direct.send_recv,
+    ("ring_shift", "direct"): direct.ring_shift,
 }
 
 # NCCL picks tree for small all-reduces across nodes and ring for large ones; the switch
@@ -34,7 +35,7 @@ TREE_THRESHOLD = 4 * 2**20  # bytes
 
 def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tuple[int, ...]) -> str:
     """What ``auto`` means: roughly what NCCL would pick."""
-    if op == "all_to_all" or op == "send_recv":
+    if op in ("all_to_all", "send_recv", "ring_shift"):
         return "direct"
     if op == "all_reduce" and len(set(domains)) > 1 and nbytes <= TREE_THRESHOLD:
         return "tree"

@@ -20,3 +20,10 @@ def all_to_all(group, domains, nbytes):
 def send_recv(group, domains, nbytes):
     """group[0] sends nbytes to group[1]."""
     return (chains_phase([[(group[0], group[1])]], np.array([float(nbytes)]), 1, "send/recv"),)
+
+
+def ring_shift(group, domains, nbytes):
+    """Every member sends nbytes to the next one (one step of ring attention's K/V pass)."""
+    n = len(group)
+    chains = [[(group[i], group[(i + 1) % n])] for i in range(n)]
+    return (chains_phase(chains, np.full(n, float(nbytes)), 1, "ring shift"),)

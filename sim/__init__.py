@@ -1,0 +1,26 @@
+"""clustersim: a discrete-event simulator of GPU clusters training large language models.
+
+Data flows one way: scenario -> rank programs -> engine -> spans -> metrics / plots.
+
+>>> import sim
+>>> result = sim.simulate(sim.load_scenario("scenarios/llama3-8b-fsdp-h100.toml"))  # doctest: +SKIP
+>>> result.summary["mfu"]  # doctest: +SKIP
+"""
+
+from .load import load_scenario
+
+__all__ = ["load_scenario", "simulate", "sweep"]
+
+
+def simulate(scenario):
+    """Simulate one optimizer step of ``scenario``; returns a :class:`sim.result.Result`."""
+    from .simulate import simulate as _simulate
+
+    return _simulate(scenario)
+
+
+def sweep(scenario, grid, **kwargs):
+    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.sweep`)."""
+    from .sweep import sweep as _sweep
+
+    return _sweep(scenario, grid, **kwargs)

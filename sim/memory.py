@@ -1,0 +1,79 @@
+"""Peak memory per GPU: weights, gradients, Adam state, activations, gathered layers.
+
+Mixed-precision Adam holds 16 bytes per parameter (ZeRO paper, Rajbhandari et al. 2020,
+section 3.1): 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master weights, momentum,
+variance). ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 also the weights,
+over the data-parallel ranks. Activations follow Korthikanti et al. 2022 for the
+micro-batches a schedule keeps in flight (counted from the schedule itself).
+"""
+
+from dataclasses import dataclass
+
+from .layers import ELEM
+from .model import activation_bytes_per_layer
+from .parallel import pp
+from .parallel.params import layer_params, rank_params, stage_layer_ids
+
+RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes on the fullest GPU, by kind."""
+
+    stage: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    gathered: float
+    runtime: float = RUNTIME_BYTES
+
+    @property
+    def total(self) -> float:
+        """Sum of every kind."""
+        return self.weights + self.gradients + self.optimizer + self.activations + self.gathered + self.runtime
+
+
+def stage_memory(ctx, stage: int) -> Memory:
+    """Memory of a rank at pipeline ``stage``."""
+    p, zero = ctx.scenario.parallel, ctx.scenario.parallel.zero
+    dense, expert = rank_params(ctx, stage)
+    nd = p.dp * p.cp
+    ne = max(1, nd // ctx.layout.ep)
+    sharded = dense / nd + expert / ne
+    full = dense + expert
+    return Memory(stage, 2 * (sharded if zero >= 3 else full), 2 * (sharded if zero >= 2 else full),
+                  12 * (sharded if zero >= 1 else full), activations(ctx, stage), gathered(ctx, stage))
+
+
+def activations(ctx, stage: int) -> float:
+    """Stored activations of the micro-batches in flight, plus the fp32 logits on the last stage."""
+    s, t, pl = ctx.scenario, ctx.scenario.training, ctx.scenario.parallel
+    per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
+                                           pl.sequence_parallel, t.recompute, t.flash_attention)
+    chunks = range(stage, len(ctx.stage_layers), pl.pp)
+    layers = sum(len(ctx.stage_layers[vs]) for vs in chunks) / len(chunks)
+    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage))
+    total = per_layer * layers * flight
+    if t.recompute == "full":  # one layer's full activations live during its recompute
+        total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
+                                            pl.sequence_parallel, "none", t.flash_attention)
+    if len(ctx.stage_layers) - 1 in chunks:
+        total += 4 * ctx.shard.tokens * ctx.dims.v / pl.tp  # fp32 logits of one micro-batch
+    return total
+
+
+def gathered(ctx, stage: int) -> float:
+    """FSDP: the full weights and gradients of the two layers in use (current + prefetched)."""
+    if ctx.scenario.parallel.zero < 3:
+        return 0.0
+    ids = [l for vs in range(stage, len(ctx.stage_layers), ctx.layout.sizes["pp"])
+           for l in stage_layer_ids(ctx, vs)]
+    biggest = max(sum(layer_params(ctx, l)) for l in ids)
+    return 2 * 2 * biggest * ELEM
+
+
+def peak_memory(ctx) -> Memory:
+    """The fullest stage's memory."""
+    return max((stage_memory(ctx, s) for s in range(ctx.layout.sizes["pp"])), key=lambda m: m.total)

@@ -1,0 +1,72 @@
+"""Spans -> the summary of CONTRACT.md.
+
+Exposed communication is measured, not assumed: for each rank, the time some collective
+is in flight while its compute stream is idle. The pipeline bubble is the time a rank's
+compute stream is idle with no communication in flight at all.
+"""
+
+import numpy as np
+import pandas as pd
+
+from .model import model_flops_per_token
+
+AXES = ("dp", "tp", "pp", "ep", "cp")
+
+
+def union(intervals: np.ndarray) -> np.ndarray:
+    """Merge [start, end] rows into disjoint sorted intervals."""
+    if len(intervals) == 0:
+        return intervals.reshape(0, 2)
+    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
+    ends = np.maximum.accumulate(iv[:, 1])
+    new = np.r_[True, iv[1:, 0] > ends[:-1]]
+    starts = iv[new, 0]
+    stops = np.r_[ends[np.flatnonzero(new)[1:] - 1], ends[-1]]
+    return np.column_stack([starts, stops])
+
+
+def length(iv: np.ndarray) -> float:
+    """Total length of disjoint intervals."""
+    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Length of the intersection of two disjoint interval sets."""
+    return length(a) + length(b) - length(union(np.vstack([a, b])))
+
+
+def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
+    """Per rank: compute busy time, exposed communication, idle bubble."""
+    rows = []
+    for rank, g in spans.groupby("rank", sort=True):
+        comp = union(g.loc[g.category == "compute", ["start_s", "end_s"]].to_numpy())
+        comm = union(g.loc[g.category != "compute", ["start_s", "end_s"]].to_numpy())
+        busy, exposed = length(comp), length(comm) - overlap(comp, comm)
+        rows.append((rank, busy, exposed, max(step - busy - exposed, 0.0)))
+    return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
+
+
+def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float) -> dict:
+    """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s)."""
+    t, n = scenario.training, scenario.cluster.gpus
+    step = float(spans.end_s.max()) if len(spans) else 0.0
+    per_rank = rank_times(spans, step)
+    critical = per_rank.assign(held=per_rank.compute_s + per_rank.exposed_comm_s).sort_values(
+        ["held", "rank"], ascending=[False, True]).iloc[0]
+    flops = model_flops_per_token(ctx.dims, t.seq_len) * t.global_batch * t.seq_len
+    tflops = flops / step / n / 1e12 if step > 0 else 0.0
+    bubble = float(per_rank.idle_s.mean() / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
+    sent = spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
+    return {
+        "name": scenario.name,
+        "num_gpus": n,
+        "step_time_s": step,
+        "tokens_per_s": t.global_batch * t.seq_len / step if step > 0 else 0.0,
+        "tflops_per_gpu": tflops,
+        "mfu": tflops * 1e12 / peak_flops,
+        "bubble_fraction": bubble,
+        "exposed_comm_s": float(critical.exposed_comm_s),
+        "comm_bytes_per_gpu": {a: float(sent[a].mean()) if a in sent else 0.0 for a in AXES},
+        "memory_per_gpu_bytes": float(memory.total),
+        "fits_in_memory": bool(memory.total <= hbm_bytes),
+    }

@@ -1,0 +1,1 @@
+"""One module per parallelism, each adding its ops to the rank programs (torchtitan style)."""

@@ -1,0 +1,41 @@
+"""Context parallelism: ring attention over the cp ranks (Liu et al. 2023; Megatron CP).
+
+The sequence is split across cp ranks (load-balanced for causal masks); each rank
+computes attention of its queries against one K/V block at a time while the next block
+arrives from its ring neighbour, so cp-1 K/V shifts overlap cp-1 of the cp attention
+chunks. Backward circulates K/V and their gradients (twice the bytes).
+"""
+
+from ..layers import ELEM, attention_core, backward
+
+AXIS = "cp"
+
+
+def _group(b):
+    return b.ctx.layout.group(b.rank, "cp")
+
+
+def kv_bytes(b) -> float:
+    """K and V of this rank's sequence chunk (its tp share of the kv heads)."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    return ELEM * sh.tokens * 2 * d.g * d.d / sh.tp
+
+
+def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+    """Attention core, ring-overlapped with K/V shifts when cp > 1. ``tag`` tells a
+    recomputation apart from the forward pass."""
+    cp = b.ctx.layout.sizes["cp"]
+    core = attention_core(b.ctx.dims, b.ctx.shard, 1.0 / cp)
+    kernels = [core] if direction == "fwd" else backward([core])
+    if cp == 1:
+        return b.compute(f"attn_core_{direction}{tag}", kernels, deps, layer, mb)
+    scale = 1 if direction == "fwd" else 2
+    shift, last = None, deps
+    for step in range(cp):
+        if step < cp - 1:
+            nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, "ring_shift", _group(b), kv_bytes(b) * scale,
+                               deps if shift is None else shift, layer=layer, mb=mb, tag=(step,))
+        step_deps = (last,) if shift is None else (last, shift)
+        last = b.compute(f"attn_core_{direction}{tag}", kernels, step_deps, layer, mb)
+        shift = nxt if step < cp - 1 else shift
+    return last

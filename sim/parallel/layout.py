@@ -1,0 +1,82 @@
+"""Where ranks sit: coordinates on the tp / cp / dp / pp axes and the process groups.
+
+Megatron order by default: tp innermost (inside an NVLink domain), then cp, dp, and pp
+outermost (across IB); ``parallel.order`` overrides it. Expert parallelism shards
+experts over ``ep`` consecutive ranks of the combined dp*cp axis (Megatron's
+expert-model-parallel groups live inside data parallelism).
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import InputError
+from ..scenario import Parallel
+
+AXES = ("tp", "cp", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Rank <-> (tp, cp, dp, pp) coordinates for one parallel section."""
+
+    sizes: dict
+    order: tuple[str, ...]
+    ep: int
+
+    @classmethod
+    def from_parallel(cls, p: Parallel) -> "Layout":
+        """Validate ``parallel.order`` and build the layout."""
+        order = tuple(p.order.split("-"))
+        if sorted(order) != sorted(AXES):
+            raise InputError("parallel.order", f"must name each of tp, cp, dp, pp once (innermost first), got {p.order!r}")
+        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, order, p.ep)
+
+    @cached_property
+    def strides(self) -> dict:
+        """Rank distance between neighbours on each axis."""
+        out, stride = {}, 1
+        for axis in self.order:
+            out[axis] = stride
+            stride *= self.sizes[axis]
+        return out
+
+    @property
+    def world(self) -> int:
+        """Total ranks."""
+        return self.sizes["tp"] * self.sizes["cp"] * self.sizes["dp"] * self.sizes["pp"]
+
+    def coords(self, rank: int) -> dict:
+        """{axis: index} of a rank."""
+        return {a: (rank // self.strides[a]) % self.sizes[a] for a in AXES}
+
+    def rank(self, **coords) -> int:
+        """Rank at the given coordinates."""
+        return sum(coords[a] * self.strides[a] for a in AXES)
+
+    def group(self, rank: int, *axes: str) -> tuple[int, ...]:
+        """Ranks sharing every coordinate of ``rank`` except ``axes`` (first axis varies fastest)."""
+        c = self.coords(rank)
+        members = [c]
+        for axis in axes:
+            members = [{**m, axis: i} for i in range(self.sizes[axis]) for m in members]
+        return tuple(self.rank(**m) for m in members)
+
+    def dc_index(self, rank: int) -> int:
+        """Position on the combined cp*dp axis (cp fastest)."""
+        c = self.coords(rank)
+        return c["cp"] + self.sizes["cp"] * c["dp"]
+
+    def ep_group(self, rank: int) -> tuple[int, ...]:
+        """The ``ep`` ranks that share one set of experts' tokens (same tp and pp)."""
+        grad = self.group(rank, "cp", "dp")
+        start = self.dc_index(rank) // self.ep * self.ep
+        return grad[start:start + self.ep]
+
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks holding the same experts: gradients of expert weights reduce over these."""
+        grad = self.group(rank, "cp", "dp")
+        return grad[self.dc_index(rank) % self.ep::self.ep]
+
+    def stage_rank(self, rank: int, stage: int) -> int:
+        """The rank at pipeline stage ``stage`` with the other coordinates of ``rank``."""
+        return self.rank(**{**self.coords(rank), "pp": stage})

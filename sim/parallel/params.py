@@ -1,0 +1,44 @@
+"""Which parameters a rank holds: its tp share of its stage's layers, 1/ep of the experts.
+
+Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over the
+ranks holding the same experts (Megatron's expert-data-parallel group).
+"""
+
+from ..model import attention_params, is_moe_layer, mlp_params
+
+
+EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the output layer
+
+
+def layer_params(ctx, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters of ``layer`` on one rank (pseudo layers: embedding, output)."""
+    d, tp, ep = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep
+    if layer == EMBEDDING:
+        return d.v * d.h / tp, 0.0
+    if layer == d.layers:
+        return (0.0 if ctx.scenario.model.tied_embeddings else d.v * d.h / tp) + d.h, 0.0
+    if is_moe_layer(d, layer):
+        routed = d.experts * d.mats * d.h * d.f_expert
+        dense = attention_params(d) + mlp_params(d, layer, active=False) - routed
+        return dense / tp, routed / (tp * ep)
+    return (attention_params(d) + mlp_params(d, layer, active=False)) / tp, 0.0
+
+
+def stage_layer_ids(ctx, virtual_stage: int) -> list[int]:
+    """Layer ids of a virtual stage, with the embedding / output pseudo layers at its ends."""
+    ids = list(ctx.stage_layers[virtual_stage])
+    if virtual_stage == 0:
+        ids = [EMBEDDING] + ids
+    if virtual_stage == len(ctx.stage_layers) - 1:
+        ids = ids + [ctx.dims.layers]
+    return ids
+
+
+def rank_params(ctx, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters a rank of pipeline ``stage`` holds (all its chunks)."""
+    pp, dense, expert = ctx.layout.sizes["pp"], 0.0, 0.0
+    for vs in range(stage, len(ctx.stage_layers), pp):
+        for layer in stage_layer_ids(ctx, vs):
+            dl, el = layer_params(ctx, layer)
+            dense, expert = dense + dl, expert + el
+    return dense, expert

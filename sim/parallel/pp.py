@@ -1,0 +1,86 @@
+"""Pipeline parallelism: real schedules, executed op by op (no bubble formula).
+
+GPipe (Huang et al. 2019): all forwards, then all backwards. 1F1B / PipeDream-Flush
+(Narayanan et al. 2019): stage s runs p-s-1 warm-up forwards, then alternates one
+forward and one backward, then drains. Interleaved 1F1B (Narayanan et al. 2021): each
+rank holds v model chunks; Megatron-LM's ordering (warm-up (p-s-1)*2 + (v-1)*p).
+Activations go forward and gradients back between neighbouring virtual stages as
+point-to-point transfers; with Megatron's scatter/gather optimization each tp rank sends
+1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
+"""
+
+from ..layers import ELEM
+
+AXIS = "pp"
+
+
+def split_layers(layers: int, chunks: int, explicit: list[int] | None) -> list[range]:
+    """Layers of each virtual stage; the remainder goes to the middle stages, since the
+    first and last also hold the embedding and the output layer."""
+    counts = list(explicit) if explicit else _even_counts(layers, chunks)
+    out, start = [], 0
+    for n in counts:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def _even_counts(layers: int, chunks: int) -> list[int]:
+    base, extra = divmod(layers, chunks)
+    counts = [base] * chunks
+    middle = list(range(1, chunks - 1)) or list(range(chunks))
+    order = sorted(middle, key=lambda i: abs(i - (chunks - 1) / 2))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts
+
+
+def order(schedule: str, p: int, v: int, m: int, stage: int) -> list[tuple[str, int, int]]:
+    """The (direction 'F'|'B', micro-batch, chunk) sequence stage ``stage`` executes."""
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    total = m * v
+    if schedule == "interleaved":
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    else:
+        warmup = min(p - stage - 1, m)
+    seq = [("F", k) for k in range(warmup)]
+    for k in range(total - warmup):
+        seq += [("F", k + warmup), ("B", k)]
+    seq += [("B", k) for k in range(total - warmup, total)]
+    return [(d, *_mb_chunk(d, k, p, v)) for d, k in seq]
+
+
+def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:
+    """Megatron's mapping from the k-th forward/backward to (micro-batch, chunk)."""
+    group = k % (p * v)
+    chunk = group // p
+    if direction == "B":
+        chunk = v - 1 - chunk
+    return (k // (p * v)) * p + k % p, chunk
+
+
+def in_flight(seq: list[tuple[str, int, int]]) -> int:
+    """Most (micro-batch, chunk) activations held at once under a schedule."""
+    held = peak = 0
+    for direction, _, _ in seq:
+        held += 1 if direction == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+def activation_bytes(b) -> float:
+    """Bytes each rank sends per micro-batch across one boundary."""
+    return b.ctx.shard.tokens * b.ctx.dims.h * ELEM / b.ctx.layout.sizes["tp"]
+
+
+def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool) -> int:
+    """One side of a send/recv between virtual stages (rank of vs = vs % p)."""
+    layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
+    src = layout.stage_rank(b.rank, src_vs % p)
+    dst = layout.stage_rank(b.rank, dst_vs % p)
+    stream = f"pp_{'send' if sending else 'recv'}_{'fwd' if direction == 'F' else 'bwd'}"
+    name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
+    return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
+                        tag=(direction, src_vs, dst_vs),
+                        group_of=lambda r: (layout.stage_rank(r, src_vs % p), layout.stage_rank(r, dst_vs % p)))

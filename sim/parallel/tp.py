@@ -1,0 +1,49 @@
+"""Tensor parallelism (Megatron column/row split, Shoeybi et al. 2019) and sequence
+parallelism (Korthikanti et al. 2022).
+
+Each sublayer (attention, MLP) needs the activations of the whole hidden dimension:
+without SP, one all-reduce of the output in forward and one of the input gradient in
+backward; with SP, an all-gather before and a reduce-scatter after, in both directions.
+These sit on the critical path: the next compute op depends on them.
+"""
+
+from ..layers import ELEM
+
+AXIS = "tp"
+
+
+def _group(b):
+    return b.ctx.layout.group(b.rank, "tp")
+
+
+def activation_bytes(b) -> float:
+    """Bytes of one micro-batch's activations on this rank: tokens * hidden * 2."""
+    return b.ctx.shard.tokens * b.ctx.dims.h * ELEM
+
+
+def enter(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
+    """Before a sublayer (SP only): all-gather the sequence-sharded input."""
+    if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
+        return deps
+    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), activation_bytes(b), deps,
+                        layer=layer, mb=mb, tag=tag)
+
+
+def exit(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
+    """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
+    if b.ctx.layout.sizes["tp"] == 1:
+        return deps
+    op = "reduce_scatter" if b.ctx.scenario.parallel.sequence_parallel else "all_reduce"
+    name = "rs" if op == "reduce_scatter" else "ar"
+    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), activation_bytes(b), deps,
+                        layer=layer, mb=mb, tag=tag)
+
+
+def enter_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+    """Backward of exit: SP all-gathers the output gradient; without SP nothing."""
+    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+
+
+def exit_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+    """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
+    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))

@@ -1,0 +1,83 @@
+"""RankBuilder: what every parallelism module uses to add ops to one rank's program.
+
+It knows the rank's place (layout, stage), turns kernel lists into timed compute ops,
+and turns collectives into ops with the right stream, key and, when ranks are folded,
+the sibling groups whose traffic must still load the network.
+"""
+
+from dataclasses import dataclass, field
+
+from .compute import ComputeModel, Kernel
+from .engine import Collective, Op, RankProgram
+from .model import Dims
+from .layers import Shard
+from .parallel.layout import Layout
+from .scenario import Scenario
+
+
+@dataclass
+class Context:
+    """Everything shared by the builders of one scenario (read-only)."""
+
+    scenario: Scenario
+    dims: Dims
+    layout: Layout
+    shard: Shard
+    compute: ComputeModel
+    domains: list[int]  # NVLink domain of every rank (rank i runs on GPU i)
+    simulated: frozenset[int]
+    micro_batches: int
+    stage_layers: list[range]  # layers of each virtual stage
+    expert_loads: dict = field(default_factory=dict)  # layer -> tokens per expert
+    jitter: object = None  # callable(rank, index) -> multiplier, or None
+    _siblings: dict = field(default_factory=dict)
+
+    def siblings(self, axis: str, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
+        """Groups that run the same collective at the same time on folded (not simulated)
+        ranks. Only needed when the group leaves its NVLink domain: inside a domain, every
+        GPU has its own NVSwitch link, so copies never share one."""
+        key = (axis, group)
+        found = self._siblings.get(key)
+        if found is None:
+            found = ()
+            if len(self.simulated) < self.layout.world and len({self.domains[r] for r in group}) > 1:
+                same_stage = self.layout.group(group[0], "tp", "cp", "dp")
+                others = {group_of(r) for r in same_stage}
+                found = tuple(sorted(g for g in others if g != group and not self.simulated.intersection(g)))
+            self._siblings[key] = found
+        return found
+
+
+class RankBuilder:
+    """Adds ops to one rank's program."""
+
+    def __init__(self, ctx: Context, rank: int):
+        self.ctx, self.rank = ctx, rank
+        self.coords = ctx.layout.coords(rank)
+        self.stage = self.coords["pp"]
+        self.program = RankProgram(rank)
+
+    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1) -> int:
+        """A compute op timed by the compute model; returns its index."""
+        duration = self.ctx.compute.time(kernels)
+        if self.ctx.jitter is not None:
+            duration *= self.ctx.jitter(self.rank, len(self.program.ops))
+        return self.program.add(Op(name, "compute", "compute", duration, None, _deps(deps),
+                                   layer, mb, self.stage))
+
+    def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,
+                   deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
+                   group_of=None, tag=()) -> int:
+        """A collective op on ``stream`` (default: the axis); returns its index."""
+        siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
+        call = Collective((name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings)
+        return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage))
+
+
+def _deps(deps) -> tuple[int, ...]:
+    """Flatten ints, None and nested tuples of them into op indices."""
+    if deps is None:
+        return ()
+    if isinstance(deps, int):
+        return (deps,) if deps >= 0 else ()
+    return tuple(sorted({i for d in deps for i in _deps(d)}))

@@ -1,0 +1,74 @@
+"""``simulate(scenario) -> Result``: topology -> rank programs -> engine -> spans -> summary.
+
+Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
+"""
+
+import dataclasses
+import time
+
+from . import topology, workload
+from .engine import Engine
+from .errors import InputError
+from .hardware import gpu_preset
+from .memory import peak_memory
+from .metrics import summarize
+from .result import Result, spans_frame
+from .scenario import Scenario
+
+
+def build_topology(s: Scenario) -> topology.Topology:
+    """The cluster's graph with overrides and link faults applied."""
+    spec = topology.load_spec(s.cluster.topology)
+    overrides = dict(s.cluster.topology_overrides)
+    if s.cluster.gpus_per_node:
+        overrides["gpus_per_node"] = s.cluster.gpus_per_node
+        overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
+                             if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
+    spec = dataclasses.replace(spec, **overrides)
+    gpu = gpu_preset(s.cluster.gpu or spec.gpu)
+    graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
+    from .faults import apply_faults
+
+    apply_faults(graph, s.cluster.faults, spec)
+    if spec.max_gpus is not None and s.cluster.gpus > spec.max_gpus:
+        raise InputError("cluster", f"{s.cluster.gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
+    return topology.Topology(graph, spec)
+
+
+def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None) -> Result:
+    """Simulate one optimizer step. When stragglers, jitter or faults are configured and
+    ``baseline`` is true, also simulate without them for ``straggler_cost_s``."""
+    topo = build_topology(s)
+    gpu_name = s.cluster.gpu or topo.spec.gpu
+    gpu = gpu_preset(gpu_name)
+    from .faults import compute_scale, jitter_fn
+
+    ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
+    programs = workload.build_programs(ctx)
+    engine = Engine(topo, programs, compute_scale(s, topo))
+    t0 = time.perf_counter()
+    spans = spans_frame(engine.run())
+    wall = time.perf_counter() - t0
+    memory = peak_memory(ctx)
+    summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops)
+    summary.update(sim_events=engine.events, sim_wall_s=round(wall, 3))
+    if baseline and perturbed(s):
+        clean = simulate(clean_copy(s), baseline=False, e_max=e_max)
+        summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
+    info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
+            "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
+            "link_bytes": engine.net.bytes_by_link, "topology": topo}
+    return Result(summary, spans, s, memory, info)
+
+
+def perturbed(s: Scenario) -> bool:
+    """Whether stragglers, jitter or link faults are configured."""
+    return bool(s.stragglers) or s.jitter.sigma > 0 or bool(s.cluster.faults)
+
+
+def clean_copy(s: Scenario) -> Scenario:
+    """The same scenario without stragglers, jitter or faults."""
+    from .scenario import Jitter
+
+    return s.model_copy(update={"stragglers": [], "jitter": Jitter(),
+                                "cluster": s.cluster.model_copy(update={"faults": []})})
