@@ -7,7 +7,9 @@ reason; an internal error exits 1.
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 from .errors import InputError
 
@@ -49,3 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # an internal error: say so, keep the traceback for debugging
+        if os.environ.get("CLUSTERSIM_DEBUG"):
+            traceback.print_exc()
+        print(f"clustersim {args.command}: internal error: {type(exc).__name__}: {exc} "
+              "(set CLUSTERSIM_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1

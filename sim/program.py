@@ -67,10 +67,11 @@ class RankBuilder:
 
     def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
-                   group_of=None, tag=()) -> int:
-        """A collective op on ``stream`` (default: the axis); returns its index."""
+                   group_of=None, tag=(), key: str | None = None) -> int:
+        """A collective op on ``stream`` (default: the axis); returns its index. Every member
+        of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
-        call = Collective((name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings)
+        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage))
 
 

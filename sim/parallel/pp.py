@@ -82,5 +82,5 @@ def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending
     stream = f"pp_{'send' if sending else 'recv'}_{'fwd' if direction == 'F' else 'bwd'}"
     name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
     return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
-                        tag=(direction, src_vs, dst_vs),
+                        tag=(direction, src_vs, dst_vs), key="p2p",
                         group_of=lambda r: (layout.stage_rank(r, src_vs % p), layout.stage_rank(r, dst_vs % p)))
