@@ -55,13 +55,21 @@ class ComputeModel:
     def __init__(self, gpu: GPU, e_max: float | None = None):
         self.gpu = gpu
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY.get(gpu.name, 0.62)
+        self._memo: dict[tuple, float] = {}
 
     def efficiency(self, min_dim: float) -> float:
         """Share of peak a GEMM with this smallest dimension reaches."""
         return self.e_max * min_dim / (min_dim + GEMM_HALF_SIZE)
 
-    def time(self, kernels: list[Kernel]) -> float:
-        """Seconds for a sequence of kernels."""
+    def time(self, kernels: list[Kernel] | tuple[Kernel, ...]) -> float:
+        """Seconds for a sequence of kernels (memoized: a step repeats the same lists)."""
+        key = tuple(kernels)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._time(key)
+        return found
+
+    def _time(self, kernels: tuple[Kernel, ...]) -> float:
         total = 0.0
         for k in kernels:
             flop_time = k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim)) if k.flops else 0.0

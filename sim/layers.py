@@ -7,6 +7,7 @@ kernels are counted by the HBM bytes they move (bf16 activations).
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .compute import Kernel, elementwise, gemm
 from .model import Dims
@@ -47,14 +48,16 @@ def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
     return Kernel(flops, d.d, io, 1, 2.5 if sh.flash else 2.0)
 
 
+@lru_cache(maxsize=None)
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and QKV projection."""
-    return _norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, (d.h + 2 * d.g * d.d) / sh.tp, d.h)]
+    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, (d.h + 2 * d.g * d.d) / sh.tp, d.h)])
 
 
+@lru_cache(maxsize=None)
 def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
     """Output projection, dropout and residual."""
-    return [gemm(sh.tokens, d.h, d.h / sh.tp)] + _norm_and_residual(d, sh)[1:]
+    return tuple([gemm(sh.tokens, d.h, d.h / sh.tp)] + _norm_and_residual(d, sh)[1:])
 
 
 def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None) -> list[Kernel]:
@@ -67,40 +70,50 @@ def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None)
     return [up, act, gemm(t, d.h, f / sh.tp)]
 
 
+@lru_cache(maxsize=None)
 def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, dense MLP, dropout and residual."""
     nr = _norm_and_residual(d, sh)
-    return nr[:1] + mlp(d, sh) + nr[1:]
+    return tuple(nr[:1] + mlp(d, sh) + nr[1:])
 
 
+@lru_cache(maxsize=None)
 def router(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and router logits of an MoE layer (top-k and permutation are memory-bound)."""
-    return _norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h),
-                                             elementwise(2 * ELEM * sh.tokens * d.h * d.top_k)]
+    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h),
+                                                   elementwise(2 * ELEM * sh.tokens * d.h * d.top_k)])
 
 
-def experts(d: Dims, sh: Shard, local_loads: list[float]) -> list[Kernel]:
+@lru_cache(maxsize=None)
+def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
     """The local experts' MLPs on the tokens each received, plus shared experts."""
     kernels = [k for load in local_loads for k in mlp(d, sh, d.f_expert, load)]
     for _ in range(d.shared):
         kernels += mlp(d, sh, d.f_expert)
-    return kernels + _norm_and_residual(d, sh)[1:]
+    return tuple(kernels + _norm_and_residual(d, sh)[1:])
 
 
+@lru_cache(maxsize=None)
 def embedding(d: Dims, sh: Shard) -> list[Kernel]:
     """Token embedding lookup (memory-bound)."""
-    return [elementwise(2 * ELEM * sh.tokens * d.h)]
+    return (elementwise(2 * ELEM * sh.tokens * d.h),)
 
 
+@lru_cache(maxsize=None)
 def logits(d: Dims, sh: Shard) -> list[Kernel]:
     """Final norm, output projection over vocab/tp and fp32 cross-entropy."""
-    return (_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
-            + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])
+    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
+                 + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])
 
 
-def backward(kernels: list[Kernel]) -> list[Kernel]:
+def backward(kernels: list[Kernel] | tuple[Kernel, ...]) -> tuple[Kernel, ...]:
     """The backward pass of a forward kernel list."""
-    return [k.backward() for k in kernels]
+    return _backward(tuple(kernels))
+
+
+@lru_cache(maxsize=None)
+def _backward(kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
+    return tuple(k.backward() for k in kernels)
 
 
 def optimizer(params: float) -> list[Kernel]:

@@ -23,13 +23,13 @@ def dispatch_bytes(b) -> float:
     return ELEM * sh.tokens * d.top_k * d.h
 
 
-def local_loads(b, layer: int) -> list[float]:
+def local_loads(b, layer: int) -> tuple[float, ...]:
     """Tokens each local expert processes in one micro-batch on this rank."""
     loads = b.ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
     ep = b.ctx.layout.ep
     per = len(loads) // ep
     j = b.ctx.layout.dc_index(b.rank) % ep
-    return [float(x) for x in loads[j * per:(j + 1) * per]]
+    return tuple(float(x) for x in loads[j * per:(j + 1) * per])
 
 
 def moe_mlp(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:

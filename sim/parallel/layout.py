@@ -53,13 +53,23 @@ class Layout:
         """Rank at the given coordinates."""
         return sum(coords[a] * self.strides[a] for a in AXES)
 
+    @cached_property
+    def _groups(self) -> dict:
+        return {}
+
     def group(self, rank: int, *axes: str) -> tuple[int, ...]:
-        """Ranks sharing every coordinate of ``rank`` except ``axes`` (first axis varies fastest)."""
-        c = self.coords(rank)
-        members = [c]
-        for axis in axes:
-            members = [{**m, axis: i} for i in range(self.sizes[axis]) for m in members]
-        return tuple(self.rank(**m) for m in members)
+        """Ranks sharing every coordinate of ``rank`` except ``axes`` (first axis varies
+        fastest). Cached: every op of a rank asks for the same few groups."""
+        key = (rank, axes)
+        found = self._groups.get(key)
+        if found is None:
+            base = rank - sum(self.coords(rank)[a] * self.strides[a] for a in axes)
+            members = [base]
+            for axis in axes:
+                stride = self.strides[axis]
+                members = [m + i * stride for i in range(self.sizes[axis]) for m in members]
+            found = self._groups[key] = tuple(members)
+        return found
 
     def dc_index(self, rank: int) -> int:
         """Position on the combined cp*dp axis (cp fastest)."""
