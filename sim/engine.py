@@ -155,7 +155,8 @@ class Engine:
         if state[0] == self._expected_members(call.group):
             del self._rendezvous[call.key]
             state[2] = self.env.now
-            self.env.process(self._execute(call, state[1]))
+            self.collectives_run += 1
+            self._run_phases(self.schedule_of(call).phases, 0, state[1])
         return state
 
     def _expected_members(self, group: tuple[int, ...]) -> int:
@@ -164,11 +165,12 @@ class Engine:
             n = self._expected[group] = sum(1 for r in group if r in self.simulated)
         return n
 
-    def _execute(self, call: Collective, done: simpy.Event):
-        self.collectives_run += 1
-        for phase in self.schedule_of(call).phases:
-            yield from self.net.run(phase)
-        done.succeed()
+    def _run_phases(self, phases: tuple, i: int, done: simpy.Event) -> None:
+        """Run phase i, then the next, then succeed ``done`` (callbacks, no process)."""
+        if i == len(phases):
+            done.succeed()
+        else:
+            self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, done))
 
     def sent_bytes(self, call: Collective, rank: int) -> float:
         """Bytes ``rank`` itself sends in ``call`` (from the algorithm's schedule)."""

@@ -65,31 +65,44 @@ class CompiledPhase:
     step_latency: float  # seconds: the longest hop's path latency
     key: int  # identifies the link structure, for the rate cache
 
+    @property
+    def links(self) -> np.ndarray:
+        """The distinct links the phase uses."""
+        found = self.__dict__.get("_links")
+        if found is None:
+            found = self.__dict__["_links"] = np.unique(self.entry_link)
+        return found
 
-@dataclass
+
+@dataclass(eq=False)
 class _Active:
     phase: CompiledPhase
     remaining: np.ndarray  # bytes per chain
-    done: simpy.Event
+    done: object  # called when every chain has finished
     nbytes: np.ndarray  # bytes per chain at the start
+    links: np.ndarray  # the distinct links it uses
     rates: np.ndarray = field(default=None)
+    updated: float = 0.0  # when ``remaining`` was last brought up to date
+    generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
 
 
 class Network:
     """Executes phases on a topology inside a SimPy environment.
 
     ``yield from net.run(phase)`` pays the phase's latency then moves its bytes, sharing
-    links max-min fairly with every other phase in flight.
+    links max-min fairly with every other phase in flight. A phase whose links no other
+    phase uses is solved alone (cached), so independent collectives never pay for each
+    other; only phases that share a link trigger a joint max-min solve.
     """
 
     def __init__(self, env: simpy.Environment, topo: Topology):
         self.env, self.topo = env, topo
         self._active: list[_Active] = []
-        self._last = 0.0
-        self._generation = 0
+        self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
         self.bytes_by_link = np.zeros(len(topo.caps))  # bytes carried per link in the run
+        self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure)."""
@@ -112,50 +125,67 @@ class Network:
 
     def run(self, phase):
         """SimPy generator: latency, then the bytes. Returns when every chain is done."""
+        done = self.env.event()
+        self.start(phase, done.succeed)
+        yield done
+
+    def start(self, phase, on_done) -> None:
+        """Pay the phase's latency, move its bytes, then call ``on_done()`` (no process:
+        a collective costs a few events, not a SimPy process per phase)."""
         compiled = self.compile(phase)
         latency = phase.steps * compiled.step_latency
         if latency > 0:
-            yield self.env.timeout(latency)
-        if phase.nbytes.sum() <= 0 or compiled.n_chains == 0:
-            return
-        done = self.env.event()
-        self._advance()
-        nbytes = phase.nbytes.astype(float)
-        self._active.append(_Active(compiled, nbytes.copy(), done, nbytes))
-        self._reschedule()
-        yield done
+            wake = self.env.timeout(latency)
+            wake.callbacks.append(lambda _ev: self._inject(phase, compiled, on_done))
+        else:
+            self._inject(phase, compiled, on_done)
 
-    def _advance(self) -> None:
-        dt = self.env.now - self._last
-        self._last = self.env.now
-        if dt <= 0:
+    def _inject(self, phase, compiled: CompiledPhase, on_done) -> None:
+        if phase.nbytes.sum() <= 0 or compiled.n_chains == 0:
+            on_done()
             return
-        for act in self._active:
+        nbytes = phase.nbytes.astype(float)
+        act = _Active(compiled, nbytes.copy(), on_done, nbytes, compiled.links, updated=self.env.now)
+        shared = bool(self._users[act.links].any())
+        self._users[act.links] += 1
+        self._active.append(act)
+        if shared:
+            self._solve_all()
+        else:
+            self._solve([act])
+
+    def _solve(self, acts: list[_Active]) -> None:
+        """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
+        for act in acts:
+            self._advance(act)
+        key = tuple(sorted((a.phase.key, _mask_key(a.remaining)) for a in acts))
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            rates = self._rate_cache[key] = self._max_min(acts)
+        for act, r in zip(sorted(acts, key=lambda a: (a.phase.key, _mask_key(a.remaining))), rates):
+            act.rates = r
+            act.generation += 1
+            self._plan_wake(act)
+
+    def _solve_all(self) -> None:
+        self.joint_solves += 1
+        self._solve(self._active)
+
+    def _advance(self, act: _Active) -> None:
+        dt = self.env.now - act.updated
+        act.updated = self.env.now
+        if dt > 0 and act.rates is not None:
             act.remaining -= act.rates * dt
 
-    def _reschedule(self) -> None:
-        self._solve_rates()
-        self._generation += 1
-        horizon = min((_time_to_first_finish(a) for a in self._active), default=None)
-        if horizon is not None:
-            wake = self.env.timeout(max(horizon, 0.0))
-            generation = self._generation
-            wake.callbacks.append(lambda _ev: self._on_wake(generation))
+    def _plan_wake(self, act: _Active) -> None:
+        live = act.remaining > 0
+        horizon = float((act.remaining[live] / act.rates[live]).min())
+        wake = self.env.timeout(max(horizon, 0.0))
+        generation = act.generation
+        wake.callbacks.append(lambda _ev: self._on_wake(act, generation))
 
-    def _solve_rates(self) -> None:
-        if not self._active:
-            return
-        key = tuple(sorted((a.phase.key, _mask_key(a.remaining)) for a in self._active))
-        cached = self._rate_cache.get(key)
-        if cached is None:
-            cached = self._rate_cache[key] = self._max_min()
-        by_phase = sorted(range(len(self._active)),
-                          key=lambda i: (self._active[i].phase.key, _mask_key(self._active[i].remaining)))
-        for i, rates in zip(by_phase, cached):
-            self._active[i].rates = rates
-
-    def _max_min(self) -> list[np.ndarray]:
-        order = sorted(self._active, key=lambda a: (a.phase.key, _mask_key(a.remaining)))
+    def _max_min(self, acts: list[_Active]) -> list[np.ndarray]:
+        order = sorted(acts, key=lambda a: (a.phase.key, _mask_key(a.remaining)))
         chains, links, weights, offset = [], [], [], 0
         for act in order:
             live = act.remaining[act.phase.entry_chain] > 0
@@ -171,32 +201,27 @@ class Network:
             offset += act.phase.n_chains
         return out
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # the rates changed since this wake-up was planned
-        self._advance()
-        still = []
-        for act in self._active:
-            finishing = act.remaining <= act.rates * 1e-12 + 1e-3  # done within a picosecond
-            act.remaining[finishing] = 0.0
-            if (act.remaining > 0).any():
-                still.append(act)
-            else:
-                self._account(act)
-                act.done.succeed()
-        self._active = still
-        self._reschedule()
-
+    def _on_wake(self, act: _Active, generation: int) -> None:
+        if generation != act.generation:
+            return  # its rates changed since this wake-up was planned
+        self._advance(act)
+        finishing = act.remaining <= act.rates * 1e-12 + 1e-3  # done within a picosecond
+        act.remaining[finishing] = 0.0
+        shared = bool((self._users[act.links] > 1).any())
+        if (act.remaining > 0).any():
+            self._solve_all() if shared else self._solve([act])
+            return
+        self._users[act.links] -= 1
+        self._active.remove(act)
+        self._account(act)
+        act.done()
+        if shared:
+            self._solve_all()  # the others may speed up now
 
     def _account(self, act: _Active) -> None:
         ph = act.phase
         self.bytes_by_link += np.bincount(ph.entry_link, weights=act.nbytes[ph.entry_chain] * ph.entry_weight,
                                           minlength=len(self.bytes_by_link))
-
-
-def _time_to_first_finish(act: _Active) -> float:
-    live = act.remaining > 0
-    return float((act.remaining[live] / act.rates[live]).min())
 
 
 def _mask_key(remaining: np.ndarray) -> bytes | int:

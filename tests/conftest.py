@@ -1,0 +1,36 @@
+"""Shared helpers for the network-core tests: topologies built once, one phase timed alone."""
+
+from functools import lru_cache
+
+import pytest
+import simpy
+
+from sim import topology
+from sim.hardware import gpu_preset
+from sim.network import Network
+
+
+@lru_cache(maxsize=None)
+def _preset_topology(name: str, gpus: int) -> topology.Topology:
+    spec = topology.load_spec(name)
+    return topology.build(spec, gpus, gpu_preset(spec.gpu))
+
+
+@pytest.fixture
+def preset_topology():
+    """``preset_topology("dgx-h100", 16)``: a topology preset built once per session."""
+    return _preset_topology
+
+
+def spec_topology(gpus: int, **fields) -> topology.Topology:
+    """A fat tree from a spec written inline, e.g. ``spec_topology(16, nic_gbps=5)``."""
+    spec = topology.FatTreeSpec("test", **fields)
+    return topology.build(spec, gpus, gpu_preset(spec.gpu))
+
+
+def time_phase(topo: topology.Topology, phase) -> float:
+    """Simulated seconds of one phase running alone on an idle network."""
+    env = simpy.Environment()
+    env.process(Network(env, topo).run(phase))
+    env.run()
+    return env.now

@@ -1,0 +1,195 @@
+"""Collective schedules against their closed forms, their latency terms, and nccl-tests.
+
+Expected times are computed here from first principles: per-rank egress W from the GPU
+preset's line rates times the fabric efficiency (sim/hardware.py), latency from the
+per-link latencies. The simulated alpha term is subtracted before comparing the
+bandwidth term with the seeds' formulas (within 0.5%).
+Run ``python -m pytest -q tests/test_collectives.py``.
+"""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import spec_topology, time_phase
+from sim import collectives
+from sim.hardware import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
+from sim.nccl_tests import bus_factor, time_collective
+
+H100, A100 = gpu_preset("h100-sxm"), gpu_preset("a100-80gb")
+B = 2**30  # bytes: large enough to be bandwidth-dominated
+NV_STEP = 2 * LAT["nvlink"]  # GPU -> NVSwitch -> GPU
+NIC_STEP = 2 * LAT["pcie"] + 2 * LAT["ib"]  # GPU -> NIC -> rail leaf -> NIC -> GPU
+CLOSE = 5e-3  # 0.5%
+
+
+def nvlink_w(gpu):
+    """Per-rank egress inside an NVLink domain, bytes/s."""
+    return gpu.nvlink_bw * EFF["nvlink"]
+
+
+def nic_w(gpu):
+    """Per-rank egress of a GPU alone on its node: the slower of PCIe and its NIC."""
+    return min(gpu.pcie_bw * EFF["pcie"], gpu.nic_bw * EFF["ib"])
+
+
+def one_per_node(n, per_node=8):
+    """n GPUs with the same local index on n servers: every hop crosses IB on one rail."""
+    return tuple(range(0, n * per_node, per_node))
+
+
+def ring_bw_term(topo, op, group, nbytes, step):
+    steps = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}[op] * (len(group) - 1)
+    return time_collective(topo, op, "ring", group, nbytes) - steps * step
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_gather_scatter_in_nvlink_domain(preset_topology, op, n):
+    expected = B * (n - 1) / (nvlink_w(H100) * n)
+    got = ring_bw_term(preset_topology("dgx-h100", 8), op, tuple(range(n)), B, NV_STEP)
+    assert got == pytest.approx(expected, rel=CLOSE)
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_ring_all_reduce_in_nvlink_domain(preset_topology, n):
+    expected = 2 * B * (n - 1) / (nvlink_w(H100) * n)
+    got = ring_bw_term(preset_topology("dgx-h100", 8), "all_reduce", tuple(range(n)), B, NV_STEP)
+    assert got == pytest.approx(expected, rel=CLOSE)
+
+
+@pytest.mark.parametrize("op,factor", [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)])
+@pytest.mark.parametrize("name,gpu", [("dgx-a100", A100), ("dgx-h100", H100)])
+def test_ring_nic_bound_one_gpu_per_node(preset_topology, op, factor, name, gpu):
+    n = 8
+    expected = factor * B * (n - 1) / (nic_w(gpu) * n)
+    got = ring_bw_term(preset_topology(name, 64), op, one_per_node(n), B, NIC_STEP)
+    assert got == pytest.approx(expected, rel=CLOSE)
+
+
+def test_all_to_all_in_nvlink_domain(preset_topology):
+    n, per_rank = 8, B // 8
+    total = n * per_rank  # nccl-tests' all_to_all size is per rank
+    expected = total * (n - 1) / (nvlink_w(H100) * n**2)
+    got = time_collective(preset_topology("dgx-h100", 8), "all_to_all", "direct", tuple(range(n)), per_rank)
+    assert got - NV_STEP == pytest.approx(expected, rel=CLOSE)
+
+
+def test_all_to_all_nic_bound(preset_topology):
+    n, per_rank = 8, B // 8
+    expected = n * per_rank * (n - 1) / (nic_w(A100) * n**2)
+    got = time_collective(preset_topology("dgx-a100", 64), "all_to_all", "direct", one_per_node(n), per_rank)
+    assert got - NIC_STEP == pytest.approx(expected, rel=CLOSE)
+
+
+def test_broadcast_pipelined_chain_takes_b_over_w(preset_topology):
+    n = 8
+    got = time_collective(preset_topology("dgx-h100", 8), "broadcast", "ring", tuple(range(n)), B)
+    assert got - (n - 1) * NV_STEP == pytest.approx(B / nvlink_w(H100), rel=CLOSE)
+
+
+# --- the latency (alpha) term --------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_tiny_ring_all_gather_pays_one_step_per_rank(preset_topology, n):
+    got = time_collective(preset_topology("dgx-h100", 8), "all_gather", "ring", tuple(range(n)), 8)
+    assert got == pytest.approx((n - 1) * NV_STEP, rel=1e-3)
+
+
+def test_tiny_ring_across_nodes_pays_the_ib_step(preset_topology):
+    n = 8
+    got = time_collective(preset_topology("dgx-h100", 64), "all_gather", "ring", one_per_node(n), 8)
+    assert got == pytest.approx((n - 1) * NIC_STEP, rel=1e-3)
+
+
+@pytest.mark.parametrize("n", [4, 8, 16, 32, 64])
+def test_tiny_tree_all_reduce_grows_with_log2_n(n):
+    topo = spec_topology(64, gpus_per_domain=64, gpus_per_node=64)  # one NVLink domain
+    got = time_collective(topo, "all_reduce", "tree", tuple(range(n)), 8)
+    assert got == pytest.approx(2 * math.ceil(math.log2(n)) * NV_STEP, rel=1e-3)
+
+
+def test_tiny_tree_beats_tiny_ring_at_64():
+    topo = spec_topology(64, gpus_per_domain=64, gpus_per_node=64)
+    group = tuple(range(64))
+    assert time_collective(topo, "all_reduce", "tree", group, 8) < \
+        time_collective(topo, "all_reduce", "ring", group, 8) / 5
+
+
+# --- hierarchical all-reduce ---------------------------------------------------------
+
+def hier_phases(topo, group, nbytes):
+    domains = tuple(int(d) for d in topo.domains[list(group)])
+    return collectives.schedule("all_reduce", "hierarchical", group, nbytes, domains).phases
+
+
+def test_hierarchical_is_the_sum_of_its_three_phases():
+    topo, group = spec_topology(32, nic_gbps=5), tuple(range(32))  # 4 domains of 8
+    phases = hier_phases(topo, group, B)
+    assert len(phases) == 3
+    alone = sum(time_phase(topo, ph) for ph in phases)
+    assert time_collective(topo, "all_reduce", "hierarchical", group, B) == pytest.approx(alone, rel=1e-9)
+
+
+def test_hierarchical_phases_match_their_closed_forms():
+    k, m = 8, 4  # GPUs per domain, domains
+    topo = spec_topology(k * m, nic_gbps=5)
+    w_nic = min(H100.pcie_bw * EFF["pcie"], 5e9 * EFF["ib"])
+    times = [time_phase(topo, ph) for ph in hier_phases(topo, tuple(range(k * m)), B)]
+    inside = B * (k - 1) / (nvlink_w(H100) * k) + (k - 1) * NV_STEP
+    across = 2 * (B / k) * (m - 1) / (w_nic * m) + 2 * (m - 1) * NIC_STEP
+    assert times == pytest.approx([inside, across, inside], rel=CLOSE)
+
+
+@pytest.mark.parametrize("fields", [{"nic_gbps": 5}, {"nodes_per_su": 1, "oversubscription": 8}])
+def test_hierarchical_beats_flat_ring_when_inter_domain_links_bottleneck(fields):
+    topo, group = spec_topology(16, **fields), tuple(range(16))
+    hier = time_collective(topo, "all_reduce", "hierarchical", group, B)
+    flat = time_collective(topo, "all_reduce", "ring", group, B)
+    assert hier < 0.7 * flat
+
+
+# --- against reality -----------------------------------------------------------------
+
+def measured_busbw(gpu, op):
+    path = Path(__file__).resolve().parent.parent / "sim" / "data" / "collectives_measured.csv"
+    rows = [r for r in csv.DictReader(path.open()) if r["gpu"] == gpu and r["op"] == op
+            and r["algorithm"] == "ring"]
+    assert len(rows) == 1
+    return float(rows[0]["busbw_GBps"])
+
+
+def sim_busbw(topo, op, n, nbytes):
+    t = time_collective(topo, op, "ring", tuple(range(n)), nbytes)
+    return nbytes / t / 1e9 * bus_factor(op, n)
+
+
+def test_h100_8gpu_ring_all_gather_busbw_matches_nccl_tests(preset_topology):
+    got = sim_busbw(preset_topology("dgx-h100", 8), "all_gather", 8, B)
+    assert got == pytest.approx(measured_busbw("h100-sxm", "all_gather"), rel=0.10)
+
+
+def test_a100_64gpu_ring_all_reduce_busbw_matches_nccl(preset_topology):
+    got = sim_busbw(preset_topology("dgx-a100", 64), "all_reduce", 64, B)
+    assert got == pytest.approx(measured_busbw("a100-80gb", "all_reduce"), rel=0.15)
+
+
+# --- schedule entry point ------------------------------------------------------------
+
+def test_unknown_op_or_algorithm_is_an_input_error():
+    from sim.errors import InputError
+
+    with pytest.raises(InputError, match="--op"):
+        collectives.schedule("all_sum", "ring", (0, 1), 8.0, (0, 0))
+    with pytest.raises(InputError, match="--algo"):
+        collectives.schedule("all_gather", "tree", (0, 1), 8.0, (0, 0))
+
+
+def test_auto_picks_tree_for_small_cross_domain_all_reduce_only():
+    two_domains = (0, 0, 1, 1)
+    assert collectives.pick_algorithm("all_reduce", (0, 1, 8, 9), 1024, two_domains) == "tree"
+    assert collectives.pick_algorithm("all_reduce", (0, 1, 8, 9), 2**30, two_domains) == "ring"
+    assert collectives.pick_algorithm("all_reduce", (0, 1, 2, 3), 1024, (0, 0, 0, 0)) == "ring"
+    assert collectives.pick_algorithm("all_to_all", (0, 1), 1024, (0, 0)) == "direct"

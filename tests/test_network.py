@@ -1,0 +1,217 @@
+"""The flow model and the engine: max-min fair rates, link contention, exact op timing.
+
+Hand-solvable water-filling cases, hypothesis properties of ``max_min_rates``, then
+collectives run concurrently through the Engine (separate keys) and small compute
+programs whose start and end times are known exactly.
+Run ``python -m pytest -q tests/test_network.py``.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import spec_topology
+from sim.engine import Collective, Engine, Op, RankProgram
+from sim.hardware import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
+from sim.network import max_min_rates
+from sim.nccl_tests import time_collective
+
+H100 = gpu_preset("h100-sxm")
+
+
+def rates(chain_links, caps, weights=None):
+    """max_min_rates from one list of link ids per chain."""
+    chain = np.array([c for c, links in enumerate(chain_links) for _ in links], dtype=np.int64)
+    link = np.array([l for links in chain_links for l in links], dtype=np.int64)
+    w = None if weights is None else np.array([x for ws in weights for x in ws], dtype=float)
+    return max_min_rates(chain, link, len(chain_links), np.array(caps, dtype=float), w)
+
+
+# --- max_min_rates: hand-solved water filling ----------------------------------------
+
+def test_one_link_is_split_evenly():
+    assert rates([[0], [0], [0]], [9.0]).tolist() == pytest.approx([3, 3, 3])
+
+
+def test_a_chain_limited_elsewhere_leaves_its_share_to_the_others():
+    # link 1 (cap 4) splits 2/2 between chains 1 and 2; chain 0 takes the rest of link 0
+    assert rates([[0], [0, 1], [1]], [10.0, 4.0]).tolist() == pytest.approx([8, 2, 2])
+
+
+def test_parking_lot():
+    # a long chain over three unit links, one short chain on each: everyone gets 1/2
+    assert rates([[0, 1, 2], [0], [1], [2]], [1.0, 1.0, 1.0]).tolist() == pytest.approx([0.5] * 4)
+
+
+def test_a_chain_crossing_a_link_twice_pays_twice():
+    # chain 0 uses link 0 twice: 2r + r = 6 -> r = 2
+    assert rates([[0, 0], [0]], [6.0]).tolist() == pytest.approx([2, 2])
+
+
+def test_sprayed_weights_load_each_path_partially():
+    # chain 0 sprayed half/half over links 0 and 1; chain 1 alone on link 1 (cap 3)
+    # link 1: r0/2 + r1 = 3, link 0: r0/2 <= 10 -> both freeze at 2 on link 1
+    got = rates([[0, 1], [1]], [10.0, 3.0], weights=[[0.5, 0.5], [1.0]])
+    assert got.tolist() == pytest.approx([2, 2])
+
+
+def test_three_levels():
+    # link 0 (cap 3) holds chains 0,1,2 -> 1 each; link 1 (cap 5) then gives chain 3 the rest
+    assert rates([[0], [0], [0, 1], [1]], [3.0, 5.0]).tolist() == pytest.approx([1, 1, 1, 4])
+
+
+def test_a_chain_without_links_gets_nothing():
+    got = max_min_rates(np.array([0]), np.array([0]), 2, np.array([5.0]))
+    assert got.tolist() == [5.0, 0.0]
+
+
+# --- max_min_rates: properties -------------------------------------------------------
+
+@st.composite
+def flow_problems(draw):
+    n_links = draw(st.integers(1, 6))
+    caps = draw(st.lists(st.floats(0.1, 100), min_size=n_links, max_size=n_links))
+    chains = draw(st.lists(st.lists(st.tuples(st.integers(0, n_links - 1), st.sampled_from([0.25, 0.5, 1.0])),
+                                    min_size=1, max_size=4), min_size=1, max_size=8))
+    return chains, caps
+
+
+def link_loads(chains, caps, r):
+    load = np.zeros(len(caps))
+    for c, hops in enumerate(chains):
+        for link, w in hops:
+            load[link] += w * r[c]
+    return load
+
+
+@settings(max_examples=300, deadline=None)
+@given(flow_problems())
+def test_max_min_properties(problem):
+    chains, caps = problem
+    r = rates([[l for l, _ in h] for h in chains], caps, [[w for _, w in h] for h in chains])
+    load = link_loads(chains, caps, r)
+    assert (r >= 0).all()
+    assert (load <= np.array(caps) * (1 + 1e-9)).all()  # no link over capacity
+    saturated = load >= np.array(caps) * (1 - 1e-6)
+    for c, hops in enumerate(chains):  # every chain has a bottleneck link
+        assert any(saturated[l] and all(r[c] >= r[o] * (1 - 1e-6) for o, h in enumerate(chains)
+                                        if l in {x for x, _ in h}) for l, _ in hops)
+
+
+# --- contention through the engine ---------------------------------------------------
+
+def run_programs(topo, calls_by_rank):
+    """One program per rank, each a list of collectives on the 'comm' stream; returns spans."""
+    programs = [RankProgram(r, [Op(c.op, "comm", "comm", comm=c) for c in calls])
+                for r, calls in calls_by_rank.items()]
+    engine = Engine(topo, programs)
+    engine.run()
+    return engine.spans
+
+
+def end_times(spans):
+    return {(s[0], s[2]): s[5] for s in spans}
+
+
+def send_recv_pair(key, src, dst, nbytes):
+    call = Collective((key,), "send_recv", (src, dst), nbytes, "direct")
+    return {src: [call], dst: [call]}
+
+
+def test_two_send_recvs_sharing_a_nic_uplink_each_get_half():
+    topo, nbytes = spec_topology(24), 1e9
+    # 0 -> 8 and 1 -> 16 both leave through NIC 0 (1 relays over NVLink to GPU 0, on rail 0)
+    w = H100.nic_bw * EFF["ib"]
+    latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
+    alone = run_programs(topo, send_recv_pair("a", 0, 8, nbytes))
+    assert alone[0][5] == pytest.approx(latency + nbytes / w, rel=1e-9)
+    both = run_programs(topo, send_recv_pair("a", 0, 8, nbytes) | send_recv_pair("b", 1, 16, nbytes))
+    ends = end_times(both)
+    assert ends[(0, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+    assert ends[(16, "send_recv")] == pytest.approx(2 * LAT["nvlink"] + latency + nbytes / (w / 2), rel=1e-9)
+
+
+def test_two_flows_on_an_oversubscribed_leaf_share_its_uplink():
+    # 2 servers per scalable unit, one spine, 2:1 oversubscribed: the leaf's uplink
+    # carries exactly one NIC's worth, so two NICs' flows to the other unit get half each
+    topo, nbytes = spec_topology(32, nodes_per_su=2, spines=1, oversubscription=2), 1e9
+    w = H100.nic_bw * EFF["ib"]
+    latency = 2 * LAT["pcie"] + 4 * LAT["ib"]
+    both = end_times(run_programs(topo, send_recv_pair("a", 0, 16, nbytes) | send_recv_pair("b", 8, 24, nbytes)))
+    assert both[(16, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+    assert both[(24, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+
+
+def test_a_flow_ending_early_frees_its_share():
+    topo, w = spec_topology(24), H100.nic_bw * EFF["ib"]
+    latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
+    ends = end_times(run_programs(topo, send_recv_pair("a", 0, 8, 1e9) | send_recv_pair("b", 1, 16, 3e9)))
+    assert ends[(8, "send_recv")] == pytest.approx(latency + 2e9 / w, rel=1e-9)  # half rate for 1 GB
+    # b: same start plus its relay latency; 1 GB at half rate, then 2 GB alone
+    assert ends[(16, "send_recv")] == pytest.approx(2 * LAT["nvlink"] + latency + 4e9 / w, rel=1e-9)
+
+
+def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
+    topo, nbytes = spec_topology(32), 2**28
+    inside = Collective(("tp",), "all_reduce", tuple(range(8)), nbytes, "ring")
+    across_group = (0, 8, 16, 24)  # one rail: GPU 0's NIC, no NVLink hop
+    across = Collective(("dp",), "all_reduce", across_group, 4 * nbytes, "ring")
+    alone = time_collective(topo, "all_reduce", "ring", inside.group, nbytes)
+    calls = {r: [inside] for r in inside.group} | {r: [across] for r in across_group if r}
+    calls[0] = [inside]
+    programs = [RankProgram(r, [Op("ar", "tp", "comm", comm=c) for c in cs]) for r, cs in calls.items()]
+    programs[0].ops.append(Op("ar", "dp", "dp", comm=across))  # GPU 0 is in both, on two streams
+    engine = Engine(topo, programs)
+    engine.run()
+    ends = {(s[0], s[1]): (s[4], s[5]) for s in engine.spans}
+    assert ends[(0, "comm")] == (0.0, pytest.approx(alone, rel=1e-12))
+    assert ends[(0, "dp")][1] > alone  # the IB one really ran at the same time, and longer
+
+
+# --- engine basics -------------------------------------------------------------------
+
+def run_engine(topo, programs):
+    engine = Engine(topo, programs)
+    engine.run()
+    return {(s[0], s[2]): (s[4], s[5]) for s in engine.spans}
+
+
+def test_dependency_across_streams_gives_exact_times():
+    prog = RankProgram(0)
+    a = prog.add(Op("a", "compute", "s1", duration=1.5))
+    prog.add(Op("b", "compute", "s2", duration=2.0, deps=(a,)))
+    prog.add(Op("c", "compute", "s1", duration=0.25))
+    times = run_engine(spec_topology(8), [prog])
+    assert times == {(0, "a"): (0.0, 1.5), (0, "b"): (1.5, 3.5), (0, "c"): (1.5, 1.75)}
+
+
+def test_a_late_member_delays_the_collective_for_everyone():
+    topo, nbytes = spec_topology(8), 1e8
+    call = Collective(("ar",), "all_reduce", (0, 1), nbytes, "ring")
+    t = 2 * 2 * LAT["nvlink"] + nbytes / (H100.nvlink_bw * EFF["nvlink"])  # 2 steps; 2(N-1)/N = 1
+    programs = []
+    for rank, late in ((0, 1.0), (1, 3.0)):
+        prog = RankProgram(rank)
+        prog.add(Op("work", "compute", "compute", duration=late))
+        prog.add(Op("ar", "dp", "comm", comm=call, deps=(0,)))
+        programs.append(prog)
+    times = run_engine(topo, programs)
+    assert times[(0, "ar")] == (1.0, pytest.approx(3.0 + t, rel=1e-12))
+    assert times[(1, "ar")] == (3.0, pytest.approx(3.0 + t, rel=1e-12))
+
+
+def test_engine_raises_on_deadlock():
+    x = Collective(("x",), "all_reduce", (0, 1), 1e6, "ring")
+    y = Collective(("y",), "all_reduce", (0, 1), 1e6, "ring")
+    programs = [RankProgram(0, [Op("x", "dp", "comm", comm=x), Op("y", "dp", "comm", comm=y)]),
+                RankProgram(1, [Op("y", "dp", "comm", comm=y), Op("x", "dp", "comm", comm=x)])]
+    with pytest.raises(RuntimeError, match="deadlock"):
+        Engine(spec_topology(8), programs).run()
+
+
+def test_engine_counts_events():
+    prog = RankProgram(0, [Op(f"op{i}", "compute", "s", duration=1e-3) for i in range(100)])
+    engine = Engine(spec_topology(8), [prog])
+    engine.run()
+    assert engine.env.now == pytest.approx(0.1)
+    assert 100 <= engine.events < 1000
