@@ -66,7 +66,7 @@ class RankProgram:
 
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
-                "micro_batch", "stage", "bytes")
+                "micro_batch", "stage", "bytes", "op")
 
 
 class Engine:
@@ -86,6 +86,8 @@ class Engine:
         self._finish: dict[int, list] = {}
         self._waiters: dict[tuple[int, int], simpy.Event] = {}
         self._sent: dict[tuple, float] = {}
+        self.held_by: dict[tuple[int, int], tuple[int, int]] = {}  # op -> the member op that arrived last
+        self.arrived: dict[tuple[int, int], float] = {}  # arrival time of ops that waited for others
         self.collectives_run = 0
 
     def run(self) -> list[tuple]:
@@ -126,15 +128,18 @@ class Engine:
                 yield self.env.timeout(op.duration * scale)
                 sent = 0.0
             else:
-                state = self._arrive(op.comm)
+                state = self._arrive(op.comm, prog.rank, i)
                 yield state[1]
+                if state[3] != (prog.rank, i):
+                    self.held_by[(prog.rank, i)] = state[3]
+                    self.arrived[(prog.rank, i)] = start
                 if op.comm.op == "send_recv":
                     start = state[2]  # a posted recv waiting for its send is idle, not traffic
                 sent = self.sent_bytes(op.comm, prog.rank)
             end = self.env.now
             finish[i] = end
             self.spans.append((prog.rank, op.stream, op.name, op.category, start, end, op.layer,
-                               op.micro_batch, op.stage, sent))
+                               op.micro_batch, op.stage, sent, i))
             waiter = self._waiters.pop((prog.rank, i), None)
             if waiter is not None:
                 waiter.succeed()
@@ -145,16 +150,16 @@ class Engine:
             ev = self._waiters[(rank, index)] = self.env.event()
         return ev
 
-    def _arrive(self, call: Collective) -> list:
+    def _arrive(self, call: Collective, rank: int, index: int) -> list:
         """Register one member's arrival; the last simulated member starts the collective.
-        Returns the shared state [arrived, done event, start time]."""
+        Returns the shared state [arrived, done event, start time, (rank, op) of the last]."""
         state = self._rendezvous.get(call.key)
         if state is None:
-            state = self._rendezvous[call.key] = [0, self.env.event(), None]
+            state = self._rendezvous[call.key] = [0, self.env.event(), None, None]
         state[0] += 1
         if state[0] == self._expected_members(call.group):
             del self._rendezvous[call.key]
-            state[2] = self.env.now
+            state[2], state[3] = self.env.now, (rank, index)
             self.collectives_run += 1
             self._run_phases(self.schedule_of(call).phases, 0, state[1])
         return state

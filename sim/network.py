@@ -179,7 +179,8 @@ class Network:
 
     def _plan_wake(self, act: _Active) -> None:
         live = act.remaining > 0
-        horizon = float((act.remaining[live] / act.rates[live]).min())
+        # a phase whose bytes ran out while another's wake-up re-solved it finishes now
+        horizon = float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
         wake = self.env.timeout(max(horizon, 0.0))
         generation = act.generation
         wake.callbacks.append(lambda _ev: self._on_wake(act, generation))

@@ -57,7 +57,8 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None) -> 
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
-            "link_bytes": engine.net.bytes_by_link, "topology": topo}
+            "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
+            "held_by": engine.held_by, "arrived": engine.arrived}
     return Result(summary, spans, s, memory, info)
 
 

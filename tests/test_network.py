@@ -100,6 +100,13 @@ def test_max_min_properties(problem):
 
 # --- contention through the engine ---------------------------------------------------
 
+def run_engine(topo, programs):
+    """Run programs; return {(rank, op name): (start, end)}."""
+    engine = Engine(topo, programs)
+    engine.run()
+    return {(s[0], s[2]): (s[4], s[5]) for s in engine.spans}
+
+
 def run_programs(topo, calls_by_rank):
     """One program per rank, each a list of collectives on the 'comm' stream; returns spans."""
     programs = [RankProgram(r, [Op(c.op, "comm", "comm", comm=c) for c in calls])
@@ -119,16 +126,15 @@ def send_recv_pair(key, src, dst, nbytes):
 
 
 def test_two_send_recvs_sharing_a_nic_uplink_each_get_half():
+    # 0 -> 8 and 0 -> 16 (separate keys) both leave through GPU 0's PCIe link and NIC
     topo, nbytes = spec_topology(24), 1e9
-    # 0 -> 8 and 1 -> 16 both leave through NIC 0 (1 relays over NVLink to GPU 0, on rail 0)
     w = H100.nic_bw * EFF["ib"]
     latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
-    alone = run_programs(topo, send_recv_pair("a", 0, 8, nbytes))
-    assert alone[0][5] == pytest.approx(latency + nbytes / w, rel=1e-9)
-    both = run_programs(topo, send_recv_pair("a", 0, 8, nbytes) | send_recv_pair("b", 1, 16, nbytes))
-    ends = end_times(both)
-    assert ends[(0, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
-    assert ends[(16, "send_recv")] == pytest.approx(2 * LAT["nvlink"] + latency + nbytes / (w / 2), rel=1e-9)
+    alone = end_times(run_programs(topo, send_recv_pair("a", 0, 8, nbytes)))
+    assert alone[(8, "send_recv")] == pytest.approx(latency + nbytes / w, rel=1e-9)
+    both = end_times(run_programs(topo, send_recv_pair("a", 0, 8, nbytes) | send_recv_pair("b", 0, 16, nbytes)))
+    assert both[(8, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+    assert both[(16, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
 
 
 def test_two_flows_on_an_oversubscribed_leaf_share_its_uplink():
@@ -145,36 +151,30 @@ def test_two_flows_on_an_oversubscribed_leaf_share_its_uplink():
 def test_a_flow_ending_early_frees_its_share():
     topo, w = spec_topology(24), H100.nic_bw * EFF["ib"]
     latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
-    ends = end_times(run_programs(topo, send_recv_pair("a", 0, 8, 1e9) | send_recv_pair("b", 1, 16, 3e9)))
-    assert ends[(8, "send_recv")] == pytest.approx(latency + 2e9 / w, rel=1e-9)  # half rate for 1 GB
-    # b: same start plus its relay latency; 1 GB at half rate, then 2 GB alone
-    assert ends[(16, "send_recv")] == pytest.approx(2 * LAT["nvlink"] + latency + 4e9 / w, rel=1e-9)
+    calls = send_recv_pair("a", 0, 8, 1e9)
+    calls[0] = calls[0] + send_recv_pair("b", 0, 16, 3e9)[0]  # GPU 0 sends both, on one stream each
+    programs = [RankProgram(0, [Op("a", "pp", "s1", comm=calls[0][0]), Op("b", "pp", "s2", comm=calls[0][1])]),
+                RankProgram(8, [Op("a", "pp", "s1", comm=calls[0][0])]),
+                RankProgram(16, [Op("b", "pp", "s2", comm=calls[0][1])])]
+    ends = {k: v[1] for k, v in run_engine(topo, programs).items()}
+    assert ends[(8, "a")] == pytest.approx(latency + 2e9 / w, rel=1e-9)  # 1 GB at half rate
+    assert ends[(16, "b")] == pytest.approx(latency + 4e9 / w, rel=1e-9)  # then 2 GB alone
 
 
 def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
     topo, nbytes = spec_topology(32), 2**28
     inside = Collective(("tp",), "all_reduce", tuple(range(8)), nbytes, "ring")
-    across_group = (0, 8, 16, 24)  # one rail: GPU 0's NIC, no NVLink hop
-    across = Collective(("dp",), "all_reduce", across_group, 4 * nbytes, "ring")
+    across = Collective(("dp",), "all_reduce", (0, 8, 16, 24), 4 * nbytes, "ring")  # rail 0: no NVLink
+    programs = [RankProgram(r, [Op("tp", "tp", "tp", comm=inside)]) for r in range(8)]
+    programs[0].ops.append(Op("dp", "dp", "dp", comm=across))  # GPU 0 is in both, on two streams
+    programs += [RankProgram(r, [Op("dp", "dp", "dp", comm=across)]) for r in (8, 16, 24)]
+    times = run_engine(topo, programs)
     alone = time_collective(topo, "all_reduce", "ring", inside.group, nbytes)
-    calls = {r: [inside] for r in inside.group} | {r: [across] for r in across_group if r}
-    calls[0] = [inside]
-    programs = [RankProgram(r, [Op("ar", "tp", "comm", comm=c) for c in cs]) for r, cs in calls.items()]
-    programs[0].ops.append(Op("ar", "dp", "dp", comm=across))  # GPU 0 is in both, on two streams
-    engine = Engine(topo, programs)
-    engine.run()
-    ends = {(s[0], s[1]): (s[4], s[5]) for s in engine.spans}
-    assert ends[(0, "comm")] == (0.0, pytest.approx(alone, rel=1e-12))
-    assert ends[(0, "dp")][1] > alone  # the IB one really ran at the same time, and longer
+    assert times[(0, "tp")] == (0.0, pytest.approx(alone, rel=1e-12))
+    assert times[(0, "dp")][1] > 2 * alone  # the IB all-reduce ran all along, and longer
 
 
 # --- engine basics -------------------------------------------------------------------
-
-def run_engine(topo, programs):
-    engine = Engine(topo, programs)
-    engine.run()
-    return {(s[0], s[2]): (s[4], s[5]) for s in engine.spans}
-
 
 def test_dependency_across_streams_gives_exact_times():
     prog = RankProgram(0)
