@@ -107,22 +107,16 @@ def run_engine(topo, programs):
     return {(s[0], s[2]): (s[4], s[5]) for s in engine.spans}
 
 
-def run_programs(topo, calls_by_rank):
-    """One program per rank, each a list of collectives on the 'comm' stream; returns spans."""
-    programs = [RankProgram(r, [Op(c.op, "comm", "comm", comm=c) for c in calls])
-                for r, calls in calls_by_rank.items()]
-    engine = Engine(topo, programs)
-    engine.run()
-    return engine.spans
-
-
-def end_times(spans):
-    return {(s[0], s[2]): s[5] for s in spans}
-
-
-def send_recv_pair(key, src, dst, nbytes):
-    call = Collective((key,), "send_recv", (src, dst), nbytes, "direct")
-    return {src: [call], dst: [call]}
+def send_recvs(topo, *flows):
+    """Run (key, src, dst, bytes) transfers at once, each on its own stream; returns
+    {key: end time at the receiver}."""
+    programs: dict[int, RankProgram] = {}
+    for key, src, dst, nbytes in flows:
+        call = Collective((key,), "send_recv", (src, dst), nbytes, "direct")
+        for rank in (src, dst):
+            programs.setdefault(rank, RankProgram(rank)).add(Op(key, "pp", key, comm=call))
+    times = run_engine(topo, list(programs.values()))
+    return {key: times[(dst, key)][1] for key, _, dst, _ in flows}
 
 
 def test_two_send_recvs_sharing_a_nic_uplink_each_get_half():
@@ -130,11 +124,10 @@ def test_two_send_recvs_sharing_a_nic_uplink_each_get_half():
     topo, nbytes = spec_topology(24), 1e9
     w = H100.nic_bw * EFF["ib"]
     latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
-    alone = end_times(run_programs(topo, send_recv_pair("a", 0, 8, nbytes)))
-    assert alone[(8, "send_recv")] == pytest.approx(latency + nbytes / w, rel=1e-9)
-    both = end_times(run_programs(topo, send_recv_pair("a", 0, 8, nbytes) | send_recv_pair("b", 0, 16, nbytes)))
-    assert both[(8, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
-    assert both[(16, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+    assert send_recvs(topo, ("a", 0, 8, nbytes))["a"] == pytest.approx(latency + nbytes / w, rel=1e-9)
+    both = send_recvs(topo, ("a", 0, 8, nbytes), ("b", 0, 16, nbytes))
+    assert both == {"a": pytest.approx(latency + nbytes / (w / 2), rel=1e-9),
+                    "b": pytest.approx(latency + nbytes / (w / 2), rel=1e-9)}
 
 
 def test_two_flows_on_an_oversubscribed_leaf_share_its_uplink():
@@ -143,22 +136,18 @@ def test_two_flows_on_an_oversubscribed_leaf_share_its_uplink():
     topo, nbytes = spec_topology(32, nodes_per_su=2, spines=1, oversubscription=2), 1e9
     w = H100.nic_bw * EFF["ib"]
     latency = 2 * LAT["pcie"] + 4 * LAT["ib"]
-    both = end_times(run_programs(topo, send_recv_pair("a", 0, 16, nbytes) | send_recv_pair("b", 8, 24, nbytes)))
-    assert both[(16, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
-    assert both[(24, "send_recv")] == pytest.approx(latency + nbytes / (w / 2), rel=1e-9)
+    assert send_recvs(topo, ("a", 0, 16, nbytes))["a"] == pytest.approx(latency + nbytes / w, rel=1e-9)
+    both = send_recvs(topo, ("a", 0, 16, nbytes), ("b", 8, 24, nbytes))
+    assert both == {"a": pytest.approx(latency + nbytes / (w / 2), rel=1e-9),
+                    "b": pytest.approx(latency + nbytes / (w / 2), rel=1e-9)}
 
 
 def test_a_flow_ending_early_frees_its_share():
     topo, w = spec_topology(24), H100.nic_bw * EFF["ib"]
     latency = 2 * LAT["pcie"] + 2 * LAT["ib"]
-    calls = send_recv_pair("a", 0, 8, 1e9)
-    calls[0] = calls[0] + send_recv_pair("b", 0, 16, 3e9)[0]  # GPU 0 sends both, on one stream each
-    programs = [RankProgram(0, [Op("a", "pp", "s1", comm=calls[0][0]), Op("b", "pp", "s2", comm=calls[0][1])]),
-                RankProgram(8, [Op("a", "pp", "s1", comm=calls[0][0])]),
-                RankProgram(16, [Op("b", "pp", "s2", comm=calls[0][1])])]
-    ends = {k: v[1] for k, v in run_engine(topo, programs).items()}
-    assert ends[(8, "a")] == pytest.approx(latency + 2e9 / w, rel=1e-9)  # 1 GB at half rate
-    assert ends[(16, "b")] == pytest.approx(latency + 4e9 / w, rel=1e-9)  # then 2 GB alone
+    ends = send_recvs(topo, ("a", 0, 8, 1e9), ("b", 0, 16, 3e9))
+    assert ends["a"] == pytest.approx(latency + 2e9 / w, rel=1e-9)  # 1 GB at half rate
+    assert ends["b"] == pytest.approx(latency + 4e9 / w, rel=1e-9)  # then 2 GB alone
 
 
 def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
