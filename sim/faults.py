@@ -31,18 +31,30 @@ def compute_scale(s, topo):
 
 
 def jitter_fn(s):
-    """callable(rank, op_index) -> multiplier, seeded per (seed, rank, op), or None."""
+    """callable(rank, op_index) -> multiplier, or None. Each rank draws its multipliers in
+    op order from its own generator seeded by (seed, rank), so a draw depends only on the
+    seed, the rank and the op."""
     j = s.jitter
     if j.sigma <= 0:
         return None
+    streams: dict[int, tuple[np.random.Generator, list]] = {}
 
     def draw(rank: int, index: int) -> float:
-        rng = np.random.default_rng((s.seed, rank, index))
-        if j.distribution == "lognormal":  # mean-one lognormal
-            return float(rng.lognormal(-j.sigma**2 / 2, j.sigma))
-        return max(j.floor, float(rng.normal(1.0, j.sigma)))
+        found = streams.get(rank)
+        if found is None:
+            found = streams[rank] = (np.random.default_rng((s.seed, rank)), [])
+        rng, drawn = found
+        while len(drawn) <= index:
+            drawn.extend(_draws(rng, j, 4096))
+        return drawn[index]
 
     return draw
+
+
+def _draws(rng: np.random.Generator, j, n: int) -> list[float]:
+    if j.distribution == "lognormal":  # mean-one lognormal
+        return rng.lognormal(-j.sigma**2 / 2, j.sigma, n).tolist()
+    return np.maximum(j.floor, rng.normal(1.0, j.sigma, n)).tolist()
 
 
 def apply_faults(graph, faults, spec) -> None:

@@ -37,12 +37,18 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     """Per rank: compute busy time, exposed communication, idle bubble."""
+    ordered = spans.sort_values("rank", kind="stable")
+    ranks = ordered["rank"].to_numpy()
+    iv = ordered[["start_s", "end_s"]].to_numpy()
+    is_comp = (ordered["category"] == "compute").to_numpy()
+    cuts = np.flatnonzero(np.diff(ranks)) + 1
     rows = []
-    for rank, g in spans.groupby("rank", sort=True):
-        comp = union(g.loc[g.category == "compute", ["start_s", "end_s"]].to_numpy())
-        comm = union(g.loc[g.category != "compute", ["start_s", "end_s"]].to_numpy())
+    for idx in np.split(np.arange(len(ranks)), cuts):
+        if len(idx) == 0:
+            continue
+        comp, comm = union(iv[idx[is_comp[idx]]]), union(iv[idx[~is_comp[idx]]])
         busy, exposed = length(comp), length(comm) - overlap(comp, comm)
-        rows.append((rank, busy, exposed, max(step - busy - exposed, 0.0)))
+        rows.append((int(ranks[idx[0]]), busy, exposed, max(step - busy - exposed, 0.0)))
     return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
 
 

@@ -15,6 +15,16 @@ from ..scenario import Parallel
 AXES = ("tp", "cp", "dp", "pp")
 
 
+class Group(tuple):
+    """A tuple of ranks that remembers its hash: groups key many dicts in the engine."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = tuple.__hash__(self)
+        return h
+
+
 @dataclass(frozen=True)
 class Layout:
     """Rank <-> (tp, cp, dp, pp) coordinates for one parallel section."""
@@ -68,7 +78,7 @@ class Layout:
             for axis in axes:
                 stride = self.strides[axis]
                 members = [m + i * stride for i in range(self.sizes[axis]) for m in members]
-            found = self._groups[key] = tuple(members)
+            found = self._groups[key] = Group(members)
         return found
 
     def dc_index(self, rank: int) -> int:
@@ -80,12 +90,12 @@ class Layout:
         """The ``ep`` ranks that share one set of experts' tokens (same tp and pp)."""
         grad = self.group(rank, "cp", "dp")
         start = self.dc_index(rank) // self.ep * self.ep
-        return grad[start:start + self.ep]
+        return Group(grad[start:start + self.ep])
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same experts: gradients of expert weights reduce over these."""
         grad = self.group(rank, "cp", "dp")
-        return grad[self.dc_index(rank) % self.ep::self.ep]
+        return Group(grad[self.dc_index(rank) % self.ep::self.ep])
 
     def stage_rank(self, rank: int, stage: int) -> int:
         """The rank at pipeline stage ``stage`` with the other coordinates of ``rank``."""
