@@ -34,7 +34,8 @@ def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "
     for step in range(cp):
         if step < cp - 1:
             nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, "ring_shift", _group(b), kv_bytes(b) * scale,
-                               deps if shift is None else shift, layer=layer, mb=mb, tag=(step,))
+                               deps if shift is None else shift, layer=layer, mb=mb, tag=(step,),
+                               group_of=lambda r: b.ctx.layout.group(r, "cp"))
         step_deps = (last,) if shift is None else (last, shift)
         last = b.compute(f"attn_core_{direction}{tag}", kernels, step_deps, layer, mb)
         shift = nxt if step < cp - 1 else shift

@@ -16,6 +16,10 @@ def _group(b):
     return b.ctx.layout.group(b.rank, "tp")
 
 
+def _group_of(b):
+    return lambda r: b.ctx.layout.group(r, "tp")
+
+
 def activation_bytes(b) -> float:
     """Bytes of one micro-batch's activations on this rank: tokens * hidden * 2."""
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM
@@ -26,7 +30,7 @@ def enter(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
     if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
     return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), activation_bytes(b), deps,
-                        layer=layer, mb=mb, tag=tag)
+                        layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
 def exit(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
@@ -36,7 +40,7 @@ def exit(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
     op = "reduce_scatter" if b.ctx.scenario.parallel.sequence_parallel else "all_reduce"
     name = "rs" if op == "reduce_scatter" else "ar"
     return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), activation_bytes(b), deps,
-                        layer=layer, mb=mb, tag=tag)
+                        layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
 def enter_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
