@@ -13,6 +13,7 @@ nothing.
 """
 
 from dataclasses import dataclass, field
+import weakref
 
 import numpy as np
 import simpy
@@ -68,9 +69,17 @@ class CompiledPhase:
     @property
     def links(self) -> np.ndarray:
         """The distinct links the phase uses."""
-        found = self.__dict__.get("_links")
+        return self._unique()[0]
+
+    @property
+    def link_index(self) -> np.ndarray:
+        """Per entry: the position of its link in :attr:`links`."""
+        return self._unique()[1]
+
+    def _unique(self) -> tuple[np.ndarray, np.ndarray]:
+        found = self.__dict__.get("_unique_links")
         if found is None:
-            found = self.__dict__["_links"] = np.unique(self.entry_link)
+            found = self.__dict__["_unique_links"] = np.unique(self.entry_link, return_inverse=True)
         return found
 
 
@@ -84,6 +93,7 @@ class _Active:
     rates: np.ndarray = field(default=None)
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
+    mask: bytes | int = 0  # which chains were live at the last solve (see _mask_key)
 
 
 class Network:
@@ -101,16 +111,30 @@ class Network:
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
-        self.bytes_by_link = np.zeros(len(topo.caps))  # bytes carried per link in the run
+        self._by_phase = weakref.WeakKeyDictionary()  # Phase object -> CompiledPhase
+        self._sent: dict[int, list] = {}  # compiled key -> [CompiledPhase, bytes per chain summed]
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
 
     def compile(self, phase) -> CompiledPhase:
-        """Route every hop of ``phase`` (cached by its structure)."""
-        key = phase.structure_key()
-        compiled = self._compiled.get(key)
+        """Route every hop of ``phase`` (cached by its structure, and by the object itself:
+        schedules are cached, so the same Phase comes back and its arrays need no hashing)."""
+        compiled = self._by_phase.get(phase)
         if compiled is None:
-            compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
+            key = phase.structure_key()
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
+            self._by_phase[phase] = compiled
         return compiled
+
+    @property
+    def bytes_by_link(self) -> np.ndarray:
+        """Bytes carried per directed link so far (finished phases)."""
+        out = np.zeros(len(self.topo.caps))
+        for ph, sent in self._sent.values():
+            out[ph.links] += np.bincount(ph.link_index, weights=sent[ph.entry_chain] * ph.entry_weight,
+                                         minlength=len(ph.links))
+        return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
         routes = [self.topo.route(int(s), int(d)) for s, d in zip(phase.src, phase.dst)]
@@ -144,8 +168,8 @@ class Network:
         if phase.nbytes.sum() <= 0 or compiled.n_chains == 0:
             on_done()
             return
-        nbytes = phase.nbytes.astype(float)
-        act = _Active(compiled, nbytes.copy(), on_done, nbytes, compiled.links, updated=self.env.now)
+        nbytes = phase.nbytes  # read only: kept for the per-link byte count
+        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now)
         shared = bool(self._users[act.links].any())
         self._users[act.links] += 1
         self._active.append(act)
@@ -158,11 +182,13 @@ class Network:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
         for act in acts:
             self._advance(act)
-        key = tuple(sorted((a.phase.key, _mask_key(a.remaining)) for a in acts))
+            act.mask = _mask_key(act.remaining)
+        order = sorted(acts, key=lambda a: (a.phase.key, a.mask)) if len(acts) > 1 else acts
+        key = tuple((a.phase.key, a.mask) for a in order)
         rates = self._rate_cache.get(key)
         if rates is None:
-            rates = self._rate_cache[key] = self._max_min(acts)
-        for act, r in zip(sorted(acts, key=lambda a: (a.phase.key, _mask_key(a.remaining))), rates):
+            rates = self._rate_cache[key] = self._max_min(order)
+        for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1
             self._plan_wake(act)
@@ -178,15 +204,17 @@ class Network:
             act.remaining -= act.rates * dt
 
     def _plan_wake(self, act: _Active) -> None:
-        live = act.remaining > 0
-        # a phase whose bytes ran out while another's wake-up re-solved it finishes now
-        horizon = float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
+        if act.mask == len(act.remaining):  # every chain still moving (the usual case)
+            horizon = float((act.remaining / act.rates).min())
+        else:
+            live = act.remaining > 0
+            # a phase whose bytes ran out while another's wake-up re-solved it finishes now
+            horizon = float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
         wake = self.env.timeout(max(horizon, 0.0))
         generation = act.generation
         wake.callbacks.append(lambda _ev: self._on_wake(act, generation))
 
-    def _max_min(self, acts: list[_Active]) -> list[np.ndarray]:
-        order = sorted(acts, key=lambda a: (a.phase.key, _mask_key(a.remaining)))
+    def _max_min(self, order: list[_Active]) -> list[np.ndarray]:
         chains, links, weights, offset = [], [], [], 0
         for act in order:
             live = act.remaining[act.phase.entry_chain] > 0
@@ -220,9 +248,12 @@ class Network:
             self._solve_all()  # the others may speed up now
 
     def _account(self, act: _Active) -> None:
-        ph = act.phase
-        self.bytes_by_link += np.bincount(ph.entry_link, weights=act.nbytes[ph.entry_chain] * ph.entry_weight,
-                                          minlength=len(self.bytes_by_link))
+        """Sum bytes per chain by phase structure; :attr:`bytes_by_link` maps them to links."""
+        found = self._sent.get(act.phase.key)
+        if found is None:
+            self._sent[act.phase.key] = [act.phase, act.nbytes.astype(float)]
+        else:
+            found[1] += act.nbytes
 
 
 def _mask_key(remaining: np.ndarray) -> bytes | int:

@@ -110,15 +110,18 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
 def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
     builder = data.pop("builder", "fat_tree")
     if builder != "fat_tree":
-        raise InputError(key, f"{path}: unknown builder {builder!r}; known: fat_tree")
+        raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: fat_tree")
     fields = FatTreeSpec.__dataclass_fields__
     for k, v in data.items():
         if k not in fields:
             raise InputError(f"{key}.{k}", f"{path}: unknown key; known: {', '.join(fields)}")
-        expected = (str,) if k in ("name", "gpu", "routing") else (int, float)
+        if k in ("name", "gpu", "routing"):
+            expected = (str,)
+        else:  # counts must be whole; bandwidths and ratios may be fractional
+            expected = (int, float) if "float" in str(fields[k].type) else (int,)
         if not isinstance(v, expected) or isinstance(v, bool) or (expected != (str,) and v <= 0):
-            raise InputError(f"{key}.{k}", f"{path}: expected a positive number, got {v!r}"
-                             if expected != (str,) else f"{path}: expected a string, got {v!r}")
+            what = {(str,): "a string", (int,): "a positive integer"}.get(expected, "a positive number")
+            raise InputError(f"{key}.{k}", f"{path}: expected {what}, got {v!r}")
     data.setdefault("name", path.stem)
     spec = FatTreeSpec(**data)
     if spec.routing not in ("spray", "ecmp"):
@@ -146,9 +149,11 @@ class Topology:
     """
 
     def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
-        if not nx.is_connected(graph):
-            parts = nx.number_connected_components(graph)
-            raise InputError("cluster.topology", f"the network is disconnected ({parts} parts)")
+        gpus = [n for n, d in graph.nodes(data=True) if d["kind"] == "gpu"]
+        if gpus and not nx.node_connected_component(graph, gpus[0]).issuperset(gpus):
+            # (a switch left without links, e.g. a failed spine, isolates no GPU: fine)
+            parts = sum(1 for c in nx.connected_components(graph) if any(n in c for n in gpus))
+            raise InputError("cluster.topology", f"the network is disconnected ({parts} parts hold GPUs)")
         self.graph, self.spec = graph, spec
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
         self._link_id: dict[tuple, int] = {}
@@ -163,6 +168,7 @@ class Topology:
         self.kinds = np.array(kinds)
         self._routes: dict[tuple[int, int], Route] = {}
         self._core_paths: dict[tuple, list] = {}
+        self._core_shares: dict[tuple, list] = {}  # sprayed (leaf, leaf) -> link shares
 
     def domain(self, gpu: int) -> int:
         """NVLink domain of a GPU."""
@@ -219,15 +225,22 @@ class Topology:
         return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
 
     def _core_hops(self, la, lb, flow: tuple[int, int]) -> list[tuple[int, float]]:
+        spray = self.spec.routing != "ecmp"
+        found = self._core_shares.get((la, lb)) if spray else None
+        if found is not None:  # sprayed shares depend on the leaves only, not on the flow
+            return found
         paths = self._paths(la, lb)
-        if self.spec.routing == "ecmp":
+        if not spray:
             paths = [paths[zlib.crc32(repr(flow).encode()) % len(paths)]]
         share: dict[int, float] = {}
         for nodes in paths:
             for u, v in zip(nodes, nodes[1:]):
                 link = self._link_id[(u, v)]
                 share[link] = share.get(link, 0.0) + 1.0 / len(paths)
-        return sorted(share.items())
+        found = sorted(share.items())
+        if spray:
+            self._core_shares[(la, lb)] = found
+        return found
 
     def _graph_route(self, u, v, flow) -> list[tuple[int, float]]:
         nodes = self._paths(u, v)[zlib.crc32(repr(flow).encode()) % len(self._paths(u, v))]

@@ -28,9 +28,16 @@ def spec_topology(gpus: int, **fields) -> topology.Topology:
     return topology.build(spec, gpus, gpu_preset(spec.gpu))
 
 
+def run_phase(topo: topology.Topology, phase) -> Network:
+    """Run one phase alone on an idle network; the network keeps ``env.now`` and
+    ``bytes_by_link``."""
+    env = simpy.Environment()
+    net = Network(env, topo)
+    env.process(net.run(phase))
+    env.run()
+    return net
+
+
 def time_phase(topo: topology.Topology, phase) -> float:
     """Simulated seconds of one phase running alone on an idle network."""
-    env = simpy.Environment()
-    env.process(Network(env, topo).run(phase))
-    env.run()
-    return env.now
+    return run_phase(topo, phase).env.now

@@ -151,6 +151,13 @@ def test_hierarchical_beats_flat_ring_when_inter_domain_links_bottleneck(fields)
     assert hier < 0.7 * flat
 
 
+def test_simulating_one_member_equals_simulating_all(preset_topology):
+    topo, group = preset_topology("dgx-a100", 64), tuple(range(64))
+    for op in ("all_reduce", "all_gather"):
+        assert time_collective(topo, op, "ring", group, 2**24) == \
+            time_collective(topo, op, "ring", group, 2**24, simulate_all=True)
+
+
 # --- against reality -----------------------------------------------------------------
 
 def measured_busbw(gpu, op):

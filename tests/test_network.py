@@ -163,6 +163,16 @@ def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
     assert times[(0, "dp")][1] > 2 * alone  # the IB all-reduce ran all along, and longer
 
 
+def test_bytes_by_link_adds_up_what_every_hop_carried():
+    topo, nbytes, group = spec_topology(8), 2**20, tuple(range(8))
+    calls = [Collective((i,), "all_gather", group, nbytes, "ring") for i in range(2)]
+    engine = Engine(topo, [RankProgram(r, [Op("ag", "dp", "comm", comm=c) for c in calls]) for r in group])
+    engine.run()
+    up = engine.net.bytes_by_link[[topo._link_id[(("gpu", r), ("nvsw", 0))] for r in group]]
+    assert up.tolist() == pytest.approx([2 * nbytes * 7 / 8] * 8)  # two ring all-gathers
+    assert engine.net.bytes_by_link.sum() == pytest.approx(2 * 2 * 8 * nbytes * 7 / 8)  # up + down
+
+
 # --- engine basics -------------------------------------------------------------------
 
 def test_dependency_across_streams_gives_exact_times():

@@ -36,6 +36,8 @@ def run(args) -> int:
     if args.gpus < 2:
         raise InputError("--gpus", f"a collective needs at least 2 GPUs, got {args.gpus}")
     sizes = parse_sizes(args.sizes)
+    if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
+        raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
     topo = build_topology(args.topology, args.gpus, args.gpu)
     collectives.schedule(args.op, args.algo, (0, 1), 1.0, (0, 0))  # validates op x algo
     rows = measure(topo, args.op, args.algo, args.gpus, sizes)

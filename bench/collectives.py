@@ -1,0 +1,104 @@
+"""Speed of the network core: engine events per second, and one huge ring all-reduce.
+
+Run: ``python bench/collectives.py`` (``--profile`` adds a cProfile of the engine run).
+Prints, with targets (issue 2):
+1. events/s of the engine on a training-like workload (64 H100 ranks, 2 streams each,
+   thousands of compute ops and collectives) vs a bare SimPy timeout loop measured in
+   the same run; target ratio >= 25%. A compute-only run of the same ranks shows the
+   engine's floor cost per op.
+2. wall time of one 1 GiB ring all-reduce over 1,024 and 16,384 H100 (dgx-h100),
+   topology build included; targets < 1 s and < 10 s.
+"""
+
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from sim import topology  # noqa: E402
+from sim.engine import Collective, Engine, Op, RankProgram, bare_simpy_rate  # noqa: E402
+from sim.hardware import gpu_preset  # noqa: E402
+from sim.nccl_tests import bus_factor, time_collective  # noqa: E402
+
+RANKS, PER_NODE, LAYERS = 64, 8, 1000
+GIB = 2**30
+
+
+def training_programs(collectives: bool = True) -> list[RankProgram]:
+    """Per rank and layer: a compute op, then (TP-style) an all-reduce over the server
+    that the next compute op waits for; every 4th layer also a reduce-scatter over the
+    rank's rail (DP-style) on the same comm stream, which nothing waits for."""
+    programs = []
+    for rank in range(RANKS):
+        node, local = divmod(rank, PER_NODE)
+        tp = tuple(range(node * PER_NODE, (node + 1) * PER_NODE))
+        dp = tuple(range(local, RANKS, PER_NODE))
+        prog, prev = RankProgram(rank), ()
+        for layer in range(LAYERS):
+            c = prog.add(Op(f"fwd{layer}", "compute", "compute", duration=150e-6, deps=prev))
+            if not collectives:
+                continue
+            call = Collective(("tp", node, layer), "all_reduce", tp, 32 * 2**20, "ring")
+            prev = (prog.add(Op(f"tp{layer}", "tp", "comm", comm=call, deps=(c,))),)
+            if layer % 4 == 3:
+                call = Collective(("dp", local, layer), "reduce_scatter", dp, 256 * 2**20, "ring")
+                prog.add(Op(f"dp{layer}", "dp", "comm", comm=call, deps=(c,)))
+        programs.append(prog)
+    return programs
+
+
+def engine_rate(topo, programs, profile: bool = False) -> tuple[float, int, float]:
+    """(events per wall second, events, wall seconds) of one engine run."""
+    engine = Engine(topo, programs)
+    prof = cProfile.Profile() if profile else None
+    t0 = time.perf_counter()
+    if prof:
+        prof.runcall(engine.run)
+    else:
+        engine.run()
+    wall = time.perf_counter() - t0
+    if prof:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return engine.events / wall, engine.events, wall
+
+
+def bench_engine(profile: bool) -> None:
+    spec = topology.load_spec("dgx-h100")
+    topo = topology.build(spec, RANKS, gpu_preset(spec.gpu))
+    bare = max(bare_simpy_rate() for _ in range(3))  # best of 3: the machine may be busy
+    print(f"bare SimPy timeout loop: {bare:,.0f} events/s (best of 3)")
+    for label, with_comm in (("training-like (compute + collectives)", True), ("compute only", False)):
+        programs = training_programs(with_comm)
+        ops = sum(len(p.ops) for p in programs)
+        rate, events, wall = max(engine_rate(topo, programs) for _ in range(3))
+        ok = "OK" if rate / bare >= 0.25 else "MISSED"
+        print(f"engine, {label}: {RANKS} ranks, {ops:,} ops, {events:,} events in {wall:.2f} s = "
+              f"{rate:,.0f} events/s = {rate / bare:.0%} of bare SimPy (target >= 25%: {ok})")
+    if profile:
+        engine_rate(topo, training_programs(), profile=True)
+
+
+def bench_ring(gpus: int, target: float) -> None:
+    t0 = time.perf_counter()
+    spec = topology.load_spec("dgx-h100")
+    topo = topology.build(spec, gpus, gpu_preset(spec.gpu))
+    built = time.perf_counter() - t0
+    sim_s = time_collective(topo, "all_reduce", "ring", tuple(range(gpus)), GIB)
+    wall = time.perf_counter() - t0
+    busbw = GIB / sim_s * bus_factor("all_reduce", gpus) / 1e9
+    print(f"ring all-reduce 1 GiB on {gpus:,} H100: {wall:.2f} s wall (topology {built:.2f} s) "
+          f"target < {target:.0f} s: {'OK' if wall < target else 'MISSED'}; "
+          f"simulated {sim_s * 1e3:.2f} ms, busbw {busbw:.1f} GB/s")
+
+
+def main() -> None:
+    bench_engine(profile="--profile" in sys.argv)
+    bench_ring(1024, 1.0)
+    bench_ring(16384, 10.0)
+
+
+if __name__ == "__main__":
+    main()
