@@ -14,7 +14,7 @@ __all__ = ["load_scenario", "simulate", "sweep"]
 
 def simulate(scenario):
     """Simulate one optimizer step of ``scenario``; returns a :class:`sim.result.Result`."""
-    from .simulate import simulate as _simulate
+    from .step import simulate as _simulate
 
     return _simulate(scenario)
 

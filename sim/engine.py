@@ -86,6 +86,7 @@ class Engine:
         self._finish: dict[int, list] = {}
         self._waiters: dict[tuple[int, int], simpy.Event] = {}
         self._sent: dict[tuple, float] = {}
+        self._schedules: dict[tuple, Schedule] = {}
         self.held_by: dict[tuple[int, int], tuple[int, int]] = {}  # op -> the member op that arrived last
         self.arrived: dict[tuple[int, int], float] = {}  # arrival time of ops that waited for others
         self.collectives_run = 0
@@ -182,31 +183,26 @@ class Engine:
         key = (call.op, call.algo, call.group, call.nbytes, rank)
         sent = self._sent.get(key)
         if sent is None:
-            sched = _merged_schedule(call.op, call.algo, (call.group,), call.nbytes, self.topo)
+            sched = self.schedule_of(Collective(call.key, call.op, call.group, call.nbytes, call.algo))
             sent = self._sent[key] = float(sum(ph.nbytes[ph.chain[ph.src == rank]].sum() for ph in sched.phases))
         return sent
 
     def schedule_of(self, call: Collective) -> Schedule:
-        """The schedule of a call, its siblings' traffic merged phase by phase."""
-        return _merged_schedule(call.op, call.algo, (call.group,) + call.siblings, call.nbytes,
-                                self.topo)
+        """The schedule of a call, its siblings' traffic merged phase by phase (cached)."""
+        key = (call.op, call.algo, call.group, call.siblings, call.nbytes)
+        found = self._schedules.get(key)
+        if found is None:
+            found = self._schedules[key] = merged_schedule(
+                call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo)
+        return found
 
 
-_MERGED: dict[tuple, Schedule] = {}
-
-
-def _merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology) -> Schedule:
+def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology) -> Schedule:
+    """One schedule running the same collective on several groups at once."""
     doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
-    key = (op, algo, groups, nbytes, doms)
-    cached = _MERGED.get(key)
-    if cached is None:
-        parts = [collectives.schedule(op, algo, g, nbytes, d) for g, d in zip(groups, doms)]
-        phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
-        cached = Schedule(parts[0].op, parts[0].algo, phases)
-        if len(_MERGED) > 20000:
-            _MERGED.clear()
-        _MERGED[key] = cached
-    return cached
+    parts = [collectives.schedule(op, algo, g, nbytes, d) for g, d in zip(groups, doms)]
+    phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
+    return Schedule(parts[0].op, parts[0].algo, phases)
 
 
 def bare_simpy_rate(n: int = 200_000) -> float:

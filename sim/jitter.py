@@ -45,7 +45,7 @@ def expected_step(clean, n: int, sigma: float) -> float:
 
 def scaling(gpus=(8, 16, 32, 64, 128, 256, 512, 1024), sigma: float = 0.05, seeds=(0, 1, 2)) -> list[dict]:
     """Step time with and without jitter for each GPU count (mean over seeds)."""
-    from .simulate import simulate
+    from .step import simulate
 
     rows = []
     for n in gpus:

@@ -88,7 +88,7 @@ class Comparison:
 
 def compare(row: dict, e_max: float | None = None) -> Comparison:
     """Simulate one row."""
-    from .simulate import simulate
+    from .step import simulate
 
     scenario = scenario_from_dict(scenario_dict(row))
     result = simulate(scenario, e_max=e_max)

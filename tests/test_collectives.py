@@ -104,18 +104,38 @@ def test_tiny_ring_across_nodes_pays_the_ib_step(preset_topology):
     assert got == pytest.approx((n - 1) * NIC_STEP, rel=1e-3)
 
 
+IB_STEP = 2 * LAT["pcie"] + 2 * LAT["ib"]  # GPU -> NIC -> leaf -> NIC -> GPU
+
+
 @pytest.mark.parametrize("n", [4, 8, 16, 32, 64])
 def test_tiny_tree_all_reduce_grows_with_log2_n(n):
-    topo = spec_topology(64, gpus_per_domain=64, gpus_per_node=64)  # one NVLink domain
+    """One GPU per server (one leaf): the trees span the servers, 2*ceil(log2 n) steps."""
+    topo = spec_topology(64, gpus_per_domain=1, gpus_per_node=1, nodes_per_su=64)
     got = time_collective(topo, "all_reduce", "tree", tuple(range(n)), 8)
-    assert got == pytest.approx(2 * math.ceil(math.log2(n)) * NV_STEP, rel=1e-3)
+    assert got == pytest.approx(2 * math.ceil(math.log2(n)) * IB_STEP, rel=1e-3)
+
+
+def test_tree_inside_a_domain_is_a_chain_to_the_leader():
+    """NCCL's intra-node tree is a chain: k-1 NVLink steps up, k-1 down."""
+    topo = spec_topology(8)
+    got = time_collective(topo, "all_reduce", "tree", tuple(range(8)), 8)
+    assert got == pytest.approx(2 * 7 * NV_STEP, rel=1e-3)
 
 
 def test_tiny_tree_beats_tiny_ring_at_64():
-    topo = spec_topology(64, gpus_per_domain=64, gpus_per_node=64)
+    topo = spec_topology(64, gpus_per_domain=1, gpus_per_node=1, nodes_per_su=64)
     group = tuple(range(64))
     assert time_collective(topo, "all_reduce", "tree", group, 8) < \
         time_collective(topo, "all_reduce", "ring", group, 8) / 5
+
+
+def test_tree_across_dgx_nodes_uses_every_nic_for_large_messages():
+    """Eight channels, each led by a different GPU, so busbw is close to the ring's."""
+    topo = spec_topology(64)
+    group, nbytes = tuple(range(64)), 2**30
+    tree = time_collective(topo, "all_reduce", "tree", group, nbytes)
+    ring = time_collective(topo, "all_reduce", "ring", group, nbytes)
+    assert tree < 1.2 * ring
 
 
 # --- hierarchical all-reduce ---------------------------------------------------------

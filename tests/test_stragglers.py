@@ -10,7 +10,7 @@ from sim.jitter import expected_step
 from sim.load import scenario_from_dict
 from sim.nccl_tests import time_collective
 from sim.scenario import LinkFault
-from sim.simulate import simulate
+from sim.step import simulate
 from sim import topology
 
 TINY = {

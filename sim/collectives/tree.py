@@ -1,16 +1,19 @@
-"""Double binary tree all-reduce (NCCL 2.4+; Sanders et al. 2009).
+"""Double binary tree all-reduce, as NCCL builds it (NCCL 2.4+; Sanders et al. 2009).
 
-Two complementary binary trees each reduce half of the data up to a root and broadcast
-it back down, pipelined; each tree is one chain (its edges run at a common rate). Every
-rank sends about B in the reduce and B in the broadcast, so large messages take ~2B/W,
-and latency grows with log2(N) steps instead of N: the tree wins for small messages
-across many nodes.
+Inside each NVLink domain the members form a chain to a leader; the domain leaders form
+two complementary binary trees (the second mirrors the first, so leaves of one are
+interior nodes of the other), each reducing half of the data up to its root and
+broadcasting it back down, pipelined. Like NCCL's channels, there is one such structure
+per member of a domain, each led by a different GPU (and so a different NIC), carrying
+1/k of the data. Every chain of hops moves at one common rate. Large messages take
+~2B/W; latency grows with log2(domains) + k steps instead of the ring's 2(N-1).
 """
 
 import math
 
 import numpy as np
 
+from .ring import domain_members
 from .schedule import chains_phase
 
 
@@ -20,12 +23,16 @@ def _tree_edges(order: list[int]) -> list[tuple[int, int]]:
 
 
 def all_reduce(group, domains, nbytes):
-    """Reduce up two trees (half the bytes each), then broadcast down them."""
-    order = list(group)
-    mirrored = order[::-1]  # leaves of one tree are interior nodes of the other
-    up = [_tree_edges(order), _tree_edges(mirrored)]
-    down = [[(p, c) for c, p in edges] for edges in up]
-    depth = max(1, math.ceil(math.log2(len(group))))
-    half = np.full(2, nbytes / 2)
-    return (chains_phase(up, half, depth, "tree reduce"),
-            chains_phase(down, half, depth, "tree broadcast"))
+    """Chains to domain leaders, two binary trees over the leaders; reduce then broadcast."""
+    per_domain = domain_members(group, domains)
+    k = min(len(m) for m in per_domain)
+    up = []
+    for c in range(k):
+        rotated = [m[c:] + m[:c] for m in per_domain]
+        chains = [(r[i + 1], r[i]) for r in rotated for i in range(len(r) - 1)]
+        leaders = [r[0] for r in rotated]
+        up += [chains + _tree_edges(leaders), chains + _tree_edges(leaders[::-1])]
+    down = [[(p, c) for c, p in hops[::-1]] for hops in up]
+    steps = max(1, math.ceil(math.log2(len(per_domain))) + max(len(m) for m in per_domain) - 1)
+    share = np.full(len(up), nbytes / len(up))
+    return (chains_phase(up, share, steps, "tree reduce"), chains_phase(down, share, steps, "tree broadcast"))

@@ -1,4 +1,5 @@
-"""``simulate(scenario) -> Result``: topology -> rank programs -> engine -> spans -> summary.
+"""One training step: ``simulate(scenario) -> Result`` (exposed as ``sim.simulate``):
+topology -> rank programs -> engine -> spans -> summary.
 
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
