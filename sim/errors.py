@@ -11,4 +11,7 @@ class InputError(Exception):
     def __init__(self, key: str, reason: str):
         self.key = key
         self.reason = reason
-        super().__init__(f"{key}: {reason}")
+        super().__init__(key, reason)  # args rebuild it: SimPy re-raises type(e)(*e.args); pickling
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.reason}"

@@ -4,6 +4,7 @@
 Each failed rule raises :class:`~sim.errors.InputError` naming the key and the reason.
 """
 
+import dataclasses
 from pathlib import Path
 import tomllib
 
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from . import presets, topology
 from .errors import InputError
 from .hardware import gpu_preset
+from .parallel.layout import Layout
 from .scenario import Scenario
 
 
@@ -85,6 +87,9 @@ def _resolve_model(data: dict, base: Path | None) -> None:
         raise InputError("model", "missing section [model] (give preset, hf_config or the fields)")
     if model.get("preset") and model.get("hf_config"):
         raise InputError("model", "give either preset or hf_config, not both")
+    for key in ("preset", "hf_config"):
+        if model.get(key) is not None and not isinstance(model[key], str):
+            raise InputError(f"model.{key}", f"expected a name or path (a string), got {model[key]!r}")
     if model.get("preset"):
         resolved = presets.model_preset(model["preset"])
     elif model.get("hf_config"):
@@ -115,30 +120,53 @@ def check(s: Scenario) -> Scenario:
     """Cross-field rules; returns the scenario with cluster.gpus and model defaults filled."""
     spec = topology.load_spec(s.cluster.topology)
     _check_topology_overrides(s, spec)
-    gpu_preset(s.cluster.gpu or spec.gpu)
+    gpu_preset(s.cluster.gpu or s.cluster.topology_overrides.get("gpu", spec.gpu))
     gpus = _gpu_count(s, spec)
     m, p, t = s.model, s.parallel, s.training
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
     s = s.model_copy(update={"model": model, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     _check_product(p, gpus)
+    Layout.from_parallel(p)  # parallel.order names each axis once
+    _check_dp_algo(p)
     _check_heads(model, p)
     _check_batch(t, p)
     _check_stages(model, p, t)
     _check_moe(model, p)
-    _check_ranks(s, gpus)
+    _check_ranks(s, gpus, _per_node(s, spec))
     return s
 
 
 def _check_topology_overrides(s: Scenario, spec) -> None:
+    """Override values obey the same rules as a topology file's (a zero or negative
+    bandwidth or count would divide by zero or never finish)."""
     fields = topology.FatTreeSpec.__dataclass_fields__
-    for k in s.cluster.topology_overrides:
+    for k, v in s.cluster.topology_overrides.items():
+        key = f"cluster.topology_overrides.{k}"
         if k not in fields or k == "name":
-            raise InputError(f"cluster.topology_overrides.{k}", f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
+            raise InputError(key, f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
+        if k in ("gpu", "routing"):
+            if not isinstance(v, str):
+                raise InputError(key, f"expected a string, got {v!r}")
+            continue
+        whole = fields[k].type in (int, int | None)
+        if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)) or v <= 0:
+            raise InputError(key, f"expected a positive {'integer' if whole else 'number'}, got {v!r}")
+    merged = dataclasses.replace(spec, **s.cluster.topology_overrides)
+    if merged.routing not in ("spray", "ecmp"):
+        raise InputError("cluster.topology_overrides.routing", f"expected 'spray' or 'ecmp', got {merged.routing!r}")
+    if merged.gpus_per_domain % merged.gpus_per_node and merged.gpus_per_node % merged.gpus_per_domain:
+        raise InputError("cluster.topology_overrides.gpus_per_domain",
+                         f"{merged.gpus_per_domain} must be a multiple or a divisor of gpus_per_node = {merged.gpus_per_node}")
+
+
+def _per_node(s: Scenario, spec) -> int:
+    c = s.cluster
+    return c.gpus_per_node or int(c.topology_overrides.get("gpus_per_node", spec.gpus_per_node))
 
 
 def _gpu_count(s: Scenario, spec) -> int:
     c, p = s.cluster, s.parallel
-    per_node = c.gpus_per_node or int(c.topology_overrides.get("gpus_per_node", spec.gpus_per_node))
+    per_node = _per_node(s, spec)
     if c.gpus and c.nodes and c.gpus != c.nodes * per_node:
         raise InputError("cluster.gpus", f"{c.gpus} GPUs but nodes * gpus_per_node = {c.nodes} * {per_node} = {c.nodes * per_node}")
     if c.gpus:
@@ -153,6 +181,13 @@ def _check_product(p, gpus: int) -> None:
     if product != gpus:
         raise InputError("parallel", f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {product}, "
                                      f"but the cluster has {gpus} GPUs")
+
+
+def _check_dp_algo(p) -> None:
+    """A tree implements only all-reduce (DDP); ZeRO reduce-scatters and all-gathers."""
+    if p.dp_algo == "tree" and p.zero > 0:
+        raise InputError("parallel.dp_algo", f"'tree' implements only all-reduce, but zero = {p.zero} "
+                                             "reduce-scatters and all-gathers; use ring, hierarchical or auto")
 
 
 def _check_heads(m, p) -> None:
@@ -210,8 +245,7 @@ def _check_moe(m, p) -> None:
         raise InputError("parallel.ep", f"ep = {p.ep} must divide dp * cp = {p.dp * p.cp} (experts shard inside dp*cp)")
 
 
-def _check_ranks(s: Scenario, gpus: int) -> None:
-    per_node = s.cluster.gpus_per_node or 8
+def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:
     for i, st in enumerate(s.stragglers):
         bad = [r for r in st.ranks if r >= gpus]
         if bad:

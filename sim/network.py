@@ -93,7 +93,7 @@ class _Active:
     rates: np.ndarray = field(default=None)
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
-    mask: bytes | int = 0  # which chains were live at the last solve (see _mask_key)
+    mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
 
 
 class Network:
@@ -256,7 +256,8 @@ class Network:
             found[1] += act.nbytes
 
 
-def _mask_key(remaining: np.ndarray) -> bytes | int:
-    """Which chains of a phase are still moving (all of them, almost always)."""
+def _mask_key(remaining: np.ndarray) -> bytes:
+    """Which chains of a phase are still moving (all of them, almost always): b"" for all,
+    else the live mask. Always bytes, so keys of two copies of one phase compare."""
     live = remaining > 0
-    return len(live) if live.all() else live.tobytes()
+    return b"" if live.all() else live.tobytes()

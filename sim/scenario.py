@@ -128,7 +128,7 @@ class Scenario(_Section):
     """A whole scenario. ``model`` holds resolved fields after loading."""
 
     name: str = "scenario"
-    seed: int = 0
+    seed: int = Field(0, ge=0)  # numpy seeds every random draw: a non-negative integer
     model: Model
     training: Training
     cluster: Cluster = Cluster()
