@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from .hardware import GPU
 
 # Large-GEMM efficiency per GPU family (share of dense bf16 peak, end to end in training).
-# a100: global fit to the 8 Narayanan et al. 2021 rows (sim/data/published_runs.csv);
-#   cuBLAS reaches ~0.8 of peak on large bf16 GEMMs (NVIDIA A100 whitepaper), training
-#   kernels less. h100-sxm: `clustersim validate --rows MH --fit` -> 0.685 (mean |log
+# a100-80gb: `clustersim validate --rows N21 --fit` -> 0.693 (mean |log error| over all 8
+#   Narayanan et al. 2021 rows at once, sim/data/published_runs.csv); cuBLAS reaches ~0.8
+#   of peak on large bf16 GEMMs (NVIDIA A100 whitepaper), whole training kernels less. h100-sxm: `clustersim validate --rows MH --fit` -> 0.685 (mean |log
 #   error| over all 5 Megatron-LM README rows at once). h200 shares Hopper's tensor cores.
 #   Blackwell parts (b200, gb200, b300) have no published rows here: Hopper's value is
 #   assumed until measurements exist.
-GEMM_EFFICIENCY = {"a100-80gb": 0.70, "h100-sxm": 0.685, "h200": 0.685, "b200": 0.685, "gb200": 0.685, "b300": 0.685}
+GEMM_EFFICIENCY = {"a100-80gb": 0.693, "h100-sxm": 0.685, "h200": 0.685, "b200": 0.685, "gb200": 0.685, "b300": 0.685}
 GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
