@@ -1,0 +1,43 @@
+"""``clustersim study NAME [--out-dir plots] [--quick] [--workers N] [--dask ADDR]``.
+
+Example: ``clustersim study fsdp-crossover --quick``: sweeps the study's bundled scenario
+(scenarios/studies/NAME.toml), prints its table, summary and findings, and writes
+``plots/study-NAME.png``, ``plots/study-NAME.csv`` and ``plots/study-NAME-summary.csv``.
+"""
+
+from pathlib import Path
+
+from ..studies import STUDIES
+
+
+def add_parser(sub) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser("study", help="run a bundled study (sweep + table + plot) answering a seed question")
+    p.add_argument("name", choices=sorted(STUDIES), help="which study")
+    p.add_argument("--out-dir", default="plots", help="where the PNG and CSVs go (default: plots)")
+    p.add_argument("--quick", action="store_true", help="fewer points (well under a minute)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--dask", metavar="ADDR", help="run the sweep on a dask.distributed scheduler")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the study and print what it found."""
+    from ..errors import InputError
+    from ..studies import get
+    from ..studies.base import run_study
+
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers", f"expected a positive integer, got {args.workers}")
+    module = get(args.name)
+    report = run_study(args.name, module, Path(args.out_dir), args.quick, args.workers, args.dask, args.quiet)
+    print(f"# {report.title}{' (quick)' if args.quick else ''}\n")
+    print(module.report_text(report.table, report.summary))
+    print()
+    for line in report.notes:
+        print(f"- {line}")
+    print()
+    for what, path in report.paths.items():
+        print(f"wrote {what}: {path}")
+    return 0
