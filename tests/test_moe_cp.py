@@ -144,3 +144,26 @@ def test_skewed_router_makes_the_hot_experts_ranks_stragglers():
         waited = combine.loc[hot, "start_s"] - combine.start_s
         assert np.allclose(waited, took[hot] - took, atol=1e-9)
         assert (combine.end_s - combine.start_s).idxmin() == hot
+
+
+def expert_time(result):
+    """Per (op, layer, micro-batch): the longest expert GEMM over the ep group."""
+    e = result.spans[result.spans.name.str.startswith("experts_")]
+    return e.assign(d=e.end_s - e.start_s).groupby(["name", "layer", "micro_batch"]).d.max()
+
+
+@pytest.mark.parametrize("routing, skew", [("token_choice", 1.0), ("token_choice", 0.3), ("token_drop", 1.0)])
+def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew):
+    routing_lab()
+    uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True)
+    extra = (expert_time(skewed) - expert_time(uniform)).sum()
+    assert extra > 0
+    # the all-to-alls are unchanged, so the step grows by the hot ranks' extra expert compute
+    assert skewed.summary["step_time_s"] - uniform.summary["step_time_s"] == pytest.approx(extra, rel=1e-9)
+
+
+def test_expert_choice_is_balanced_in_the_simulator():
+    routing_lab()
+    sp = moe_run(routing="expert_choice", skew=1.0, fold=True).spans
+    for _, g in sp[sp.name.str.startswith("experts_")].groupby(["name", "layer", "micro_batch"]):
+        assert np.ptp(durations(g)) <= 1e-12 * durations(g).max()  # every rank the same tokens
