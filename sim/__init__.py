@@ -12,15 +12,16 @@ from .load import load_scenario
 __all__ = ["load_scenario", "simulate", "sweep"]
 
 
-def simulate(scenario):
-    """Simulate one optimizer step of ``scenario``; returns a :class:`sim.result.Result`."""
+def simulate(scenario, **kwargs):
+    """Simulate one optimizer step of ``scenario``; returns a :class:`sim.result.Result`
+    (keywords as :func:`sim.step.simulate`)."""
     from .step import simulate as _simulate
 
-    return _simulate(scenario)
+    return _simulate(scenario, **kwargs)
 
 
 def sweep(scenario, grid, **kwargs):
-    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.sweep`)."""
-    from .sweep import sweep as _sweep
+    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.sweeps`)."""
+    from .sweeps import sweep as _sweep
 
     return _sweep(scenario, grid, **kwargs)

@@ -3,7 +3,7 @@
 Example: ``clustersim sweep scenarios/llama3-8b-fsdp-h100.toml --grid training.seq_len=2048..8192x2
 --grid parallel.dp_algo=ring,hierarchical --out seq.csv`` (see docs/sweeps.md).
 
-This module owns the ``--grid`` text syntax; :mod:`sim.sweep` takes Python values.
+This module owns the ``--grid`` text syntax; :mod:`sim.sweeps` takes Python values.
 """
 
 import math
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Parse the grid (exit 2 if malformed), sweep, say what was written."""
-    from ..sweep import sweep
+    from ..sweeps import sweep
 
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", f"expected a positive integer, got {args.workers}")
@@ -57,7 +57,7 @@ def run(args) -> int:
 def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:
     """``["k=v1,v2", "n=8..64x2"]`` -> ``{"k": [v1, v2], "n": [8, 16, 32, 64]}``; every key
     must name a scenario key."""
-    from ..sweep import check_key
+    from ..sweeps import check_key
 
     grid: dict[str, list] = {}
     for spec in specs:

@@ -228,6 +228,9 @@ def plot(rows: list[dict], path: str) -> None:
     ax2.set_xscale("log", base=2)
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize=8, ncol=3, loc="lower right")
+    ticks = sorted({r["ranks"] for r in rows})[::2]
+    for a in (ax, ax2):
+        a.set_xticks(ticks, [str(t) for t in ticks])
     fig.suptitle("Gradient all-reduce in a low-precision accumulator vs the exact sum "
                  "(clustersim numerics --plot)", fontsize=11)
     fig.tight_layout()

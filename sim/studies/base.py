@@ -16,7 +16,7 @@ from .. import topology
 from ..hardware import FABRIC_EFFICIENCY, gpu_preset
 from ..load import scenario_from_dict
 from ..model import dims, non_embedding_params, total_params
-from ..sweep import point_key, sweep
+from ..sweeps import point_key, sweep
 from ..units import GB
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "studies"  # repo top level

@@ -21,11 +21,9 @@ import json
 import multiprocessing
 import os
 from pathlib import Path
-import sys
 import threading
 import time
 import tomllib
-import types
 import typing
 
 from pydantic import BaseModel
@@ -474,15 +472,3 @@ def _fixed(overrides) -> dict:
     for key in pairs:
         check_key(key, "--set")
     return {k: _plain(v) for k, v in pairs.items()}
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``sim.sweep`` (this module) rebinds the package attribute ``sim.sweep``
-    from the function in sim/__init__.py to the module; calling the module runs the
-    function, so ``sim.sweep(scenario, grid)`` works either way."""
-
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
