@@ -42,8 +42,14 @@ class Context:
             found = ()
             if len(self.simulated) < self.layout.world and len({self.domains[r] for r in group}) > 1:
                 same_stage = self.layout.group(group[0], "tp", "cp", "dp")
-                others = {group_of(r) for r in same_stage}
-                found = tuple(sorted(g for g in others if g != group and not self.simulated.intersection(g)))
+                others, covered = [], set(group)
+                for r in same_stage:  # groups partition the stage: one group_of call per group
+                    if r not in covered:
+                        g = group_of(r)
+                        covered.update(g)
+                        if not self.simulated.intersection(g):
+                            others.append(g)
+                found = tuple(sorted(others))
             self._siblings[key] = found
         return found
 
