@@ -35,6 +35,7 @@ class Collective:
     nbytes: float
     algo: str = "auto"
     siblings: tuple[tuple[int, ...], ...] = ()
+    shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 
 
 @dataclass(slots=True)
@@ -180,27 +181,29 @@ class Engine:
 
     def sent_bytes(self, call: Collective, rank: int) -> float:
         """Bytes ``rank`` itself sends in ``call`` (from the algorithm's schedule)."""
-        key = (call.op, call.algo, call.group, call.nbytes, rank)
+        key = (call.op, call.algo, call.group, call.nbytes, call.shares, rank)
         sent = self._sent.get(key)
         if sent is None:
-            sched = self.schedule_of(Collective(call.key, call.op, call.group, call.nbytes, call.algo))
+            sched = self.schedule_of(Collective(call.key, call.op, call.group, call.nbytes, call.algo,
+                                                shares=call.shares))
             sent = self._sent[key] = float(sum(ph.nbytes[ph.chain[ph.src == rank]].sum() for ph in sched.phases))
         return sent
 
     def schedule_of(self, call: Collective) -> Schedule:
         """The schedule of a call, its siblings' traffic merged phase by phase (cached)."""
-        key = (call.op, call.algo, call.group, call.siblings, call.nbytes)
+        key = (call.op, call.algo, call.group, call.siblings, call.nbytes, call.shares)
         found = self._schedules.get(key)
         if found is None:
             found = self._schedules[key] = merged_schedule(
-                call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo)
+                call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo, call.shares)
         return found
 
 
-def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology) -> Schedule:
+def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology,
+                    shares: tuple | None = None) -> Schedule:
     """One schedule running the same collective on several groups at once."""
     doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
-    parts = [collectives.schedule(op, algo, g, nbytes, d) for g, d in zip(groups, doms)]
+    parts = [collectives.schedule(op, algo, g, nbytes, d, shares) for g, d in zip(groups, doms)]
     phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
     return Schedule(parts[0].op, parts[0].algo, phases)
 

@@ -73,11 +73,13 @@ class RankBuilder:
 
     def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
-                   group_of=None, tag=(), key: str | None = None) -> int:
+                   group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
-        of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag."""
+        of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
+        ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`)."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
-        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings)
+        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings,
+                          shares)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage))
 
 

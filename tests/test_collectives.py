@@ -11,6 +11,7 @@ import csv
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import spec_topology, time_phase
@@ -75,6 +76,24 @@ def test_all_to_all_in_nvlink_domain(preset_topology):
     expected = total * (n - 1) / (nvlink_w(H100) * n**2)
     got = time_collective(preset_topology("dgx-h100", 8), "all_to_all", "direct", tuple(range(n)), per_rank)
     assert got - NV_STEP == pytest.approx(expected, rel=CLOSE)
+
+
+@pytest.mark.parametrize("combine", [False, True])
+def test_uneven_all_to_all_is_held_by_the_hot_member(preset_topology, combine):
+    """MoE dispatch to a hot rank (30% of the tokens) and the combine back: the hot GPU's
+    NVLink port carries (N-1) * nbytes * 0.3 and sets the time; the cold pairs finish first."""
+    n, per_rank, hot = 8, B // 8, 0.3
+    f = (hot,) + ((1 - hot) / (n - 1),) * (n - 1)
+    shares = (tuple(n * x for x in f), (1 / n,) * n) if combine else ((1.0,) * n, f)
+    sched = collectives.schedule("all_to_all", "direct", tuple(range(n)), per_rank, (0,) * n, shares)
+    (phase,) = sched.phases
+    assert phase.nbytes.sum() == pytest.approx(per_rank * (n - 1), rel=1e-12)  # as many bytes as even
+    got = time_phase(preset_topology("dgx-h100", 8), phase)
+    assert got - NV_STEP == pytest.approx((n - 1) * per_rank * hot / nvlink_w(H100), rel=CLOSE)
+    even = collectives.schedule("all_to_all", "direct", tuple(range(n)), per_rank, (0,) * n)
+    uniform = ((1.0,) * n, (1 / n,) * n)
+    assert np.allclose(collectives.schedule("all_to_all", "direct", tuple(range(n)), per_rank, (0,) * n,
+                                            uniform).phases[0].nbytes, even.phases[0].nbytes, rtol=1e-12)
 
 
 def test_all_to_all_nic_bound(preset_topology):

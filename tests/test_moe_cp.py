@@ -152,14 +152,41 @@ def expert_time(result):
     return e.assign(d=e.end_s - e.start_s).groupby(["name", "layer", "micro_batch"]).d.max()
 
 
+def a2a_transfer(result):
+    """Per all-to-all call: its transfer time, seen by the member that arrived last."""
+    a = result.spans[result.spans.category == "ep"]
+    return a.assign(d=a.end_s - a.start_s).groupby(["name", "layer", "micro_batch"]).d.min()
+
+
 @pytest.mark.parametrize("routing, skew", [("token_choice", 1.0), ("token_choice", 0.3), ("token_drop", 1.0)])
 def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew):
     routing_lab()
     uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True)
-    extra = (expert_time(skewed) - expert_time(uniform)).sum()
-    assert extra > 0
-    # the all-to-alls are unchanged, so the step grows by the hot ranks' extra expert compute
-    assert skewed.summary["step_time_s"] - uniform.summary["step_time_s"] == pytest.approx(extra, rel=1e-9)
+    compute = (expert_time(skewed) - expert_time(uniform)).sum()
+    traffic = (a2a_transfer(skewed) - a2a_transfer(uniform)).sum()
+    assert compute > 0 and traffic > 0  # hot ranks compute longer and receive more
+    # everything else is unchanged: the step grows by exactly the hot ranks' extra tokens
+    assert skewed.summary["step_time_s"] - uniform.summary["step_time_s"] == pytest.approx(compute + traffic,
+                                                                                         rel=1e-9)
+
+
+def test_skewed_all_to_all_is_held_by_the_hot_ranks_port():
+    routing_lab()
+    from sim.labs.routing import expert_loads
+    from sim.hardware import FABRIC_EFFICIENCY, LINK_LATENCY, gpu_preset
+
+    skewed = moe_run(routing="token_choice", skew=1.0, fold=True)
+    w = gpu_preset("h100-sxm").nvlink_bw * FABRIC_EFFICIENCY["nvlink"]
+    # forward: in backward a layer's all-to-all may share NVLink with the gradient all-reduce
+    a = skewed.spans[(skewed.spans.category == "ep") & skewed.spans.name.str.endswith("_fwd")]
+    seq, ep = 1024, 8
+    loads = expert_loads("token_choice", seq * ep, 8, 2, 1.25, 0, 1.0)
+    for (name, layer), g in a.groupby(["name", "layer"]):
+        hot = loads.max()  # one expert per rank: the busiest expert's rank, wherever the layer put it
+        per_rank = 2 * MIX["hidden"] * loads.sum() / ep  # bf16 token vectors of the kept assignments
+        # dispatch: the hot rank receives (ep-1) * per_rank * f_hot; the combine sends it back
+        expected = 2 * LINK_LATENCY["nvlink"] + (ep - 1) * per_rank * hot / loads.sum() / w  # GPU-switch-GPU
+        assert (g.end_s - g.start_s).min() == pytest.approx(expected, rel=1e-6)
 
 
 def test_expert_choice_is_balanced_in_the_simulator():

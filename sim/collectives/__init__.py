@@ -44,8 +44,11 @@ def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tupl
 
 @lru_cache(maxsize=4096)
 def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
-             domains: tuple[int, ...]) -> Schedule:
-    """The phases of collective ``op`` over ``group`` (GPU ids) moving ``nbytes``."""
+             domains: tuple[int, ...], shares: tuple | None = None) -> Schedule:
+    """The phases of collective ``op`` over ``group`` (GPU ids) moving ``nbytes``.
+    ``shares`` (all_to_all only): (send weights, receive weights) per member, member a
+    sending ``nbytes * send[a] * recv[b]`` to member b -- an uneven all-to-all (MoE
+    routing); None is the even exchange (send 1, receive 1/N)."""
     if op not in OPS:
         raise InputError("--op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if algo == "auto":
@@ -56,6 +59,10 @@ def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
         raise InputError("--algo", f"{algo!r} does not implement {op}; use one of {', '.join(known + ['auto'])}")
     if len(group) < 2 or nbytes <= 0:
         return Schedule(op, algo, ())
+    if shares is not None:
+        if fn is not direct.all_to_all:
+            raise ValueError(f"uneven shares apply to the direct all_to_all, not {op}/{algo}")
+        return Schedule(op, algo, tuple(fn(group, domains, nbytes, shares)))
     return Schedule(op, algo, tuple(fn(group, domains, nbytes)))
 
 

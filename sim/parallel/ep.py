@@ -17,10 +17,31 @@ def _group(b):
     return b.ctx.layout.ep_group(b.rank)
 
 
-def dispatch_bytes(b) -> float:
-    """Per-rank all-to-all buffer: each of this rank's tokens goes to top_k experts."""
+def dispatch_bytes(b, layer: int) -> float:
+    """Per-rank all-to-all buffer: the token-expert assignments the router kept (each
+    rank's tokens x top_k when nothing is dropped), a hidden vector each."""
     d, sh = b.ctx.dims, b.ctx.shard
-    return ELEM * sh.tokens * d.top_k * d.h
+    loads = b.ctx.expert_loads.get(layer)
+    if loads is None:
+        return ELEM * sh.tokens * d.top_k * d.h
+    return ELEM * float(loads.sum()) / b.ctx.layout.ep * d.h
+
+
+def shares(b, layer: int, combine: bool) -> tuple | None:
+    """Uneven all-to-all weights when experts are loaded unevenly: the dispatch sends
+    each member's tokens to rank j in proportion to the load f_j of j's experts; the
+    combine sends them back (j -> i: nbytes * f_j). None when the loads are even."""
+    loads = b.ctx.expert_loads.get(layer)
+    if loads is None or loads.min() == loads.max():
+        return None
+    group, ep = _group(b), b.ctx.layout.ep
+    per = len(loads) // ep
+    held = [float(loads[j * per:(j + 1) * per].sum()) for j in (b.ctx.layout.dc_index(r) % ep for r in group)]
+    f = tuple(x / sum(held) for x in held)
+    n = len(group)
+    if combine:
+        return tuple(n * x for x in f), (1.0 / n,) * n
+    return (1.0,) * n, f
 
 
 def local_loads(b, layer: int) -> tuple[float, ...]:
@@ -43,9 +64,10 @@ def moe_mlp(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "")
     first = b.compute(f"router_{direction}{tag}", route_k, deps, layer, mb)
     if ep == 1:
         return b.compute(f"experts_{direction}{tag}", expert_k, first, layer, mb)
-    nbytes = dispatch_bytes(b)
+    nbytes = dispatch_bytes(b, layer)
+    # backward too, the first all-to-all carries (gradients of) tokens to the experts' ranks
     sent = b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, "all_to_all", _group(b), nbytes, first,
-                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group)
+                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
     done = b.compute(f"experts_{direction}{tag}", expert_k, sent, layer, mb)
     return b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), nbytes, done,
-                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group)
+                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
