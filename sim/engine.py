@@ -85,7 +85,7 @@ class Engine:
         self._rendezvous: dict[tuple, list] = {}
         self._expected: dict[tuple, int] = {}
         self._finish: dict[int, list] = {}
-        self._waiters: dict[tuple[int, int], simpy.Event] = {}
+        self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._sent: dict[tuple, float] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self.held_by: dict[tuple[int, int], tuple[int, int]] = {}  # op -> the member op that arrived last
@@ -118,46 +118,45 @@ class Engine:
             raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
     def _stream(self, prog: RankProgram, indices: list[int]):
-        finish = self._finish[prog.rank]
+        # the hot loop of every simulation: names bound locally
+        env, rank, ops, scale_of = self.env, prog.rank, prog.ops, self.compute_scale
+        finish, waiters, append = self._finish[rank], self._waiters[rank], self.spans.append
         for i in indices:
-            op = prog.ops[i]
+            op = ops[i]
             for d in op.deps:
                 if finish[d] is None:
-                    yield self._waiter(prog.rank, d)
-            start = self.env.now
+                    ev = waiters.get(d)
+                    if ev is None:
+                        ev = waiters[d] = env.event()
+                    yield ev
+            start = env.now
             if op.comm is None:
-                scale = self.compute_scale(prog.rank, start) if self.compute_scale else 1.0
-                yield self.env.timeout(op.duration * scale)
+                yield env.timeout(op.duration * scale_of(rank, start) if scale_of else op.duration)
                 sent = 0.0
             else:
-                state = self._arrive(op.comm, prog.rank, i)
+                state = self._arrive(op.comm, rank, i)
                 yield state[1]
-                if state[3] != (prog.rank, i):
-                    self.held_by[(prog.rank, i)] = state[3]
-                    self.arrived[(prog.rank, i)] = start
+                if state[3] != (rank, i):
+                    self.held_by[(rank, i)] = state[3]
+                    self.arrived[(rank, i)] = start
                 if op.comm.op == "send_recv":
                     start = state[2]  # a posted recv waiting for its send is idle, not traffic
-                sent = self.sent_bytes(op.comm, prog.rank)
-            end = self.env.now
+                sent = state[4].get(rank, 0.0)
+            end = env.now
             finish[i] = end
-            self.spans.append((prog.rank, op.stream, op.name, op.category, start, end, op.layer,
-                               op.micro_batch, op.stage, sent, i))
-            waiter = self._waiters.pop((prog.rank, i), None)
-            if waiter is not None:
-                waiter.succeed()
-
-    def _waiter(self, rank: int, index: int) -> simpy.Event:
-        ev = self._waiters.get((rank, index))
-        if ev is None:
-            ev = self._waiters[(rank, index)] = self.env.event()
-        return ev
+            append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch, op.stage, sent, i))
+            if waiters:
+                waiter = waiters.pop(i, None)
+                if waiter is not None:
+                    waiter.succeed()
 
     def _arrive(self, call: Collective, rank: int, index: int) -> list:
         """Register one member's arrival; the last simulated member starts the collective.
-        Returns the shared state [arrived, done event, start time, (rank, op) of the last]."""
+        Returns the shared state [arrived, done event, start time, (rank, op) of the last,
+        bytes each member sends]."""
         state = self._rendezvous.get(call.key)
         if state is None:
-            state = self._rendezvous[call.key] = [0, self.env.event(), None, None]
+            state = self._rendezvous[call.key] = [0, self.env.event(), None, None, self.member_bytes(call)]
         state[0] += 1
         if state[0] == self._expected_members(call.group):
             del self._rendezvous[call.key]
@@ -179,14 +178,17 @@ class Engine:
         else:
             self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, done))
 
-    def sent_bytes(self, call: Collective, rank: int) -> float:
-        """Bytes ``rank`` itself sends in ``call`` (from the algorithm's schedule)."""
-        key = (call.op, call.algo, call.group, call.nbytes, call.shares, rank)
+    def member_bytes(self, call: Collective) -> dict[int, float]:
+        """Bytes each member itself sends in ``call`` (from the algorithm's schedule; cached)."""
+        key = (call.op, call.algo, call.group, call.nbytes, call.shares)
         sent = self._sent.get(key)
         if sent is None:
             sched = self.schedule_of(Collective(call.key, call.op, call.group, call.nbytes, call.algo,
                                                 shares=call.shares))
-            sent = self._sent[key] = float(sum(ph.nbytes[ph.chain[ph.src == rank]].sum() for ph in sched.phases))
+            total = np.zeros(max(call.group) + 1)
+            for ph in sched.phases:  # every hop a member starts carries its chain's bytes
+                total += np.bincount(ph.src, weights=ph.nbytes[ph.chain], minlength=len(total))[:len(total)]
+            sent = self._sent[key] = {r: float(total[r]) for r in call.group}
         return sent
 
     def schedule_of(self, call: Collective) -> Schedule:
