@@ -164,6 +164,21 @@ def hier_phases(topo, group, nbytes):
     return collectives.schedule("all_reduce", "hierarchical", group, nbytes, domains).phases
 
 
+def test_partial_domains_keep_every_member_and_every_nic_busy():
+    """12 GPUs on dgx-h100: a full server of 8 and a partial one of 4."""
+    topo, group = spec_topology(16, nic_gbps=50), tuple(range(12))
+    domains = tuple(int(d) for d in topo.domains[list(group)])
+    rs, across, ag = collectives.schedule("all_reduce", "hierarchical", group, B, domains).phases
+    assert set(across.src.tolist()) == set(group)  # every GPU's shard crosses (none dropped)
+    for a, b in zip(across.src.tolist(), across.dst.tolist()):
+        assert (a < 8) != (b < 8)  # the across rings only cross domains
+    # 8 rings of two, one per shard of B/8: each ring's chain carries 2 x (1/2) x B/8
+    assert across.nbytes.sum() == pytest.approx(8 * B / 8, rel=1e-12)
+    (ring_phase,) = collectives.schedule("all_reduce", "ring", group, B, domains).phases
+    leaving = {a for a, b in zip(ring_phase.src.tolist(), ring_phase.dst.tolist()) if a < 8 <= b}
+    assert leaving == set(range(8))  # eight channels leave the full server through eight NICs
+
+
 def test_hierarchical_is_the_sum_of_its_three_phases():
     topo, group = spec_topology(32, nic_gbps=5), tuple(range(32))  # 4 domains of 8
     phases = hier_phases(topo, group, B)

@@ -12,11 +12,14 @@ from .schedule import merge
 
 
 def _split(group, domains):
+    """Subgroups inside each domain, and k rings across domains: ring j joins member j of
+    every domain (k = the largest domain's member count; a smaller domain's member
+    j mod size holds several of the k shards and joins several rings)."""
     per_domain = ring.domain_members(group, domains)
-    k = min(len(m) for m in per_domain)
+    k = max(len(m) for m in per_domain)
     dom_of = dict(zip(group, domains))
     inside = [tuple(m) for m in per_domain]
-    across = [tuple(m[j] for m in per_domain) for j in range(k)]
+    across = [tuple(m[j % len(m)] for m in per_domain) for j in range(k)]
     return inside, across, k, dom_of
 
 

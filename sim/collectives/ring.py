@@ -26,8 +26,11 @@ def channel_orders(group: tuple[int, ...], domains: tuple[int, ...]) -> list[lis
     per_domain = domain_members(group, domains)
     if len(per_domain) == 1:
         return [list(group)]
-    channels = min(len(members) for members in per_domain)
-    return [[r for members in per_domain for r in members[c:] + members[:c]] for c in range(channels)]
+    # one channel per member of the largest domain; a smaller (partial) domain's GPUs
+    # serve several channels, sharing their links
+    channels = max(len(members) for members in per_domain)
+    return [[r for members in per_domain for r in members[c % len(members):] + members[:c % len(members)]]
+            for c in range(channels)]
 
 
 def ring_phase(group, domains, nbytes: float, passes: int, label: str) -> Phase:

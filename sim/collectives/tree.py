@@ -25,10 +25,10 @@ def _tree_edges(order: list[int]) -> list[tuple[int, int]]:
 def all_reduce(group, domains, nbytes):
     """Chains to domain leaders, two binary trees over the leaders; reduce then broadcast."""
     per_domain = domain_members(group, domains)
-    k = min(len(m) for m in per_domain)
+    k = max(len(m) for m in per_domain)  # channels; a partial domain's GPUs lead several
     up = []
     for c in range(k):
-        rotated = [m[c:] + m[:c] for m in per_domain]
+        rotated = [m[c % len(m):] + m[:c % len(m)] for m in per_domain]
         chains = [(r[i + 1], r[i]) for r in rotated for i in range(len(r) - 1)]
         leaders = [r[0] for r in rotated]
         up += [chains + _tree_edges(leaders), chains + _tree_edges(leaders[::-1])]
