@@ -94,6 +94,7 @@ class _Active:
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
+    started: float = 0.0  # when its bytes began to move (after the latency)
 
 
 class Network:
@@ -114,6 +115,7 @@ class Network:
         self._by_phase = weakref.WeakKeyDictionary()  # Phase object -> CompiledPhase
         self._sent: dict[int, list] = {}  # compiled key -> [CompiledPhase, bytes per chain summed]
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
+        self.log: list | None = None  # set to [] to record every rate change (see _record)
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -132,8 +134,7 @@ class Network:
         """Bytes carried per directed link so far (finished phases)."""
         out = np.zeros(len(self.topo.caps))
         for ph, sent in self._sent.values():
-            out[ph.links] += np.bincount(ph.link_index, weights=sent[ph.entry_chain] * ph.entry_weight,
-                                         minlength=len(ph.links))
+            out[ph.links] += link_bytes(ph, sent)
         return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
@@ -169,7 +170,8 @@ class Network:
             on_done()
             return
         nbytes = phase.nbytes  # read only: kept for the per-link byte count
-        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now)
+        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now,
+                      started=self.env.now)
         shared = bool(self._users[act.links].any())
         self._users[act.links] += 1
         self._active.append(act)
@@ -192,6 +194,8 @@ class Network:
             act.rates = r
             act.generation += 1
             self._plan_wake(act)
+            if self.log is not None:
+                self._record(act, r)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -247,13 +251,26 @@ class Network:
         if shared:
             self._solve_all()  # the others may speed up now
 
+    def _record(self, act: _Active, rates) -> None:
+        """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
+        transfer, and rates None when it ends: the exact piecewise-constant link use."""
+        self.log.append((self.env.now, id(act), act.phase, rates))
+
     def _account(self, act: _Active) -> None:
         """Sum bytes per chain by phase structure; :attr:`bytes_by_link` maps them to links."""
+        if self.log is not None:
+            self._record(act, None)
         found = self._sent.get(act.phase.key)
         if found is None:
             self._sent[act.phase.key] = [act.phase, act.nbytes.astype(float)]
         else:
             found[1] += act.nbytes
+
+
+def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
+    """Bytes a transfer of ``phase`` (``nbytes`` per chain) carries on each of ``phase.links``."""
+    return np.bincount(phase.link_index, weights=nbytes[phase.entry_chain] * phase.entry_weight,
+                       minlength=len(phase.links))
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:

@@ -36,9 +36,12 @@ def build_topology(s: Scenario) -> topology.Topology:
     return topology.Topology(graph, spec)
 
 
-def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None) -> Result:
+def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
+             record_links: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
-    ``baseline`` is true, also simulate without them for ``straggler_cost_s``."""
+    ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
+    ``record_links`` keeps every transfer's interval and bytes (``info["link_log"]``) for
+    the link-utilization tracks of a trace; off by default (memory on huge runs)."""
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)
@@ -47,6 +50,8 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None) -> 
     ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
     programs = workload.build_programs(ctx)
     engine = Engine(topo, programs, compute_scale(s, topo))
+    if record_links:
+        engine.net.log = []
     t0 = time.perf_counter()
     spans = spans_frame(engine.run())
     wall = time.perf_counter() - t0
@@ -59,7 +64,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None) -> 
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
             "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
-            "held_by": engine.held_by, "arrived": engine.arrived}
+            "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
     return Result(summary, spans, s, memory, info)
 
 

@@ -31,8 +31,8 @@ def run(args) -> int:
     from .. import simulate
 
     scenario = load_scenario(args.scenario, args.overrides)
-    _check_outputs(args)
-    result = simulate(scenario)
+    _check_outputs(args, scenario)
+    result = simulate(scenario, record_links=bool(args.trace))
     if not result.summary["fits_in_memory"]:
         print(f"warning: {scenario.name} needs {result.summary['memory_per_gpu_bytes'] / 1e9:.1f} GB per GPU, "
               f"more than the GPU's HBM", file=sys.stderr)
@@ -44,11 +44,26 @@ def run(args) -> int:
     return 0
 
 
-def _check_outputs(args) -> None:
+def _check_outputs(args, scenario) -> None:
+    """Bad output flags fail before the simulation, not after it."""
     if args.spans and not args.spans.endswith((".csv", ".parquet")):
         raise InputError("--spans", f"expected a .csv or .parquet path, got {args.spans!r}")
+    if args.spans and args.spans.endswith(".parquet"):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise InputError("--spans", "writing .parquet needs pyarrow (pip install pyarrow); "
+                                        "or give a .csv path") from None
     if args.timeline and not args.timeline.endswith(".png"):
         raise InputError("--timeline", f"expected a .png path, got {args.timeline!r}")
+    if args.trace and not args.trace.endswith(".json"):
+        raise InputError("--trace", f"expected a .json path, got {args.trace!r}")
+    if args.trace_ranks and not args.trace:
+        raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
+    if args.trace_ranks and args.trace_ranks.strip().lower() != "all":
+        from ..trace import parse_ranks
+
+        parse_ranks(args.trace_ranks, scenario.cluster.gpus)
 
 
 def _exports(args, result) -> None:

@@ -1,0 +1,287 @@
+"""Chrome / Perfetto traces of a simulated step (the Trace Event Format, JSON).
+
+``clustersim run SCENARIO --trace out.json [--trace-ranks SEL]`` or
+``Result.to_chrome_trace()``. Open the file in https://ui.perfetto.dev or chrome://tracing.
+
+- a process per server ("node N"), a thread per rank and stream (compute, then each comm
+  stream), named and sorted;
+- every span as a complete event (``"ph": "X"``), category compute / tp / dp / pp / ep /
+  cp / idle, args: layer, micro-batch, stage, bytes sent, op index and the collective's
+  group; gaps on a compute stream as ``idle`` events, so bubbles are visible;
+- flow events (``"s"`` -> ``"f"``) from every pipeline send to its recv;
+- counter tracks (``"ph": "C"``) of the busiest links' throughput, when the run recorded
+  its transfers (``simulate(..., record_links=True)``; the CLI does it with ``--trace``).
+
+Timestamps are microseconds, as the format expects. Large runs show a selection of ranks
+(:func:`select_ranks`) so the file stays openable.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+US = 1e6  # seconds -> microseconds
+IDLE_MIN_S = 1e-7  # compute-stream gaps shorter than this are not drawn as idle
+TOP_LINKS = 8  # counter tracks for the busiest links
+MAX_DEFAULT_RANKS = 32  # beyond this many simulated ranks the default is a selection
+
+
+# --- which ranks ------------------------------------------------------------------------------
+
+def parse_ranks(text: str, world: int, key: str = "--trace-ranks") -> list[int]:
+    """'0,8,16-23' -> [0, 8, 16, ..., 23]; every rank must exist."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise InputError(key, f"expected 'all' or ranks like 0,8,16-23, got {text!r}") from None
+        if a > b:
+            raise InputError(key, f"range {part!r} runs backwards")
+        if a < 0 or b >= world:
+            raise InputError(key, f"rank {b if b >= world else a} is outside 0..{world - 1}")
+        out.extend(range(a, b + 1))
+    if not out:
+        raise InputError(key, f"no ranks in {text!r}")
+    return sorted(set(out))
+
+
+def representative(result, rank: int) -> int:
+    """The simulated rank whose timeline ``rank`` shares (itself when simulated): folded
+    runs simulate one rank per class of identical ranks, e.g. per pipeline stage."""
+    simulated = result.info["simulated_ranks"]
+    if rank in set(simulated):
+        return rank
+    layout = result.info["layout"]
+    stage = layout.coords(rank)["pp"]
+    same = [r for r in simulated if layout.coords(r)["pp"] == stage]
+    return same[0] if same else simulated[0]
+
+
+def straggler_ranks(result) -> set[int]:
+    """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
+    s, topo = result.scenario, result.info["topology"]
+    out = set()
+    for st in getattr(s, "stragglers", []) or []:
+        out.update(st.ranks)
+        if st.nodes:
+            out.update(r for r in range(topo.num_gpus) if topo.server(r) in set(st.nodes))
+    return out
+
+
+def default_ranks(result) -> list[int]:
+    """All simulated ranks when they are few; else one per pipeline stage, one peer per
+    parallel axis (a tp, cp, dp, ep neighbour of stage 0's representative), the ranks whose
+    compute took longest (hot experts, stragglers) and every configured straggler."""
+    simulated = result.info["simulated_ranks"]
+    if len(simulated) <= MAX_DEFAULT_RANKS:
+        return list(simulated)
+    layout, sim_set = result.info["layout"], set(simulated)
+    chosen = {}
+    for r in simulated:  # first simulated rank of each stage
+        chosen.setdefault(layout.coords(r)["pp"], r)
+    picked = set(chosen.values())
+    base = chosen[min(chosen)]
+    for axis in ("tp", "cp", "dp"):
+        peers = [r for r in layout.group(base, axis) if r != base and r in sim_set]
+        if peers:
+            picked.add(peers[0])
+    if layout.ep > 1:
+        peers = [r for r in layout.ep_group(base) if r != base and r in sim_set]
+        if peers:
+            picked.add(peers[0])
+    sp = result.spans
+    comp = sp[sp.category == "compute"]
+    if len(comp):
+        busy = (comp.end_s - comp.start_s).groupby(comp["rank"]).sum()
+        picked.update(int(r) for r in busy.nlargest(2).index)
+    picked.update(r for r in straggler_ranks(result) if r in sim_set)
+    return sorted(picked)
+
+
+def select_ranks(result, text: str | None) -> list[int]:
+    """Simulated ranks to show for a selector: None (default), 'all', or '0,8,16-23'
+    (ranks that were folded into another show as that rank)."""
+    if text is None or text.strip() == "":
+        return default_ranks(result)
+    if text.strip().lower() == "all":
+        return list(result.info["simulated_ranks"])
+    world = result.info["layout"].world
+    return sorted({representative(result, r) for r in parse_ranks(text, world)})
+
+
+# --- the trace --------------------------------------------------------------------------------
+
+def _stream_order(streams) -> list[str]:
+    return sorted(streams, key=lambda s: (s != "compute", s))
+
+
+def _describe(group: tuple[int, ...]) -> str:
+    if len(group) <= 8:
+        return ",".join(map(str, group))
+    step = group[1] - group[0]
+    regular = all(b - a == step for a, b in zip(group, group[1:]))
+    return f"{group[0]}..{group[-1]} step {step} ({len(group)} ranks)" if regular else \
+        ",".join(map(str, group[:8])) + f",... ({len(group)} ranks)"
+
+
+def chrome_trace(result, ranks=None) -> dict:
+    """The trace of ``result`` for ``ranks`` (a list, a selector string, or None)."""
+    if ranks is None or isinstance(ranks, str):
+        ranks = select_ranks(result, ranks)
+    ranks = sorted(set(int(r) for r in ranks))
+    topo, programs = result.info["topology"], {p.rank: p for p in result.info["programs"]}
+    sp = result.spans[result.spans["rank"].isin(ranks)]
+    events, tids = [], {}
+    nodes = {}
+    for rank in ranks:
+        node = topo.server(rank)
+        nodes.setdefault(node, []).append(rank)
+        streams = _stream_order(sp.loc[sp["rank"] == rank, "stream"].unique()) or ["compute"]
+        for j, stream in enumerate(streams):
+            tids[(rank, stream)] = rank * 64 + j
+    for node, members in sorted(nodes.items()):
+        events.append({"ph": "M", "name": "process_name", "pid": node, "args": {"name": f"node {node}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
+    for (rank, stream), tid in tids.items():
+        pid = topo.server(rank)
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                       "args": {"name": f"rank {rank} {stream}"}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    sends, recvs = {}, {}
+    rows = sp.itertuples(index=False)
+    for r in rows:
+        rank, op_index = int(r.rank), int(r.op)
+        op = programs[rank].ops[op_index]
+        args = {"layer": int(r.layer), "micro_batch": int(r.micro_batch), "stage": int(r.stage),
+                "bytes": float(r.bytes), "op": op_index}
+        if op.comm is not None:
+            args["group"] = _describe(op.comm.group)
+            args["collective"] = op.comm.op
+        ev = {"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(rank),
+              "tid": tids[(rank, r.stream)], "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US, "args": args}
+        events.append(ev)
+        if op.comm is not None and op.comm.op == "send_recv":
+            (sends if r.name.startswith("send") else recvs)[op.comm.key] = ev
+    events += _idle_events(sp, tids, topo)
+    events += _flows(sends, recvs)
+    events += _link_counters(result, pid=max(nodes, default=0) + 1)
+    s = result.summary
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
+                          "ranks_shown": ranks, "simulated_ranks": len(result.info["simulated_ranks"]),
+                          "num_gpus": s.get("num_gpus")}}
+
+
+def _idle_events(sp, tids, topo) -> list[dict]:
+    """Gaps on each compute stream, from the step's start to its end: bubbles, waits."""
+    out = []
+    end = float(sp.end_s.max()) if len(sp) else 0.0
+    comp = sp[sp.stream == "compute"].sort_values(["rank", "start_s"])
+    for rank, g in comp.groupby("rank"):
+        t = 0.0
+        starts, ends = g.start_s.to_numpy(), g.end_s.to_numpy()
+        for a, b in zip(np.append(starts, end), np.append(ends, end)):
+            if a - t > IDLE_MIN_S:
+                out.append({"ph": "X", "name": "idle", "cat": "idle", "pid": topo.server(int(rank)),
+                            "tid": tids[(int(rank), "compute")], "ts": t * US, "dur": (a - t) * US, "args": {}})
+            t = max(t, b)
+    return out
+
+
+def _flows(sends: dict, recvs: dict) -> list[dict]:
+    """An arrow from each pipeline send to the recv that completes it."""
+    out = []
+    for n, (key, s) in enumerate(sorted(sends.items(), key=lambda kv: kv[1]["ts"])):
+        r = recvs.get(key)
+        if r is None:
+            continue
+        out.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": s["pid"], "tid": s["tid"],
+                    "ts": s["ts"]})
+        out.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": r["pid"], "tid": r["tid"],
+                    "ts": r["ts"] + r["dur"]})
+    return out
+
+
+def link_names(topo) -> dict[int, str]:
+    """Directed link id -> 'gpu 3 -> nvswitch 0' style names."""
+    def node(n):
+        return " ".join(str(x) for x in n) if isinstance(n, tuple) else str(n)
+
+    return {lid: f"{node(a)} -> {node(b)}" for (a, b), lid in topo._link_id.items()}
+
+
+def series_from_log(log, bucket) -> dict:
+    """Throughput over time per bucket of links from a network log (``Network.log``:
+    (time, transfer, phase, rates per chain or None at its end) at every rate change).
+    ``bucket(link id)`` names a bucket, or None to skip the link. Returns bucket ->
+    (times, bytes/s): the value holds from each time to the next."""
+    from .network import link_bytes
+
+    deltas: dict = {}
+    live: dict = {}  # transfer -> (since, [(bucket, rate), ...])
+    for t, act, phase, rates in log:
+        prev = live.pop(act, None)
+        if prev is not None and t > prev[0]:
+            for key, rate in prev[1]:
+                deltas.setdefault(key, []).extend([(prev[0], rate), (t, -rate)])
+        if rates is None:
+            continue
+        per_link = link_bytes(phase, np.asarray(rates, dtype=float))
+        use = [(bucket(lid), r) for lid, r in zip(phase.links.tolist(), per_link.tolist()) if r > 0]
+        live[act] = (t, [(k, r) for k, r in use if k is not None])
+    out = {}
+    for key, d in deltas.items():
+        d.sort()
+        times = np.array([t for t, _ in d])
+        rates = np.maximum(np.cumsum([r for _, r in d]), 0.0)
+        keep = np.append(times[1:] != times[:-1], True)  # the value after all changes at an instant
+        times, rates = times[keep], rates[keep]
+        rates[np.abs(rates) < 1e-6 * max(1.0, rates.max())] = 0.0  # float residue of +r -r
+        out[key] = (times, rates)
+    return out
+
+
+def link_series(result, top: int = TOP_LINKS) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The busiest links' throughput over time: link id -> (times, bytes/s)."""
+    log = result.info.get("link_log")
+    if not log:
+        return {}
+    totals = np.asarray(result.info["link_bytes"])
+    busiest = {int(i) for i in np.argsort(-totals, kind="stable")[:top] if totals[i] > 0}
+    series = series_from_log(log, lambda lid: lid if lid in busiest else None)
+    return {lid: series[lid] for lid in sorted(series, key=lambda lid: -totals[lid])}
+
+
+def _link_counters(result, pid: int) -> list[dict]:
+    series = link_series(result)
+    if not series:
+        return []
+    topo = result.info["topology"]
+    names = link_names(topo)
+    out = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "network: busiest links"}},
+           {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": -1}}]
+    for lid, (times, rates) in series.items():
+        cap = float(topo.caps[lid])
+        name = f"{names[lid]} (GB/s of {cap / 1e9:.0f})"
+        out += [{"ph": "C", "name": name, "pid": pid, "ts": t * US, "args": {"GB/s": round(r / 1e9, 3)}}
+                for t, r in zip(times.tolist(), rates.tolist())]
+    return out
+
+
+def write_trace(result, path: str, ranks_text: str | None = None) -> dict:
+    """Write the trace JSON to ``path``; returns it."""
+    if not str(path).endswith(".json"):
+        raise InputError("--trace", f"expected a .json path, got {path!r}")
+    trace = chrome_trace(result, select_ranks(result, ranks_text))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(trace, f, separators=(",", ":"))
+    return trace

@@ -1,0 +1,159 @@
+"""Chrome/Perfetto trace export: every span present, valid JSON, no overlap within a
+thread, flows paired, link counters, the rank selector, the CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim import load_scenario, simulate
+from sim.load import scenario_from_dict
+from sim.trace import chrome_trace, parse_ranks, select_ranks, write_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPE = {"name": "trace-pipe", "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 4096},
+        "training": {"seq_len": 1024, "global_batch": 8},
+        "cluster": {"topology": "dgx-h100", "gpus": 8}, "parallel": {"pp": 4, "tp": 2, "fold": False}}
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return simulate(scenario_from_dict(PIPE), record_links=True)
+
+
+def x_events(trace):
+    return [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "idle"]
+
+
+def test_every_span_appears_with_its_start_and_duration(pipe):
+    trace = chrome_trace(pipe, "all")
+    got = {(e["args"]["op"], e["tid"] // 64, e["name"]): (e["ts"], e["dur"]) for e in x_events(trace)}
+    sp = pipe.spans
+    assert len(got) == len(sp)
+    for r in sp.itertuples():
+        ts, dur = got[(r.op, r.rank, r.name)]
+        assert ts == pytest.approx(r.start_s * 1e6, rel=1e-9, abs=1e-9)
+        assert dur == pytest.approx((r.end_s - r.start_s) * 1e6, rel=1e-9, abs=1e-9)
+
+
+def test_trace_file_is_valid_json_nonempty_per_rank(pipe, tmp_path):
+    path = tmp_path / "t.json"
+    write_trace(pipe, str(path), "all")
+    trace = json.loads(path.read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    for rank in range(8):
+        assert f"rank {rank} compute" in names
+        assert sum(1 for e in x_events(trace) if e["tid"] // 64 == rank) > 10
+    cats = {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert cats == {"compute", "tp", "pp", "idle"}  # dp = 1: no gradient collective
+
+
+def test_no_overlap_within_a_thread(pipe):
+    by_thread = {}
+    for e in chrome_trace(pipe, "all")["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for iv in by_thread.values():
+        iv.sort()
+        for (a0, a1), (b0, b1) in zip(iv, iv[1:]):
+            assert b0 >= a1 - 1e-6 * max(1.0, a1)
+
+
+def test_idle_fills_the_compute_gaps_of_a_pipeline(pipe):
+    trace = chrome_trace(pipe, "all")
+    step_us = pipe.summary["step_time_s"] * 1e6
+    for rank in range(8):
+        busy = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == rank * 64]
+        total = sum(e["dur"] for e in busy)  # compute + idle cover the step on the compute thread
+        assert total == pytest.approx(step_us, rel=1e-6)
+        idle = sum(e["dur"] for e in busy if e["cat"] == "idle")
+        assert idle > 0.1 * step_us  # four stages, eight micro-batches: bubble (p-1)/(m+p-1) = 27%
+
+
+def test_pipeline_sends_flow_to_their_recvs(pipe):
+    trace = chrome_trace(pipe, "all")
+    starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+    assert starts and starts.keys() == ends.keys()
+    # 3 boundaries x 8 micro-batches x (activation + gradient) x 2 tp ranks
+    assert len(starts) == 3 * 8 * 2 * 2
+    for i, s in starts.items():
+        assert ends[i]["ts"] >= s["ts"] and ends[i]["tid"] != s["tid"]
+
+
+def test_link_counters_are_the_busiest_links_within_capacity(pipe):
+    counters = [e for e in chrome_trace(pipe, "all")["traceEvents"] if e["ph"] == "C"]
+    assert counters
+    names = {e["name"] for e in counters}
+    assert 1 <= len(names) <= 8
+    topo = pipe.info["topology"]
+    cap = max(topo.caps) / 1e9
+    assert all(0 <= e["args"]["GB/s"] <= cap * (1 + 1e-6) for e in counters)
+    # bytes under each counter track equal the bytes the network says the link carried
+    from sim.trace import link_series
+
+    totals = pipe.info["link_bytes"]
+    for lid, (t, r) in link_series(pipe).items():
+        assert np.sum(r[:-1] * np.diff(t)) == pytest.approx(totals[lid], rel=1e-6)
+
+
+def test_without_recording_there_are_no_counters():
+    r = simulate(scenario_from_dict(PIPE))
+    assert not [e for e in r.to_chrome_trace()["traceEvents"] if e["ph"] == "C"]
+
+
+def test_rank_selector():
+    assert parse_ranks("0,8,16-19", 32) == [0, 8, 16, 17, 18, 19]
+    assert parse_ranks(" 3 , 1-2 ,3", 4) == [1, 2, 3]
+    for bad in ("x", "5-2", "0,99", "-1", ",", "1-"):
+        with pytest.raises(Exception) as e:
+            parse_ranks(bad, 32)
+        assert "--trace-ranks" in str(e.value)
+
+
+def test_default_selection_of_a_16k_run_is_small_and_has_every_stage():
+    r = simulate(load_scenario(str(ROOT / "scenarios" / "llama3-405b-16k-h100.toml")))
+    ranks = select_ranks(r, None)
+    layout = r.info["layout"]
+    assert {layout.coords(x)["pp"] for x in ranks} == set(range(16))
+    assert len(ranks) <= 24
+    trace = r.to_chrome_trace()
+    assert trace["otherData"]["ranks_shown"] == ranks
+    json.dumps(trace)  # serializable
+    # a folded rank maps to the simulated rank of its stage
+    assert select_ranks(r, "8191") == [x for x in r.info["simulated_ranks"] if layout.coords(x)["pp"] == 7][:1]
+
+
+def test_stragglers_are_always_in_the_default_selection():
+    s = load_scenario(str(ROOT / "scenarios" / "jitter-dp-1k.toml"))
+    s = s.model_copy(update={"stragglers": [type(s).model_fields["stragglers"].annotation.__args__[0](
+        ranks=[777], slowdown=1.2)]})
+    r = simulate(s, baseline=False)
+    assert 777 in select_ranks(r, None)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+
+
+def test_cli_trace_and_selector(tmp_path):
+    out = tmp_path / "t.json"
+    p = run_cli("run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml", "--trace", str(out), "--trace-ranks", "0-1,8")
+    assert p.returncode == 0, p.stderr
+    trace = json.loads(out.read_text())
+    assert trace["otherData"]["ranks_shown"] == [0, 8]  # ranks 1 and 0 share a timeline when folded
+    assert [e for e in trace["traceEvents"] if e["ph"] == "C"]  # --trace records link use
+
+
+@pytest.mark.parametrize("args, key", [(["--trace", "t.json", "--trace-ranks", "0,x"], "--trace-ranks"),
+                                       (["--trace", "t.json", "--trace-ranks", "0-99"], "--trace-ranks"),
+                                       (["--trace-ranks", "0"], "--trace-ranks"),
+                                       (["--trace", "t.txt"], "--trace")])
+def test_cli_bad_trace_flags_exit_2_with_one_line(args, key, tmp_path):
+    p = run_cli("run", "scenarios/straggler-dp.toml", *[str(tmp_path / a) if a.startswith("t.") else a for a in args])
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
