@@ -1,0 +1,53 @@
+"""``clustersim plot SCENARIO [--set k=v ...] [-o out.png] [--ranks SEL] [--start-ms A] [--end-ms B]``.
+
+Simulates the scenario and draws its timeline (see :mod:`sim.timeline`). Examples:
+``clustersim plot scenarios/gpt3-175b-ptd.toml -o gpt3.png --ranks 0,1,8`` and
+``clustersim plot scenarios/llama3-405b-16k-h100.toml --start-ms 0 --end-ms 500``.
+"""
+
+import math
+from pathlib import Path
+
+from ..errors import InputError
+from ..load import load_scenario
+
+
+def add_parser(sub) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser("plot", help="simulate a scenario and draw its timeline (PNG)")
+    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key (repeatable)")
+    p.add_argument("-o", "--out", help="PNG path (default: plots/<scenario name>.png)")
+    p.add_argument("--ranks", help="'all', or ranks like 0,8,16-23 (default: representatives + stragglers)")
+    p.add_argument("--start-ms", type=float, default=None, help="window start (ms)")
+    p.add_argument("--end-ms", type=float, default=None, help="window end (ms)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Load, simulate, draw."""
+    from .. import simulate
+    from ..timeline import plot_timeline
+    from ..trace import parse_ranks
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    out = args.out or str(Path("plots") / f"{scenario.name}.png")
+    if not out.endswith(".png"):
+        raise InputError("--out", f"expected a .png path, got {out!r}")
+    for flag, v in (("--start-ms", args.start_ms), ("--end-ms", args.end_ms)):
+        if v is not None and (not math.isfinite(v) or v < 0):
+            raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
+    if args.ranks and args.ranks.strip().lower() != "all":
+        parse_ranks(args.ranks, scenario.cluster.gpus, "--ranks")
+    result = simulate(scenario)
+    window = None
+    if args.start_ms is not None or args.end_ms is not None:
+        end = float(result.spans.end_s.max())
+        window = ((args.start_ms or 0.0) / 1e3, args.end_ms / 1e3 if args.end_ms is not None else end)
+        if window[1] <= window[0]:
+            raise InputError("--end-ms", f"must be after --start-ms ({window[0] * 1e3:g} ms)")
+    plot_timeline(result, out, args.ranks, window)
+    print(f"wrote {out} ({result.summary['name']}: step {result.summary['step_time_s'] * 1e3:.1f} ms, "
+          f"MFU {result.summary['mfu']:.1%})")
+    return 0

@@ -1,0 +1,109 @@
+"""PNG timelines: interval arithmetic (property tests), waits, row selection, PNGs for
+small and 16k-GPU runs, `clustersim plot`, and the gallery command."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sim import load_scenario, simulate
+from sim.timeline import MAX_ROWS, _fit_ranks, _rows, _subtract, _union, exposed_comm, plot_timeline, waits
+
+ROOT = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
+
+intervals = st.lists(st.tuples(st.integers(0, 100), st.integers(1, 20)), max_size=12).map(
+    lambda xs: np.array([(a, a + w) for a, w in xs], dtype=float).reshape(-1, 2))
+
+
+def covered(iv, t):
+    return bool(((iv[:, 0] <= t) & (t < iv[:, 1])).any()) if len(iv) else False
+
+
+@given(intervals, intervals)
+@settings(max_examples=200, deadline=None)
+def test_subtract_is_set_difference(a, b):
+    ua, ub = _union(a), _union(b)
+    diff = _subtract(ua, ub)
+    assert (np.diff(diff, axis=0)[:, 0] > 0).all() if len(diff) > 1 else True
+    for t in np.arange(0, 125, 0.5):
+        assert covered(diff, t) == (covered(a, t) and not covered(b, t))
+
+
+@pytest.fixture(scope="module")
+def straggler():
+    return simulate(load_scenario(str(ROOT / "scenarios" / "straggler-dp.toml")))
+
+
+def test_waits_end_when_the_straggler_arrives(straggler):
+    sp = straggler.spans
+    w = waits(straggler, range(16))
+    assert {r for r, *_ in w} == set(range(16)) - {3}  # everyone waits but the straggler
+    slow_dp = sp[(sp["rank"] == 3) & (sp.category == "dp")]
+    arrivals = set(np.round(slow_dp.start_s, 12))
+    for rank, kind, a, b in w:
+        assert kind == "dp" and b > a and round(b, 12) in arrivals
+
+
+def test_exposed_comm_of_a_waiting_rank_is_its_wait_for_the_straggler(straggler):
+    sp = straggler.spans
+    exp = exposed_comm(sp, 0)
+    r0 = sp[sp["rank"] == 0]
+    comp_end = r0[(r0.category == "compute") & (r0.name != "optimizer")].end_s.max()
+    dp_end = r0[r0.category == "dp"].end_s.max()
+    assert len(exp) == 1 and exp[0] == pytest.approx([comp_end, dp_end], rel=1e-12)
+
+
+def test_rows_fit_and_keep_the_straggler(straggler):
+    ranks = _fit_ranks(straggler, list(range(16)))
+    assert 3 in ranks and len(_rows(straggler, ranks)) <= MAX_ROWS and ranks[0] == 0
+
+
+def test_png_for_eight_ranks(tmp_path):
+    r = simulate(load_scenario(str(ROOT / "scenarios" / "gallery" / "pipeline.toml")))
+    out = tmp_path / "p.png"
+    plot_timeline(r, str(out), "all")
+    assert out.read_bytes()[:8] == PNG and out.stat().st_size > 20_000
+
+
+def test_png_for_a_16k_gpu_run(tmp_path):
+    r = simulate(load_scenario(str(ROOT / "scenarios" / "llama3-405b-16k-h100.toml")))
+    out = tmp_path / "big.png"
+    plot_timeline(r, str(out))
+    assert out.read_bytes()[:8] == PNG and out.stat().st_size > 20_000
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+
+
+def test_cli_plot_and_run_timeline(tmp_path):
+    p = run_cli("plot", "scenarios/straggler-dp.toml", "-o", str(tmp_path / "a.png"), "--ranks", "0-3",
+                "--start-ms", "50", "--end-ms", "150")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "a.png").read_bytes()[:8] == PNG and "wrote" in p.stdout
+    p = run_cli("run", "scenarios/straggler-dp.toml", "--timeline", str(tmp_path / "b.png"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "b.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("args, key", [(["-o", "x.jpg"], "--out"), (["--ranks", "a"], "--ranks"),
+                                       (["--start-ms", "9", "--end-ms", "3"], "--end-ms"),
+                                       (["--start-ms", "-1"], "--start-ms")])
+def test_cli_plot_bad_input_exits_2(args, key):
+    p = run_cli("plot", "scenarios/straggler-dp.toml", *args)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+
+
+def test_gallery_regenerates_every_picture(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "sim.gallery", "--out", str(tmp_path)], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical"):
+        assert (tmp_path / f"gallery-{name}.png").read_bytes()[:8] == PNG
+    assert "bubble" in p.stdout and "straggler cost" in p.stdout
