@@ -157,3 +157,17 @@ def test_cli_bad_trace_flags_exit_2_with_one_line(args, key, tmp_path):
     p = run_cli("run", "scenarios/straggler-dp.toml", *[str(tmp_path / a) if a.startswith("t.") else a for a in args])
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet"])
+def test_cli_spans_round_trip(tmp_path, ext):
+    import pandas as pd
+
+    out = tmp_path / f"spans.{ext}"
+    p = run_cli("run", "scenarios/straggler-dp.toml", "--spans", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    got = pd.read_csv(out) if ext == "csv" else pd.read_parquet(out)
+    want = simulate(load_scenario(str(ROOT / "scenarios" / "straggler-dp.toml"))).spans
+    assert list(got.columns) == list(want.columns) and len(got) == len(want)
+    assert np.allclose(got.end_s - got.start_s, want.end_s - want.start_s, rtol=1e-12, atol=0)
+    assert (got.name == want.name).all() and (got["rank"] == want["rank"]).all()
