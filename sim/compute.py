@@ -16,8 +16,9 @@ from .hardware import GPU
 # Large-GEMM efficiency per GPU family (share of dense bf16 peak, end to end in training).
 # a100-80gb: `clustersim validate --rows N21 --fit` -> 0.693 (mean |log error| over all 8
 #   Narayanan et al. 2021 rows at once, sim/data/published_runs.csv); cuBLAS reaches ~0.8
-#   of peak on large bf16 GEMMs (NVIDIA A100 whitepaper), whole training kernels less. h100-sxm: `clustersim validate --rows MH --fit` -> 0.685 (mean |log
-#   error| over all 5 Megatron-LM README rows at once). h200 shares Hopper's tensor cores.
+#   of peak on large bf16 GEMMs (NVIDIA A100 whitepaper), whole training kernels less.
+# h100-sxm: `clustersim validate --rows MH --fit` -> 0.685 (mean |log error| over all 5
+#   Megatron-LM README rows at once). h200 shares Hopper's tensor cores.
 #   Blackwell parts (b200, gb200, b300) have no published rows here: Hopper's value is
 #   assumed until measurements exist.
 GEMM_EFFICIENCY = {"a100-80gb": 0.693, "h100-sxm": 0.685, "h200": 0.685, "b200": 0.685, "gb200": 0.685, "b300": 0.685}
