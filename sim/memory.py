@@ -49,7 +49,7 @@ def stage_memory(ctx, stage: int) -> Memory:
 
 def activations(ctx, stage: int) -> float:
     """Stored activations of the micro-batches in flight, plus the fp32 logits on the last stage."""
-    s, t, pl = ctx.scenario, ctx.scenario.training, ctx.scenario.parallel
+    t, pl = ctx.scenario.training, ctx.scenario.parallel
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                            pl.sequence_parallel, t.recompute, t.flash_attention)
     chunks = range(stage, len(ctx.stage_layers), pl.pp)

@@ -5,14 +5,9 @@ overrides, resolves presets, checks every cross-field rule with one clear messag
 returns a frozen :class:`Scenario`. Inside the simulator the data is trusted.
 """
 
-from pathlib import Path
-import json
-import tomllib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from .errors import InputError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Section(BaseModel):

@@ -140,7 +140,6 @@ def _compute_blocks(ax, g, y: float, min_w: float, px: float, labels_left: int) 
     starts, ends = g.start_s.to_numpy(), g.end_s.to_numpy()
     new = np.ones(len(g), dtype=bool)
     new[1:] = (phase[1:] != phase[:-1]) | (mb[1:] != mb[:-1]) | (starts[1:] - ends[:-1] > px)
-    block = np.cumsum(new) - 1
     b_start = starts[new]
     b_end = np.maximum.reduceat(ends, np.flatnonzero(new)) if len(g) else ends
     b_phase, b_mb = phase[new], mb[new]
@@ -151,7 +150,6 @@ def _compute_blocks(ax, g, y: float, min_w: float, px: float, labels_left: int) 
             w = np.maximum(b_end[sel] - b_start[sel], min_w)
             ax.broken_barh(list(zip(b_start[sel] * 1e3, w * 1e3)), (y + 0.1, 0.8), facecolors=COLORS[kind],
                            edgecolors="white" if outline else "none", linewidth=0.6 if outline else 0)
-    del block
     for a, b, m in zip(b_start, b_end, b_mb):
         if labels_left <= 0:
             break

@@ -20,7 +20,7 @@ import networkx as nx
 import numpy as np
 
 from .errors import InputError
-from .hardware import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset
+from .hardware import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset  # noqa: F401 (doctests)
 from .units import GB
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"  # repo top level

@@ -128,9 +128,10 @@ def test_default_selection_of_a_16k_run_is_small_and_has_every_stage():
 
 
 def test_stragglers_are_always_in_the_default_selection():
+    from sim.scenario import Straggler
+
     s = load_scenario(str(ROOT / "scenarios" / "jitter-dp-1k.toml"))
-    s = s.model_copy(update={"stragglers": [type(s).model_fields["stragglers"].annotation.__args__[0](
-        ranks=[777], slowdown=1.2)]})
+    s = s.model_copy(update={"stragglers": [Straggler(ranks=[777], slowdown=1.2)]})
     r = simulate(s, baseline=False)
     assert 777 in select_ranks(r, None)
 
