@@ -9,11 +9,13 @@
   cp / idle, args: layer, micro-batch, stage, bytes sent, op index and the collective's
   group; gaps on a compute stream as ``idle`` events, so bubbles are visible;
 - flow events (``"s"`` -> ``"f"``) from every pipeline send to its recv;
-- counter tracks (``"ph": "C"``) of the busiest links' throughput, when the run recorded
-  its transfers (``simulate(..., record_links=True)``; the CLI does it with ``--trace``).
+- counter tracks (``"ph": "C"``) of the busiest links' utilization (% of the link's
+  usable bandwidth ``topo.caps``), exact and piecewise constant, when the run recorded its
+  transfers (``simulate(..., record_links=True)``; the CLI does it with ``--trace``).
 
 Timestamps are microseconds, as the format expects. Large runs show a selection of ranks
-(:func:`select_ranks`) so the file stays openable.
+(:func:`sim.rank_selection.select_ranks`) so the file stays openable; a folded rank shows
+as the simulated rank it is identical to, whose compute thread says how many it stands for.
 """
 
 import json
@@ -22,99 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .rank_selection import parse_ranks, representative, select_ranks
+
+__all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
+           "parse_ranks", "select_ranks"]  # the selector lives in rank_selection; re-exported
 
 US = 1e6  # seconds -> microseconds
 IDLE_MIN_S = 1e-7  # compute-stream gaps shorter than this are not drawn as idle
 TOP_LINKS = 8  # counter tracks for the busiest links
-MAX_DEFAULT_RANKS = 32  # beyond this many simulated ranks the default is a selection
-
-
-# --- which ranks ------------------------------------------------------------------------------
-
-def parse_ranks(text: str, world: int, key: str = "--trace-ranks") -> list[int]:
-    """'0,8,16-23' -> [0, 8, 16, ..., 23]; every rank must exist."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            raise InputError(key, f"expected 'all' or ranks like 0,8,16-23, got {text!r}") from None
-        if a > b:
-            raise InputError(key, f"range {part!r} runs backwards")
-        if a < 0 or b >= world:
-            raise InputError(key, f"rank {b if b >= world else a} is outside 0..{world - 1}")
-        out.extend(range(a, b + 1))
-    if not out:
-        raise InputError(key, f"no ranks in {text!r}")
-    return sorted(set(out))
-
-
-def representative(result, rank: int) -> int:
-    """The simulated rank whose timeline ``rank`` shares (itself when simulated): folded
-    runs simulate one rank per class of identical ranks, e.g. per pipeline stage."""
-    simulated = result.info["simulated_ranks"]
-    if rank in set(simulated):
-        return rank
-    layout = result.info["layout"]
-    stage = layout.coords(rank)["pp"]
-    same = [r for r in simulated if layout.coords(r)["pp"] == stage]
-    return same[0] if same else simulated[0]
-
-
-def straggler_ranks(result) -> set[int]:
-    """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
-    s, topo = result.scenario, result.info["topology"]
-    out = set()
-    for st in getattr(s, "stragglers", []) or []:
-        out.update(st.ranks)
-        if st.nodes:
-            out.update(r for r in range(topo.num_gpus) if topo.server(r) in set(st.nodes))
-    return out
-
-
-def default_ranks(result) -> list[int]:
-    """All simulated ranks when they are few; else one per pipeline stage, one peer per
-    parallel axis (a tp, cp, dp, ep neighbour of stage 0's representative), the ranks whose
-    compute took longest (hot experts, stragglers) and every configured straggler."""
-    simulated = result.info["simulated_ranks"]
-    if len(simulated) <= MAX_DEFAULT_RANKS:
-        return list(simulated)
-    layout, sim_set = result.info["layout"], set(simulated)
-    chosen = {}
-    for r in simulated:  # first simulated rank of each stage
-        chosen.setdefault(layout.coords(r)["pp"], r)
-    picked = set(chosen.values())
-    base = chosen[min(chosen)]
-    for axis in ("tp", "cp", "dp"):
-        peers = [r for r in layout.group(base, axis) if r != base and r in sim_set]
-        if peers:
-            picked.add(peers[0])
-    if layout.ep > 1:
-        peers = [r for r in layout.ep_group(base) if r != base and r in sim_set]
-        if peers:
-            picked.add(peers[0])
-    sp = result.spans
-    comp = sp[sp.category == "compute"]
-    if len(comp):
-        busy = (comp.end_s - comp.start_s).groupby(comp["rank"]).sum()
-        picked.update(int(r) for r in busy.nlargest(2).index)
-    picked.update(r for r in straggler_ranks(result) if r in sim_set)
-    return sorted(picked)
-
-
-def select_ranks(result, text: str | None) -> list[int]:
-    """Simulated ranks to show for a selector: None (default), 'all', or '0,8,16-23'
-    (ranks that were folded into another show as that rank)."""
-    if text is None or text.strip() == "":
-        return default_ranks(result)
-    if text.strip().lower() == "all":
-        return list(result.info["simulated_ranks"])
-    world = result.info["layout"].world
-    return sorted({representative(result, r) for r in parse_ranks(text, world)})
 
 
 # --- the trace --------------------------------------------------------------------------------
@@ -133,10 +50,11 @@ def _describe(group: tuple[int, ...]) -> str:
 
 
 def chrome_trace(result, ranks=None) -> dict:
-    """The trace of ``result`` for ``ranks`` (a list, a selector string, or None)."""
+    """The trace of ``result`` for ``ranks`` (a list, a selector string, or None; folded
+    ranks show as their representative)."""
     if ranks is None or isinstance(ranks, str):
         ranks = select_ranks(result, ranks)
-    ranks = sorted(set(int(r) for r in ranks))
+    ranks = sorted({representative(result, int(r)) for r in ranks})
     topo, programs = result.info["topology"], {p.rank: p for p in result.info["programs"]}
     sp = result.spans[result.spans["rank"].isin(ranks)]
     events, tids = [], {}
@@ -150,10 +68,12 @@ def chrome_trace(result, ranks=None) -> dict:
     for node, members in sorted(nodes.items()):
         events.append({"ph": "M", "name": "process_name", "pid": node, "args": {"name": f"node {node}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
+    world, n_sim = result.info["layout"].world, len(result.info["simulated_ranks"])
+    stands = f" (stands for {world // n_sim:,} identical ranks)" if n_sim < world else ""
     for (rank, stream), tid in tids.items():
         pid = topo.server(rank)
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                       "args": {"name": f"rank {rank} {stream}"}})
+                       "args": {"name": f"rank {rank} {stream}" + (stands if stream == "compute" else "")}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     sends, recvs = {}, {}
     rows = sp.itertuples(index=False)
@@ -197,16 +117,18 @@ def _idle_events(sp, tids, topo) -> list[dict]:
 
 
 def _flows(sends: dict, recvs: dict) -> list[dict]:
-    """An arrow from each pipeline send to the recv that completes it."""
+    """An arrow from each pipeline send to the recv that completes it. Both ends sit at
+    the middle of their slice, so viewers bind them to it (``"bp": "e"``: the enclosing
+    slice) whatever order they give events that share a timestamp."""
     out = []
     for n, (key, s) in enumerate(sorted(sends.items(), key=lambda kv: kv[1]["ts"])):
         r = recvs.get(key)
         if r is None:
             continue
-        out.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": s["pid"], "tid": s["tid"],
-                    "ts": s["ts"]})
-        out.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": r["pid"], "tid": r["tid"],
-                    "ts": r["ts"] + r["dur"]})
+        out.append({"ph": "s", "id": n, "name": s["name"], "cat": "pp", "pid": s["pid"], "tid": s["tid"],
+                    "ts": s["ts"] + s["dur"] / 2})
+        out.append({"ph": "f", "bp": "e", "id": n, "name": s["name"], "cat": "pp", "pid": r["pid"],
+                    "tid": r["tid"], "ts": max(r["ts"] + r["dur"] / 2, s["ts"] + s["dur"] / 2)})
     return out
 
 
@@ -270,8 +192,8 @@ def _link_counters(result, pid: int) -> list[dict]:
            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": -1}}]
     for lid, (times, rates) in series.items():
         cap = float(topo.caps[lid])
-        name = f"{names[lid]} (GB/s of {cap / 1e9:.0f})"
-        out += [{"ph": "C", "name": name, "pid": pid, "ts": t * US, "args": {"GB/s": round(r / 1e9, 3)}}
+        name = f"{names[lid]} ({topo.kinds[lid]}, {cap / 1e9:.0f} GB/s)"
+        out += [{"ph": "C", "name": name, "pid": pid, "ts": t * US, "args": {"util %": round(100 * r / cap, 3)}}
                 for t, r in zip(times.tolist(), rates.tolist())]
     return out
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sim import load_scenario, simulate
-from sim.timeline import MAX_ROWS, _fit_ranks, _rows, _subtract, _union, exposed_comm, plot_timeline, waits
+from sim.timeline import (LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, _subtract, _union, exposed_comm,
+                          lanes, plot_timeline, waits)
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -44,8 +45,8 @@ def test_waits_end_when_the_straggler_arrives(straggler):
     assert {r for r, *_ in w} == set(range(16)) - {3}  # everyone waits but the straggler
     slow_dp = sp[(sp["rank"] == 3) & (sp.category == "dp")]
     arrivals = set(np.round(slow_dp.start_s, 12))
-    for rank, kind, a, b in w:
-        assert kind == "dp" and b > a and round(b, 12) in arrivals
+    for rank, kind, a, b, stream in w:
+        assert kind == "dp" and stream == "dp" and b > a and round(b, 12) in arrivals
 
 
 def test_exposed_comm_of_a_waiting_rank_is_its_wait_for_the_straggler(straggler):
@@ -60,6 +61,38 @@ def test_exposed_comm_of_a_waiting_rank_is_its_wait_for_the_straggler(straggler)
 def test_rows_fit_and_keep_the_straggler(straggler):
     ranks = _fit_ranks(straggler, list(range(16)))
     assert 3 in ranks and len(_rows(straggler, ranks)) <= MAX_ROWS and ranks[0] == 0
+
+
+def _measure(iv):
+    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
+
+
+@pytest.mark.parametrize("path, over", [("gallery/fsdp-prefetch.toml", []), ("gallery/pipeline.toml", []),
+                                        ("gpt-1.7b-ptd-interleaved-a100.toml", [])])
+def test_streams_sharing_a_row_do_not_hide_each_other(path, over):
+    r = simulate(load_scenario(str(ROOT / "scenarios" / path), over))
+    sp, step = r.spans, float(r.spans.end_s.max())
+    split = 0
+    for (rank, kind), g in sp[~sp.category.isin(["compute", "idle"])].groupby(["rank", "category"]):
+        lane = lanes(g, step)
+        assert set(lane) == set(g.stream)
+        split += max(lane.values()) > 0
+        busy = {st: _union(x[["start_s", "end_s"]].to_numpy()) for st, x in g.groupby("stream")}
+        for a in busy:
+            for b in busy:
+                if a < b and lane[a] == lane[b]:
+                    both = _measure(busy[a]) - _measure(_subtract(busy[a], busy[b]))
+                    assert both <= max(LANE_OVERLAP[0] * min(_measure(busy[a]), _measure(busy[b])),
+                                       LANE_OVERLAP[1] * step) + 1e-12
+    if "fsdp" in path:  # all-gathers and reduce-scatters overlap: two rows
+        assert split
+
+
+def test_folded_ranks_are_drawn_as_their_representative():
+    r = simulate(load_scenario(str(ROOT / "scenarios" / "gallery" / "fsdp-prefetch.toml")))
+    assert r.info["folded"]
+    assert _shown_ranks(r, [5, 63]) == r.info["simulated_ranks"]
+    assert _shown_ranks(r, "5") == r.info["simulated_ranks"]
 
 
 def test_png_for_eight_ranks(tmp_path):

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key (repeatable)")
     p.add_argument("-o", "--out", help="PNG path (default: plots/<scenario name>.png)")
-    p.add_argument("--ranks", help="'all', or ranks like 0,8,16-23 (default: representatives + stragglers)")
+    p.add_argument("--ranks", help="'all', or ranks like 0,8,16-23 (default: representatives + stragglers; "
+                                   "a folded rank shows as the simulated rank identical to it)")
     p.add_argument("--start-ms", type=float, default=None, help="window start (ms)")
     p.add_argument("--end-ms", type=float, default=None, help="window end (ms)")
     p.set_defaults(func=run)
@@ -29,7 +30,7 @@ def run(args) -> int:
     """Load, simulate, draw."""
     from .. import simulate
     from ..timeline import plot_timeline
-    from ..trace import parse_ranks
+    from ..rank_selection import parse_ranks
 
     scenario = load_scenario(args.scenario, args.overrides)
     out = args.out or str(Path("plots") / f"{scenario.name}.png")

@@ -18,8 +18,9 @@ def add_parser(sub) -> None:
                    help="override a scenario key, e.g. parallel.dp=8 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace (JSON)")
-    p.add_argument("--trace-ranks", help="ranks in the trace: 'all', or a list like 0,8,16-23 "
-                                         "(default: representatives + stragglers)")
+    p.add_argument("--trace-ranks", help="ranks in the trace: 'all', or a list like 0,8,16-23 (default: "
+                                         "representatives + stragglers; a folded rank shows as the simulated "
+                                         "rank identical to it)")
     p.add_argument("--timeline", help="write a PNG timeline")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
@@ -61,7 +62,7 @@ def _check_outputs(args, scenario) -> None:
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
     if args.trace_ranks and args.trace_ranks.strip().lower() != "all":
-        from ..trace import parse_ranks
+        from ..rank_selection import parse_ranks
 
         parse_ranks(args.trace_ranks, scenario.cluster.gpus)
 

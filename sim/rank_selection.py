@@ -1,0 +1,126 @@
+"""Which ranks a trace or a timeline shows: the ``--trace-ranks`` / ``--ranks`` selector.
+
+A selector is ``all`` (every simulated rank) or a list like ``0,8,16-23``; without one,
+a run with few simulated ranks shows them all and a large run shows representatives
+(one rank per pipeline stage, a neighbour on each parallel axis, the busiest ranks) plus
+every rank a straggler or a fault names.
+
+Folded runs simulate one rank per class of identical ranks (per pipeline stage, or per
+expert-group member when expert loads are uneven: ``result.info["simulated_ranks"]``).
+A rank that was not simulated is shown as the simulated rank whose timeline it shares,
+its *representative* (:func:`representative`): ``--trace-ranks 8191`` on the 16k-GPU
+Llama 3 run shows stage 7's simulated rank.
+"""
+
+from .errors import InputError
+
+MAX_DEFAULT_RANKS = 32  # beyond this many simulated ranks the default is a selection
+
+
+def parse_ranks(text: str, world: int, key: str = "--trace-ranks") -> list[int]:
+    """'0,8,16-23' -> [0, 8, 16, ..., 23]; every rank must exist (``InputError(key)``)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise InputError(key, f"expected 'all' or ranks like 0,8,16-23, got {text!r}") from None
+        if a > b:
+            raise InputError(key, f"range {part!r} runs backwards")
+        if a < 0 or b >= world:
+            raise InputError(key, f"rank {b if b >= world else a} is outside 0..{world - 1}")
+        out.extend(range(a, b + 1))
+    if not out:
+        raise InputError(key, f"no ranks in {text!r}")
+    return sorted(set(out))
+
+
+def representative(result, rank: int) -> int:
+    """The simulated rank whose timeline ``rank`` shares (itself when simulated): the
+    simulated rank of the same pipeline stage and, when whole expert groups were
+    simulated (uneven expert loads), the same position in its expert group."""
+    simulated = result.info["simulated_ranks"]
+    if rank in set(simulated):
+        return rank
+    layout = result.info["layout"]
+    stage = layout.coords(rank)["pp"]
+    same = [r for r in simulated if layout.coords(r)["pp"] == stage]
+    if layout.ep > 1 and len(same) > 1:
+        slot = layout.dc_index(rank) % layout.ep
+        same = [r for r in same if layout.dc_index(r) % layout.ep == slot] or same
+    return same[0] if same else simulated[0]
+
+
+def straggler_ranks(result) -> set[int]:
+    """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
+    s, topo = result.scenario, result.info["topology"]
+    out = set()
+    for st in getattr(s, "stragglers", []) or []:
+        out.update(st.ranks)
+        if st.nodes:
+            nodes = set(st.nodes)
+            out.update(r for r in range(topo.num_gpus) if topo.server(r) in nodes)
+    return out
+
+
+def fault_ranks(result) -> set[int]:
+    """Ranks whose NIC a ``[[cluster.faults]]`` entry degrades (``gpu_nic``, or every GPU
+    of ``node_nics``); a spine fault names no rank."""
+    s, topo = result.scenario, result.info["topology"]
+    out = set()
+    for f in getattr(getattr(s, "cluster", None), "faults", []) or []:
+        if f.gpu_nic is not None and f.gpu_nic < topo.num_gpus:
+            out.add(f.gpu_nic)
+        if f.node_nics is not None:
+            out.update(r for r in range(topo.num_gpus) if topo.server(r) == f.node_nics)
+    return out
+
+
+def flagged_ranks(result) -> set[int]:
+    """Stragglers and ranks behind faulty links: always shown."""
+    return straggler_ranks(result) | fault_ranks(result)
+
+
+def default_ranks(result) -> list[int]:
+    """All simulated ranks when they are few; else one per pipeline stage, one peer per
+    parallel axis (a tp, cp, dp, ep neighbour of stage 0's representative), the two ranks
+    whose compute took longest (hot experts, stragglers) and every flagged rank."""
+    simulated = result.info["simulated_ranks"]
+    if len(simulated) <= MAX_DEFAULT_RANKS:
+        return list(simulated)
+    layout, sim_set = result.info["layout"], set(simulated)
+    chosen = {}
+    for r in simulated:  # first simulated rank of each stage
+        chosen.setdefault(layout.coords(r)["pp"], r)
+    picked = set(chosen.values())
+    base = chosen[min(chosen)]
+    for axis in ("tp", "cp", "dp"):
+        peers = [r for r in layout.group(base, axis) if r != base and r in sim_set]
+        if peers:
+            picked.add(peers[0])
+    if layout.ep > 1:
+        peers = [r for r in layout.ep_group(base) if r != base and r in sim_set]
+        if peers:
+            picked.add(peers[0])
+    sp = result.spans
+    comp = sp[sp.category == "compute"]
+    if len(comp):
+        busy = (comp.end_s - comp.start_s).groupby(comp["rank"]).sum()
+        picked.update(int(r) for r in busy.nlargest(2).index)
+    picked.update(r for r in flagged_ranks(result) if r in sim_set)
+    return sorted(picked)
+
+
+def select_ranks(result, text: str | None, key: str = "--trace-ranks") -> list[int]:
+    """Simulated ranks to show for a selector: None (default), 'all', or '0,8,16-23'
+    (ranks that were folded into another show as their :func:`representative`)."""
+    if text is None or text.strip() == "":
+        return default_ranks(result)
+    if text.strip().lower() == "all":
+        return list(result.info["simulated_ranks"])
+    world = result.info["layout"].world
+    return sorted({representative(result, r) for r in parse_ranks(text, world, key)})
