@@ -1,6 +1,6 @@
 """The plots/ gallery: ``python -m sim.gallery [--out plots]`` regenerates every picture
 from the bundled scenarios (scenarios/gallery/*.toml, scenarios/straggler-dp.toml) in
-about half a minute, and prints the figures each one shows.
+a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
 
 - ``gallery-fsdp-prefetch.png``: FSDP with and without prefetching the next layer's
   all-gather: compute/communication overlap, and the exposed gathers without it.
@@ -9,7 +9,8 @@ about half a minute, and prints the figures each one shows.
 - ``gallery-straggler.png``: one rank 1.5x slower in data parallelism holds every rank
   at the gradient all-reduce (pale bars: waiting for it).
 - ``gallery-hierarchical.png``: flat ring vs hierarchical all-reduce across NVLink
-  domains, NVLink and InfiniBand throughput over time, with fast and with slow NICs.
+  domains: how busy NVLink and InfiniBand are over time with fast and with slow NICs,
+  and a training step with ``parallel.dp_algo`` ring vs hierarchical.
 """
 
 import argparse
@@ -77,53 +78,92 @@ def collective_log(topo, algo: str, group: tuple, nbytes: float):
     return engine.env.now, engine.net.log
 
 
+def _fabric_buckets(topo) -> tuple[dict, dict]:
+    """Link id -> 'NVLink' / 'InfiniBand' for the links where bytes enter the fabric
+    (GPU -> NVSwitch, NIC -> leaf: each byte counted once), and each bucket's capacity."""
+    ends = {lid: a for (a, _), lid in topo._link_id.items()}
+    bucket = {lid: "NVLink" if a[0] == "gpu" and topo.kinds[lid] == "nvlink" else
+              "InfiniBand" if a[0] == "nic" and topo.kinds[lid] == "ib" else None for lid, a in ends.items()}
+    caps = {}
+    for lid, name in bucket.items():
+        if name is not None:
+            caps[name] = caps.get(name, 0.0) + float(topo.caps[lid])
+    return bucket, caps
+
+
 def hierarchical(out: Path) -> list[str]:
-    """Flat ring vs hierarchical all-reduce of 1.7B bf16 gradients (3.4 GB) over 2 DGX
-    H100 nodes: NVLink and IB throughput over time, with 400 and 100 Gb/s NICs."""
+    """Flat ring vs hierarchical all-reduce across NVLink domains. Rows 1-2: one 3.4 GB
+    all-reduce (1.7B bf16 gradients) over 2 DGX H100 nodes, how busy NVLink and InfiniBand
+    are over time, with 400 and with 100 Gb/s NICs. Row 3: the training step of
+    scenarios/gallery/hierarchical.toml (100 Gb/s NICs) with ``parallel.dp_algo`` ring vs
+    hierarchical. Also prints both algorithms over 4 nodes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from . import topology
     from .hardware import gpu_preset
+    from .timeline import add_legend, draw
     from .trace import series_from_log
 
     spec = topology.load_spec("dgx-h100")
-    nbytes, group = 3.4e9, tuple(range(16))
+    nbytes = 3.4e9
     cases = [("400 Gb/s NICs (DGX H100)", spec), ("100 Gb/s NICs (what-if)", dataclasses.replace(spec, nic_gbps=12.5))]
-    fig, axes = plt.subplots(2, 2, figsize=(14, 7), sharey="row")
+    colors = {"NVLink": "#4C72B0", "InfiniBand": "#C44E52"}
+    fig, axes = plt.subplots(3, 2, figsize=(15, 10.5), gridspec_kw={"height_ratios": [1, 1, 1.15]})
     lines = []
     for row, (label, sp) in enumerate(cases):
         topo = topology.Topology(topology.fat_tree(16, sp, gpu_preset(sp.gpu)), sp)
-        ends = {lid: a for (a, _), lid in topo._link_id.items()}
-        # count each byte once, where it enters the fabric: GPU -> NVSwitch and NIC -> leaf
-        bucket = {lid: "NVLink" if a[0] == "gpu" and topo.kinds[lid] == "nvlink" else
-                  "InfiniBand" if a[0] == "nic" and topo.kinds[lid] == "ib" else None for lid, a in ends.items()}
-        runs = {algo: collective_log(topo, algo, group, nbytes) for algo in ("ring", "hierarchical")}
+        bucket, caps = _fabric_buckets(topo)
+        runs = {algo: collective_log(topo, algo, tuple(range(16)), nbytes) for algo in ("ring", "hierarchical")}
         t_max = max(t for t, _ in runs.values())
         for col, (algo, (t, log)) in enumerate(runs.items()):
             ax = axes[row, col]
             series = series_from_log(log, bucket.get)
-            for name, color, what in (("NVLink", "#4C72B0", "GPU -> NVSwitch, 16 GPUs"),
-                                      ("InfiniBand", "#C44E52", "NIC -> leaf, 16 NICs")):
+            for name in ("NVLink", "InfiniBand"):
                 if name in series:
                     times, rates = series[name]
-                    ax.step(times * 1e3, rates / 1e9, where="post", color=color, label=f"{name} ({what})")
-                    ax.fill_between(times * 1e3, rates / 1e9, step="post", color=color, alpha=0.2)
+                    util = 100 * rates / caps[name]
+                    ax.step(times * 1e3, util, where="post", color=colors[name], lw=1.5)
+                    ax.fill_between(times * 1e3, util, step="post", color=colors[name], alpha=0.15)
             ax.set_xlim(0, t_max * 1e3 * 1.02)
+            ax.set_ylim(0, 110)
             ax.axvline(t * 1e3, color="k", lw=0.8, ls="--")
             ax.set_title(f"{label}: {algo} all-reduce, {t * 1e3:.1f} ms", fontsize=10, loc="left")
             ax.set_xlabel("time (ms)")
             ax.grid(True, alpha=0.3)
             if col == 0:
-                ax.set_ylabel("bytes entering the fabric (GB/s)")
-            ax.legend(fontsize=8, loc="center right")
-            lines.append(f"{label}, {algo}: {t * 1e3:.1f} ms")
-    fig.suptitle("All-reduce of 3.4 GB over 2 DGX H100 nodes (16 GPUs). NCCL-style flat rings already use every "
-                 "NIC; hierarchical\nadds two NVLink phases and wins only when the inter-node links are the bottleneck",
-                 fontsize=11)
-    fig.tight_layout()
+                ax.set_ylabel("busy (% of capacity)")
+            lines.append(f"{label}, 2 nodes, {algo}: {t * 1e3:.1f} ms")
+    for label, sp in cases:  # the same over 4 domains: hierarchical's advantage is gone
+        topo = topology.Topology(topology.fat_tree(32, sp, gpu_preset(sp.gpu)), sp)
+        for algo in ("ring", "hierarchical"):
+            t, _ = collective_log(topo, algo, tuple(range(32)), nbytes)
+            lines.append(f"{label}, 4 nodes, {algo}: {t * 1e3:.1f} ms")
+    path = SCENARIOS / "gallery" / "hierarchical.toml"
+    steps = [(algo, _run(path, [f"parallel.dp_algo={algo}"])) for algo in ("ring", "hierarchical")]
+    end = max(float(r.spans.end_s.max()) for _, r in steps)
+    features = []
+    for col, (algo, r) in enumerate(steps):
+        ax = axes[2, col]
+        features.append(draw(ax, r, [0], (0.0, end), legend=False))
+        ax.set_title(f"training step, 100 Gb/s NICs, dp_algo = {algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
+                     f"MFU {r.summary['mfu']:.1%}", fontsize=10, loc="left")
+        lines.append(f"step with 100 Gb/s NICs, dp_algo={algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
+                     f"exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.91))
+    legend_ax = fig.add_axes((0.06, 0.0, 0.9, 0.05))  # the timelines' legend, under them
+    legend_ax.axis("off")
+    add_legend(legend_ax, features, ncol=7)
+    handles = [Line2D([], [], color=colors["NVLink"], lw=2, label="NVLink: GPU -> NVSwitch links, all 16 GPUs"),
+               Line2D([], [], color=colors["InfiniBand"], lw=2, label="InfiniBand: NIC -> leaf links, all 16 NICs"),
+               Line2D([], [], color="k", lw=0.8, ls="--", label="all-reduce done")]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.935), ncol=3, fontsize=9, frameon=False)
+    fig.suptitle("Flat ring vs hierarchical all-reduce of 3.4 GB over 2 DGX H100 nodes (16 GPUs). NCCL-style rings "
+                 "already drive every NIC;\nhierarchical adds two NVLink phases and wins only when the NICs are the "
+                 "bottleneck (and the domains few)", fontsize=11)
     fig.savefig(out / "gallery-hierarchical.png", dpi=100)
     plt.close(fig)
     return lines
