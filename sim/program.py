@@ -6,6 +6,7 @@ the sibling groups whose traffic must still load the network.
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .compute import ComputeModel, Kernel
 from .engine import Collective, Op, RankProgram
@@ -49,9 +50,34 @@ class Context:
                         covered.update(g)
                         if not self.simulated.intersection(g):
                             others.append(g)
+                if self._many_per_stage:  # each folded group rides with the one simulated copy of it
+                    others = [g for g in others if self.representative(g[0]) == group[0]]
                 found = tuple(sorted(others))
             self._siblings[key] = found
         return found
+
+    @cached_property
+    def _stage_simulated(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for r in sorted(self.simulated):
+            out.setdefault(self.layout.coords(r)["pp"], []).append(r)
+        return out
+
+    @cached_property
+    def _many_per_stage(self) -> bool:
+        """Whether some stage simulates several ranks (whole expert groups, uneven routing)."""
+        return len(self.simulated) < self.layout.world and any(len(v) > 1 for v in self._stage_simulated.values())
+
+    def representative(self, rank: int) -> int:
+        """The simulated rank doing ``rank``'s work: itself, else the simulated rank of its
+        stage at the same expert-group position (uneven routing) or the stage's one rank."""
+        if rank in self.simulated:
+            return rank
+        same = self._stage_simulated.get(self.layout.coords(rank)["pp"], [])
+        if len(same) > 1 and self.layout.ep > 1:
+            slot = self.layout.dc_index(rank) % self.layout.ep
+            same = [r for r in same if self.layout.dc_index(r) % self.layout.ep == slot] or same
+        return same[0] if same else rank
 
 
 class RankBuilder:

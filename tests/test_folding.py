@@ -29,6 +29,10 @@ CASES = {
     "cp-tp": (SMALL, 32, {"seq_len": 4096, "global_batch": 8}, {"tp": 2, "cp": 2, "dp": 8}),
     "moe-ep": (MIXTRAL_SMALL, 16, {"seq_len": 1024, "global_batch": 16}, {"dp": 16, "ep": 8}),
     "moe-ep-tp": (MIXTRAL_SMALL, 32, {"seq_len": 1024, "global_batch": 16}, {"tp": 2, "dp": 16, "ep": 4}),
+    # uneven routing: whole expert groups are simulated, several ranks per stage; the
+    # folded groups' pipeline and all-to-all traffic must ride with exactly one copy each
+    "moe-skewed-pp": ({**MIXTRAL_SMALL, "moe": {**MIXTRAL_SMALL["moe"], "routing": "token_choice", "skew": 0.5}},
+                      16, {"seq_len": 1024, "global_batch": 16}, {"pp": 2, "dp": 8, "ep": 4}),
 }
 _cache: dict = {}
 
