@@ -32,6 +32,7 @@ __all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "lin
 US = 1e6  # seconds -> microseconds
 IDLE_MIN_S = 1e-7  # compute-stream gaps shorter than this are not drawn as idle
 TOP_LINKS = 8  # counter tracks for the busiest links
+LARGE_TRACE_EVENTS = 2_000_000  # beyond this, warn that viewers will struggle
 
 
 # --- the trace --------------------------------------------------------------------------------
@@ -206,4 +207,10 @@ def write_trace(result, path: str, ranks_text: str | None = None) -> dict:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         json.dump(trace, f, separators=(",", ":"))
+    events = len(trace["traceEvents"])
+    if events > LARGE_TRACE_EVENTS:
+        import sys
+
+        print(f"warning: {path} holds {events:,} events ({Path(path).stat().st_size / 1e6:,.0f} MB); "
+              "Perfetto struggles past a few million: pick fewer ranks with --trace-ranks", file=sys.stderr)
     return trace
