@@ -30,6 +30,24 @@ def length(iv: np.ndarray) -> float:
     return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
 
 
+def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Parts of disjoint sorted intervals ``a`` not covered by disjoint sorted ``b``."""
+    out, j = [], 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return np.array(out) if out else np.zeros((0, 2))
+
+
 def overlap(a: np.ndarray, b: np.ndarray) -> float:
     """Length of the intersection of two disjoint interval sets."""
     return length(a) + length(b) - length(union(np.vstack([a, b])))

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
+from .metrics import length, subtract, union
 
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
           "forward2": "#C4D6EF", "backward2": "#5E80B8",  # a rank's second model chunk (interleaved)
@@ -36,51 +37,19 @@ MAX_LABELS = 400  # micro-batch numbers written inside compute blocks, at most
 PX_WIDTH = 1400  # plot width in pixels at the saved dpi (for the minimum bar width)
 
 
-def _union(intervals: np.ndarray) -> np.ndarray:
-    """Sorted, merged [start, end] intervals."""
-    if len(intervals) == 0:
-        return np.zeros((0, 2))
-    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
-    out = [list(iv[0])]
-    for a, b in iv[1:]:
-        if a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return np.array(out)
-
-
-def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Parts of union ``a`` not covered by union ``b`` (both merged and sorted)."""
-    out, j = [], 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return np.array(out) if out else np.zeros((0, 2))
-
-
 def exposed_comm(spans, rank: int) -> np.ndarray:
     """Intervals where ``rank`` communicates and computes nothing."""
     mine = spans[spans["rank"] == rank]
-    comp = _union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
-    comm = _union(mine.loc[~mine.category.isin(["compute", "idle"]), ["start_s", "end_s"]].to_numpy())
-    return _subtract(comm, comp)
+    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
+    comm = union(mine.loc[~mine.category.isin(["compute", "idle"]), ["start_s", "end_s"]].to_numpy())
+    return subtract(comm, comp)
 
 
 def idle_compute(spans, rank: int, end: float) -> np.ndarray:
     """Intervals of [0, end] where ``rank``'s compute stream is idle."""
     mine = spans[(spans["rank"] == rank) & (spans.category == "compute")]
-    comp = _union(mine[["start_s", "end_s"]].to_numpy())
-    return _subtract(np.array([[0.0, end]]), comp)
+    comp = union(mine[["start_s", "end_s"]].to_numpy())
+    return subtract(np.array([[0.0, end]]), comp)
 
 
 def _rank_label(result, rank: int) -> str:
@@ -96,11 +65,7 @@ def _rank_label(result, rank: int) -> str:
 
 
 def _busy(sp) -> np.ndarray:
-    return _union(sp[["start_s", "end_s"]].to_numpy())
-
-
-def _measure(iv: np.ndarray) -> float:
-    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
+    return union(sp[["start_s", "end_s"]].to_numpy())
 
 
 def lanes(sp_kind, step: float) -> dict[str, int]:
@@ -111,9 +76,9 @@ def lanes(sp_kind, step: float) -> dict[str, int]:
     out = {}
     for st, iv in busy.items():
         for i, members in enumerate(rows):
-            other = _union(np.concatenate([busy[m] for m in members]))
-            both = _measure(iv) - _measure(_subtract(iv, other))
-            if both <= max(LANE_OVERLAP[0] * min(_measure(iv), _measure(other)), LANE_OVERLAP[1] * step):
+            other = union(np.concatenate([busy[m] for m in members]))
+            both = length(iv) - length(subtract(iv, other))
+            if both <= max(LANE_OVERLAP[0] * min(length(iv), length(other)), LANE_OVERLAP[1] * step):
                 members.append(st)
                 out[st] = i
                 break
@@ -246,7 +211,7 @@ def _compute_blocks(ax, g, y: float, px: float, labels_left: int) -> int:
                                                              phase.astype(str)))
     for kind in np.unique(color):
         sel = color == kind
-        iv = _union(np.stack([starts[sel], np.maximum(ends[sel], starts[sel] + px)], axis=1))
+        iv = union(np.stack([starts[sel], np.maximum(ends[sel], starts[sel] + px)], axis=1))
         if len(iv) > 1:  # close sub-pixel gaps: they would only draw as noise
             keep = np.append(True, iv[1:, 0] - iv[:-1, 1] > px)
             iv = np.stack([iv[keep, 0], np.maximum.reduceat(iv[:, 1], np.flatnonzero(keep))], axis=1)

@@ -103,17 +103,16 @@ def chrome_trace(result, ranks=None) -> dict:
 
 def _idle_events(sp, tids, topo) -> list[dict]:
     """Gaps on each compute stream, from the step's start to its end: bubbles, waits."""
+    from .metrics import subtract, union
+
     out = []
     end = float(sp.end_s.max()) if len(sp) else 0.0
-    comp = sp[sp.stream == "compute"].sort_values(["rank", "start_s"])
+    comp = sp[sp.stream == "compute"]
     for rank, g in comp.groupby("rank"):
-        t = 0.0
-        starts, ends = g.start_s.to_numpy(), g.end_s.to_numpy()
-        for a, b in zip(np.append(starts, end), np.append(ends, end)):
-            if a - t > IDLE_MIN_S:
-                out.append({"ph": "X", "name": "idle", "cat": "idle", "pid": topo.server(int(rank)),
-                            "tid": tids[(int(rank), "compute")], "ts": t * US, "dur": (a - t) * US, "args": {}})
-            t = max(t, b)
+        gaps = subtract(np.array([[0.0, end]]), union(g[["start_s", "end_s"]].to_numpy()))
+        out += [{"ph": "X", "name": "idle", "cat": "idle", "pid": topo.server(int(rank)),
+                 "tid": tids[(int(rank), "compute")], "ts": a * US, "dur": (b - a) * US, "args": {}}
+                for a, b in gaps if b - a > IDLE_MIN_S]
     return out
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sim import load_scenario, simulate
-from sim.timeline import (LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, _subtract, _union, exposed_comm,
-                          lanes, plot_timeline, waits)
+from sim.metrics import subtract as _subtract, union as _union
+from sim.timeline import LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, exposed_comm, lanes, plot_timeline, waits
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
