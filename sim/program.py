@@ -58,10 +58,7 @@ class Context:
 
     @cached_property
     def _stage_simulated(self) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
-        for r in sorted(self.simulated):
-            out.setdefault(self.layout.coords(r)["pp"], []).append(r)
-        return out
+        return simulated_by_stage(self.layout, self.simulated)
 
     @cached_property
     def _many_per_stage(self) -> bool:
@@ -69,15 +66,30 @@ class Context:
         return len(self.simulated) < self.layout.world and any(len(v) > 1 for v in self._stage_simulated.values())
 
     def representative(self, rank: int) -> int:
-        """The simulated rank doing ``rank``'s work: itself, else the simulated rank of its
-        stage at the same expert-group position (uneven routing) or the stage's one rank."""
-        if rank in self.simulated:
-            return rank
-        same = self._stage_simulated.get(self.layout.coords(rank)["pp"], [])
-        if len(same) > 1 and self.layout.ep > 1:
-            slot = self.layout.dc_index(rank) % self.layout.ep
-            same = [r for r in same if self.layout.dc_index(r) % self.layout.ep == slot] or same
-        return same[0] if same else rank
+        """The simulated rank doing ``rank``'s work (see :func:`representative`)."""
+        found = representative(self.layout, self.simulated, self._stage_simulated, rank)
+        return rank if found is None else found
+
+
+def simulated_by_stage(layout: Layout, simulated) -> dict[int, list[int]]:
+    """Pipeline stage -> its simulated ranks, ascending."""
+    out: dict[int, list[int]] = {}
+    for r in sorted(simulated):
+        out.setdefault(layout.coords(r)["pp"], []).append(r)
+    return out
+
+
+def representative(layout: Layout, simulated, by_stage: dict[int, list[int]], rank: int) -> int | None:
+    """The simulated rank doing ``rank``'s work: itself when simulated, else the simulated
+    rank of its stage at the same expert-group position (uneven routing simulates whole
+    expert groups) or the stage's one simulated rank; None if its stage has none."""
+    if rank in simulated:
+        return rank
+    same = by_stage.get(layout.coords(rank)["pp"], [])
+    if len(same) > 1 and layout.ep > 1:
+        slot = layout.dc_index(rank) % layout.ep
+        same = [r for r in same if layout.dc_index(r) % layout.ep == slot] or same
+    return same[0] if same else None
 
 
 class RankBuilder:

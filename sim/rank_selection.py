@@ -43,16 +43,13 @@ def representative(result, rank: int) -> int:
     """The simulated rank whose timeline ``rank`` shares (itself when simulated): the
     simulated rank of the same pipeline stage and, when whole expert groups were
     simulated (uneven expert loads), the same position in its expert group."""
-    simulated = result.info["simulated_ranks"]
+    from .program import representative as same_work, simulated_by_stage
+
+    simulated, layout = result.info["simulated_ranks"], result.info["layout"]
     if rank in set(simulated):
         return rank
-    layout = result.info["layout"]
-    stage = layout.coords(rank)["pp"]
-    same = [r for r in simulated if layout.coords(r)["pp"] == stage]
-    if layout.ep > 1 and len(same) > 1:
-        slot = layout.dc_index(rank) % layout.ep
-        same = [r for r in same if layout.dc_index(r) % layout.ep == slot] or same
-    return same[0] if same else simulated[0]
+    found = same_work(layout, (), simulated_by_stage(layout, simulated), rank)
+    return simulated[0] if found is None else found
 
 
 def straggler_ranks(result) -> set[int]:
