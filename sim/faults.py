@@ -10,15 +10,17 @@ import numpy as np
 from .errors import InputError
 
 
+def straggler_ranks(st, per_node: int) -> set[int]:
+    """The ranks one ``[[stragglers]]`` entry slows: its ranks and every GPU of its nodes."""
+    return set(st.ranks) | {n * per_node + i for n in st.nodes for i in range(per_node)}
+
+
 def compute_scale(s, topo):
     """callable(rank, now) -> compute slowdown, or None when nothing is slow."""
     if not s.stragglers:
         return None
     per_node = topo.spec.gpus_per_node
-    rules = []
-    for st in s.stragglers:
-        ranks = set(st.ranks) | {n * per_node + i for n in st.nodes for i in range(per_node)}
-        rules.append((ranks, st.slowdown, st.start_s))
+    rules = [(straggler_ranks(st, per_node), st.slowdown, st.start_s) for st in s.stragglers]
 
     def scale(rank: int, now: float) -> float:
         factor = 1.0
@@ -70,16 +72,20 @@ def apply_faults(graph, faults, spec) -> None:
                 graph.edges[u, v]["bw"] *= f.factor
 
 
+def nic_ranks(f, per_node: int) -> list[int]:
+    """GPUs whose NIC one ``[[cluster.faults]]`` entry names (``gpu_nic``, then every GPU
+    of ``node_nics``); a spine fault names none."""
+    out = [f.gpu_nic] if f.gpu_nic is not None else []
+    if f.node_nics is not None:
+        out += range(f.node_nics * per_node, (f.node_nics + 1) * per_node)
+    return out
+
+
 def _edges(graph, f, spec) -> list[tuple]:
     found = []
-    if f.gpu_nic is not None:
-        found += [(("nic", f.gpu_nic), n) for n in graph.neighbors(("nic", f.gpu_nic))
-                  if n[0] == "leaf"] if ("nic", f.gpu_nic) in graph else []
-    if f.node_nics is not None:
-        per = spec.gpus_per_node
-        for g in range(f.node_nics * per, (f.node_nics + 1) * per):
-            if ("nic", g) in graph:
-                found += [(("nic", g), n) for n in graph.neighbors(("nic", g)) if n[0] == "leaf"]
+    for g in nic_ranks(f, spec.gpus_per_node):
+        if ("nic", g) in graph:
+            found += [(("nic", g), n) for n in graph.neighbors(("nic", g)) if n[0] == "leaf"]
     if f.spine is not None and ("spine", f.spine) in graph:
         found += [(n, ("spine", f.spine)) for n in graph.neighbors(("spine", f.spine))]
     return found

@@ -54,27 +54,20 @@ def representative(result, rank: int) -> int:
 
 def straggler_ranks(result) -> set[int]:
     """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
-    s, topo = result.scenario, result.info["topology"]
-    out = set()
-    for st in getattr(s, "stragglers", []) or []:
-        out.update(st.ranks)
-        if st.nodes:
-            nodes = set(st.nodes)
-            out.update(r for r in range(topo.num_gpus) if topo.server(r) in nodes)
-    return out
+    from .faults import straggler_ranks as entry_ranks
+
+    per_node = result.info["topology"].spec.gpus_per_node
+    return set().union(*(entry_ranks(st, per_node) for st in getattr(result.scenario, "stragglers", []) or []))
 
 
 def fault_ranks(result) -> set[int]:
     """Ranks whose NIC a ``[[cluster.faults]]`` entry degrades (``gpu_nic``, or every GPU
     of ``node_nics``); a spine fault names no rank."""
-    s, topo = result.scenario, result.info["topology"]
-    out = set()
-    for f in getattr(getattr(s, "cluster", None), "faults", []) or []:
-        if f.gpu_nic is not None and f.gpu_nic < topo.num_gpus:
-            out.add(f.gpu_nic)
-        if f.node_nics is not None:
-            out.update(r for r in range(topo.num_gpus) if topo.server(r) == f.node_nics)
-    return out
+    from .faults import nic_ranks
+
+    topo = result.info["topology"]
+    faults = getattr(getattr(result.scenario, "cluster", None), "faults", []) or []
+    return {g for f in faults for g in nic_ranks(f, topo.spec.gpus_per_node) if g < topo.num_gpus}
 
 
 def flagged_ranks(result) -> set[int]:
