@@ -21,6 +21,12 @@ def domain_members(group: tuple[int, ...], domains: tuple[int, ...]) -> list[lis
     return list(by_domain.values())
 
 
+def rotated(members: list[int], c: int) -> list[int]:
+    """``members`` started at position c (mod its length): channel c's entry into a domain."""
+    c %= len(members)
+    return members[c:] + members[:c]
+
+
 def channel_orders(group: tuple[int, ...], domains: tuple[int, ...]) -> list[list[int]]:
     """The ring order of every channel."""
     per_domain = domain_members(group, domains)
@@ -29,8 +35,7 @@ def channel_orders(group: tuple[int, ...], domains: tuple[int, ...]) -> list[lis
     # one channel per member of the largest domain; a smaller (partial) domain's GPUs
     # serve several channels, sharing their links
     channels = max(len(members) for members in per_domain)
-    return [[r for members in per_domain for r in members[c % len(members):] + members[:c % len(members)]]
-            for c in range(channels)]
+    return [[r for members in per_domain for r in rotated(members, c)] for c in range(channels)]
 
 
 def ring_phase(group, domains, nbytes: float, passes: int, label: str) -> Phase:

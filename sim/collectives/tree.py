@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .ring import domain_members
+from .ring import domain_members, rotated
 from .schedule import chains_phase
 
 
@@ -28,9 +28,9 @@ def all_reduce(group, domains, nbytes):
     k = max(len(m) for m in per_domain)  # channels; a partial domain's GPUs lead several
     up = []
     for c in range(k):
-        rotated = [m[c % len(m):] + m[:c % len(m)] for m in per_domain]
-        chains = [(r[i + 1], r[i]) for r in rotated for i in range(len(r) - 1)]
-        leaders = [r[0] for r in rotated]
+        orders = [rotated(m, c) for m in per_domain]
+        chains = [(r[i + 1], r[i]) for r in orders for i in range(len(r) - 1)]
+        leaders = [r[0] for r in orders]
         up += [chains + _tree_edges(leaders), chains + _tree_edges(leaders[::-1])]
     down = [[(p, c) for c, p in hops[::-1]] for hops in up]
     steps = max(1, math.ceil(math.log2(len(per_domain))) + max(len(m) for m in per_domain) - 1)
