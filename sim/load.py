@@ -33,7 +33,7 @@ def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,
                        base: Path | None = None) -> Scenario:
     """Same as :func:`load_scenario` for an already-parsed dict."""
     data = _deep_copy(data)
-    for key, value in _override_pairs(overrides):
+    for key, value in override_pairs(overrides):
         _set(data, key, value)
     _resolve_model(data, base)
     try:
@@ -48,16 +48,18 @@ def _deep_copy(d):
         [_deep_copy(v) for v in d] if isinstance(d, list) else d)
 
 
-def _override_pairs(overrides) -> list[tuple[str, object]]:
+def override_pairs(overrides) -> list[tuple[str, object]]:
+    """``["k=v", ...]`` (``--set`` items, values parsed by :func:`parse_value`) or a dict
+    -> [(key, value), ...]."""
     if not overrides:
         return []
     if isinstance(overrides, dict):
         return list(overrides.items())
     pairs = []
     for item in overrides:
-        if "=" not in item:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
             raise InputError("--set", f"expected key=value, got {item!r}")
-        key, text = item.split("=", 1)
         pairs.append((key.strip(), parse_value(text.strip())))
     return pairs
 

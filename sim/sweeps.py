@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from . import step
 from .errors import InputError
-from .load import parse_value, scenario_from_dict
+from .load import override_pairs, scenario_from_dict
 from .scenario import Scenario
 
 # The summary keys of CONTRACT.md, flattened; a key a newer summary adds is appended.
@@ -458,17 +458,7 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
 
 
 def _fixed(overrides) -> dict:
-    if not overrides:
-        return {}
-    if isinstance(overrides, dict):
-        pairs = overrides
-    else:
-        pairs = {}
-        for item in overrides:
-            key, sep, text = item.partition("=")
-            if not sep or not key.strip():
-                raise InputError("--set", f"expected key=value, got {item!r}")
-            pairs[key.strip()] = parse_value(text.strip())
+    pairs = dict(override_pairs(overrides))
     for key in pairs:
         check_key(key, "--set")
     return {k: _plain(v) for k, v in pairs.items()}
