@@ -79,7 +79,7 @@ def busiest_links(result, top: int = 5) -> list[tuple[str, float]]:
     topo, used = result.info["topology"], result.info["link_bytes"]
     step = result.summary["step_time_s"]
     util = used / (topo.caps * step) if step > 0 else used * 0
-    names = {v: k for k, v in topo._link_id.items()}
+    names = topo.link_ends
     order = np.argsort(-util)[:top]
     return [(f"{_node(names[l][0])} -> {_node(names[l][1])} ({topo.kinds[l]})", float(util[l]))
             for l in order if util[l] > 0]

@@ -81,7 +81,7 @@ def collective_log(topo, algo: str, group: tuple, nbytes: float):
 def _fabric_buckets(topo) -> tuple[dict, dict]:
     """Link id -> 'NVLink' / 'InfiniBand' for the links where bytes enter the fabric
     (GPU -> NVSwitch, NIC -> leaf: each byte counted once), and each bucket's capacity."""
-    ends = {lid: a for (a, _), lid in topo._link_id.items()}
+    ends = {lid: a for lid, (a, _) in enumerate(topo.link_ends)}
     bucket = {lid: "NVLink" if a[0] == "gpu" and topo.kinds[lid] == "nvlink" else
               "InfiniBand" if a[0] == "nic" and topo.kinds[lid] == "ib" else None for lid, a in ends.items()}
     caps = {}

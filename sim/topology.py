@@ -179,6 +179,14 @@ class Topology:
         return self.graph.nodes[("gpu", gpu)]["node"]
 
     @cached_property
+    def link_ends(self) -> list[tuple]:
+        """(from node, to node) of every directed link, by link id."""
+        ends = [None] * len(self.caps)
+        for pair, lid in self._link_id.items():
+            ends[lid] = pair
+        return ends
+
+    @cached_property
     def domains(self) -> np.ndarray:
         """Array: NVLink domain of every GPU."""
         return np.array([self.graph.nodes[("gpu", i)]["domain"] for i in range(self.num_gpus)])

@@ -137,7 +137,7 @@ def link_names(topo) -> dict[int, str]:
     def node(n):
         return " ".join(str(x) for x in n) if isinstance(n, tuple) else str(n)
 
-    return {lid: f"{node(a)} -> {node(b)}" for (a, b), lid in topo._link_id.items()}
+    return {lid: f"{node(a)} -> {node(b)}" for lid, (a, b) in enumerate(topo.link_ends)}
 
 
 def series_from_log(log, bucket) -> dict:
