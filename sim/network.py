@@ -94,7 +94,6 @@ class _Active:
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
-    started: float = 0.0  # when its bytes began to move (after the latency)
 
 
 class Network:
@@ -170,8 +169,7 @@ class Network:
             on_done()
             return
         nbytes = phase.nbytes  # read only: kept for the per-link byte count
-        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now,
-                      started=self.env.now)
+        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now)
         shared = bool(self._users[act.links].any())
         self._users[act.links] += 1
         self._active.append(act)

@@ -40,8 +40,9 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
              record_links: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
-    ``record_links`` keeps every transfer's interval and bytes (``info["link_log"]``) for
-    the link-utilization tracks of a trace; off by default (memory on huge runs)."""
+    ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
+    ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
+    huge runs)."""
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)
