@@ -83,7 +83,6 @@ class Accumulator:
         self.sum = self.round(first).astype(np.float64)
         self.comp = np.zeros_like(self.sum)
         self.lost = np.zeros(len(self.sum), dtype=np.int64)
-        self.additions = 0
 
     def add(self, x: np.ndarray) -> None:
         """Add one rank's contribution to every element."""
@@ -97,7 +96,6 @@ class Accumulator:
             t = self.round(self.sum + x).astype(np.float64)
         self.lost += (t == self.sum) & (y != 0)
         self.sum = t
-        self.additions += 1
 
 
 # --- gradients -------------------------------------------------------------------------------
@@ -121,35 +119,33 @@ def gradients(ranks: int, elements: int, seed: int, dtype: str) -> np.ndarray:
 
 # --- reductions in collective order ------------------------------------------------------------
 
-def ring_sum(g: np.ndarray, dtype: str, kahan: bool = False) -> tuple[np.ndarray, Accumulator]:
+def ring_sum(g: np.ndarray, dtype: str, kahan: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Ring reduce-scatter order: element e in chunk c = e * N // M is summed starting at
-    rank (c + 1) % N, then (c + 2) % N, ... ending at rank c."""
+    rank (c + 1) % N, then (c + 2) % N, ... ending at rank c. Returns (sums, swamped
+    additions per element)."""
     n, m = g.shape
     chunk = np.arange(m) * n // m
     cols = np.arange(m)
     acc = Accumulator(g[(chunk + 1) % n, cols], dtype, kahan)
     for step in range(2, n + 1):
         acc.add(g[(chunk + step) % n, cols])
-    return acc.sum, acc
+    return acc.sum, acc.lost
 
 
-def tree_sum(g: np.ndarray, dtype: str, kahan: bool = False) -> tuple[np.ndarray, Accumulator]:
-    """Binary tree: at each level rank i adds rank i + stride's partial sum."""
+def tree_sum(g: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Binary tree: at each level rank i adds rank i + stride's partial sum. Returns
+    (sums, swamped additions per element)."""
     n, m = g.shape
     rnd = rounder(dtype)
     level = g.copy()
     lost = np.zeros(m, dtype=np.int64)
-    additions = 0
     while len(level) > 1:
         odd = level[-1:] if len(level) % 2 else None
         a, b = level[0:len(level) - 1:2], level[1::2]
         s = rnd(a + b).astype(np.float64)
         lost += (((s == a) & (b != 0)) | ((s == b) & (a != 0))).sum(axis=0)
-        additions += len(a)
         level = s if odd is None else np.vstack([s, odd])
-    acc = Accumulator(level[0], dtype, kahan)
-    acc.lost, acc.additions = lost, additions
-    return level[0], acc
+    return level[0], lost
 
 
 def reduce(ranks: int, dtype: str, algo: str, seed: int = 0, elements: int = 16384,
@@ -165,18 +161,17 @@ def reduce(ranks: int, dtype: str, algo: str, seed: int = 0, elements: int = 163
     exact = g.sum(axis=0)  # float64 sum of the stored inputs: only accumulation error counts
     acc_dtype = accumulate or dtype
     if ranks == 1:
-        got, acc = g[0], None
+        got, lost = g[0], np.zeros(elements, dtype=np.int64)
     elif algo == "ring":
-        got, acc = ring_sum(g, acc_dtype, kahan)
+        got, lost = ring_sum(g, acc_dtype, kahan)
     else:
-        got, acc = tree_sum(g, acc_dtype)
+        got, lost = tree_sum(g, acc_dtype)
     got = rounder(dtype)(got).astype(np.float64)  # the result is delivered in dtype
     finite = np.isfinite(got)  # fp16 saturates at 65504: a sum past it is inf
     err, exact = got[finite] - exact[finite], exact[finite]
     denom = np.abs(exact).mean() if finite.any() else 1.0
     if not finite.any():
         raise InputError("--ranks", f"every sum overflowed {dtype}; use fewer ranks or a wider dtype")
-    lost = np.zeros(elements, dtype=np.int64) if acc is None else acc.lost
     additions = max(1, elements * (ranks - 1))
     return {"ranks": ranks, "dtype": dtype, "algo": algo, "seed": seed, "elements": elements,
             "accumulate": acc_dtype, "kahan": kahan,
