@@ -105,6 +105,12 @@ def default_ranks(result) -> list[int]:
     return sorted(picked)
 
 
+def check_selector(text: str | None, world: int, key: str = "--trace-ranks") -> None:
+    """Validate a selector before simulating: 'all', empty, or ranks that exist."""
+    if text and text.strip().lower() != "all":
+        parse_ranks(text, world, key)
+
+
 def select_ranks(result, text: str | None, key: str = "--trace-ranks") -> list[int]:
     """Simulated ranks to show for a selector: None (default), 'all', or '0,8,16-23'
     (ranks that were folded into another show as their :func:`representative`)."""

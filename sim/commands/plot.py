@@ -30,7 +30,7 @@ def run(args) -> int:
     """Load, simulate, draw."""
     from .. import simulate
     from ..timeline import plot_timeline
-    from ..rank_selection import parse_ranks
+    from ..rank_selection import check_selector
 
     scenario = load_scenario(args.scenario, args.overrides)
     out = args.out or str(Path("plots") / f"{scenario.name}.png")
@@ -39,8 +39,7 @@ def run(args) -> int:
     for flag, v in (("--start-ms", args.start_ms), ("--end-ms", args.end_ms)):
         if v is not None and (not math.isfinite(v) or v < 0):
             raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
-    if args.ranks and args.ranks.strip().lower() != "all":
-        parse_ranks(args.ranks, scenario.cluster.gpus, "--ranks")
+    check_selector(args.ranks, scenario.cluster.gpus, "--ranks")
     result = simulate(scenario)
     window = None
     if args.start_ms is not None or args.end_ms is not None:

@@ -61,10 +61,9 @@ def _check_outputs(args, scenario) -> None:
         raise InputError("--trace", f"expected a .json path, got {args.trace!r}")
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
-    if args.trace_ranks and args.trace_ranks.strip().lower() != "all":
-        from ..rank_selection import parse_ranks
+    from ..rank_selection import check_selector
 
-        parse_ranks(args.trace_ranks, scenario.cluster.gpus)
+    check_selector(args.trace_ranks, scenario.cluster.gpus)
 
 
 def _exports(args, result) -> None:
