@@ -1,6 +1,11 @@
-"""Shared helpers for the network-core tests: topologies built once, one phase timed alone."""
+"""Shared test helpers: topologies built once, one phase timed alone, the CLI through a
+subprocess and its one-line input errors."""
 
 from functools import lru_cache
+import os
+from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 import simpy
@@ -41,3 +46,25 @@ def run_phase(topo: topology.Topology, phase) -> Network:
 def time_phase(topo: topology.Topology, phase) -> float:
     """Simulated seconds of one phase running alone on an idle network."""
     return run_phase(topo, phase).env.now
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli_env() -> dict:
+    """The environment of a CLI subprocess: this checkout importable, no debug tracebacks."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("CLUSTERSIM_DEBUG", None)
+    return env
+
+
+def clustersim(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m sim ARGS`` from the repository root, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=REPO,
+                          env=cli_env(), timeout=timeout)
+
+
+def assert_input_error(proc: subprocess.CompletedProcess, key: str) -> None:
+    """Bad input: exit 2, one line on stderr naming ``key``, never a traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and key in proc.stderr and "Traceback" not in proc.stderr

@@ -5,12 +5,12 @@ Run: ``python -m pytest tests/test_cli_run.py``
 """
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import clustersim as cli
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP = "scenarios/llama3-8b-fsdp-h100.toml"
@@ -22,10 +22,7 @@ H100_PEAK = 989e12  # dense bf16 FLOP/s, NVIDIA H100 SXM datasheet
 
 
 def clustersim(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("CLUSTERSIM_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "sim", "run", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=300)
+    return cli("run", *args)
 
 
 def one_json_object(stdout: str) -> dict:

@@ -1,12 +1,11 @@
 """Reduction numerics lab: exact swamping facts, error scaling, CLI contract."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import assert_input_error, clustersim
 from sim.labs.numerics import Accumulator, add, gradients, reduce, ring_sum, to_bf16, tree_sum
 
 
@@ -84,13 +83,8 @@ def test_gradients_are_stored_in_the_dtype():
     assert np.array_equal(to_bf16(gradients(4, 1000, 0, "bf16")), gradients(4, 1000, 0, "bf16").astype(np.float32))
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim", "numerics", *args], capture_output=True, text=True,
-                          timeout=120)
-
-
 def test_cli_json_has_the_contract_keys(tmp_path):
-    p = cli("--ranks", "256", "--dtype", "bf16", "--algo", "tree", "--seed", "3", "--json")
+    p = clustersim("numerics", "--ranks", "256", "--dtype", "bf16", "--algo", "tree", "--seed", "3", "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert {"ranks", "dtype", "algo", "relative_error", "bias", "swamped_fraction"} <= set(out)
@@ -100,7 +94,7 @@ def test_cli_json_has_the_contract_keys(tmp_path):
 
 def test_cli_plot(tmp_path):
     png = tmp_path / "n.png"
-    p = cli("--ranks", "64", "--elements", "1024", "--plot", str(png))
+    p = clustersim("numerics", "--ranks", "64", "--elements", "1024", "--plot", str(png))
     assert p.returncode == 0, p.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -109,6 +103,5 @@ def test_cli_plot(tmp_path):
                                        (["--ranks", "0"], "--ranks"), (["--accumulate", "int8"], "--accumulate"),
                                        (["--algo", "tree", "--kahan"], "--kahan"), (["--plot", "x.jpg"], "--plot")])
 def test_cli_bad_input_exits_2_with_one_line(args, key):
-    p = cli(*args)
-    assert p.returncode == 2
-    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+    p = clustersim("numerics", *args)
+    assert_input_error(p, key)

@@ -1,12 +1,11 @@
 """MoE routing lab: router properties, the causality checker, loads for the simulator, CLI."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import assert_input_error, clustersim
 from sim.labs.routing import (capacity, check_causality, drop_overflow, expert_choice, expert_loads,
                               random_scores, route, token_choice)
 
@@ -83,13 +82,8 @@ def test_expert_loads_for_the_simulator():
     assert expert_loads("token_drop", 4096, 8, 2, 1.25, 7, 0.8).max() == capacity(4096, 8, 2, 1.25)
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim", "routing", *args], capture_output=True, text=True,
-                          timeout=120)
-
-
 def test_cli_json_has_the_contract_keys():
-    p = cli("--policy", "expert_choice", "--tokens", "512", "--experts", "8", "--top-k", "2", "--json")
+    p = clustersim("routing", "--policy", "expert_choice", "--tokens", "512", "--experts", "8", "--top-k", "2", "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert {"policy", "checked", "causality_violations", "violation_rate", "max_load_ratio",
@@ -100,7 +94,7 @@ def test_cli_json_has_the_contract_keys():
 def test_cli_reads_scores_from_npy(tmp_path):
     f = tmp_path / "s.npy"
     np.save(f, random_scores(300, 6, 1))
-    p = cli("--policy", "token_choice", "--scores", str(f), "--json")
+    p = clustersim("routing", "--policy", "token_choice", "--scores", str(f), "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert (out["tokens"], out["experts"], out["causality_violations"]) == (300, 6, 0)
@@ -115,6 +109,5 @@ def test_cli_reads_scores_from_npy(tmp_path):
     (["--policy", "expert_choice", "--aux-loss"], "--aux-loss"),
     (["--policy", "token_choice", "--scores", "/nonexistent.npy"], "--scores")])
 def test_cli_bad_input_exits_2_with_one_line(args, key):
-    p = cli(*args)
-    assert p.returncode == 2, p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+    p = clustersim("routing", *args)
+    assert_input_error(p, key)

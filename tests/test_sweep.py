@@ -5,7 +5,6 @@ Run: ``python -m pytest tests/test_sweep.py``
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 import pandas as pd
 import pytest
 
+from conftest import cli_env, clustersim
 import sim
 from sim import step
 from sim.commands.sweep import parse_grid, parse_values
@@ -26,17 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # 64 GPUs, ~0.02 s per point
 BUBBLES = REPO / "scenarios/studies/pipeline-bubbles.toml"  # 0.2-1 s per point at m = 8..40
 GRID = {"training.seq_len": [2048, 4096], "parallel.dp_algo": ["ring", "hierarchical"]}
-
-
-def env() -> dict:
-    e = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    e.pop("CLUSTERSIM_DEBUG", None)
-    return e
-
-
-def clustersim(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=REPO,
-                          env=env(), timeout=timeout)
 
 
 @pytest.fixture
@@ -190,7 +179,7 @@ def test_resume_after_killing_the_cli_loses_nothing_and_recomputes_nothing(tmp_p
     out = tmp_path / "k.csv"
     args = [sys.executable, "-m", "sim", "sweep", str(BUBBLES), "--grid", "training.global_batch=8..40+8",
             "--out", str(out), "--workers", "1", "--quiet"]
-    proc = subprocess.Popen(args, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if out.exists() and out.read_bytes().count(b"\n") >= 3:  # header + 2 rows

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import REPO, assert_input_error, clustersim
 from sim import load_scenario, simulate
 from sim.metrics import subtract as _subtract, union as _union
 from sim.timeline import LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, exposed_comm, lanes, plot_timeline, waits
@@ -109,17 +110,12 @@ def test_png_for_a_16k_gpu_run(tmp_path):
     assert out.read_bytes()[:8] == PNG and out.stat().st_size > 20_000
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
-
-
 def test_cli_plot_and_run_timeline(tmp_path):
-    p = run_cli("plot", "scenarios/straggler-dp.toml", "-o", str(tmp_path / "a.png"), "--ranks", "0-3",
+    p = clustersim("plot", "scenarios/straggler-dp.toml", "-o", str(tmp_path / "a.png"), "--ranks", "0-3",
                 "--start-ms", "50", "--end-ms", "150")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "a.png").read_bytes()[:8] == PNG and "wrote" in p.stdout
-    p = run_cli("run", "scenarios/straggler-dp.toml", "--timeline", str(tmp_path / "b.png"), "--json")
+    p = clustersim("run", "scenarios/straggler-dp.toml", "--timeline", str(tmp_path / "b.png"), "--json")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "b.png").read_bytes()[:8] == PNG
 
@@ -128,14 +124,13 @@ def test_cli_plot_and_run_timeline(tmp_path):
                                        (["--start-ms", "9", "--end-ms", "3"], "--end-ms"),
                                        (["--start-ms", "-1"], "--start-ms")])
 def test_cli_plot_bad_input_exits_2(args, key):
-    p = run_cli("plot", "scenarios/straggler-dp.toml", *args)
-    assert p.returncode == 2
-    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+    p = clustersim("plot", "scenarios/straggler-dp.toml", *args)
+    assert_input_error(p, key)
 
 
 def test_gallery_regenerates_every_picture(tmp_path):
     p = subprocess.run([sys.executable, "-m", "sim.gallery", "--out", str(tmp_path)], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
+                       text=True, timeout=300, cwd=REPO)
     assert p.returncode == 0, p.stderr
     for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical"):
         assert (tmp_path / f"gallery-{name}.png").read_bytes()[:8] == PNG

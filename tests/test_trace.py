@@ -2,13 +2,12 @@
 thread, flows paired, link counters, the rank selector, the CLI."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import assert_input_error, clustersim
 from sim import load_scenario, simulate
 from sim.load import scenario_from_dict
 from sim.trace import chrome_trace, parse_ranks, select_ranks, write_trace
@@ -181,14 +180,9 @@ def test_folded_ranks_map_to_the_simulated_rank_they_equal():
     assert len(loads) > 2  # the ranks really differ: a wrong mapping would be caught
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
-
-
 def test_cli_trace_and_selector(tmp_path):
     out = tmp_path / "t.json"
-    p = run_cli("run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml", "--trace", str(out), "--trace-ranks", "0-1,8")
+    p = clustersim("run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml", "--trace", str(out), "--trace-ranks", "0-1,8")
     assert p.returncode == 0, p.stderr
     trace = json.loads(out.read_text())
     assert trace["otherData"]["ranks_shown"] == [0, 8]  # ranks 1 and 0 share a timeline when folded
@@ -202,9 +196,8 @@ def test_cli_trace_and_selector(tmp_path):
                                        (["--trace-ranks", "0"], "--trace-ranks"),
                                        (["--trace", "t.txt"], "--trace")])
 def test_cli_bad_trace_flags_exit_2_with_one_line(args, key, tmp_path):
-    p = run_cli("run", "scenarios/straggler-dp.toml", *[str(tmp_path / a) if a.startswith("t.") else a for a in args])
-    assert p.returncode == 2
-    assert len(p.stderr.strip().splitlines()) == 1 and key in p.stderr and "Traceback" not in p.stderr
+    p = clustersim("run", "scenarios/straggler-dp.toml", *[str(tmp_path / a) if a.startswith("t.") else a for a in args])
+    assert_input_error(p, key)
 
 
 @pytest.mark.parametrize("ext", ["csv", "parquet"])
@@ -212,7 +205,7 @@ def test_cli_spans_round_trip(tmp_path, ext):
     import pandas as pd
 
     out = tmp_path / f"spans.{ext}"
-    p = run_cli("run", "scenarios/straggler-dp.toml", "--spans", str(out), "--json")
+    p = clustersim("run", "scenarios/straggler-dp.toml", "--spans", str(out), "--json")
     assert p.returncode == 0, p.stderr
     got = pd.read_csv(out) if ext == "csv" else pd.read_parquet(out)
     want = simulate(load_scenario(str(ROOT / "scenarios" / "straggler-dp.toml"))).spans
