@@ -50,8 +50,8 @@ class Context:
                         covered.update(g)
                         if not self.simulated.intersection(g):
                             others.append(g)
-                if self._many_per_stage:  # each folded group rides with the one simulated copy of it
-                    others = [g for g in others if self.representative(g[0]) == group[0]]
+                # each folded group rides with the one simulated copy of it
+                others = [g for g in others if self.representative(g[0]) == group[0]]
                 found = tuple(sorted(others))
             self._siblings[key] = found
         return found
@@ -59,11 +59,6 @@ class Context:
     @cached_property
     def _stage_simulated(self) -> dict[int, list[int]]:
         return simulated_by_stage(self.layout, self.simulated)
-
-    @cached_property
-    def _many_per_stage(self) -> bool:
-        """Whether some stage simulates several ranks (whole expert groups, uneven routing)."""
-        return len(self.simulated) < self.layout.world and any(len(v) > 1 for v in self._stage_simulated.values())
 
     def representative(self, rank: int) -> int:
         """The simulated rank doing ``rank``'s work (see :func:`representative`)."""
