@@ -69,12 +69,9 @@ def straggler(out: Path) -> list[str]:
 
 def collective_log(topo, algo: str, group: tuple, nbytes: float):
     """(seconds, transfer log) of one all-reduce with every member simulated."""
-    from .engine import Collective, Engine, Op, RankProgram
+    from .nccl_tests import run_collective
 
-    call = Collective(("gallery",), "all_reduce", group, float(nbytes), algo)
-    engine = Engine(topo, [RankProgram(r, [Op("all_reduce", "dp", "dp", comm=call)]) for r in group])
-    engine.net.log = []
-    engine.run()
+    engine = run_collective(topo, "all_reduce", algo, group, nbytes, simulate_all=True, record_links=True)
     return engine.env.now, engine.net.log
 
 

@@ -51,16 +51,25 @@ def _gpu(name: str):
         raise InputError("--gpu", exc.reason) from None
 
 
-def time_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: int,
-                    simulate_all: bool = False) -> float:
-    """Simulated seconds of one collective. Members are symmetric, so by default only the
-    first is simulated (the others arrive with it); ``simulate_all`` runs every member."""
+def run_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: float,
+                   simulate_all: bool = False, record_links: bool = False) -> Engine:
+    """The engine after running one collective alone. Members are symmetric, so by default
+    only the first is simulated (the others arrive with it); ``simulate_all`` runs every
+    member; ``record_links`` keeps the network's rate log (``engine.net.log``)."""
     call = Collective(("bench",), op, group, float(nbytes), algo)
     ranks = group if simulate_all else group[:1]
     programs = [RankProgram(r, [Op(op, "comm", "comm", comm=call)]) for r in ranks]
     engine = Engine(topo, programs)
+    if record_links:
+        engine.net.log = []
     engine.run()
-    return engine.env.now
+    return engine
+
+
+def time_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: int,
+                    simulate_all: bool = False) -> float:
+    """Simulated seconds of one collective (see :func:`run_collective`)."""
+    return run_collective(topo, op, algo, group, nbytes, simulate_all).env.now
 
 
 def measure(topo, op: str, algo: str, gpus: int, sizes: list[int]) -> list[Measurement]:
