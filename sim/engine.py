@@ -70,6 +70,78 @@ SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer
                 "micro_batch", "stage", "bytes", "op")
 
 
+class Stream:
+    """One stream of one rank, like a CUDA stream: its ops run in program order, each
+    once its ``deps`` have finished.
+
+    A stream is driven by callbacks on SimPy events rather than being a SimPy process:
+    it hangs :meth:`advance` on the event it waits for (a dependency's completion) and
+    :meth:`_end` on the event that ends its op (a compute timeout, a collective's done
+    event). These are exactly the events a generator process would yield, in the same
+    order, so results are the same; what is saved is a generator switch per event.
+    """
+
+    __slots__ = ("engine", "rank", "ops", "indices", "pos", "start", "state", "advance", "_end")
+
+    def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
+        self.engine, self.rank, self.ops, self.indices = engine, prog.rank, prog.ops, indices
+        self.pos, self.start, self.state = 0, 0.0, None
+        self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
+
+    def _advance(self, _event=None) -> None:
+        """Start the next op whose deps have finished; else wait for the first unfinished one."""
+        if self.pos == len(self.indices):
+            return
+        eng = self.engine
+        i = self.indices[self.pos]
+        op = self.ops[i]
+        finish = eng._finish[self.rank]
+        for d in op.deps:
+            if finish[d] is None:
+                waiters = eng._waiters[self.rank]
+                ev = waiters.get(d)
+                if ev is None:
+                    ev = waiters[d] = eng.env.event()
+                ev.callbacks.append(self.advance)
+                return
+        env = eng.env
+        self.start = env.now
+        if op.comm is None:
+            scale_of = eng.compute_scale
+            done = env.timeout(op.duration * scale_of(self.rank, self.start) if scale_of else op.duration)
+        else:
+            self.state = eng.arrive(op.comm, self.rank, i)
+            done = self.state[1]
+        done.callbacks.append(self._end)
+
+    def _ended(self, _event) -> None:
+        """The current op has ended: record its span, wake whoever waits on it, go on."""
+        eng, rank = self.engine, self.rank
+        i = self.indices[self.pos]
+        op = self.ops[i]
+        start, end = self.start, eng.env.now
+        if op.comm is None:
+            sent = 0.0
+        else:
+            state = self.state
+            if state[3] != (rank, i):
+                eng.held_by[(rank, i)] = state[3]
+                eng.arrived[(rank, i)] = start
+            if op.comm.op == "send_recv":
+                start = state[2]  # a posted recv waiting for its send is idle, not traffic
+            sent = state[4].get(rank, 0.0)
+        eng._finish[rank][i] = end
+        eng.spans.append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch,
+                          op.stage, sent, i))
+        waiters = eng._waiters[rank]
+        if waiters:
+            waiter = waiters.pop(i, None)
+            if waiter is not None:
+                waiter.succeed()
+        self.pos += 1
+        self._advance()
+
+
 class Engine:
     """Executes rank programs; ``run()`` returns the spans as a list of tuples."""
 
@@ -94,13 +166,15 @@ class Engine:
 
     def run(self) -> list[tuple]:
         """Simulate until every program has finished."""
+        streams = []
         for prog in self.programs:
             self._finish[prog.rank] = [None] * len(prog.ops)
-            streams: dict[str, list[int]] = {}
+            by_name: dict[str, list[int]] = {}
             for i, op in enumerate(prog.ops):
-                streams.setdefault(op.stream, []).append(i)
-            for indices in streams.values():
-                self.env.process(self._stream(prog, indices))
+                by_name.setdefault(op.stream, []).append(i)
+            streams += [Stream(self, prog, indices) for indices in by_name.values()]
+        for stream in streams:  # in creation order, as SimPy would initialize processes
+            stream.advance()
         self.env.run()
         self._check_finished()
         return self.spans
@@ -117,40 +191,7 @@ class Engine:
             rank, i, name = stuck[0]
             raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
-    def _stream(self, prog: RankProgram, indices: list[int]):
-        # the hot loop of every simulation: names bound locally
-        env, rank, ops, scale_of = self.env, prog.rank, prog.ops, self.compute_scale
-        finish, waiters, append = self._finish[rank], self._waiters[rank], self.spans.append
-        for i in indices:
-            op = ops[i]
-            for d in op.deps:
-                if finish[d] is None:
-                    ev = waiters.get(d)
-                    if ev is None:
-                        ev = waiters[d] = env.event()
-                    yield ev
-            start = env.now
-            if op.comm is None:
-                yield env.timeout(op.duration * scale_of(rank, start) if scale_of else op.duration)
-                sent = 0.0
-            else:
-                state = self._arrive(op.comm, rank, i)
-                yield state[1]
-                if state[3] != (rank, i):
-                    self.held_by[(rank, i)] = state[3]
-                    self.arrived[(rank, i)] = start
-                if op.comm.op == "send_recv":
-                    start = state[2]  # a posted recv waiting for its send is idle, not traffic
-                sent = state[4].get(rank, 0.0)
-            end = env.now
-            finish[i] = end
-            append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch, op.stage, sent, i))
-            if waiters:
-                waiter = waiters.pop(i, None)
-                if waiter is not None:
-                    waiter.succeed()
-
-    def _arrive(self, call: Collective, rank: int, index: int) -> list:
+    def arrive(self, call: Collective, rank: int, index: int) -> list:
         """Register one member's arrival; the last simulated member starts the collective.
         Returns the shared state [arrived, done event, start time, (rank, op) of the last,
         bytes each member sends]."""

@@ -12,8 +12,7 @@ by the set of active phase shapes: a step that repeats the same collectives re-s
 nothing.
 """
 
-from dataclasses import dataclass, field
-import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -83,14 +82,27 @@ class CompiledPhase:
         return found
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
+class _Plan:
+    """What the network needs to know of one Phase object, worked out once: schedules are
+    cached, so the same Phase comes back for every call of a collective."""
+
+    phase: object  # the Phase itself (kept alive: its bytes count in bytes_by_link)
+    compiled: CompiledPhase
+    empty: bool  # moves no bytes: done once its latency is paid
+    mask: bytes  # which chains move bytes (see _mask_key)
+    alone: tuple | None = None  # (rates, seconds until its first chain ends) when on its links alone
+    finished: int = 0  # transfers of it that ran to the end
+
+
+@dataclass(eq=False, slots=True)
 class _Active:
+    plan: _Plan
     phase: CompiledPhase
     remaining: np.ndarray  # bytes per chain
     done: object  # called when every chain has finished
-    nbytes: np.ndarray  # bytes per chain at the start
     links: np.ndarray  # the distinct links it uses
-    rates: np.ndarray = field(default=None)
+    rates: np.ndarray = None
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
@@ -107,33 +119,41 @@ class Network:
 
     def __init__(self, env: simpy.Environment, topo: Topology):
         self.env, self.topo = env, topo
-        self._active: list[_Active] = []
+        self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
-        self._by_phase = weakref.WeakKeyDictionary()  # Phase object -> CompiledPhase
-        self._sent: dict[int, list] = {}  # compiled key -> [CompiledPhase, bytes per chain summed]
+        self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
         schedules are cached, so the same Phase comes back and its arrays need no hashing)."""
-        compiled = self._by_phase.get(phase)
-        if compiled is None:
+        return self._plan(phase).compiled
+
+    def _plan(self, phase) -> _Plan:
+        plan = self._plans.get(phase)
+        if plan is None:
             key = phase.structure_key()
             compiled = self._compiled.get(key)
             if compiled is None:
                 compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
-            self._by_phase[phase] = compiled
-        return compiled
+            empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
+            plan = self._plans[phase] = _Plan(phase, compiled, empty, _mask_key(phase.nbytes))
+        return plan
 
     @property
     def bytes_by_link(self) -> np.ndarray:
         """Bytes carried per directed link so far (finished phases)."""
+        sent: dict[int, list] = {}  # compiled key -> [compiled, bytes per chain summed]
+        for plan in self._plans.values():
+            if plan.finished:
+                found = sent.setdefault(plan.compiled.key, [plan.compiled, 0.0])
+                found[1] = found[1] + plan.phase.nbytes * plan.finished
         out = np.zeros(len(self.topo.caps))
-        for ph, sent in self._sent.values():
-            out[ph.links] += link_bytes(ph, sent)
+        for ph, nbytes in sent.values():
+            out[ph.links] += link_bytes(ph, nbytes)
         return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
@@ -156,29 +176,36 @@ class Network:
     def start(self, phase, on_done) -> None:
         """Pay the phase's latency, move its bytes, then call ``on_done()`` (no process:
         a collective costs a few events, not a SimPy process per phase)."""
-        compiled = self.compile(phase)
-        latency = phase.steps * compiled.step_latency
+        plan = self._plan(phase)
+        latency = phase.steps * plan.compiled.step_latency
         if latency > 0:
             wake = self.env.timeout(latency)
-            wake.callbacks.append(lambda _ev: self._inject(phase, compiled, on_done))
+            wake.callbacks.append(lambda _ev: self._inject(plan, on_done))
         else:
-            self._inject(phase, compiled, on_done)
+            self._inject(plan, on_done)
 
-    def _inject(self, phase, compiled: CompiledPhase, on_done) -> None:
-        if phase.nbytes.sum() <= 0 or compiled.n_chains == 0:
+    def _inject(self, plan: _Plan, on_done) -> None:
+        if plan.empty:
             on_done()
             return
-        nbytes = phase.nbytes  # read only: kept for the per-link byte count
-        act = _Active(compiled, nbytes.astype(float), on_done, nbytes, compiled.links, updated=self.env.now)
-        shared = bool(self._users[act.links].any())
-        self._users[act.links] += 1
-        self._active.append(act)
-        if shared:
+        compiled = plan.compiled
+        act = _Active(plan, compiled, plan.phase.nbytes.astype(float), on_done, compiled.links,
+                      updated=self.env.now)
+        users = self._users[act.links]
+        self._users[act.links] = users + 1
+        self._active[act] = None
+        if users.any():
             self._solve_all()
+        elif plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
+            act.rates, horizon = plan.alone
+            act.mask = plan.mask
+            act.generation = 1
+            self._wake_in(act, horizon)
         else:
             self._solve([act])
+            plan.alone = (act.rates, self._horizon(act))
 
-    def _solve(self, acts: list[_Active]) -> None:
+    def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
         for act in acts:
             self._advance(act)
@@ -191,13 +218,11 @@ class Network:
         for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1
-            self._plan_wake(act)
-            if self.log is not None:
-                self._record(act, r)
+            self._wake_in(act, self._horizon(act))
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
-        self._solve(self._active)
+        self._solve(list(self._active))
 
     def _advance(self, act: _Active) -> None:
         dt = self.env.now - act.updated
@@ -205,16 +230,21 @@ class Network:
         if dt > 0 and act.rates is not None:
             act.remaining -= act.rates * dt
 
-    def _plan_wake(self, act: _Active) -> None:
-        if act.mask == len(act.remaining):  # every chain still moving (the usual case)
-            horizon = float((act.remaining / act.rates).min())
-        else:
-            live = act.remaining > 0
-            # a phase whose bytes ran out while another's wake-up re-solved it finishes now
-            horizon = float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
+    @staticmethod
+    def _horizon(act: _Active) -> float:
+        """Seconds until the first of its moving chains ends at its current rates."""
+        if act.mask == b"":  # every chain still moving (the usual case)
+            return float((act.remaining / act.rates).min())
+        live = act.remaining > 0
+        # a phase whose bytes ran out while another's wake-up re-solved it finishes now
+        return float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
+
+    def _wake_in(self, act: _Active, horizon: float) -> None:
         wake = self.env.timeout(max(horizon, 0.0))
         generation = act.generation
         wake.callbacks.append(lambda _ev: self._on_wake(act, generation))
+        if self.log is not None:
+            self._record(act, act.rates)
 
     def _max_min(self, order: list[_Active]) -> list[np.ndarray]:
         chains, links, weights, offset = [], [], [], 0
@@ -237,14 +267,17 @@ class Network:
             return  # its rates changed since this wake-up was planned
         self._advance(act)
         finishing = act.remaining <= act.rates * 1e-12 + 1e-3  # done within a picosecond
-        act.remaining[finishing] = 0.0
-        shared = bool((self._users[act.links] > 1).any())
-        if (act.remaining > 0).any():
+        users = self._users[act.links]
+        shared = bool((users > 1).any())
+        if not finishing.all():
+            act.remaining[finishing] = 0.0
             self._solve_all() if shared else self._solve([act])
             return
-        self._users[act.links] -= 1
-        self._active.remove(act)
-        self._account(act)
+        self._users[act.links] = users - 1
+        del self._active[act]
+        act.plan.finished += 1
+        if self.log is not None:
+            self._record(act, None)
         act.done()
         if shared:
             self._solve_all()  # the others may speed up now
@@ -253,16 +286,6 @@ class Network:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
-
-    def _account(self, act: _Active) -> None:
-        """Sum bytes per chain by phase structure; :attr:`bytes_by_link` maps them to links."""
-        if self.log is not None:
-            self._record(act, None)
-        found = self._sent.get(act.phase.key)
-        if found is None:
-            self._sent[act.phase.key] = [act.phase, act.nbytes.astype(float)]
-        else:
-            found[1] += act.nbytes
 
 
 def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
