@@ -13,7 +13,9 @@ collective may carry ``siblings`` (the identical groups of the folded ranks) so 
 traffic still loads the network.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+import gc
 from typing import Callable
 
 import numpy as np
@@ -81,65 +83,69 @@ class Stream:
     order, so results are the same; what is saved is a generator switch per event.
     """
 
-    __slots__ = ("engine", "rank", "ops", "indices", "pos", "start", "state", "advance", "_end")
+    __slots__ = ("engine", "env", "rank", "ops", "indices", "finish", "waiters", "pos", "start",
+                 "meeting", "advance", "_end")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
-        self.engine, self.rank, self.ops, self.indices = engine, prog.rank, prog.ops, indices
-        self.pos, self.start, self.state = 0, 0.0, None
+        self.engine, self.env, self.rank, self.ops, self.indices = engine, engine.env, prog.rank, prog.ops, indices
+        self.finish, self.waiters = engine._finish[prog.rank], engine._waiters[prog.rank]  # shared by the rank's streams
+        self.pos, self.start, self.meeting = 0, 0.0, None
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
 
     def _advance(self, _event=None) -> None:
         """Start the next op whose deps have finished; else wait for the first unfinished one."""
         if self.pos == len(self.indices):
             return
-        eng = self.engine
         i = self.indices[self.pos]
         op = self.ops[i]
-        finish = eng._finish[self.rank]
+        finish = self.finish
         for d in op.deps:
             if finish[d] is None:
-                waiters = eng._waiters[self.rank]
-                ev = waiters.get(d)
+                ev = self.waiters.get(d)
                 if ev is None:
-                    ev = waiters[d] = eng.env.event()
+                    ev = self.waiters[d] = self.env.event()
                 ev.callbacks.append(self.advance)
                 return
-        env = eng.env
-        self.start = env.now
+        self.start = now = self.env.now
         if op.comm is None:
-            scale_of = eng.compute_scale
-            done = env.timeout(op.duration * scale_of(self.rank, self.start) if scale_of else op.duration)
+            scale_of = self.engine.compute_scale
+            done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)
         else:
-            self.state = eng.arrive(op.comm, self.rank, i)
-            done = self.state[1]
+            self.meeting = self.engine.arrive(op.comm, self.rank, i)
+            done = self.meeting.done
         done.callbacks.append(self._end)
 
     def _ended(self, _event) -> None:
         """The current op has ended: record its span, wake whoever waits on it, go on."""
-        eng, rank = self.engine, self.rank
-        i = self.indices[self.pos]
+        rank, i = self.rank, self.indices[self.pos]
         op = self.ops[i]
-        start, end = self.start, eng.env.now
+        start, end = self.start, self.env.now
         if op.comm is None:
             sent = 0.0
         else:
-            state = self.state
-            if state[3] != (rank, i):
-                eng.held_by[(rank, i)] = state[3]
-                eng.arrived[(rank, i)] = start
             if op.comm.op == "send_recv":
-                start = state[2]  # a posted recv waiting for its send is idle, not traffic
-            sent = state[4].get(rank, 0.0)
-        eng._finish[rank][i] = end
-        eng.spans.append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch,
-                          op.stage, sent, i))
-        waiters = eng._waiters[rank]
-        if waiters:
-            waiter = waiters.pop(i, None)
+                start = self.meeting.start  # a posted recv waiting for its send is idle, not traffic
+            sent = self.meeting.sent.get(rank, 0.0)
+        self.finish[i] = end
+        self.engine.spans.append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch,
+                                  op.stage, sent, i))
+        if self.waiters:
+            waiter = self.waiters.pop(i, None)
             if waiter is not None:
                 waiter.succeed()
         self.pos += 1
-        self._advance()
+        self.advance()
+
+
+@dataclass(slots=True, eq=False)
+class Meeting:
+    """One collective instance: its members as they arrive, and when it began."""
+
+    done: simpy.Event  # succeeds when the collective's last phase ends
+    sent: dict[int, float]  # bytes each member sends
+    expected: int  # members that will arrive (the simulated ones)
+    members: list = field(default_factory=list)  # (rank, op index, arrival time), in arrival order
+    start: float = 0.0  # when the last simulated member arrived and the traffic began
 
 
 class Engine:
@@ -154,14 +160,13 @@ class Engine:
         self.compute_scale = compute_scale
         self.simulated = {p.rank for p in programs}
         self.spans: list[tuple] = []
-        self._rendezvous: dict[tuple, list] = {}
+        self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
+        self._met: list[Meeting] = []  # complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
         self._finish: dict[int, list] = {}
         self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._sent: dict[tuple, float] = {}
         self._schedules: dict[tuple, Schedule] = {}
-        self.held_by: dict[tuple[int, int], tuple[int, int]] = {}  # op -> the member op that arrived last
-        self.arrived: dict[tuple[int, int], float] = {}  # arrival time of ops that waited for others
         self.collectives_run = 0
 
     def run(self) -> list[tuple]:
@@ -173,10 +178,12 @@ class Engine:
             for i, op in enumerate(prog.ops):
                 by_name.setdefault(op.stream, []).append(i)
             streams += [Stream(self, prog, indices) for indices in by_name.values()]
-        for stream in streams:  # in creation order, as SimPy would initialize processes
-            stream.advance()
-        self.env.run()
-        self._check_finished()
+        with cycle_collector_paused():
+            for stream in streams:  # in creation order, as SimPy would initialize processes
+                stream.advance()
+            self.env.run()
+        if any(s.pos < len(s.indices) for s in streams):
+            self._report_deadlock()
         return self.spans
 
     @property
@@ -184,27 +191,36 @@ class Engine:
         """SimPy events scheduled so far (the engine's unit of work)."""
         return int(repr(self.env._eid)[6:-1])  # SimPy numbers events with itertools.count
 
-    def _check_finished(self) -> None:
+    @property
+    def held_by(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(rank, op) of every collective member that waited -> (rank, op) of the member
+        that arrived last, in the order those ops ended."""
+        return {(r, i): m.members[-1][:2] for m in self._met for r, i, _t in m.members[:-1]}
+
+    @property
+    def arrived(self) -> dict[tuple[int, int], float]:
+        """Arrival time of every collective member that waited for others (as held_by)."""
+        return {(r, i): t for m in self._met for r, i, t in m.members[:-1]}
+
+    def _report_deadlock(self) -> None:
         stuck = [(p.rank, i, op.name) for p in self.programs
                  for i, op in enumerate(p.ops) if self._finish[p.rank][i] is None]
-        if stuck:
-            rank, i, name = stuck[0]
-            raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
+        rank, i, name = stuck[0]
+        raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
-    def arrive(self, call: Collective, rank: int, index: int) -> list:
-        """Register one member's arrival; the last simulated member starts the collective.
-        Returns the shared state [arrived, done event, start time, (rank, op) of the last,
-        bytes each member sends]."""
-        state = self._rendezvous.get(call.key)
-        if state is None:
-            state = self._rendezvous[call.key] = [0, self.env.event(), None, None, self.member_bytes(call)]
-        state[0] += 1
-        if state[0] == self._expected_members(call.group):
+    def arrive(self, call: Collective, rank: int, index: int) -> Meeting:
+        """Register one member's arrival; the last simulated member starts the collective."""
+        meeting = self._rendezvous.get(call.key)
+        if meeting is None:
+            meeting = self._rendezvous[call.key] = Meeting(self.env.event(), self.member_bytes(call),
+                                                           self._expected_members(call.group))
+        meeting.members.append((rank, index, self.env.now))
+        if len(meeting.members) == meeting.expected:
             del self._rendezvous[call.key]
-            state[2], state[3] = self.env.now, (rank, index)
+            meeting.start = self.env.now
             self.collectives_run += 1
-            self._run_phases(self.schedule_of(call).phases, 0, state[1])
-        return state
+            self._run_phases(self.schedule_of(call).phases, 0, meeting)
+        return meeting
 
     def _expected_members(self, group: tuple[int, ...]) -> int:
         n = self._expected.get(group)
@@ -212,12 +228,13 @@ class Engine:
             n = self._expected[group] = sum(1 for r in group if r in self.simulated)
         return n
 
-    def _run_phases(self, phases: tuple, i: int, done: simpy.Event) -> None:
-        """Run phase i, then the next, then succeed ``done`` (callbacks, no process)."""
+    def _run_phases(self, phases: tuple, i: int, meeting: Meeting) -> None:
+        """Run phase i, then the next, then end the meeting (callbacks, no process)."""
         if i == len(phases):
-            done.succeed()
+            self._met.append(meeting)
+            meeting.done.succeed()
         else:
-            self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, done))
+            self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, meeting))
 
     def member_bytes(self, call: Collective) -> dict[int, float]:
         """Bytes each member itself sends in ``call`` (from the algorithm's schedule; cached)."""
@@ -240,6 +257,25 @@ class Engine:
             found = self._schedules[key] = merged_schedule(
                 call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo, call.shares)
         return found
+
+
+@contextmanager
+def cycle_collector_paused():
+    """Pause Python's cyclic garbage collector while a simulation runs.
+
+    A run allocates millions of short-lived objects (events, spans, meetings) that
+    reference counting frees at once; the collector would still re-traverse every op of
+    every program on each full pass and find almost nothing: 829 objects in cycles after
+    the 206k-event run of ``python bench/collectives.py``, where the passes took a quarter
+    of the run. Those few are collected once the run is over.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology,

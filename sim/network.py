@@ -20,6 +20,7 @@ import simpy
 from .topology import Topology
 
 _EPS = 1e-9
+_PICOSECOND = 1e-12  # a chain within this of its end at a wake-up ends there (rounding of times)
 
 
 def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
@@ -89,9 +90,11 @@ class _Plan:
 
     phase: object  # the Phase itself (kept alive: its bytes count in bytes_by_link)
     compiled: CompiledPhase
+    nbytes: np.ndarray  # bytes per chain, as floats (never written: transfers replace, not modify)
     empty: bool  # moves no bytes: done once its latency is paid
     mask: bytes  # which chains move bytes (see _mask_key)
-    alone: tuple | None = None  # (rates, seconds until its first chain ends) when on its links alone
+    alone: tuple | None = None  # (rates, seconds until its first chain ends, whether all end then)
+    #                              when on its links alone
     finished: int = 0  # transfers of it that ran to the end
 
 
@@ -99,7 +102,7 @@ class _Plan:
 class _Active:
     plan: _Plan
     phase: CompiledPhase
-    remaining: np.ndarray  # bytes per chain
+    remaining: np.ndarray  # bytes per chain (a new array at each update: it starts as the plan's)
     done: object  # called when every chain has finished
     links: np.ndarray  # the distinct links it uses
     rates: np.ndarray = None
@@ -140,7 +143,8 @@ class Network:
             if compiled is None:
                 compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
-            plan = self._plans[phase] = _Plan(phase, compiled, empty, _mask_key(phase.nbytes))
+            plan = self._plans[phase] = _Plan(phase, compiled, phase.nbytes.astype(float), empty,
+                                              _mask_key(phase.nbytes))
         return plan
 
     @property
@@ -189,21 +193,24 @@ class Network:
             on_done()
             return
         compiled = plan.compiled
-        act = _Active(plan, compiled, plan.phase.nbytes.astype(float), on_done, compiled.links,
-                      updated=self.env.now)
+        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env.now)
         users = self._users[act.links]
         self._users[act.links] = users + 1
         self._active[act] = None
-        if users.any():
+        if np.count_nonzero(users):  # (count_nonzero: a third of the cost of .any() on small arrays)
             self._solve_all()
         elif plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
-            act.rates, horizon = plan.alone
+            act.rates, horizon, _ = plan.alone
             act.mask = plan.mask
             act.generation = 1
             self._wake_in(act, horizon)
         else:
             self._solve([act])
-            plan.alone = (act.rates, self._horizon(act))
+            horizon = self._horizon(act)
+            with np.errstate(divide="ignore"):
+                last = float((act.remaining / act.rates).max()) if plan.mask == b"" else np.inf
+            # all chains end at the first wake-up, with a margin the rounding of times never eats
+            plan.alone = (act.rates, horizon, last - horizon <= _PICOSECOND / 2)
 
     def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
@@ -228,7 +235,7 @@ class Network:
         dt = self.env.now - act.updated
         act.updated = self.env.now
         if dt > 0 and act.rates is not None:
-            act.remaining -= act.rates * dt
+            act.remaining = act.remaining - act.rates * dt
 
     @staticmethod
     def _horizon(act: _Active) -> float:
@@ -265,15 +272,16 @@ class Network:
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
             return  # its rates changed since this wake-up was planned
-        self._advance(act)
-        finishing = act.remaining <= act.rates * 1e-12 + 1e-3  # done within a picosecond
-        users = self._users[act.links]
-        shared = bool((users > 1).any())
-        if not finishing.all():
-            act.remaining[finishing] = 0.0
-            self._solve_all() if shared else self._solve([act])
-            return
-        self._users[act.links] = users - 1
+        others = self._users[act.links] - 1  # other transfers on each of its links
+        shared = np.count_nonzero(others) > 0
+        if not self._ends_untouched(act):
+            self._advance(act)
+            finishing = act.remaining <= act.rates * _PICOSECOND + 1e-3  # done within a picosecond
+            if not finishing.all():
+                act.remaining = np.where(finishing, 0.0, act.remaining)
+                self._solve_all() if shared else self._solve([act])
+                return
+        self._users[act.links] = others
         del self._active[act]
         act.plan.finished += 1
         if self.log is not None:
@@ -281,6 +289,15 @@ class Network:
         act.done()
         if shared:
             self._solve_all()  # the others may speed up now
+
+    def _ends_untouched(self, act: _Active) -> bool:
+        """Whether ``act`` ran alone at its first rates all along and every chain ends now:
+        the general test in :meth:`_on_wake` would find every chain within a picosecond of
+        its end (all end within half of one, and this wake-up came within a quarter of one
+        of the planned time), so it needs no arithmetic on the byte counts."""
+        alone = act.plan.alone
+        return (act.generation == 1 and alone is not None and act.rates is alone[0] and alone[2]
+                and abs(self.env.now - act.updated - alone[1]) <= _PICOSECOND / 4)
 
     def _record(self, act: _Active, rates) -> None:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
