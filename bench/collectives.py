@@ -4,14 +4,15 @@ Run: ``python bench/collectives.py`` (``--profile`` adds a cProfile of the engin
 Prints, with targets (issue 2):
 1. events/s of the engine on a training-like workload (64 H100 ranks, 2 streams each,
    thousands of compute ops and collectives) vs a bare SimPy timeout loop measured in
-   the same run; target ratio >= 25%. A compute-only run of the same ranks shows the
-   engine's floor cost per op.
+   the same run, in back-to-back pairs; target: median ratio >= 25%. A compute-only run
+   of the same ranks shows the engine's floor cost per op.
 2. wall time of one 1 GiB ring all-reduce over 1,024 and 16,384 H100 (dgx-h100),
    topology build included; targets < 1 s and < 10 s.
 """
 
 import cProfile
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -65,18 +66,25 @@ def engine_rate(topo, programs, profile: bool = False) -> tuple[float, int, floa
     return engine.events / wall, engine.events, wall
 
 
-def bench_engine(profile: bool) -> None:
+def bench_engine(profile: bool, pairs: int = 5) -> None:
+    """Each pair runs the bare loop then the engine, back to back, so both see the same
+    machine (a shared VM's speed drifts by tens of percent within a minute); the target is
+    judged on the median of the pairs' ratios, the best-of figures are printed beside it."""
     spec = topology.load_spec("dgx-h100")
     topo = topology.build(spec, RANKS, gpu_preset(spec.gpu))
-    bare = max(bare_simpy_rate() for _ in range(3))  # best of 3: the machine may be busy
-    print(f"bare SimPy timeout loop: {bare:,.0f} events/s (best of 3)")
     for label, with_comm in (("training-like (compute + collectives)", True), ("compute only", False)):
         programs = training_programs(with_comm)
         ops = sum(len(p.ops) for p in programs)
-        rate, events, wall = max(engine_rate(topo, programs) for _ in range(3))
-        ok = "OK" if rate / bare >= 0.25 else "MISSED"
-        print(f"engine, {label}: {RANKS} ranks, {ops:,} ops, {events:,} events in {wall:.2f} s = "
-              f"{rate:,.0f} events/s = {rate / bare:.0%} of bare SimPy (target >= 25%: {ok})")
+        bares, runs = [], []
+        for _ in range(pairs):
+            bares.append(bare_simpy_rate())
+            runs.append(engine_rate(topo, programs))
+        ratio = statistics.median(r[0] / b for r, b in zip(runs, bares))
+        rate, events, wall = max(runs)
+        ok = "OK" if ratio >= 0.25 else "MISSED"
+        print(f"engine, {label}: {RANKS} ranks, {ops:,} ops, {events:,} events; best {wall:.2f} s = "
+              f"{rate:,.0f} events/s vs bare SimPy best {max(bares):,.0f} events/s ({rate / max(bares):.0%}); "
+              f"median of {pairs} back-to-back pairs {ratio:.0%} (target >= 25%: {ok})")
     if profile:
         engine_rate(topo, training_programs(), profile=True)
 

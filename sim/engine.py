@@ -70,6 +70,7 @@ class RankProgram:
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
                 "micro_batch", "stage", "bytes", "op")
+OP_COLUMNS = ("stream", "name", "category", "layer", "micro_batch", "stage")  # the op's own fields
 
 
 class Stream:
@@ -83,21 +84,23 @@ class Stream:
     order, so results are the same; what is saved is a generator switch per event.
     """
 
-    __slots__ = ("engine", "env", "rank", "ops", "indices", "finish", "waiters", "pos", "start",
-                 "meeting", "advance", "_end")
+    __slots__ = ("engine", "env", "rank", "ops", "indices", "count", "times", "finish", "waiters", "pos",
+                 "start", "meeting", "advance", "_end")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
-        self.engine, self.env, self.rank, self.ops, self.indices = engine, engine.env, prog.rank, prog.ops, indices
-        self.finish, self.waiters = engine._finish[prog.rank], engine._waiters[prog.rank]  # shared by the rank's streams
+        self.engine, self.env, self.rank = engine, engine.env, prog.rank
+        self.indices, self.count = indices, len(indices)
+        self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
+        self.times = engine.times[prog.rank]  # shared by the rank's streams
+        self.finish, self.waiters = self.times.end, engine._waiters[prog.rank]
         self.pos, self.start, self.meeting = 0, 0.0, None
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
 
     def _advance(self, _event=None) -> None:
         """Start the next op whose deps have finished; else wait for the first unfinished one."""
-        if self.pos == len(self.indices):
+        if self.pos == self.count:
             return
-        i = self.indices[self.pos]
-        op = self.ops[i]
+        op = self.ops[self.pos]
         finish = self.finish
         for d in op.deps:
             if finish[d] is None:
@@ -111,30 +114,39 @@ class Stream:
             scale_of = self.engine.compute_scale
             done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)
         else:
-            self.meeting = self.engine.arrive(op.comm, self.rank, i)
+            self.meeting = self.engine.arrive(op.comm, self.rank, self.indices[self.pos])
             done = self.meeting.done
         done.callbacks.append(self._end)
 
     def _ended(self, _event) -> None:
         """The current op has ended: record its span, wake whoever waits on it, go on."""
-        rank, i = self.rank, self.indices[self.pos]
-        op = self.ops[i]
+        op, i = self.ops[self.pos], self.indices[self.pos]
         start, end = self.start, self.env.now
         if op.comm is None:
             sent = 0.0
         else:
             if op.comm.op == "send_recv":
                 start = self.meeting.start  # a posted recv waiting for its send is idle, not traffic
-            sent = self.meeting.sent.get(rank, 0.0)
+            sent = self.meeting.sent.get(self.rank, 0.0)
+        self.times.start[i] = start
+        self.times.sent[i] = sent
         self.finish[i] = end
-        self.engine.spans.append((rank, op.stream, op.name, op.category, start, end, op.layer, op.micro_batch,
-                                  op.stage, sent, i))
         if self.waiters:
             waiter = self.waiters.pop(i, None)
             if waiter is not None:
                 waiter.succeed()
         self.pos += 1
         self.advance()
+
+
+class OpTimes:
+    """When each op of one rank ran (filled in as ops end; None until then): start and
+    end in seconds, and the bytes the rank itself sent in it."""
+
+    __slots__ = ("start", "end", "sent")
+
+    def __init__(self, n: int):
+        self.start, self.end, self.sent = [None] * n, [None] * n, [None] * n
 
 
 @dataclass(slots=True, eq=False)
@@ -159,21 +171,20 @@ class Engine:
         self.programs = programs
         self.compute_scale = compute_scale
         self.simulated = {p.rank for p in programs}
-        self.spans: list[tuple] = []
+        self.times = {p.rank: OpTimes(len(p.ops)) for p in programs}  # rank -> when each op ran
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
         self._met: list[Meeting] = []  # complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
-        self._finish: dict[int, list] = {}
         self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
-        self._sent: dict[tuple, float] = {}
+        self._member_bytes: dict[tuple, dict[int, float]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self.collectives_run = 0
 
-    def run(self) -> list[tuple]:
-        """Simulate until every program has finished."""
+    def run(self) -> None:
+        """Simulate until every program has finished (``times`` then says when each op ran;
+        :func:`sim.result.spans_frame` makes the spans table)."""
         streams = []
         for prog in self.programs:
-            self._finish[prog.rank] = [None] * len(prog.ops)
             by_name: dict[str, list[int]] = {}
             for i, op in enumerate(prog.ops):
                 by_name.setdefault(op.stream, []).append(i)
@@ -182,9 +193,8 @@ class Engine:
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
             self.env.run()
-        if any(s.pos < len(s.indices) for s in streams):
+        if any(s.pos < s.count for s in streams):
             self._report_deadlock()
-        return self.spans
 
     @property
     def events(self) -> int:
@@ -204,7 +214,7 @@ class Engine:
 
     def _report_deadlock(self) -> None:
         stuck = [(p.rank, i, op.name) for p in self.programs
-                 for i, op in enumerate(p.ops) if self._finish[p.rank][i] is None]
+                 for i, op in enumerate(p.ops) if self.times[p.rank].end[i] is None]
         rank, i, name = stuck[0]
         raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
@@ -239,14 +249,14 @@ class Engine:
     def member_bytes(self, call: Collective) -> dict[int, float]:
         """Bytes each member itself sends in ``call`` (from the algorithm's schedule; cached)."""
         key = (call.op, call.algo, call.group, call.nbytes, call.shares)
-        sent = self._sent.get(key)
+        sent = self._member_bytes.get(key)
         if sent is None:
             sched = self.schedule_of(Collective(call.key, call.op, call.group, call.nbytes, call.algo,
                                                 shares=call.shares))
             total = np.zeros(max(call.group) + 1)
             for ph in sched.phases:  # every hop a member starts carries its chain's bytes
                 total += np.bincount(ph.src, weights=ph.nbytes[ph.chain], minlength=len(total))[:len(total)]
-            sent = self._sent[key] = {r: float(total[r]) for r in call.group}
+            sent = self._member_bytes[key] = {r: float(total[r]) for r in call.group}
         return sent
 
     def schedule_of(self, call: Collective) -> Schedule:

@@ -3,9 +3,10 @@
 from dataclasses import dataclass, field
 import json
 
+import numpy as np
 import pandas as pd
 
-from .engine import SPAN_COLUMNS
+from .engine import OP_COLUMNS, SPAN_COLUMNS
 
 
 @dataclass
@@ -29,7 +30,20 @@ class Result:
         return chrome_trace(self, ranks)
 
 
-def spans_frame(rows: list[tuple]) -> pd.DataFrame:
-    """Engine span tuples -> DataFrame sorted by rank, start."""
-    df = pd.DataFrame(rows, columns=list(SPAN_COLUMNS))
+def spans_frame(engine) -> pd.DataFrame:
+    """The spans of a finished :class:`~sim.engine.Engine` run (SPAN_COLUMNS): when each op
+    ran, from ``engine.times``, beside the op's own fields; sorted by rank and start (ties
+    in program order, which on one stream is the order the ops ended)."""
+    programs = engine.programs
+    ops = [op for prog in programs for op in prog.ops]
+    times = [engine.times[prog.rank] for prog in programs]
+    ran = {
+        "rank": np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64),
+        "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
+        "start_s": pd.Series([t for ts in times for t in ts.start]),  # as inferred from the values
+        "end_s": pd.Series([t for ts in times for t in ts.end]),
+        "bytes": pd.Series([b for ts in times for b in ts.sent]),
+    }
+    own = {c: pd.Series([getattr(op, c) for op in ops]) for c in OP_COLUMNS}  # dtypes as from rows
+    df = pd.DataFrame({c: ran[c] if c in ran else own[c] for c in SPAN_COLUMNS})
     return df.sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)

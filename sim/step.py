@@ -54,7 +54,8 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
-    spans = spans_frame(engine.run())
+    engine.run()
+    spans = spans_frame(engine)
     wall = time.perf_counter() - t0
     memory = peak_memory(ctx)
     summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops)

@@ -15,6 +15,7 @@ from sim.engine import Collective, Engine, Op, RankProgram
 from sim.hardware import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
 from sim.network import max_min_rates
 from sim.nccl_tests import time_collective
+from sim.result import spans_frame
 
 H100 = gpu_preset("h100-sxm")
 
@@ -104,7 +105,8 @@ def run_engine(topo, programs):
     """Run programs; return {(rank, op name): (start, end)}."""
     engine = Engine(topo, programs)
     engine.run()
-    return {(s[0], s[2]): (s[4], s[5]) for s in engine.spans}
+    spans = spans_frame(engine)
+    return {(r, name): (a, b) for r, name, a, b in zip(spans["rank"], spans["name"], spans["start_s"], spans["end_s"])}
 
 
 def send_recvs(topo, *flows):
