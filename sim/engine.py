@@ -173,7 +173,7 @@ class Engine:
         self.simulated = {p.rank for p in programs}
         self.times = {p.rank: OpTimes(len(p.ops)) for p in programs}  # rank -> when each op ran
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
-        self._met: list[Meeting] = []  # complete meetings, in the order their done events fire
+        self._met: list[list] = []  # members of complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
         self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._member_bytes: dict[tuple, dict[int, float]] = {}
@@ -205,12 +205,12 @@ class Engine:
     def held_by(self) -> dict[tuple[int, int], tuple[int, int]]:
         """(rank, op) of every collective member that waited -> (rank, op) of the member
         that arrived last, in the order those ops ended."""
-        return {(r, i): m.members[-1][:2] for m in self._met for r, i, _t in m.members[:-1]}
+        return {(r, i): members[-1][:2] for members in self._met for r, i, _t in members[:-1]}
 
     @property
     def arrived(self) -> dict[tuple[int, int], float]:
         """Arrival time of every collective member that waited for others (as held_by)."""
-        return {(r, i): t for m in self._met for r, i, t in m.members[:-1]}
+        return {(r, i): t for members in self._met for r, i, t in members[:-1]}
 
     def _report_deadlock(self) -> None:
         stuck = [(p.rank, i, op.name) for p in self.programs
@@ -241,7 +241,7 @@ class Engine:
     def _run_phases(self, phases: tuple, i: int, meeting: Meeting) -> None:
         """Run phase i, then the next, then end the meeting (callbacks, no process)."""
         if i == len(phases):
-            self._met.append(meeting)
+            self._met.append(meeting.members)  # (only these: the rest goes once the members move on)
             meeting.done.succeed()
         else:
             self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, meeting))

@@ -40,10 +40,9 @@ def spans_frame(engine) -> pd.DataFrame:
     ran = {
         "rank": np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64),
         "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
-        "start_s": pd.Series([t for ts in times for t in ts.start]),  # as inferred from the values
-        "end_s": pd.Series([t for ts in times for t in ts.end]),
-        "bytes": pd.Series([b for ts in times for b in ts.sent]),
     }
+    for column, field in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
+        ran[column] = np.array([v for ts in times for v in getattr(ts, field)])  # float64 (int64 if all ints, as from rows)
     own = {c: pd.Series([getattr(op, c) for op in ops]) for c in OP_COLUMNS}  # dtypes as from rows
     df = pd.DataFrame({c: ran[c] if c in ran else own[c] for c in SPAN_COLUMNS})
     return df.sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)
