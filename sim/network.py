@@ -294,7 +294,8 @@ class Network:
         """Whether ``act`` ran alone at its first rates all along and every chain ends now:
         the general test in :meth:`_on_wake` would find every chain within a picosecond of
         its end (all end within half of one, and this wake-up came within a quarter of one
-        of the planned time), so it needs no arithmetic on the byte counts."""
+        of the planned time), so it needs no arithmetic on the byte counts. (A re-solved
+        transfer already fails the last test; its generation says so directly.)"""
         alone = act.plan.alone
         return (act.generation == 1 and alone is not None and act.rates is alone[0] and alone[2]
                 and abs(self.env.now - act.updated - alone[1]) <= _PICOSECOND / 4)
