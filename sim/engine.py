@@ -90,23 +90,25 @@ class Stream:
     order, so results are the same; what is saved is a generator switch per event.
     """
 
-    __slots__ = ("engine", "env", "rank", "ops", "indices", "count", "times", "finish", "waiters", "pos",
-                 "start", "meeting", "advance", "_end")
+    __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
+                 "meeting", "arrive", "scale_of", "advance", "_end")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
-        self.engine, self.env, self.rank = engine, engine.env, prog.rank
+        self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
-        self.times = engine.times[prog.rank]  # shared by the rank's streams
-        self.finish, self.waiters = self.times.end, engine._waiters[prog.rank]
-        self.pos, self.start, self.meeting = 0, 0.0, None
+        times = engine.times[prog.rank]  # shared by the rank's streams
+        self.starts, self.finish, self.sent = times.start, times.end, times.sent
+        self.waiters = engine._waiters[prog.rank]
+        self.pos, self.meeting = 0, None
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
 
     def _advance(self, _event=None) -> None:
         """Start the next op whose deps have finished; else wait for the first unfinished one."""
-        if self.pos == self.count:
+        pos = self.pos
+        if pos == self.count:
             return
-        op = self.ops[self.pos]
+        op = self.ops[pos]
         finish = self.finish
         for d in op.deps:
             if finish[d] is None:
@@ -115,44 +117,42 @@ class Stream:
                     ev = self.waiters[d] = self.env.event()
                 ev.callbacks.append(self.advance)
                 return
-        self.start = now = self.env.now
+        i = self.indices[pos]
+        self.starts[i] = now = self.env.now
         if op.comm is None:
-            scale_of = self.engine.compute_scale
+            scale_of = self.scale_of
             done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)
         else:
-            self.meeting = self.engine.arrive(op.comm, self.rank, self.indices[self.pos])
-            done = self.meeting.done
+            self.meeting = meeting = self.arrive(op.comm, self.rank, i)
+            done = meeting.done
         done.callbacks.append(self._end)
 
     def _ended(self, _event) -> None:
-        """The current op has ended: record its span, wake whoever waits on it, go on."""
-        op, i = self.ops[self.pos], self.indices[self.pos]
-        start, end = self.start, self.env.now
-        if op.comm is None:
-            sent = 0.0
-        else:
-            if op.comm.op == "send_recv":
-                start = self.meeting.start  # a posted recv waiting for its send is idle, not traffic
-            sent = self.meeting.sent.get(self.rank, 0.0)
-        self.times.start[i] = start
-        self.times.sent[i] = sent
-        self.finish[i] = end
+        """The current op has ended: note when and what it sent, wake whoever waits on it, go on."""
+        pos = self.pos
+        i, comm = self.indices[pos], self.ops[pos].comm
+        if comm is not None:
+            meeting = self.meeting
+            if comm.op == "send_recv":
+                self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
+            self.sent[i] = meeting.sent.get(self.rank, 0.0)
+        self.finish[i] = self.env.now
         if self.waiters:
             waiter = self.waiters.pop(i, None)
             if waiter is not None:
                 waiter.succeed()
-        self.pos += 1
+        self.pos = pos + 1
         self.advance()
 
 
 class OpTimes:
-    """When each op of one rank ran (filled in as ops end; None until then): start and
-    end in seconds, and the bytes the rank itself sent in it."""
+    """When each op of one rank ran: start and end in seconds (None until it starts, ends),
+    and the bytes the rank itself sent in it (0 for compute)."""
 
     __slots__ = ("start", "end", "sent")
 
     def __init__(self, n: int):
-        self.start, self.end, self.sent = [None] * n, [None] * n, [None] * n
+        self.start, self.end, self.sent = [None] * n, [None] * n, [0.0] * n
 
 
 @dataclass(slots=True, eq=False)
