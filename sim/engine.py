@@ -84,10 +84,11 @@ class Stream:
     once its ``deps`` have finished.
 
     A stream is driven by callbacks on SimPy events rather than being a SimPy process:
-    it hangs :meth:`advance` on the event it waits for (a dependency's completion) and
-    :meth:`_end` on the event that ends its op (a compute timeout, a collective's done
+    it hangs :meth:`_advance` on the event it waits for (a dependency's completion) and
+    :meth:`_ended` on the event that ends its op (a compute timeout, a collective's done
     event). These are exactly the events a generator process would yield, in the same
-    order, so results are the same; what is saved is a generator switch per event.
+    order, so results are the same (tests/test_engine.py checks it against processes);
+    what is saved is a generator switch per event.
     """
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
@@ -279,11 +280,12 @@ class Engine:
 def cycle_collector_paused():
     """Pause Python's cyclic garbage collector while a simulation runs.
 
-    A run allocates millions of short-lived objects (events, spans, meetings) that
+    A run allocates millions of short-lived objects (events, meetings, closures) that
     reference counting frees at once; the collector would still re-traverse every op of
-    every program on each full pass and find almost nothing: 829 objects in cycles after
-    the 206k-event run of ``python bench/collectives.py``, where the passes took a quarter
-    of the run. Those few are collected once the run is over.
+    every program on each full pass and find almost nothing: 1,109 objects in cycles after
+    the 206k-event run of ``python bench/collectives.py`` (where the passes took a quarter
+    of the run), 460 after the 1.6M events of scenarios/gpt3-175b-ptd.toml. Those few are
+    collected once the run is over.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -9,7 +9,9 @@ latency of its longest hop before its bytes flow.
 
 Rates depend only on which chains are active, never on bytes, so allocations are cached
 by the set of active phase shapes: a step that repeats the same collectives re-solves
-nothing.
+nothing. Each Phase object also keeps a plan (:class:`_Plan`): its routes, and the rates
+and wake-up it gets when no other transfer shares its links, so a collective that runs
+alone again costs two timeouts and no arithmetic on bytes.
 """
 
 from dataclasses import dataclass
