@@ -119,7 +119,7 @@ class Stream:
                 ev.callbacks.append(self.advance)
                 return
         i = self.indices[pos]
-        self.starts[i] = now = self.env.now
+        self.starts[i] = now = self.env._now  # (SimPy's Environment.now, without the property call)
         if op.comm is None:
             scale_of = self.scale_of
             done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)
@@ -137,7 +137,7 @@ class Stream:
             if comm.op == "send_recv":
                 self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
             self.sent[i] = meeting.sent.get(self.rank, 0.0)
-        self.finish[i] = self.env.now
+        self.finish[i] = self.env._now
         if self.waiters:
             waiter = self.waiters.pop(i, None)
             if waiter is not None:
@@ -231,7 +231,7 @@ class Engine:
         if meeting is None:
             meeting = self._rendezvous[call.key] = Meeting(self.env.event(), self.member_bytes(call),
                                                            self._expected_members(call.group))
-        meeting.members.append((rank, index, self.env.now))
+        meeting.members.append((rank, index, self.env._now))
         if len(meeting.members) == meeting.expected:
             del self._rendezvous[call.key]
             meeting.start = self.env.now
