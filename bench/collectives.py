@@ -66,7 +66,7 @@ def engine_rate(topo, programs, profile: bool = False) -> tuple[float, int, floa
     return engine.events / wall, engine.events, wall
 
 
-def bench_engine(profile: bool, pairs: int = 5) -> None:
+def bench_engine(profile: bool, pairs: int = 7) -> None:
     """Each pair runs the bare loop then the engine, back to back, so both see the same
     machine (a shared VM's speed drifts by tens of percent within a minute); the target is
     judged on the median of the pairs' ratios, the best-of figures are printed beside it."""
