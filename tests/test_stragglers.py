@@ -146,3 +146,17 @@ def test_report_names_the_straggler():
     text = report(slow)
     assert "rank 3" in text.splitlines()[1]
     assert "straggler" in text
+
+
+def test_report_marks_every_gpu_of_a_straggling_node():
+    from sim.attribution import report
+
+    def compute_lines(stragglers):
+        text = report(simulate(_with({"stragglers": stragglers})))
+        return [line for line in text.splitlines() if line.startswith("  compute on rank")]
+
+    node = compute_lines([{"nodes": [0], "slowdown": 1.2}])  # all 4 ranks sit on node 0
+    assert node and all(line.endswith("(straggler, 1.2x compute)") for line in node)
+    both = compute_lines([{"nodes": [0], "slowdown": 1.2}, {"ranks": [2], "slowdown": 1.4}])
+    assert both[0].startswith("  compute on rank 2:")  # the slower entry wins, as in the run
+    assert both[0].endswith("(straggler, 1.4x compute)")
