@@ -9,7 +9,7 @@ published run in ``sim/data/published_runs.csv`` together (``clustersim validate
 --fit``), never per row.
 """
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .hardware import GPU
 
@@ -27,9 +27,9 @@ HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels 
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel's work: FLOPs at a GEMM shape (smallest dim), and HBM bytes."""
+class Kernel(NamedTuple):
+    """One kernel's work: FLOPs at a GEMM shape (smallest dim), and HBM bytes. (A named
+    tuple: lists of them key the compute-time memo, and tuples hash and compare in C.)"""
 
     flops: float = 0.0
     min_dim: float = 1e9  # smallest of m, n, k (GEMMs); attention: head dim
