@@ -90,7 +90,6 @@ class _Plan:
     """What the network needs to know of one Phase object, worked out once: schedules are
     cached, so the same Phase comes back for every call of a collective."""
 
-    phase: object  # the Phase itself (kept alive: its bytes count in bytes_by_link)
     compiled: CompiledPhase
     nbytes: np.ndarray  # bytes per chain, as floats (never written: transfers replace, not modify)
     empty: bool  # moves no bytes: done once its latency is paid
@@ -145,8 +144,7 @@ class Network:
             if compiled is None:
                 compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
-            plan = self._plans[phase] = _Plan(phase, compiled, phase.nbytes.astype(float), empty,
-                                              _mask_key(phase.nbytes))
+            plan = self._plans[phase] = _Plan(compiled, phase.nbytes.astype(float), empty, _mask_key(phase.nbytes))
         return plan
 
     @property
@@ -156,7 +154,7 @@ class Network:
         for plan in self._plans.values():
             if plan.finished:
                 found = sent.setdefault(plan.compiled.key, [plan.compiled, 0.0])
-                found[1] = found[1] + plan.phase.nbytes * plan.finished
+                found[1] = found[1] + plan.nbytes * plan.finished
         out = np.zeros(len(self.topo.caps))
         for ph, nbytes in sent.values():
             out[ph.links] += link_bytes(ph, nbytes)
