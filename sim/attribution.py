@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .faults import straggler_ranks
+from .faults import straggler_slowdowns
 
 
 @dataclass
@@ -91,23 +91,12 @@ def _node(n) -> str:
     return "/".join(str(x) for x in n)
 
 
-def straggler_slowdowns(result) -> dict[int, float]:
-    """Rank -> the compute slowdown ``[[stragglers]]`` give it (ranks listed and every GPU
-    of nodes listed; overlapping entries combine as in :func:`sim.faults.compute_scale`)."""
-    per_node = result.info["topology"].spec.gpus_per_node
-    slow: dict[int, float] = {}
-    for st in result.scenario.stragglers:
-        for r in straggler_ranks(st, per_node):
-            slow[r] = max(slow.get(r, 1.0), st.slowdown)
-    return slow
-
-
 def report(result) -> str:
     """Human-readable attribution of the step."""
     a = critical_path(result)
     s, lines = result.summary, []
     lines.append(f"step {a.step_s * 1e3:.2f} ms; critical path of {len(a.path)} ops")
-    slow = straggler_slowdowns(result)
+    slow = straggler_slowdowns(result.scenario, result.info["topology"].spec.gpus_per_node)
     for rank, t in sorted(a.compute_by_rank.items(), key=lambda kv: -kv[1])[:5]:
         note = f"  (straggler, {slow[rank]}x compute)" if rank in slow else ""
         lines.append(f"  compute on rank {rank}: {t * 1e3:.2f} ms of the path{note}")

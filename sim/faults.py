@@ -15,6 +15,16 @@ def straggler_ranks(st, per_node: int) -> set[int]:
     return set(st.ranks) | {n * per_node + i for n in st.nodes for i in range(per_node)}
 
 
+def straggler_slowdowns(s, per_node: int) -> dict[int, float]:
+    """Rank -> the compute slowdown the ``[[stragglers]]`` give it once they are all in
+    effect (the larger slowdown wins where entries overlap, as in :func:`compute_scale`)."""
+    slow: dict[int, float] = {}
+    for st in s.stragglers:
+        for r in straggler_ranks(st, per_node):
+            slow[r] = max(slow.get(r, 1.0), st.slowdown)
+    return slow
+
+
 def compute_scale(s, topo):
     """callable(rank, now) -> compute slowdown, or None when nothing is slow."""
     if not s.stragglers:
