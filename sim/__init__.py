@@ -7,13 +7,13 @@ Data flows one way: scenario -> rank programs -> engine -> spans -> metrics / pl
 >>> result.summary["mfu"]  # doctest: +SKIP
 """
 
-from .load import load_scenario
+from .input.load import load_scenario
 
 __all__ = ["load_scenario", "simulate", "sweep"]
 
 
 def simulate(scenario, **kwargs):
-    """Simulate one optimizer step of ``scenario``; returns a :class:`sim.result.Result`
+    """Simulate one optimizer step of ``scenario``; returns a :class:`sim.outputs.result.Result`
     (keywords as :func:`sim.step.simulate`)."""
     from .step import simulate as _simulate
 
@@ -21,7 +21,7 @@ def simulate(scenario, **kwargs):
 
 
 def sweep(scenario, grid, **kwargs):
-    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.sweeps`)."""
-    from .sweeps import sweep as _sweep
+    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.studies.sweeps`)."""
+    from .studies.sweeps import sweep as _sweep
 
     return _sweep(scenario, grid, **kwargs)

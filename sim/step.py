@@ -7,14 +7,15 @@ Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 import dataclasses
 import time
 
-from . import topology, workload
-from .engine import Engine
+from .hardware import topology
+from .parallel import workload
+from .engine.core import Engine
 from .errors import InputError
-from .hardware import gpu_preset
-from .memory import peak_memory
-from .metrics import summarize
-from .result import Result, spans_frame
-from .scenario import Scenario
+from .hardware.gpus import gpu_preset
+from .parallel.memory import peak_memory
+from .outputs.metrics import summarize
+from .outputs.result import Result, spans_frame
+from .input.scenario import Scenario
 
 
 def build_topology(s: Scenario) -> topology.Topology:
@@ -28,7 +29,7 @@ def build_topology(s: Scenario) -> topology.Topology:
     spec = dataclasses.replace(spec, **overrides)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
-    from .faults import apply_faults
+    from .hardware.faults import apply_faults
 
     apply_faults(graph, s.cluster.faults, spec)
     if spec.max_gpus is not None and s.cluster.gpus > spec.max_gpus:
@@ -46,7 +47,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)
-    from .faults import compute_scale, jitter_fn
+    from .hardware.faults import compute_scale, jitter_fn
 
     ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
     programs = workload.build_programs(ctx)
@@ -77,7 +78,7 @@ def perturbed(s: Scenario) -> bool:
 
 def clean_copy(s: Scenario) -> Scenario:
     """The same scenario without stragglers, jitter or faults."""
-    from .scenario import Jitter
+    from .input.scenario import Jitter
 
     return s.model_copy(update={"stragglers": [], "jitter": Jitter(),
                                 "cluster": s.cluster.model_copy(update={"faults": []})})

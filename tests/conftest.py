@@ -10,9 +10,9 @@ import sys
 import pytest
 import simpy
 
-from sim import topology
-from sim.hardware import gpu_preset
-from sim.network import Network
+from sim.hardware import topology
+from sim.hardware.gpus import gpu_preset
+from sim.engine.network import Network
 
 
 @lru_cache(maxsize=None)

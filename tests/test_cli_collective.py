@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.nccl_tests import bus_factor
+from sim.studies.nccl_tests import bus_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """Collective schedules against their closed forms, their latency terms, and nccl-tests.
 
 Expected times are computed here from first principles: per-rank egress W from the GPU
-preset's line rates times the fabric efficiency (sim/hardware.py), latency from the
+preset's line rates times the fabric efficiency (sim/hardware/gpus.py), latency from the
 per-link latencies. The simulated alpha term is subtracted before comparing the
 bandwidth term with the seeds' formulas (within 0.5%).
 Run ``python -m pytest -q tests/test_collectives.py``.
@@ -16,8 +16,8 @@ import pytest
 
 from conftest import spec_topology, time_phase
 from sim import collectives
-from sim.hardware import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
-from sim.nccl_tests import bus_factor, time_collective
+from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
+from sim.studies.nccl_tests import bus_factor, time_collective
 
 H100, A100 = gpu_preset("h100-sxm"), gpu_preset("a100-80gb")
 B = 2**30  # bytes: large enough to be bandwidth-dominated

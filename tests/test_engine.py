@@ -14,9 +14,9 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from conftest import spec_topology
-from sim.engine import Collective, Engine, Op, RankProgram
-from sim.network import Network
-from sim.result import spans_frame
+from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.engine.network import Network
+from sim.outputs.result import spans_frame
 
 TOPO = spec_topology(16)  # two servers of 8: groups that span both share the fabric
 STREAMS = ("compute", "a", "b")

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from sim.load import scenario_from_dict
+from sim.input.load import scenario_from_dict
 from sim.step import simulate
 
 SMALL = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 4, "vocab": 32000, "mlp": "swiglu",

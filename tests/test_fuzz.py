@@ -7,7 +7,6 @@ Most examples run in-process on a tiny model (fast); a handful go through
 Run: ``python -m pytest tests/test_fuzz.py``
 """
 
-import importlib.util
 import math
 import os
 import random
@@ -20,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import InputError
-from sim.load import scenario_from_dict
+from sim.input.load import scenario_from_dict
 from sim.step import simulate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,8 +43,7 @@ KEYS = ["parallel.tp", "parallel.pp", "parallel.dp", "parallel.cp", "parallel.ep
         "model.mlp", "model.tied_embeddings", "model.moe.experts", "model.moe.top_k",
         "model.moe.capacity_factor", "model.moe.dense_layers", "model.moe.shared_experts",
         "model.moe.expert_ffn_hidden", "model.preset", "cluster.gpus", "cluster.nodes", "seed", "name"]
-if importlib.util.find_spec("sim.labs.routing") is not None:  # uneven routing needs the routing lab
-    KEYS += ["model.moe.routing", "model.moe.skew"]
+KEYS += ["model.moe.routing", "model.moe.skew"]
 
 # small values only: the point is validity, and a huge batch would only make a slow run
 INTS = st.sampled_from([-3, -1, 0, 1, 2, 3, 4, 5, 8, 12, 16, 32])

@@ -10,8 +10,8 @@ Run: ``python -m pytest tests/test_model.py``
 
 import pytest
 
-from sim import model as costs
-from sim.load import scenario_from_dict
+from sim.model import transformer as costs
+from sim.input.load import scenario_from_dict
 from sim.step import simulate
 
 

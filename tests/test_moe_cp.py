@@ -15,8 +15,8 @@ Run: ``python -m pytest tests/test_moe_cp.py``
 import numpy as np
 import pytest
 
-from sim.load import scenario_from_dict
-from sim.metrics import overlap, union
+from sim.input.load import scenario_from_dict
+from sim.outputs.metrics import overlap, union
 from sim.step import simulate
 
 CP_MODEL = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 4, "vocab": 128}
@@ -120,14 +120,8 @@ def test_balanced_router_gives_even_all_to_all_and_expert_compute(ep, gpus):
         assert np.ptp(g.start_s) <= 1e-12 and np.ptp(g.end_s) <= 1e-12
 
 
-def routing_lab():
-    mod = pytest.importorskip("sim.labs.routing", reason="sim/labs/routing.py (expert_loads) is not written yet")
-    if not hasattr(mod, "expert_loads"):
-        pytest.skip("sim.labs.routing has no expert_loads(policy, tokens, experts, top_k, capacity_factor, seed, skew)")
-
 
 def test_skewed_router_makes_the_hot_experts_ranks_stragglers():
-    routing_lab()
     uniform = moe_run(routing="uniform", fold=True)
     skewed = moe_run(routing="token_choice", skew=1.0, fold=True)
     assert skewed.summary["step_time_s"] > uniform.summary["step_time_s"]
@@ -160,7 +154,6 @@ def a2a_transfer(result):
 
 @pytest.mark.parametrize("routing, skew", [("token_choice", 1.0), ("token_choice", 0.3), ("token_drop", 1.0)])
 def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew):
-    routing_lab()
     uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True)
     compute = (expert_time(skewed) - expert_time(uniform)).sum()
     traffic = (a2a_transfer(skewed) - a2a_transfer(uniform)).sum()
@@ -171,9 +164,8 @@ def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew
 
 
 def test_skewed_all_to_all_is_held_by_the_hot_ranks_port():
-    routing_lab()
-    from sim.labs.routing import expert_loads
-    from sim.hardware import FABRIC_EFFICIENCY, LINK_LATENCY, gpu_preset
+    from sim.model.routing import expert_loads
+    from sim.hardware.gpus import FABRIC_EFFICIENCY, LINK_LATENCY, gpu_preset
 
     skewed = moe_run(routing="token_choice", skew=1.0, fold=True)
     w = gpu_preset("h100-sxm").nvlink_bw * FABRIC_EFFICIENCY["nvlink"]
@@ -190,7 +182,6 @@ def test_skewed_all_to_all_is_held_by_the_hot_ranks_port():
 
 
 def test_expert_choice_is_balanced_in_the_simulator():
-    routing_lab()
     sp = moe_run(routing="expert_choice", skew=1.0, fold=True).spans
     for _, g in sp[sp.name.str.startswith("experts_")].groupby(["name", "layer", "micro_batch"]):
         assert np.ptp(durations(g)) <= 1e-12 * durations(g).max()  # every rank the same tokens

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import spec_topology
-from sim.engine import Collective, Engine, Op, RankProgram
-from sim.hardware import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
-from sim.network import max_min_rates
-from sim.nccl_tests import time_collective
-from sim.result import spans_frame
+from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
+from sim.engine.network import max_min_rates
+from sim.studies.nccl_tests import time_collective
+from sim.outputs.result import spans_frame
 
 H100 = gpu_preset("h100-sxm")
 

@@ -15,12 +15,12 @@ Run: ``python -m pytest tests/test_pipeline.py``
 import numpy as np
 import pytest
 
-from sim.load import scenario_from_dict
-from sim.memory import stage_memory
-from sim.metrics import rank_times
+from sim.input.load import scenario_from_dict
+from sim.parallel.memory import stage_memory
+from sim.outputs.metrics import rank_times
 from sim.parallel.pp import split_layers
 from sim.step import simulate
-from sim.workload import make_context
+from sim.parallel.workload import make_context
 
 H, HEADS, VOCAB = 1024, 8, 128
 

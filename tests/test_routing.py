@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_input_error, clustersim
-from sim.labs.routing import (capacity, check_causality, drop_overflow, expert_choice, expert_loads,
-                              random_scores, route, token_choice)
+from sim.model.routing import capacity, drop_overflow, expert_choice, expert_loads, random_scores, route, token_choice
+from sim.labs.routing import check_causality
 
 
 def check(policy, tokens=1024, experts=16, top_k=2, cf=1.0, seed=0, skew=0.0, **kw):
@@ -61,7 +61,7 @@ def test_routers_respect_top_k_and_capacity():
 
 
 def test_skew_unbalances_token_choice_and_the_aux_loss_bias_repairs_it():
-    from sim.labs.routing import learn_bias
+    from sim.model.routing import learn_bias
 
     plain = check("token_choice", 2048, 32, skew=1.0, checked=64)
     bias = learn_bias(np.random.default_rng(5), 2048, 32, 2, 1.0)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim import presets
+from sim.input import presets
 from sim.errors import InputError
-from sim.hardware import GPUS
-from sim.load import parse_value, scenario_from_dict
-from sim.topology import TOPOLOGY_DIR
+from sim.hardware.gpus import GPUS
+from sim.input.load import parse_value, scenario_from_dict
+from sim.hardware.topology import TOPOLOGY_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 

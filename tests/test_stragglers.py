@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-from sim.engine import Collective, Engine, Op, RankProgram
-from sim.faults import apply_faults, jitter_fn
-from sim.hardware import FABRIC_EFFICIENCY, gpu_preset
-from sim.jitter import expected_step
-from sim.load import scenario_from_dict
-from sim.nccl_tests import time_collective
-from sim.scenario import LinkFault
+from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.hardware.faults import apply_faults, jitter_fn
+from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
+from sim.studies.jitter_scaling import expected_step
+from sim.input.load import scenario_from_dict
+from sim.studies.nccl_tests import time_collective
+from sim.input.scenario import LinkFault
 from sim.step import simulate
-from sim import topology
+from sim.hardware import topology
 
 TINY = {
     "name": "tiny-dp",
@@ -140,7 +140,7 @@ def test_failed_link_reroutes_and_disconnection_is_an_input_error():
 
 
 def test_report_names_the_straggler():
-    from sim.attribution import report
+    from sim.outputs.attribution import report
 
     slow = simulate(_with({"stragglers": [{"ranks": [3], "slowdown": 1.5}]}))
     text = report(slow)
@@ -149,7 +149,7 @@ def test_report_names_the_straggler():
 
 
 def test_report_marks_every_gpu_of_a_straggling_node():
-    from sim.attribution import report
+    from sim.outputs.attribution import report
 
     def compute_lines(stragglers):
         text = report(simulate(_with({"stragglers": stragglers})))

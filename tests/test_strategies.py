@@ -16,9 +16,9 @@ Run: ``python -m pytest tests/test_strategies.py``
 import numpy as np
 import pytest
 
-from sim.hardware import FABRIC_EFFICIENCY, gpu_preset
-from sim.load import scenario_from_dict
-from sim.metrics import overlap, union
+from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
+from sim.input.load import scenario_from_dict
+from sim.outputs.metrics import overlap, union
 from sim.step import simulate
 
 # A small Llama-like model with layers far above the DDP bucket size (25 MiB) and the

@@ -20,7 +20,7 @@ import sim
 from sim import step
 from sim.commands.sweep import parse_grid, parse_values
 from sim.errors import InputError
-from sim.sweeps import JOURNAL_SUFFIX, SUMMARY_COLUMNS, expand, point_key
+from sim.studies.sweeps import JOURNAL_SUFFIX, SUMMARY_COLUMNS, expand, point_key
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # 64 GPUs, ~0.02 s per point

@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import REPO, assert_input_error, clustersim
 from sim import load_scenario, simulate
-from sim.metrics import subtract as _subtract, union as _union
-from sim.timeline import LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, exposed_comm, lanes, plot_timeline, waits
+from sim.outputs.metrics import subtract as _subtract, union as _union
+from sim.outputs.timeline import LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, exposed_comm, lanes, plot_timeline, waits
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -129,7 +129,7 @@ def test_cli_plot_bad_input_exits_2(args, key):
 
 
 def test_gallery_regenerates_every_picture(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "sim.gallery", "--out", str(tmp_path)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "sim.studies.gallery", "--out", str(tmp_path)], capture_output=True,
                        text=True, timeout=300, cwd=REPO)
     assert p.returncode == 0, p.stderr
     for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical"):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import run_phase, spec_topology
-from sim import topology
+from sim.hardware import topology
 from sim.collectives.schedule import chains_phase
 from sim.errors import InputError
-from sim.hardware import FABRIC_EFFICIENCY as EFF, gpu_preset
+from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, gpu_preset
 
 H100 = gpu_preset("h100-sxm")
 

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import assert_input_error, clustersim
 from sim import load_scenario, simulate
-from sim.load import scenario_from_dict
-from sim.trace import chrome_trace, parse_ranks, select_ranks, write_trace
+from sim.input.load import scenario_from_dict
+from sim.outputs.trace import chrome_trace, parse_ranks, select_ranks, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPE = {"name": "trace-pipe", "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 4096},
@@ -109,7 +109,7 @@ def test_link_counters_are_the_busiest_links_within_capacity(pipe):
     assert all(0 <= e["args"]["util %"] <= 100 * (1 + 1e-6) for e in counters)
     assert max(e["args"]["util %"] for e in counters) > 50  # the busiest link is busy at some point
     # bytes under each counter track equal the bytes the network says the link carried
-    from sim.trace import link_series
+    from sim.outputs.trace import link_series
 
     totals = pipe.info["link_bytes"]
     for lid, (t, r) in link_series(pipe).items():
@@ -144,7 +144,7 @@ def test_default_selection_of_a_16k_run_is_small_and_has_every_stage():
 
 
 def test_stragglers_and_faulty_nics_are_always_in_the_default_selection():
-    from sim.scenario import LinkFault, Straggler
+    from sim.input.scenario import LinkFault, Straggler
 
     s = load_scenario(str(ROOT / "scenarios" / "jitter-dp-1k.toml"))
     s = s.model_copy(update={"stragglers": [Straggler(ranks=[777], slowdown=1.2)],
@@ -158,7 +158,7 @@ def test_stragglers_and_faulty_nics_are_always_in_the_default_selection():
 def test_folded_ranks_map_to_the_simulated_rank_they_equal():
     """Uneven expert loads: whole expert groups are simulated; a folded rank must map to
     the member at its own expert position, whose compute matches an unfolded run."""
-    from sim.rank_selection import representative
+    from sim.outputs.rank_selection import representative
 
     over = ["model.moe.skew=0.5", "parallel.dp=8", "parallel.pp=2", "parallel.ep=4"]
     path = str(ROOT / "scenarios" / "mixtral-small-ep-h100.toml")

@@ -1,5 +1,5 @@
 """Fidelity: predicted vs published training throughput (sim/data/published_runs.csv),
-each row converted to its own FLOPs convention by ``sim.validation.compare``.
+each row converted to its own FLOPs convention by ``sim.studies.validation.compare``.
 
 The wall time of a row grows with pipeline stages x micro-batches per step (every stage is
 simulated, folded over tp and dp): rows with pp * m <= 1200 take under ~5 s each; the
@@ -11,7 +11,7 @@ Run: ``python -m pytest tests/test_validation.py``
 
 import pytest
 
-from sim import validation
+from sim.studies import validation
 
 ROWS = validation.load_rows()
 FAST_COST = 1200  # pp * micro-batches per step

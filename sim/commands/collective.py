@@ -7,7 +7,7 @@ import json
 
 from .. import collectives
 from ..errors import InputError
-from ..nccl_tests import build_topology, measure
+from ..studies.nccl_tests import build_topology, measure
 from ..units import parse_sizes
 
 CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")

@@ -1,6 +1,6 @@
 """``clustersim plot SCENARIO [--set k=v ...] [-o out.png] [--ranks SEL] [--start-ms A] [--end-ms B]``.
 
-Simulates the scenario and draws its timeline (see :mod:`sim.timeline`). Examples:
+Simulates the scenario and draws its timeline (see :mod:`sim.outputs.timeline`). Examples:
 ``clustersim plot scenarios/gpt3-175b-ptd.toml -o gpt3.png --ranks 0,1,8`` and
 ``clustersim plot scenarios/llama3-405b-16k-h100.toml --start-ms 0 --end-ms 500``.
 """
@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from ..errors import InputError
-from ..load import load_scenario
+from ..input.load import load_scenario
 
 
 def add_parser(sub) -> None:
@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """Load, simulate, draw."""
     from .. import simulate
-    from ..timeline import plot_timeline
-    from ..rank_selection import check_selector
+    from ..outputs.timeline import plot_timeline
+    from ..outputs.rank_selection import check_selector
 
     scenario = load_scenario(args.scenario, args.overrides)
     out = args.out or str(Path("plots") / f"{scenario.name}.png")

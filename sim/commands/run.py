@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import InputError
-from ..load import load_scenario
+from ..input.load import load_scenario
 
 
 def add_parser(sub) -> None:
@@ -61,7 +61,7 @@ def _check_outputs(args, scenario) -> None:
         raise InputError("--trace", f"expected a .json path, got {args.trace!r}")
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
-    from ..rank_selection import check_selector
+    from ..outputs.rank_selection import check_selector
 
     check_selector(args.trace_ranks, scenario.cluster.gpus)
 
@@ -73,15 +73,15 @@ def _exports(args, result) -> None:
         else:
             result.spans.to_parquet(args.spans, index=False)
     if args.trace:
-        from ..trace import write_trace
+        from ..outputs.trace import write_trace
 
         write_trace(result, args.trace, args.trace_ranks)
     if args.timeline:
-        from ..timeline import plot_timeline
+        from ..outputs.timeline import plot_timeline
 
         plot_timeline(result, args.timeline)
     if args.report:
-        from ..attribution import report
+        from ..outputs.attribution import report
 
         print(report(result))
 

@@ -3,7 +3,7 @@
 Example: ``clustersim sweep scenarios/llama3-8b-fsdp-h100.toml --grid training.seq_len=2048..8192x2
 --grid parallel.dp_algo=ring,hierarchical --out seq.csv`` (see docs/sweeps.md).
 
-This module owns the ``--grid`` text syntax; :mod:`sim.sweeps` takes Python values.
+This module owns the ``--grid`` text syntax; :mod:`sim.studies.sweeps` takes Python values.
 """
 
 import math
@@ -11,7 +11,7 @@ import re
 import sys
 
 from ..errors import InputError
-from ..load import parse_value
+from ..input.load import parse_value
 
 MAX_VALUES = 100_000  # a range typo should fail fast, not enumerate forever
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Parse the grid (exit 2 if malformed), sweep, say what was written."""
-    from ..sweeps import sweep
+    from ..studies.sweeps import sweep
 
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", f"expected a positive integer, got {args.workers}")
@@ -57,7 +57,7 @@ def run(args) -> int:
 def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:
     """``["k=v1,v2", "n=8..64x2"]`` -> ``{"k": [v1, v2], "n": [8, 16, 32, 64]}``; every key
     must name a scenario key."""
-    from ..sweeps import check_key
+    from ..studies.sweeps import check_key
 
     grid: dict[str, list] = {}
     for spec in specs:
@@ -75,7 +75,7 @@ def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:
 def parse_values(text: str, flag: str = "--grid") -> list:
     """A range ``A..B+S`` (arithmetic; ``A..B`` steps by 1) or ``A..BxF`` (geometric), both
     ending at the last value <= B; else comma-separated values, each parsed with
-    :func:`sim.load.parse_value` (commas inside [], {} or quotes do not split)."""
+    :func:`sim.input.load.parse_value` (commas inside [], {} or quotes do not split)."""
     m = _RANGE.match(text)
     if m:
         return _range(m, text.strip(), flag)

@@ -9,8 +9,8 @@ absolute log error over all of that GPU's rows together (global calibration).
 import json
 import math
 
-from .. import validation
-from ..compute import GEMM_EFFICIENCY
+from ..studies import validation
+from ..model.compute import GEMM_EFFICIENCY
 from ..errors import InputError
 
 

@@ -27,115 +27,13 @@ Switch Transformer load-balancing loss E * sum_e f_e P_e (Fedus et al. 2021) ove
 and causality is untouched, because the bias is a parameter, not a function of the batch.
 """
 
-from functools import lru_cache
 import json
 import math
 
 import numpy as np
 
 from ..errors import InputError
-
-POLICIES = ("token_choice", "expert_choice", "token_drop")
-DROP_ORDERS = ("score", "position")
-
-
-# --- scores ------------------------------------------------------------------------------
-
-def preference(experts: int, skew: float) -> np.ndarray:
-    """Log prior of each expert: Zipf-like, log p_e = -skew * log(e + 1) (0: balanced)."""
-    return (-skew * np.log1p(np.arange(experts))).astype(np.float32)
-
-
-def random_scores(tokens: int, experts: int, seed: int, skew: float = 0.0) -> np.ndarray:
-    """Seeded router logits [tokens, experts]: standard normal plus the skewed prior."""
-    rng = np.random.default_rng(seed)
-    return draw(rng, tokens, experts, skew)
-
-
-def draw(rng: np.random.Generator, tokens: int, experts: int, skew: float) -> np.ndarray:
-    """``tokens`` rows of logits from the router's distribution."""
-    return rng.standard_normal((tokens, experts), dtype=np.float32) + preference(experts, skew)
-
-
-# --- routers -----------------------------------------------------------------------------
-
-def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
-    """Tokens one expert may take: ceil(cf * T * k / E) (GShard), at most T."""
-    return min(tokens, math.ceil(capacity_factor * tokens * top_k / experts - 1e-9))
-
-
-def token_choice(scores: np.ndarray, top_k: int) -> np.ndarray:
-    """[T, E] bool: each token's top-k experts (ties to the lower expert index)."""
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
-    chosen = np.zeros(scores.shape, dtype=bool)
-    np.put_along_axis(chosen, top, True, axis=1)
-    return chosen
-
-
-def expert_choice(scores: np.ndarray, cap: int) -> np.ndarray:
-    """[T, E] bool: each expert's top-``cap`` tokens by score (ties to the earlier token)."""
-    top = np.argsort(-scores, axis=0, kind="stable")[:cap, :]
-    chosen = np.zeros(scores.shape, dtype=bool)
-    np.put_along_axis(chosen, top, True, axis=0)
-    return chosen
-
-
-def drop_overflow(scores: np.ndarray, wanted: np.ndarray, cap: int, order: str = "score") -> np.ndarray:
-    """Keep at most ``cap`` of the tokens that want each expert: the best-scoring ones
-    (``order="score"``) or the earliest ones (``order="position"``)."""
-    key = np.where(wanted, -scores if order == "score" else np.arange(len(scores), dtype=np.float32)[:, None],
-                   np.inf)
-    rank = np.argsort(np.argsort(key, axis=0, kind="stable"), axis=0, kind="stable")
-    return wanted & (rank < cap)
-
-
-def route(scores: np.ndarray, policy: str, top_k: int, capacity_factor: float,
-          drop_order: str = "score", bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(kept [T, E] bool, wanted [T, E] bool): the assignment made, and what each token
-    asked for (equal except under token dropping; expert choice has no asking)."""
-    tokens, experts = scores.shape
-    logits = scores if bias is None else scores + bias
-    if policy == "expert_choice":
-        kept = expert_choice(logits, capacity(tokens, experts, top_k, capacity_factor))
-        return kept, kept
-    wanted = token_choice(logits, top_k)
-    if policy == "token_choice":
-        return wanted, wanted
-    return drop_overflow(logits, wanted, capacity(tokens, experts, top_k, capacity_factor), drop_order), wanted
-
-
-# --- load balancing loss -----------------------------------------------------------------
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Row softmax in float64."""
-    z = np.exp(x - x.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
-
-
-def aux_loss(scores: np.ndarray, chosen: np.ndarray, bias: np.ndarray | None = None) -> float:
-    """Switch Transformer load-balancing loss E * sum_e f_e P_e (1 when balanced):
-    f_e the share of assignments to expert e, P_e the mean router probability."""
-    p = softmax(scores.astype(np.float64) + (0 if bias is None else bias))
-    f = chosen.sum(axis=0) / max(chosen.sum(), 1)
-    return float(scores.shape[1] * (f * p.mean(axis=0)).sum())
-
-
-def learn_bias(rng: np.random.Generator, tokens: int, experts: int, top_k: int, skew: float,
-               steps: int = 300, lr: float = 0.1) -> np.ndarray:
-    """Router bias minimizing the aux loss on a stream of earlier batches: normalized
-    gradient descent on E * sum_e f_e P_e, f_e held fixed as in Switch (not differentiable),
-    with a step size decaying from ``lr`` to lr/20."""
-    bias = np.zeros(experts)
-    for i in range(steps):
-        s = draw(rng, tokens, experts, skew).astype(np.float64) + bias
-        p = softmax(s)
-        f = token_choice(s, top_k).sum(axis=0) / (tokens * top_k)
-        # dP_e/db_j = mean_t p_te (delta_ej - p_tj)
-        grad = experts * (f * p.mean(axis=0) - ((p * f).sum(axis=1, keepdims=True) * p).mean(axis=0))
-        scale = np.abs(grad).max()
-        if scale > 0:
-            bias -= lr * (1 - 0.95 * i / steps) * grad / scale
-    return bias - bias.mean()
+from ..model.routing import DROP_ORDERS, POLICIES, aux_loss, draw, learn_bias, random_scores, route
 
 
 # --- causality -----------------------------------------------------------------------------
@@ -166,31 +64,6 @@ def check_causality(scores: np.ndarray, policy: str, top_k: int, capacity_factor
             "max_load_ratio": float(loads.max() / loads.mean()) if loads.mean() > 0 else 0.0,
             "dropped_fraction": dropped, "aux_loss": aux_loss(scores, kept, bias),
             "loads": [int(x) for x in loads]}
-
-
-# --- loads for the simulator ---------------------------------------------------------------
-
-@lru_cache(maxsize=256)
-def _loads(policy: str, tokens: int, experts: int, top_k: int, capacity_factor: float, seed: int,
-           skew: float) -> tuple[int, ...]:
-    kept = np.zeros(experts, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    # token choice routes token by token, so chunks are exact; the others need the batch
-    chunk = max(1, (1 << 24) // experts) if policy == "token_choice" else tokens
-    for start in range(0, tokens, chunk):
-        scores = draw(rng, min(chunk, tokens - start), experts, skew)
-        kept += route(scores, policy, top_k, capacity_factor)[0].sum(axis=0)
-    return tuple(int(x) for x in kept)
-
-
-def expert_loads(policy: str, tokens: int, experts: int, top_k: int, capacity_factor: float,
-                 seed: int, skew: float = 0.0) -> np.ndarray:
-    """Tokens per expert when ``tokens`` tokens are routed by ``policy`` (seeded): what
-    the EP all-to-all and the expert GEMMs of one micro-batch see."""
-    if policy not in POLICIES:
-        raise InputError("model.moe.routing", f"unknown routing policy {policy!r}; known: {', '.join(POLICIES)}")
-    return np.array(_loads(policy, int(tokens), int(experts), int(top_k), float(capacity_factor),
-                           int(seed), float(skew)), dtype=float)
 
 
 # --- command line ------------------------------------------------------------------------

@@ -6,7 +6,7 @@ arrives from its ring neighbour, so cp-1 K/V shifts overlap cp-1 of the cp atten
 chunks. Backward circulates K/V and their gradients (twice the bytes).
 """
 
-from ..layers import ELEM, attention_core, backward
+from ..model.layers import ELEM, attention_core, backward
 
 AXIS = "cp"
 

@@ -8,7 +8,7 @@ policy loads experts unevenly, the ranks holding hot experts compute longer and 
 other rank of the group waits for them at the combine.
 """
 
-from ..layers import ELEM, backward, experts, router
+from ..model.layers import ELEM, backward, experts, router
 
 AXIS = "ep"
 

@@ -9,8 +9,7 @@ expert-model-parallel groups live inside data parallelism).
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..errors import InputError
-from ..scenario import Parallel
+from ..input.scenario import Parallel
 
 AXES = ("tp", "cp", "dp", "pp")
 
@@ -35,11 +34,8 @@ class Layout:
 
     @classmethod
     def from_parallel(cls, p: Parallel) -> "Layout":
-        """Validate ``parallel.order`` and build the layout."""
-        order = tuple(p.order.split("-"))
-        if sorted(order) != sorted(AXES):
-            raise InputError("parallel.order", f"must name each of tp, cp, dp, pp once (innermost first), got {p.order!r}")
-        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, order, p.ep)
+        """The layout of a parallel section (its ``order`` was checked at load)."""
+        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep)
 
     @cached_property
     def strides(self) -> dict:

@@ -4,7 +4,7 @@ Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over
 ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
-from ..model import attention_params, is_moe_layer, mlp_params
+from ..model.transformer import attention_params, is_moe_layer, mlp_params
 
 
 EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the output layer

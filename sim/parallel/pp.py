@@ -9,7 +9,7 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
 """
 
-from ..layers import ELEM
+from ..model.layers import ELEM
 
 AXIS = "pp"
 

@@ -7,7 +7,7 @@ backward; with SP, an all-gather before and a reduce-scatter after, in both dire
 These sit on the critical path: the next compute op depends on them.
 """
 
-from ..layers import ELEM
+from ..model.layers import ELEM
 
 AXIS = "tp"
 

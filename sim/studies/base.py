@@ -12,11 +12,11 @@ import tomllib
 
 import pandas as pd
 
-from .. import topology
-from ..hardware import FABRIC_EFFICIENCY, gpu_preset
-from ..load import scenario_from_dict
-from ..model import dims, non_embedding_params, total_params
-from ..sweeps import point_key, sweep
+from ..hardware import topology
+from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
+from ..input.load import scenario_from_dict
+from ..model.transformer import dims, non_embedding_params, total_params
+from .sweeps import point_key, sweep
 from ..units import GB
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "studies"  # repo top level

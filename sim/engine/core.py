@@ -4,12 +4,12 @@ Each rank has streams like CUDA streams: ops on one stream run in program order,
 also waits for its ``deps`` (ops of the same rank on any stream), compute ops take their
 duration, and a collective starts once every *simulated* member of its group has reached
 it (a :class:`Meeting`), then runs its schedule's phases on the
-:class:`~sim.network.Network`. Overlap of compute and communication is never computed by
+:class:`~sim.engine.network.Network`. Overlap of compute and communication is never computed by
 a formula: it emerges from the streams and dependencies.
 
 A stream is a :class:`Stream` object driven by callbacks on exactly the SimPy events a
 generator process would wait for, so it costs no generator switch per event. The engine
-writes when each op ran into per-rank :class:`OpTimes`; :func:`sim.result.spans_frame`
+writes when each op ran into per-rank :class:`OpTimes`; :func:`sim.outputs.result.spans_frame`
 joins them with the ops into the spans table. ``python bench/collectives.py`` measures
 its events per second against a bare SimPy loop.
 
@@ -27,10 +27,10 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from . import collectives
-from .collectives.schedule import Schedule, merge
+from .. import collectives
+from ..collectives.schedule import Schedule, merge
 from .network import Network
-from .topology import Topology
+from ..hardware.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +189,7 @@ class Engine:
 
     def run(self) -> None:
         """Simulate until every program has finished (``times`` then says when each op ran;
-        :func:`sim.result.spans_frame` makes the spans table)."""
+        :func:`sim.outputs.result.spans_frame` makes the spans table)."""
         streams = []
         for prog in self.programs:
             by_name: dict[str, list[int]] = {}

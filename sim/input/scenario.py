@@ -7,7 +7,7 @@ returns a frozen :class:`Scenario`. Inside the simulator the data is trusted.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -117,6 +117,13 @@ class Parallel(_Section):
     order: str = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical"] = "auto"
     fold: bool = True  # simulate one rank per class of identical ranks
+
+    @field_validator("order")
+    @classmethod
+    def _order(cls, order: str) -> str:
+        if sorted(order.split("-")) != sorted(("tp", "cp", "dp", "pp")):
+            raise ValueError(f"must name each of tp, cp, dp, pp once (innermost first), got {order!r}")
+        return order
 
 
 class Scenario(_Section):

@@ -11,7 +11,7 @@ grey for the optimizer; blocks of one micro-batch are separated by white lines a
 its number. On the compute row, hatched grey where the GPU computes nothing (pipeline
 bubbles, waits) and a red strip where communication runs while nothing computes (exposed
 communication); pale communication bars are collectives waiting for a peer. Large runs show
-the representative ranks of :func:`sim.rank_selection.select_ranks`, labelled with their
+the representative ranks of :func:`sim.outputs.rank_selection.select_ranks`, labelled with their
 coordinates. Spans are drawn as one ``broken_barh`` per row and colour, so 100k spans plot
 in seconds; spans narrower than a pixel are widened to one so short collectives stay
 visible.
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import InputError
+from ..errors import InputError
 from .metrics import length, subtract, union
 
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
@@ -368,7 +368,7 @@ def plot_timeline(result, path: str, ranks=None, window=None, title: str | None 
 
 def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None = None) -> None:
     """Several results stacked on one shared time axis, one legend: ``items`` =
-    [(result, title), ...]; ``ranks`` a selector or list (see :mod:`sim.rank_selection`),
+    [(result, title), ...]; ``ranks`` a selector or list (see :mod:`sim.outputs.rank_selection`),
     ``window`` (start_s, end_s) or None for the whole (longest) step."""
     import matplotlib
 

@@ -10,15 +10,15 @@ when routing is uneven); the others' traffic is still put on the network (siblin
 
 import numpy as np
 
-from . import model as model_costs
-from .compute import ComputeModel
-from .hardware import gpu_preset
-from .layers import Shard, attention_post, attention_pre, backward, embedding, logits, mlp_block
-from .parallel import cp, dp, ep, fsdp, pp, tp, zero
-from .parallel.layout import Layout
-from .parallel.params import EMBEDDING, rank_params, stage_layer_ids
+from ..model import transformer as model_costs
+from ..model.compute import ComputeModel
+from ..hardware.gpus import gpu_preset
+from ..model.layers import Shard, attention_post, attention_pre, backward, embedding, logits, mlp_block
+from . import cp, dp, ep, fsdp, pp, tp, zero
+from .layout import Layout
+from .params import EMBEDDING, rank_params, stage_layer_ids
 from .program import Context, RankBuilder
-from .scenario import Scenario
+from ..input.scenario import Scenario
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
@@ -62,7 +62,7 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
     if moe.routing == "uniform" and moe.skew == 0:
         base = np.full(d.experts, tokens * d.top_k / d.experts)
     else:
-        from .labs.routing import expert_loads as route
+        from ..model.routing import expert_loads as route
 
         policy = "token_choice" if moe.routing == "uniform" else moe.routing
         base = np.asarray(route(policy, tokens, d.experts, d.top_k, moe.capacity_factor, s.seed, moe.skew), float)
@@ -183,7 +183,7 @@ def layer_backward(b, layer: int, mb: int, deps) -> int:
 
 def optimizer_step(b, deps: list[int]) -> int:
     """Adam on this rank's parameter shard, after every gradient reduction."""
-    from .layers import optimizer
+    from ..model.layers import optimizer
 
     dense, expert = rank_params(b.ctx, b.stage)
     if b.ctx.scenario.parallel.zero >= 1:

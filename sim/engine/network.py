@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from .topology import Topology
+from ..hardware.topology import Topology
 
 _EPS = 1e-9
 _PICOSECOND = 1e-12  # a chain within this of its end at a wake-up ends there (rounding of times)

@@ -7,7 +7,7 @@ random draw; link faults scale (or remove) links of the graph before routing.
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def straggler_ranks(st, per_node: int) -> set[int]:

@@ -12,7 +12,7 @@ its *representative* (:func:`representative`): ``--trace-ranks 8191`` on the 16k
 Llama 3 run shows stage 7's simulated rank.
 """
 
-from .errors import InputError
+from ..errors import InputError
 
 MAX_DEFAULT_RANKS = 32  # beyond this many simulated ranks the default is a selection
 
@@ -43,7 +43,7 @@ def representative(result, rank: int) -> int:
     """The simulated rank whose timeline ``rank`` shares (itself when simulated): the
     simulated rank of the same pipeline stage and, when whole expert groups were
     simulated (uneven expert loads), the same position in its expert group."""
-    from .program import representative as same_work, simulated_by_stage
+    from ..parallel.program import representative as same_work, simulated_by_stage
 
     simulated, layout = result.info["simulated_ranks"], result.info["layout"]
     if rank in set(simulated):
@@ -54,7 +54,7 @@ def representative(result, rank: int) -> int:
 
 def straggler_ranks(result) -> set[int]:
     """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
-    from .faults import straggler_ranks as entry_ranks
+    from ..hardware.faults import straggler_ranks as entry_ranks
 
     per_node = result.info["topology"].spec.gpus_per_node
     return set().union(*(entry_ranks(st, per_node) for st in getattr(result.scenario, "stragglers", []) or []))
@@ -63,7 +63,7 @@ def straggler_ranks(result) -> set[int]:
 def fault_ranks(result) -> set[int]:
     """Ranks whose NIC a ``[[cluster.faults]]`` entry degrades (``gpu_nic``, or every GPU
     of ``node_nics``); a spine fault names no rank."""
-    from .faults import nic_ranks
+    from ..hardware.faults import nic_ranks
 
     topo = result.info["topology"]
     faults = getattr(getattr(result.scenario, "cluster", None), "faults", []) or []

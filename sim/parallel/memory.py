@@ -9,10 +9,10 @@ micro-batches a schedule keeps in flight (counted from the schedule itself).
 
 from dataclasses import dataclass
 
-from .layers import ELEM
-from .model import activation_bytes_per_layer
-from .parallel import pp
-from .parallel.params import layer_params, rank_params, stage_layer_ids
+from ..model.layers import ELEM
+from ..model.transformer import activation_bytes_per_layer
+from . import pp
+from .params import layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
 

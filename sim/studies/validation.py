@@ -18,10 +18,10 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hardware import gpu_preset
-from .load import scenario_from_dict
+from ..hardware.gpus import gpu_preset
+from ..input.load import scenario_from_dict
 
-DATA = Path(__file__).resolve().parent / "data" / "published_runs.csv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "published_runs.csv"
 TOPOLOGY = {"a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100"}
 
 
@@ -88,7 +88,7 @@ class Comparison:
 
 def compare(row: dict, e_max: float | None = None) -> Comparison:
     """Simulate one row."""
-    from .step import simulate
+    from ..step import simulate
 
     scenario = scenario_from_dict(scenario_dict(row))
     result = simulate(scenario, e_max=e_max)

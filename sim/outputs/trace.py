@@ -14,7 +14,7 @@
   transfers (``simulate(..., record_links=True)``; the CLI does it with ``--trace``).
 
 Timestamps are microseconds, as the format expects. Large runs show a selection of ranks
-(:func:`sim.rank_selection.select_ranks`) so the file stays openable; a folded rank shows
+(:func:`sim.outputs.rank_selection.select_ranks`) so the file stays openable; a folded rank shows
 as the simulated rank it is identical to, whose compute thread says how many it stands for.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 from .rank_selection import parse_ranks, representative, select_ranks
 
 __all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
@@ -145,7 +145,7 @@ def series_from_log(log, bucket) -> dict:
     (time, transfer, phase, rates per chain or None at its end) at every rate change).
     ``bucket(link id)`` names a bucket, or None to skip the link. Returns bucket ->
     (times, bytes/s): the value holds from each time to the next."""
-    from .network import link_bytes
+    from ..engine.network import link_bytes
 
     deltas: dict = {}
     live: dict = {}  # transfer -> (since, [(bucket, rate), ...])

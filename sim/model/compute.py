@@ -11,7 +11,7 @@ published run in ``sim/data/published_runs.csv`` together (``clustersim validate
 
 from typing import NamedTuple
 
-from .hardware import GPU
+from ..hardware.gpus import GPU
 
 # Large-GEMM efficiency per GPU family (share of dense bf16 peak, end to end in training).
 # a100-80gb: `clustersim validate --rows N21 --fit` -> 0.693 (mean |log error| over all 8

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from .engine import OP_COLUMNS, SPAN_COLUMNS
+from ..engine.core import OP_COLUMNS, SPAN_COLUMNS
 
 
 @dataclass
@@ -24,14 +24,14 @@ class Result:
         return json.dumps(self.summary)
 
     def to_chrome_trace(self, ranks=None) -> dict:
-        """Chrome/Perfetto trace of the spans (see :mod:`sim.trace`)."""
+        """Chrome/Perfetto trace of the spans (see :mod:`sim.outputs.trace`)."""
         from .trace import chrome_trace
 
         return chrome_trace(self, ranks)
 
 
 def spans_frame(engine) -> pd.DataFrame:
-    """The spans of a finished :class:`~sim.engine.Engine` run (SPAN_COLUMNS): when each op
+    """The spans of a finished :class:`~sim.engine.core.Engine` run (SPAN_COLUMNS): when each op
     ran, from ``engine.times``, beside the op's own fields; sorted by rank and start (ties
     in program order, which on one stream is the order the ops ended)."""
     programs = engine.programs

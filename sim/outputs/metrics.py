@@ -8,7 +8,7 @@ compute stream is idle with no communication in flight at all.
 import numpy as np
 import pandas as pd
 
-from .model import model_flops_per_token
+from ..model.transformer import model_flops_per_token
 
 AXES = ("dp", "tp", "pp", "ep", "cp")
 

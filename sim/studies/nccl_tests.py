@@ -8,10 +8,10 @@ and all_to_all, 1 for broadcast.
 
 from dataclasses import dataclass
 
-from . import topology
-from .engine import Collective, Engine, Op, RankProgram
-from .errors import InputError
-from .hardware import gpu_preset
+from ..hardware import topology
+from ..engine.core import Collective, Engine, Op, RankProgram
+from ..errors import InputError
+from ..hardware.gpus import gpu_preset
 
 
 def bus_factor(op: str, n: int) -> float:

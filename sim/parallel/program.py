@@ -8,12 +8,12 @@ the sibling groups whose traffic must still load the network.
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .compute import ComputeModel, Kernel
-from .engine import Collective, Op, RankProgram
-from .model import Dims
-from .layers import Shard
-from .parallel.layout import Layout
-from .scenario import Scenario
+from ..model.compute import ComputeModel, Kernel
+from ..engine.core import Collective, Op, RankProgram
+from ..model.transformer import Dims
+from ..model.layers import Shard
+from .layout import Layout
+from ..input.scenario import Scenario
 
 
 @dataclass

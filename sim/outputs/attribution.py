@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .faults import straggler_slowdowns
+from ..hardware.faults import straggler_slowdowns
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """Model presets and Hugging Face config import.
 
-Each preset cites its source. Fields follow :class:`sim.scenario.Model`.
+Each preset cites its source. Fields follow :class:`sim.input.scenario.Model`.
 """
 
 import json
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 MODELS: dict[str, dict] = {}
 

@@ -8,8 +8,8 @@ nccl-tests figures copied into ``sim/data/collectives_measured.csv``.
 
 from dataclasses import dataclass
 
-from .errors import InputError
-from .units import GB, GIB, TFLOPS
+from ..errors import InputError
+from ..units import GB, GIB, TFLOPS
 
 
 @dataclass(frozen=True)

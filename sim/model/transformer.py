@@ -8,7 +8,7 @@ Recomputation in Large Transformer Models"), Table 2.
 
 from dataclasses import dataclass
 
-from .scenario import Model
+from ..input.scenario import Model
 
 
 @dataclass(frozen=True)

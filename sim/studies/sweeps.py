@@ -28,10 +28,10 @@ import typing
 
 from pydantic import BaseModel
 
-from . import step
-from .errors import InputError
-from .load import override_pairs, scenario_from_dict
-from .scenario import Scenario
+from .. import step
+from ..errors import InputError
+from ..input.load import override_pairs, scenario_from_dict
+from ..input.scenario import Scenario
 
 # The summary keys of CONTRACT.md, flattened; a key a newer summary adds is appended.
 SUMMARY_COLUMNS = ("name", "num_gpus", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",

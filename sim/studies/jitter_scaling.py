@@ -1,6 +1,6 @@
 """Jitter at scale: the step waits for the slowest of N ranks at every collective.
 
-``python -m sim.jitter`` simulates pure data parallelism with lognormal per-op compute
+``python -m sim.studies.jitter_scaling`` simulates pure data parallelism with lognormal per-op compute
 jitter from 8 to 1,024 GPUs (every rank simulated, no folding; one gradient bucket, so
 the ranks meet once, at the all-reduce) and plots the step time beside the expectation
 of a maximum over N ranks, estimated by Monte Carlo from the same distribution:
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .load import scenario_from_dict
+from ..input.load import scenario_from_dict
 
 BASE = {
     "name": "jitter-scaling",
@@ -45,7 +45,7 @@ def expected_step(clean, n: int, sigma: float) -> float:
 
 def scaling(gpus=(8, 16, 32, 64, 128, 256, 512, 1024), sigma: float = 0.05, seeds=(0, 1, 2)) -> list[dict]:
     """Step time with and without jitter for each GPU count (mean over seeds)."""
-    from .step import simulate
+    from ..step import simulate
 
     rows = []
     for n in gpus:

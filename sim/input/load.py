@@ -10,10 +10,10 @@ import tomllib
 
 from pydantic import ValidationError
 
-from . import presets, topology
-from .errors import InputError
-from .hardware import gpu_preset
-from .parallel.layout import Layout
+from . import presets
+from ..hardware import topology
+from ..errors import InputError
+from ..hardware.gpus import gpu_preset
 from .scenario import Scenario
 
 
@@ -128,7 +128,6 @@ def check(s: Scenario) -> Scenario:
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
     s = s.model_copy(update={"model": model, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     _check_product(p, gpus)
-    Layout.from_parallel(p)  # parallel.order names each axis once
     _check_dp_algo(p)
     _check_heads(model, p)
     _check_batch(t, p)

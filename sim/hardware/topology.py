@@ -19,16 +19,16 @@ import zlib
 import networkx as nx
 import numpy as np
 
-from .errors import InputError
-from .hardware import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset  # noqa: F401 (doctests)
-from .units import GB
+from ..errors import InputError
+from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset  # noqa: F401 (doctests)
+from ..units import GB
 
-TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"  # repo top level
+TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data
 
 
 @dataclass(frozen=True)
 class FatTreeSpec:
-    """Parameters of :func:`fat_tree`: what a topology file in topologies/ holds."""
+    """Parameters of :func:`fat_tree`: what a topology file in sim/hardware/topologies/ holds."""
 
     name: str
     gpus_per_domain: int = 8  # GPUs behind one NVSwitch fabric (the NVLink domain)
@@ -93,7 +93,7 @@ def _link(g: nx.Graph, u, v, bw: float, kind: str) -> None:
 
 
 def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
-    """Read a topology file: a preset name in topologies/ or a path to a TOML file."""
+    """Read a topology file: a preset name in sim/hardware/topologies/ or a path to a TOML file."""
     path = Path(name_or_path)
     if not path.suffix:
         path = TOPOLOGY_DIR / f"{name_or_path}.toml"

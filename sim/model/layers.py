@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compute import Kernel, elementwise, gemm
-from .model import Dims
+from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element
 

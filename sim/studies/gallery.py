@@ -1,4 +1,4 @@
-"""The plots/ gallery: ``python -m sim.gallery [--out plots]`` regenerates every picture
+"""The plots/ gallery: ``python -m sim.studies.gallery [--out plots]`` regenerates every picture
 from the bundled scenarios (scenarios/gallery/*.toml, scenarios/straggler-dp.toml) in
 a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
 
@@ -17,20 +17,20 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # repo top level
 SCENARIOS = ROOT / "scenarios"
 
 
 def _run(path: Path, overrides=(), record_links=False):
-    from .load import load_scenario
-    from .step import simulate
+    from ..input.load import load_scenario
+    from ..step import simulate
 
     return simulate(load_scenario(str(path), list(overrides)), record_links=record_links)
 
 
 def fsdp_prefetch(out: Path) -> list[str]:
     """Two panels: prefetch on / off."""
-    from .timeline import plot_panels
+    from ..outputs.timeline import plot_panels
 
     path = SCENARIOS / "gallery" / "fsdp-prefetch.toml"
     on, off = _run(path), _run(path, ["training.fsdp_prefetch=false"])
@@ -43,7 +43,7 @@ def fsdp_prefetch(out: Path) -> list[str]:
 
 def pipeline_schedules(out: Path) -> list[str]:
     """Three panels: GPipe, 1F1B, interleaved 1F1B (v = 2)."""
-    from .timeline import plot_panels
+    from ..outputs.timeline import plot_panels
 
     path = SCENARIOS / "gallery" / "pipeline.toml"
     runs = [("GPipe", _run(path, ["parallel.schedule=gpipe"])),
@@ -58,7 +58,7 @@ def pipeline_schedules(out: Path) -> list[str]:
 
 def straggler(out: Path) -> list[str]:
     """One slow rank in pure DP."""
-    from .timeline import plot_panels
+    from ..outputs.timeline import plot_panels
 
     r = _run(SCENARIOS / "straggler-dp.toml")
     plot_panels([(r, "rank 3 computes 1.5x slower")], out / "gallery-straggler.png", ranks="0-5",
@@ -100,10 +100,10 @@ def hierarchical(out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from . import topology
-    from .hardware import gpu_preset
-    from .timeline import add_legend, draw
-    from .trace import series_from_log
+    from ..hardware import topology
+    from ..hardware.gpus import gpu_preset
+    from ..outputs.timeline import add_legend, draw
+    from ..outputs.trace import series_from_log
 
     spec = topology.load_spec("dgx-h100")
     nbytes = 3.4e9
@@ -171,7 +171,7 @@ PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical)
 
 def main(argv=None) -> int:
     """Regenerate every picture; print what each shows."""
-    parser = argparse.ArgumentParser(prog="python -m sim.gallery", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sim.studies.gallery", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "plots"), help="output folder (default: plots/)")
     args = parser.parse_args(argv)
     out = Path(args.out)
