@@ -302,3 +302,14 @@ def test_bundled_scenarios_all_load():
         s = sim.load_scenario(path)
         p = s.parallel
         assert p.tp * p.pp * p.dp * p.cp == s.cluster.gpus
+
+
+def test_schedule_defaults_to_interleaved_with_virtual_stages():
+    """Megatron: giving layers per virtual stage alone asks for interleaved 1F1B."""
+    s = scenario_from_dict(base(model={"layers": 8}, training={"global_batch": 16},
+                                parallel={"pp": 2, "dp": 4, "virtual_stages": 2}))
+    assert s.parallel.schedule == "interleaved"
+    assert scenario_from_dict(base(parallel={"pp": 2, "dp": 4})).parallel.schedule == "1f1b"
+    e = error_of(base(model={"layers": 8}, training={"global_batch": 16},
+                      parallel={"pp": 2, "dp": 4, "virtual_stages": 2, "schedule": "1f1b"}))
+    assert e.key == "parallel.schedule"

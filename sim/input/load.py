@@ -126,7 +126,9 @@ def check(s: Scenario) -> Scenario:
     gpus = _gpu_count(s, spec)
     m, p, t = s.model, s.parallel, s.training
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
-    s = s.model_copy(update={"model": model, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
+    if p.schedule is None:  # Megatron: --num-layers-per-virtual-pipeline-stage alone means interleaved 1F1B
+        p = p.model_copy(update={"schedule": "interleaved" if p.virtual_stages > 1 else "1f1b"})
+    s = s.model_copy(update={"model": model, "parallel": p, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     _check_product(p, gpus)
     _check_dp_algo(p)
     _check_heads(model, p)

@@ -111,7 +111,7 @@ class Parallel(_Section):
     ep: int = Field(1, ge=1)
     virtual_stages: int = Field(1, ge=1)
     stage_layers: list[int] | None = None
-    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved"] | None = None  # default: interleaved when virtual_stages > 1, else 1f1b
     zero: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
     order: str = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
