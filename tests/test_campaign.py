@@ -11,12 +11,14 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 
 from conftest import assert_input_error, clustersim
 from sim import load_scenario
 from sim.cli import main
+from sim.campaign import study
 from sim.campaign.build import Options, build
 from sim.campaign.checkpoint import CheckpointCost, checkpoint_size, daly_interval, young_interval
 from sim.campaign.failures import (HARDWARE, PLANNED, REFERENCE_DEVICES, SOFTWARE, WINDOW_HOURS, Fleet,
@@ -321,3 +323,21 @@ def test_end_to_end_with_a_simulated_step(tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert "simulating one step" in proc.stderr
 
+
+# ---------------------------------------------------------------- the goodput-vs-scale study
+
+def test_crossover_is_interpolated_in_log2_of_the_gpu_count():
+    assert study.crossover([1, 2, 4], [0.1] * 3, [0.0, 0.05, 0.15]) == pytest.approx(2**1.5)
+    assert study.crossover([1, 2], [0.1] * 2, [0.2, 0.3]) == 1 and study.crossover([1, 2], [0.1] * 2, [0, 0]) is None
+
+
+def test_goodput_study_finds_failures_overtaking_communication():
+    rows = pd.DataFrame({"gpus": [1024, 16384, 131072], "step_time_s": [9.83, 9.84, 9.87], "mfu": [0.276] * 3,
+                         "exposed_comm_s": [0.82, 0.83, 0.86], "fits_in_memory": [False, True, True],
+                         "error": [None] * 3})
+    table, summary, notes = study.analyze(rows)
+    default, fast = (table[table["variant"] == v] for v, _ in study.VARIANTS)
+    assert np.all(np.diff(default["failure_loss"]) > 0) and np.all(fast["failure_loss"].values
+                                                                    < default["failure_loss"].values)
+    assert default["mtbf_h"].iloc[1] == pytest.approx(54 * 24 / 466, rel=1e-5)  # the reference fleet
+    assert 1024 < summary["crossover_gpus"].iloc[0] < 131072 and notes
