@@ -282,6 +282,7 @@ HEADER = "cause,kind,scales_with,rate_per_device_hour\n"
     (["--tokens", "-1"], "--tokens"), (["--storage-gbps", "0"], "--storage-gbps"),
     (["--spares", "9"], "--spares"), (["--restart-min", "nan"], "--restart-min"), (["--trials", "0"], "--trials"),
     (["--repair-hours", "5"], "--repair-hours"), (["--plot-run", "x.svg"], "--plot-run"),
+    (["--restart-min", "1e5"], "--restart-min"), (["--seed", "-1"], "--seed"),
     (["--failures", HEADER + "GPU,hardware,gpu,1e-6\nbug,software,job,-0.01\n"],
      "--failures row 2 column rate_per_device_hour"),
     (["--failures", HEADER + "GPU,hardware,gpu,nan\n"], "--failures row 1 column rate_per_device_hour"),

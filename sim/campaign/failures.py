@@ -36,7 +36,6 @@ the 419 the text states, so the rates use the counts.
 
 import csv
 from dataclasses import dataclass
-import math
 from pathlib import Path
 from typing import Literal
 
@@ -161,9 +160,3 @@ def _row(i: int, record: dict) -> Row:
 def derived_rate(count: int, scales_with: str) -> float:
     """Per device-hour rate of ``count`` interruptions in the reference 54-day window."""
     return count / (REFERENCE_DEVICES[scales_with] * WINDOW_HOURS)
-
-
-def mtbf_hours(rates_per_s: np.ndarray) -> float:
-    """Mean time between interruptions of the whole job (inf with no failures)."""
-    total = float(np.sum(rates_per_s))
-    return math.inf if total == 0 else 1.0 / total / 3600.0

@@ -225,13 +225,17 @@ def expected_wall_s(c: Campaign) -> float:
 
 
 def check_finishes(c: Campaign) -> None:
-    """Refuse a campaign whose expected interruptions per trial are astronomical."""
+    """Refuse a campaign whose expected interruptions per trial are astronomical, naming the
+    setting that makes it so: the restart, or the checkpoint cycle (its interval or its write)."""
     lam = float(np.sum(c.rates))
     if lam * max(c.cycle_s, c.restart_cost_s) > 30 or lam * expected_wall_s(c) > MAX_EXPECTED_INTERRUPTIONS:
-        raise InputError("campaign", f"a failure every {1 / lam / 60:.3g} min against checkpoint cycles of "
-                                     f"{c.cycle_s / 60:.3g} min and restarts of {c.restart_cost_s / 60:.3g} min: "
-                                     f"the run would practically never finish (checkpoint more often, restart "
-                                     f"faster, or use fewer GPUs)")
+        if c.restart_cost_s > c.cycle_s:
+            key = "--restart-min"
+        else:
+            key = "--storage-gbps" if c.cycle_s - c.interval * c.step_s > c.interval * c.step_s else "--checkpoint-every"
+        raise InputError(key, f"a failure every {1 / lam / 60:.3g} min against checkpoint cycles of "
+                              f"{c.cycle_s / 60:.3g} min and restarts of {c.restart_cost_s / 60:.3g} min: the run "
+                              f"would practically never finish")
 
 
 def _round_limit(c: Campaign) -> int:
@@ -244,6 +248,6 @@ def _never_finishes(c: Campaign, st: _State) -> InputError:
     done = float(np.mean(st.done_steps / c.steps))
     pool = "a healthy node is always at hand" if c.spares is None else \
         f"{c.spares} spare nodes, each failed node away {c.repair_s / 3600:.3g} h"
-    return InputError("--spares" if c.spares is not None else "campaign",
+    return InputError("--spares" if c.spares is not None else "--failures",
                       f"the run does not finish: after {int(np.max(st.out.interruptions)):,} interruptions per "
                       f"trial it has trained {done:.1%} ({pool}); more spares or faster repairs")

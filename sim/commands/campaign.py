@@ -67,16 +67,20 @@ def options(args):
     from ..campaign.failures import load_table
     from ..errors import InputError
 
-    _positive(args.tokens, "--tokens")
-    _positive(args.storage_gbps, "--storage-gbps")
-    for value, key in ((args.detect_min, "--detect-min"), (args.restart_min, "--restart-min"),
-                       (args.gpu_hour_usd, "--gpu-hour-usd")):
-        _non_negative(value, key)
-    for value, key in ((args.checkpoint_every, "--checkpoint-every"), (args.step_time_s, "--step-time-s"),
-                       (args.repair_hours, "--repair-hours")):
-        _positive(value, key)
+    for value, key, hi in ((args.tokens, "--tokens", 1e18), (args.storage_gbps, "--storage-gbps", 1e7),
+                           (args.checkpoint_every, "--checkpoint-every", 1e7), (args.step_time_s, "--step-time-s", 1e6),
+                           (args.repair_hours, "--repair-hours", 1e5)):
+        _in_range(value, key, 0, hi, low_inclusive=False)
+    for value, key, hi in ((args.detect_min, "--detect-min", 1e5), (args.restart_min, "--restart-min", 1e5),
+                           (args.gpu_hour_usd, "--gpu-hour-usd", 1e6)):
+        _in_range(value, key, 0, hi)
     if not 1 <= args.trials <= 100_000:
         raise InputError("--trials", f"expected 1 to 100,000, got {args.trials:,}")
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise InputError("--seed", f"expected 0 to 2**63 - 1, got {args.seed}")
+    if args.spares is not None and args.spares * args.trials > 50_000_000:
+        raise InputError("--spares", f"{args.spares:,} spares x {args.trials:,} trials is more than 50 million "
+                                     "pool slots to track; use fewer trials")
     if args.repair_hours is not None and args.spares is None:
         raise InputError("--repair-hours", "applies to a finite spare pool: give --spares N too")
     for path, key in ((args.plot_run, "--plot-run"), (args.plot_interval, "--plot-interval")):
@@ -88,18 +92,15 @@ def options(args):
                    REPAIR_S if args.repair_hours is None else args.repair_hours * 3600)
 
 
-def _positive(value, key: str) -> None:
+def _in_range(value, key: str, lo: float, hi: float, low_inclusive: bool = True) -> None:
+    """A finite number in [lo, hi] (or (lo, hi]); None passes (the flag was not given)."""
     from ..errors import InputError
 
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise InputError(key, f"expected a finite number > 0, got {value}")
-
-
-def _non_negative(value, key: str) -> None:
-    from ..errors import InputError
-
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise InputError(key, f"expected a finite number >= 0, got {value}")
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value >= lo if low_inclusive else value > lo) and value <= hi
+    if not ok:
+        raise InputError(key, f"expected a number {'>=' if low_inclusive else '>'} {lo:g} and <= {hi:g}, got {value}")
 
 
 def step_time(scenario) -> float:
