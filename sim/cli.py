@@ -15,7 +15,7 @@ from .errors import InputError
 
 COMMANDS = ("sim.commands.run", "sim.commands.collective", "sim.commands.validate",
             "sim.commands.sweep", "sim.commands.plot", "sim.commands.study",
-            "sim.labs.numerics", "sim.labs.routing")
+            "sim.labs.numerics", "sim.labs.routing", "sim.commands.campaign")
 
 
 class _Parser(argparse.ArgumentParser):

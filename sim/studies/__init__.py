@@ -26,6 +26,7 @@ _register("fsdp-crossover", "sim.studies.fsdp_crossover")
 _register("domain-size", "sim.studies.domain_size")
 _register("batch-floor", "sim.studies.batch_floor")
 _register("pipeline-bubbles", "sim.studies.pipeline_bubbles")
+_register("goodput-vs-scale", "sim.campaign.study")  # a capability's study: imported by name only
 
 
 def get(name: str):
