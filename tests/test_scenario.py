@@ -301,4 +301,4 @@ def test_bundled_scenarios_all_load():
     for path in paths:
         s = sim.load_scenario(path)
         p = s.parallel
-        assert p.tp * p.pp * p.dp * p.cp == s.cluster.gpus
+        assert p.tp * p.pp * p.dp * p.cp == (s.cluster.gpus if s.rl is None else s.rl.trainer_gpus)

@@ -33,7 +33,7 @@ from functools import lru_cache
 import math
 
 from ..errors import InputError
-from ..hardware.gpus import GPU
+from ..hardware.gpus import FABRIC_EFFICIENCY, GPU
 from ..model.compute import GEMM_EFFICIENCY, GEMM_HALF_SIZE
 from ..model.transformer import Dims, non_embedding_params, total_params
 from ..units import GB, GIB
@@ -78,6 +78,11 @@ class EngineCost:
     capacity_tokens: int = 0  # KV cache of the engine, in tokens
     slots: int = 1  # sequences it runs at once
     eta: float = DECODE_HBM_EFFICIENCY
+    h2d_bw: float = 0.0  # bytes/s host -> GPU (PCIe, after its efficiency): loading staged weights
+
+    def load_weights(self) -> float:
+        """Seconds to copy this GPU's weight shard from host memory (the async swap)."""
+        return self.weight_bytes / self.h2d_bw
 
     def gemm_efficiency(self, m: float) -> float:
         """Training's GEMM efficiency for a GEMM whose smallest side is ``m`` (sim/model/compute.py)."""
@@ -134,21 +139,19 @@ class EngineCost:
 
 
 def engine_cost(d: Dims, tied: bool, gpu: GPU, tp: int, memory_fraction: float, seq_tokens: int,
-                max_seqs: int, staging: bool = False, allreduce: tuple[float, float] = (0.0, 0.0),
+                max_seqs: int, allreduce: tuple[float, float] = (0.0, 0.0),
                 eta: float = DECODE_HBM_EFFICIENCY) -> EngineCost:
     """The cost model of a TP-``tp`` engine of ``gpu`` holding sequences of up to
-    ``seq_tokens`` tokens; ``staging``: it also keeps a second copy of its weights (the
-    async mode receives new weights while it generates). Raises InputError when the
-    weights or one sequence's KV cache do not fit."""
+    ``seq_tokens`` tokens. Raises InputError when the weights or one sequence's KV cache
+    do not fit."""
     weights = total_params(d, tied) * ELEM / tp
     kv = kv_bytes_per_token(d, tp)
-    free = memory_fraction * gpu.hbm_bytes - weights * (2 if staging else 1) - RESERVE_BYTES
+    free = memory_fraction * gpu.hbm_bytes - weights - RESERVE_BYTES
     if free <= 0:
         raise InputError("rl.generator_tp", f"an engine of {tp} {gpu.name} GPU(s) cannot hold the weights: "
-                                            f"{weights * (2 if staging else 1) / GB:.1f} GB per GPU"
-                                            f"{' (with the async staging copy)' if staging else ''} + "
-                                            f"{RESERVE_BYTES / GB:.1f} GB reserve > memory_fraction * HBM = "
-                                            f"{memory_fraction * gpu.hbm_bytes / GB:.1f} GB; raise rl.generator_tp")
+                                            f"{weights / GB:.1f} GB per GPU + {RESERVE_BYTES / GB:.1f} GB reserve > "
+                                            f"memory_fraction * HBM = {memory_fraction * gpu.hbm_bytes / GB:.1f} GB; "
+                                            "raise rl.generator_tp")
     capacity = int(free // kv)
     if capacity < seq_tokens:
         raise InputError("rl.lengths.max", f"one sequence of prompt_tokens + max = {seq_tokens} tokens needs "
@@ -157,7 +160,7 @@ def engine_cost(d: Dims, tied: bool, gpu: GPU, tp: int, memory_fraction: float, 
     flops_token = 2 * (non_embedding_params(d, active=True) + d.h * d.v) / tp
     return EngineCost(tp, d.layers, d.h, weights, kv, flops_token, 4 * d.h * d.layers / tp, gpu.hbm_bw,
                       gpu.peak_flops, GEMM_EFFICIENCY[gpu.name], allreduce[0], allreduce[1], capacity,
-                      min(max_seqs, capacity // seq_tokens), eta)
+                      min(max_seqs, capacity // seq_tokens), eta, gpu.pcie_bw * FABRIC_EFFICIENCY["pcie"])
 
 
 @lru_cache(maxsize=64)

@@ -27,7 +27,7 @@ first-token time).
 
 import argparse
 import csv
-import math
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +47,18 @@ STEPS_PER_ROUND = 10  # the runs' --num-scheduler-steps: one inter-token time pe
 
 def rows() -> list[dict]:
     """The measured runs, lengths as int lists."""
+    return [dict(r, input_lens=list(r["input_lens"]), output_lens=list(r["output_lens"])) for r in _rows()]
+
+
+@lru_cache(maxsize=None)
+def _rows() -> tuple:
     with open(DATA, newline="") as f:
         out = []
         for r in csv.DictReader(f):
             r["input_lens"] = [int(x) for x in r["input_lens"].split()]
             r["output_lens"] = [max(1, int(x)) for x in r["output_lens"].split()]
             out.append(r)
-        return out
+        return tuple(out)
 
 
 def row_cost(row: dict, eta: float = DECODE_HBM_EFFICIENCY) -> EngineCost:
@@ -61,10 +66,14 @@ def row_cost(row: dict, eta: float = DECODE_HBM_EFFICIENCY) -> EngineCost:
     model = Model(**{k: v for k, v in model_preset(row["model"]).items()})
     d = dims(model.model_copy(update={"kv_heads": model.kv_heads or model.heads}))
     gpu, tp = gpu_preset(row["gpu"]), int(row["tp"])
-    spec = topology.load_spec("dgx-h100")
-    topo = topology.build(spec, max(tp, spec.gpus_per_node), gpu)
     return engine_cost(d, model.tied_embeddings, gpu, tp, MEMORY_FRACTION, int(row["max_model_len"]), MAX_SEQS,
-                       allreduce=allreduce_line(topo, tuple(range(tp))), eta=eta)
+                       allreduce=_allreduce(row["gpu"], tp), eta=eta)
+
+
+@lru_cache(maxsize=None)
+def _allreduce(gpu: str, tp: int) -> tuple[float, float]:
+    spec = topology.load_spec("dgx-h100")
+    return allreduce_line(topology.build(spec, max(tp, spec.gpus_per_node), gpu_preset(gpu)), tuple(range(tp)))
 
 
 def replay(cost: EngineCost, prompts: list[int], outputs: list[int]) -> tuple[float, np.ndarray]:

@@ -1,0 +1,116 @@
+"""The trainer pool: an RL training step is the simulator's training step on the trainer GPUs.
+
+Run ``clustersim rl scenarios/rl-llama3-8b-h100.toml``.
+
+How a step's variable-length responses map onto a training step: the step's B sequences
+(prompt + response tokens each) are packed whole into rows of ``training.seq_len``
+tokens, ``rows = ceil(tokens / seq_len)`` (sequence packing as RL trainers do it: verl's
+``use_remove_padding`` with dynamic batch sizes, OpenRLHF's ``--packing_samples``). The
+rows are split over the data-parallel ranks in micro-batches of ``training.micro_batch``
+rows: ``m = ceil(rows / (dp * micro_batch))`` micro-batches per rank (a multiple of pp
+for interleaved 1F1B, Megatron-LM's rule). A packed row costs what a full-length
+sequence does (causal attention over the whole row; document masking would skip the
+attention between packed documents).
+
+The time of a step of m micro-batches is :func:`sim.step.simulate` of the trainer pool
+(the scenario's ``[parallel]`` on its first ``trainer_gpus`` GPUs) with
+``global_batch = m * dp * micro_batch``. For a fixed layout it is affine in m: every
+micro-batch repeats the same ops, and the gradient sync, optimizer and pipeline fill and
+drain are paid once (GPipe/1F1B: (m + p - 1) micro-batch slots). So two simulations, at
+the micro-batch counts of the run's first and last steps' expected lengths, anchor the
+line and every step reads its time off it; ``tests/test_rl.py`` checks a third m
+against its own simulation.
+"""
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+import math
+
+from ..input.scenario import Scenario
+from ..model.transformer import dims, model_flops_per_token
+from . import lengths as length_model
+
+
+def pool_scenario(s: Scenario, micro: int, per_node: int) -> Scenario:
+    """The trainer pool as a training scenario: its GPUs, its layout, ``micro``
+    micro-batches per data-parallel rank, the link faults that touch its GPUs."""
+    p, t, rl = s.parallel, s.training, s.rl
+    faults = [f for f in s.cluster.faults
+              if (f.gpu_nic is None or f.gpu_nic < rl.trainer_gpus)
+              and (f.node_nics is None or f.node_nics * per_node < rl.trainer_gpus)]
+    cluster = s.cluster.model_copy(update={"gpus": rl.trainer_gpus, "nodes": None, "faults": faults})
+    training = t.model_copy(update={"global_batch": micro * p.dp * t.micro_batch})
+    return s.model_copy(update={"name": f"{s.name}-trainer", "rl": None, "cluster": cluster, "training": training})
+
+
+@dataclass
+class Trainer:
+    """Step times of the trainer pool, from two simulated anchors."""
+
+    scenario: Scenario
+    per_node: int
+    anchors: dict = field(default_factory=dict)  # micro-batches -> simulated Result
+
+    @property
+    def granule(self) -> int:
+        """Micro-batch counts come in multiples of this (pp for interleaved 1F1B)."""
+        p = self.scenario.parallel
+        return p.pp if p.schedule == "interleaved" else 1
+
+    def micro_batches(self, tokens: int) -> int:
+        """Micro-batches per data-parallel rank for a step of ``tokens`` packed tokens."""
+        p, t = self.scenario.parallel, self.scenario.training
+        rows = math.ceil(tokens / t.seq_len)
+        m = math.ceil(rows / (p.dp * t.micro_batch))
+        return max(1, math.ceil(m / self.granule)) * self.granule
+
+    def expected_micro_batches(self, step: int) -> int:
+        """Micro-batches of a step whose responses have the expected length."""
+        rl = self.scenario.rl
+        mean = length_model.expected(rl.lengths, step)
+        return self.micro_batches(round(self.scenario.training.global_batch * (rl.prompt_tokens + mean)))
+
+    def prepare(self) -> None:
+        """Simulate the two anchors (first and last step's expected micro-batch counts)."""
+        lo = self.expected_micro_batches(0)
+        hi = max(self.expected_micro_batches(self.scenario.rl.steps - 1), lo + self.granule)
+        for m in (lo, hi):
+            self.simulate(m)
+
+    def simulate(self, micro: int):
+        """The training step of ``micro`` micro-batches per rank (cached here and, by
+        scenario, across runs: a study's points share their trainer)."""
+        if micro not in self.anchors:
+            self.anchors[micro] = _simulate(pool_scenario(self.scenario, micro, self.per_node).model_dump_json())
+        return self.anchors[micro]
+
+    def step_time(self, micro: int) -> float:
+        """Seconds of a training step of ``micro`` micro-batches per rank: exact at an
+        anchor, else on the line through the two anchors."""
+        if micro in self.anchors:
+            return self.anchors[micro].summary["step_time_s"]
+        (m0, r0), (m1, r1) = sorted(self.anchors.items())[:1] + sorted(self.anchors.items())[-1:]
+        t0, t1 = r0.summary["step_time_s"], r1.summary["step_time_s"]
+        return max(t0 + (micro - m0) * (t1 - t0) / (m1 - m0), 0.0)
+
+    def flops(self, tokens: int) -> float:
+        """Model FLOPs of training ``tokens`` packed tokens (CONTRACT.md's convention)."""
+        return model_flops_per_token(dims(self.scenario.model), self.scenario.training.seq_len) * tokens
+
+    def phase_shares(self) -> tuple[float, float]:
+        """(forward, backward) shares of an anchor step's compute on rank 0, for
+        drawing a step as forward then backward work (the rest: the optimizer)."""
+        spans = next(iter(self.anchors.values())).spans
+        comp = spans[(spans["rank"] == 0) & (spans["category"] == "compute")]
+        dur = comp["end_s"] - comp["start_s"]
+        fwd = dur[comp["name"].str.endswith("_fwd")].sum()
+        bwd = dur[comp["name"].str.contains("_bwd|recompute")].sum()
+        total = dur.sum()
+        return (fwd / total, bwd / total) if total > 0 else (0.0, 1.0)
+
+
+@lru_cache(maxsize=16)
+def _simulate(scenario_json: str):
+    from ..step import simulate
+
+    return simulate(Scenario.model_validate_json(scenario_json))
