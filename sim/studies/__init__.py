@@ -26,6 +26,7 @@ _register("fsdp-crossover", "sim.studies.fsdp_crossover")
 _register("domain-size", "sim.studies.domain_size")
 _register("batch-floor", "sim.studies.batch_floor")
 _register("pipeline-bubbles", "sim.studies.pipeline_bubbles")
+_register("rl-stragglers", "sim.rl.study")  # whole RL runs, not steps: the module drives its points
 
 
 def get(name: str):

@@ -40,7 +40,11 @@ def scenario_path(name: str) -> Path:
 
 def run_study(name: str, module, out_dir: Path, quick: bool = False, workers=None, dask=None,
               quiet: bool = False) -> Report:
-    """Sweep the study's points, analyse, write table + summary CSVs and the plot."""
+    """Sweep the study's points, analyse, write table + summary CSVs and the plot. A study
+    whose points are not training steps (e.g. ``rl-stragglers``, whole RL runs) brings its
+    own ``run_study`` with these arguments."""
+    if hasattr(module, "run_study"):
+        return module.run_study(name, out_dir, quick, workers, dask, quiet)
     rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
     table, summary, notes = module.analyze(rows)
     out_dir = Path(out_dir)
