@@ -185,6 +185,30 @@ def test_weights_move_on_the_route_asked():
     assert len(pairs.nbytes) == 1 * 4 and pairs.nbytes.sum() == pytest.approx(4 * 1e9)
 
 
+def test_an_overlapped_transfer_shares_links_with_the_training_step():
+    """The broadcast leaves rank 0 through its NVLink port, which the trainer's FSDP
+    all-gathers use too: run together, the step takes longer than alone."""
+    from sim.rl.run import build
+
+    s = scenario_from_dict(_bundled(), ["rl.trainer_gpus=8", "parallel.dp=8", "rl.generator_gpus=24",
+                                        "rl.weight_sync=overlapped"])
+    _, loop, topo, facts = build(s)
+    trainer, m = loop.trainer, loop.trainer.expected_micro_batches(0)
+    step, sent = trainer.with_transfer(m, topo, loop.group, facts["weight_bytes"])
+    assert step > trainer.step_time(m) * 1.0005 and sent > 0
+    with pytest.raises(InputError) as err:
+        scenario_from_dict(_bundled(), ["rl.weight_sync=overlapped", "rl.weight_route=p2p"])
+    assert err.value.key == "rl.weight_sync"
+
+
+def _bundled() -> dict:
+    import tomllib
+
+    from tests.conftest import REPO
+
+    return tomllib.loads((REPO / RL_SCENARIO).read_text())
+
+
 # --- the command line -------------------------------------------------------------------------------
 
 def test_cli_json_has_the_contract_keys_and_is_deterministic():

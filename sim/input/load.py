@@ -278,6 +278,10 @@ def _check_rl(s: Scenario, m, gpus: int) -> None:
     if rl.mode == "sync" and rl.max_staleness is not None:
         raise InputError("rl.max_staleness", "applies to the async and pipeline modes; sync trains each batch "
                                              "on the weights that generated it (staleness 0)")
+    if rl.weight_sync == "overlapped" and (rl.mode == "sync" or rl.weight_route != "broadcast"):
+        raise InputError("rl.weight_sync", "overlapped needs mode async or pipeline (sync generates with the new "
+                                           "weights, so nothing can overlap their transfer) and weight_route = "
+                                           "broadcast")
     if rl.prompt_tokens + rl.lengths.max > s.training.seq_len:
         raise InputError("rl.lengths.max", f"prompt_tokens + max = {rl.prompt_tokens} + {rl.lengths.max} exceeds "
                                            f"training.seq_len = {s.training.seq_len}: the trainer packs whole "

@@ -149,6 +149,7 @@ class RL(_Section):
     max_seqs: int = Field(256, ge=1, le=65_536)  # sequences an engine runs at once, at most (vLLM max_num_seqs)
     memory_fraction: float = Field(0.9, gt=0, le=1)  # HBM share for weights + KV cache (vLLM gpu_memory_utilization)
     weight_route: Literal["broadcast", "p2p"] = "broadcast"  # trainer -> generators (docs/rl.md)
+    weight_sync: Literal["blocking", "overlapped"] = "blocking"  # overlapped: the next step trains meanwhile
     lengths: RLLengths
 
 

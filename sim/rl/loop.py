@@ -100,6 +100,14 @@ class Prompts:
     def _available(self) -> int:
         return len(self.finished) - self.consumed if self.fifo else len(self.batches.get(self.need_batch, []))
 
+    def peek(self, n: int) -> list[Seq] | None:
+        """The sequences step ``n`` would train on, if all are done already."""
+        if self.fifo:
+            return self.finished[self.consumed:self.consumed + self.batch] \
+                if len(self.finished) - self.consumed >= self.batch else None
+        done = self.batches.get(n, [])
+        return done if len(done) == self.batch else None
+
     def for_step(self, n: int):
         """SimPy generator: the B sequences step ``n`` trains on."""
         self.need, self.need_batch = self.batch, n
@@ -225,11 +233,19 @@ class StepRecord:
 
 
 class Loop:
-    """Wires generators, trainer and network, and runs ``rl.steps`` training steps."""
+    """Wires generators, trainer and network, and runs ``rl.steps`` training steps.
 
-    def __init__(self, env, s, generators: list[Generator], prompts: Prompts, trainer, net, transfer_phases):
+    ``rl.weight_sync = "blocking"``: after a step the trainer sends the weights and waits
+    (PipelineRL). ``"overlapped"``: it sends them from a copy and trains the next step at
+    once if that step's sequences are ready: the step and the transfer then run together
+    on the network (:meth:`~sim.rl.trainer.Trainer.with_transfer`); if they are not, the
+    transfer runs alone while the trainer waits for data. One transfer at a time."""
+
+    def __init__(self, env, s, generators: list[Generator], prompts: Prompts, trainer, net, transfer_phases,
+                 group: tuple[int, ...] = (), weight_bytes: float = 0.0):
         self.env, self.s, self.generators, self.prompts = env, s, generators, prompts
         self.trainer, self.net, self.transfer_phases = trainer, net, transfer_phases
+        self.group, self.weight_bytes = group, weight_bytes
         self.steps: list[StepRecord] = []
 
     def run(self) -> float:
@@ -241,17 +257,29 @@ class Loop:
         return self.env.now
 
     def _train(self):
+        overlapped = self.s.rl.weight_sync == "overlapped"
+        previous, joint = None, None
         for n in range(self.s.rl.steps):
             seqs = yield from self.prompts.for_step(n)
-            yield from self._step(n, seqs)
-            if n < self.s.rl.steps - 1:
+            yield from self._step(n, seqs, joint[0] if joint else None)
+            if n == self.s.rl.steps - 1:
+                break
+            if not overlapped:
                 yield from self._sync_weights(n + 1)
+                continue
+            if previous is not None and not previous.triggered:
+                yield previous
+            ready = self.prompts.peek(n + 1)
+            joint = None if ready is None else self.trainer.with_transfer(
+                self.trainer.micro_batches(sum(q.prompt + q.length for q in ready)), self.net.topo, self.group,
+                self.weight_bytes)
+            previous = self.env.process(self._sync_weights(n + 1, joint[1] if joint else None))
 
-    def _step(self, n: int, seqs: list[Seq]):
+    def _step(self, n: int, seqs: list[Seq], seconds: float | None = None):
         tokens = sum(q.prompt + q.length for q in seqs)
         m = self.trainer.micro_batches(tokens)
         start = self.env.now
-        yield self.env.timeout(self.trainer.step_time(m))
+        yield self.env.timeout(self.trainer.step_time(m) if seconds is None else seconds)
         lags: dict[int, int] = {}
         for q in seqs:
             q.trained_at = n
@@ -260,7 +288,9 @@ class Loop:
         self.steps.append(StepRecord(n, start, self.env.now, m, tokens, sum(q.length for q in seqs),
                                      max(q.length for q in seqs), lags, [n - min(q.versions) for q in seqs]))
 
-    def _sync_weights(self, version: int):
+    def _sync_weights(self, version: int, seconds: float | None = None):
+        """Send weights ``version``: on the network alone, or for ``seconds`` (overlapped
+        with a training step, timed by the trainer's joint simulation)."""
         mode = self.s.rl.mode
         if mode == "pipeline":  # every engine stops at a step boundary, then receives
             for g in self.generators:
@@ -269,8 +299,11 @@ class Loop:
                     g.wake.succeed()
             yield self.env.all_of([g.paused for g in self.generators])
         start = self.env.now
-        yield from run_transfer(self.net, self.transfer_phases)
-        self.steps[-1].transfer = (start, self.env.now)
+        if seconds is None:
+            yield from run_transfer(self.net, self.transfer_phases)
+        else:
+            yield self.env.timeout(seconds)
+        self.steps[version - 1].transfer = (start, self.env.now)
         for g in self.generators:
             if mode == "pipeline":
                 g.resume.succeed(version)

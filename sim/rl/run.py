@@ -71,8 +71,9 @@ def build(s: Scenario, record_links: bool = False, costs=None):
     prompts = Prompts(env, s, s.training.global_batch, k, rl.mode == "pipeline", len(groups))
     gens = [Generator(env, i, g, c, prompts, rl.mode) for i, (g, c) in enumerate(zip(groups, costs))]
     weight_bytes = total_params(d, s.model.tied_embeddings) * ELEM
-    phases = transfer.phases(s, topo, rl.trainer_gpus, tuple(x for g in groups for x in g), weight_bytes)
-    loop = Loop(env, s, gens, prompts, trainer, net, phases)
+    receivers = tuple(x for g in groups for x in g)
+    phases = transfer.phases(s, topo, rl.trainer_gpus, receivers, weight_bytes)
+    loop = Loop(env, s, gens, prompts, trainer, net, phases, (0,) + receivers, weight_bytes)
     return env, loop, topo, {"k": k, "weight_bytes": weight_bytes, "peak_flops": gpu.peak_flops, "gpu": gpu.name}
 
 

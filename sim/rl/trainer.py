@@ -20,6 +20,13 @@ drain are paid once (GPipe/1F1B: (m + p - 1) micro-batch slots). So two simulati
 the micro-batch counts of the run's first and last steps' expected lengths, anchor the
 line and every step reads its time off it; ``tests/test_rl.py`` checks a third m
 against its own simulation.
+
+With ``rl.weight_sync = "overlapped"`` the next step starts while the new weights leave
+rank 0 (broadcast to the generators): :meth:`Trainer.with_transfer` simulates that step
+with the broadcast added to rank 0's program on a stream of its own, on the whole
+cluster's network, so the step's collectives and the transfer share links and slow each
+other down in the engine itself. That returns both times, for each micro-batch count the
+run needs (no line: the transfer is a fixed extra beside a growing step).
 """
 
 from dataclasses import dataclass, field
@@ -50,6 +57,7 @@ class Trainer:
     scenario: Scenario
     per_node: int
     anchors: dict = field(default_factory=dict)  # micro-batches -> simulated Result
+    overlapped: dict = field(default_factory=dict)  # micro-batches -> (step s, transfer s)
 
     @property
     def granule(self) -> int:
@@ -93,6 +101,14 @@ class Trainer:
         t0, t1 = r0.summary["step_time_s"], r1.summary["step_time_s"]
         return max(t0 + (micro - m0) * (t1 - t0) / (m1 - m0), 0.0)
 
+    def with_transfer(self, micro: int, topo, group: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+        """(step s, transfer s): a step of ``micro`` micro-batches per rank while ``nbytes``
+        broadcast from rank 0 to ``group`` on the same network (cached per ``micro``)."""
+        if micro not in self.overlapped:
+            self.overlapped[micro] = _step_with_transfer(pool_scenario(self.scenario, micro, self.per_node),
+                                                         topo, group, nbytes)
+        return self.overlapped[micro]
+
     def flops(self, tokens: int) -> float:
         """Model FLOPs of training ``tokens`` packed tokens (CONTRACT.md's convention)."""
         return model_flops_per_token(dims(self.scenario.model), self.scenario.training.seq_len) * tokens
@@ -114,3 +130,24 @@ def _simulate(scenario_json: str):
     from ..step import simulate
 
     return simulate(Scenario.model_validate_json(scenario_json))
+
+
+def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+    """One training step of ``s`` on ``topo`` (the whole cluster) with a ring broadcast of
+    ``nbytes`` from rank 0 to ``group`` starting with it: (step end, broadcast duration)."""
+    from ..engine.core import Collective, Engine, Op
+    from ..hardware.faults import compute_scale
+    from ..outputs.result import spans_frame
+    from ..parallel import workload
+
+    ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu)
+    programs = workload.build_programs(ctx)
+    rank0 = next(p for p in programs if p.rank == 0)
+    rank0.add(Op("send_weights", "weights", "weights", comm=Collective(("rl-weights",), "broadcast", group,
+                                                                           float(nbytes), "ring")))
+    engine = Engine(topo, programs, compute_scale(s, topo))
+    engine.run()
+    spans = spans_frame(engine)
+    sent = spans["name"] == "send_weights"
+    transfer = spans[sent].iloc[0]
+    return float(spans.loc[~sent, "end_s"].max()), float(transfer.end_s - transfer.start_s)
