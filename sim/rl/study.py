@@ -12,19 +12,18 @@ synchronous batches it prints the closed form E[sum L] / (n E[max L]) for the ru
 length distributions (exact in the decode-bound limit; a real decode step also gets
 cheaper as the batch empties, so the simulated batches run a little fuller).
 
-Each point is a whole RL run, not one training step, so this study drives its points
-itself (a process pool) instead of :func:`sim.studies.base.run_study`'s sweep.
+Each point is a whole RL run, not one training step, so this study runs its points
+itself (:func:`run_points`, a process pool) instead of the scenario sweep.
 """
 
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 import tomllib
 
 import pandas as pd
 
 from ..errors import InputError
 from ..input.load import scenario_from_dict
-from ..studies.base import Report, scenario_path, text_table
+from ..studies.base import scenario_path, text_table
 from . import lengths as length_model
 
 TITLE = "RL stragglers: generator utilization and staleness vs response-length spread (Llama 3 8B, 32 H100s)"
@@ -73,8 +72,8 @@ def run_point(args: tuple) -> dict:
             "sync_closed_form": closed_form(s)}
 
 
-def run_study(name: str, out_dir: Path, quick: bool = False, workers=None, dask=None, quiet: bool = False) -> Report:
-    """Run every (mode, cv) point, analyse, write the CSVs and the plot."""
+def run_points(quick: bool = False, workers=None, dask=None, quiet: bool = False) -> pd.DataFrame:
+    """Every (mode, cv) point, a whole RL run each, in a process pool (``workers``)."""
     if dask:
         raise InputError("--dask", "rl-stragglers runs its points in local processes (use --workers)")
     points = [(m, cv, quick) for cv in cvs(quick) for m in MODES]
@@ -83,16 +82,14 @@ def run_study(name: str, out_dir: Path, quick: bool = False, workers=None, dask=
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             rows = list(pool.map(run_point, points))
-    table = pd.DataFrame(rows)[list(COLUMNS)]
+    return pd.DataFrame(rows)
+
+
+def analyze(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The table, the per-mode summary and the findings."""
+    table = rows[list(COLUMNS)]
     summary = summarize(table)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"table": out_dir / f"study-{name}.csv", "summary": out_dir / f"study-{name}-summary.csv",
-             "plot": out_dir / f"study-{name}.png"}
-    table.to_csv(paths["table"], index=False)
-    summary.to_csv(paths["summary"], index=False)
-    plot(table, summary, paths["plot"])
-    return Report(TITLE, table, summary, notes(table, summary), paths)
+    return table, summary, notes(table, summary)
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:

@@ -41,11 +41,12 @@ def scenario_path(name: str) -> Path:
 def run_study(name: str, module, out_dir: Path, quick: bool = False, workers=None, dask=None,
               quiet: bool = False) -> Report:
     """Sweep the study's points, analyse, write table + summary CSVs and the plot. A study
-    whose points are not training steps (e.g. ``rl-stragglers``, whole RL runs) brings its
-    own ``run_study`` with these arguments."""
-    if hasattr(module, "run_study"):
-        return module.run_study(name, out_dir, quick, workers, dask, quiet)
-    rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
+    whose points are not training steps (``rl-stragglers``: whole RL runs) runs them with
+    its own ``run_points(quick, workers, dask, quiet)``."""
+    if hasattr(module, "run_points"):
+        rows = module.run_points(quick, workers, dask, quiet)
+    else:
+        rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
     table, summary, notes = module.analyze(rows)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
