@@ -70,7 +70,7 @@ def test_sync_utilization_is_the_closed_form_in_the_decode_bound_limit():
     batches are E[sum L] / (n E[max L]) full (Monte Carlo within 1%)."""
     n, engines = 8, 4
     s = tiny(engines=engines, batch=n * engines, mode="sync", steps=1200, max_seqs=n,
-             lengths={"mean": 100, "sigma": 60, "max": 400})
+             lengths={"mean": 20, "sigma": 12, "max": 80})
     result = simulate_rl(s, costs=[decode_bound_limit(n)] * engines)
     closed = length_model.expected(s.rl.lengths, 0) / length_model.expected_max(s.rl.lengths, 0, n)
     assert result.summary["generating_utilization"] == pytest.approx(closed, rel=0.01)
