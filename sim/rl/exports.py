@@ -151,3 +151,12 @@ def plot(res, path: str) -> None:
 
     result = as_result(res)
     plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
+
+
+def plot_modes(results: list, path: str) -> None:
+    """Several runs of one scenario (e.g. sync and pipeline) stacked on one time axis."""
+    from ..outputs.timeline import plot_panels
+
+    items = [(as_result(r), title(r)) for r in results]
+    ranks = sorted(set().union(*(set(res.spans["rank"].unique().tolist()) for res, _ in items)))
+    plot_panels(items, path, ranks=ranks)
