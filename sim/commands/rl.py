@@ -46,6 +46,9 @@ def run(args) -> int:
 
 def _warn_underfull(result) -> None:
     s = result.summary
+    if not s["trainer_fits_in_memory"]:
+        print(f"warning: the trainer pool needs {s['trainer_memory_per_gpu_bytes'] / 1e9:.1f} GB per GPU, more than "
+              "the GPU's HBM", file=sys.stderr)
     share = result.scenario.training.global_batch / s["engines"]
     if s["mode"] == "sync" and share < s["slots_per_engine"]:
         print(f"warning: each engine gets {share:.0f} of a step's sequences but holds {s['slots_per_engine']}: "

@@ -87,6 +87,8 @@ def summarize(s, loop, wall: float, facts: dict) -> dict:
         "generator_idle_fraction": t["idle"] / (engines * wall),
         "generator_weights_fraction": t["weights"] / (engines * wall),
         "train_step_s": train / len(steps),
+        "trainer_memory_per_gpu_bytes": max(r.summary["memory_per_gpu_bytes"] for r in loop.trainer.anchors.values()),
+        "trainer_fits_in_memory": all(r.summary["fits_in_memory"] for r in loop.trainer.anchors.values()),
         "trainer_mfu": flops / (wall * rl.trainer_gpus * facts["peak_flops"]),
         "weight_bytes": facts["weight_bytes"],
         "weight_transfer_s": float(np.mean(transfers)) if transfers else 0.0,
