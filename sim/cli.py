@@ -14,7 +14,7 @@ import traceback
 from .errors import InputError
 
 COMMANDS = ("sim.commands.run", "sim.commands.collective", "sim.commands.validate",
-            "sim.commands.sweep", "sim.commands.plot", "sim.commands.study",
+            "sim.commands.sweep", "sim.commands.plot", "sim.commands.study", "sim.commands.rl",
             "sim.labs.numerics", "sim.labs.routing", "sim.commands.campaign")
 
 

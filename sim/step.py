@@ -44,6 +44,8 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
     huge runs)."""
+    if s.rl is not None:
+        raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)

@@ -301,7 +301,7 @@ def test_bundled_scenarios_all_load():
     for path in paths:
         s = sim.load_scenario(path)
         p = s.parallel
-        assert p.tp * p.pp * p.dp * p.cp == s.cluster.gpus
+        assert p.tp * p.pp * p.dp * p.cp == (s.cluster.gpus if s.rl is None else s.rl.trainer_gpus)
 
 
 def test_schedule_defaults_to_interleaved_with_virtual_stages():

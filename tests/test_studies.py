@@ -115,3 +115,14 @@ def test_cli_study_quick_prints_table_and_writes_files(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sim", "study", "nope"], capture_output=True, text=True, cwd=REPO,
                          env=env, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_rl_stragglers_show_the_seeds_claim(reports):
+    """Wider response lengths empty synchronous batches; pipeline RL keeps the generators
+    busy at a bounded lag (sim/rl/study.py)."""
+    table = reports["rl-stragglers"].table
+    util = table.pivot(index="cv", columns="mode", values="generator_utilization")
+    assert util["sync"].is_monotonic_decreasing and util["sync"].iloc[-1] < 0.5 * util["sync"].iloc[0]
+    assert (util["pipeline"] > 0.7).all() and (util["pipeline"].iloc[-1] > 3 * util["sync"].iloc[-1])
+    lag = table.set_index(["mode", "cv"])["max_staleness_steps"]
+    assert (lag["sync"] == 0).all() and (lag["async"] <= 1).all() and lag["pipeline"].max() <= 8

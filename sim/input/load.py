@@ -129,13 +129,15 @@ def check(s: Scenario) -> Scenario:
     if p.schedule is None:  # Megatron: --num-layers-per-virtual-pipeline-stage alone means interleaved 1F1B
         p = p.model_copy(update={"schedule": "interleaved" if p.virtual_stages > 1 else "1f1b"})
     s = s.model_copy(update={"model": model, "parallel": p, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
-    _check_product(p, gpus)
+    _check_product(p, gpus if s.rl is None else s.rl.trainer_gpus, s.rl is not None)
     _check_dp_algo(p)
     _check_heads(model, p)
-    _check_batch(t, p)
-    _check_stages(model, p, t)
+    _check_batch(t, p, whole=s.rl is None)
+    _check_stages(model, p, t, whole=s.rl is None)
     _check_moe(model, p)
     _check_ranks(s, gpus, _per_node(s, spec))
+    if s.rl is not None:
+        _check_rl(s, model, gpus)
     return s
 
 
@@ -179,11 +181,11 @@ def _gpu_count(s: Scenario, spec) -> int:
     return p.tp * p.pp * p.dp * p.cp
 
 
-def _check_product(p, gpus: int) -> None:
+def _check_product(p, gpus: int, trainer_pool: bool = False) -> None:
     product = p.tp * p.pp * p.dp * p.cp
     if product != gpus:
-        raise InputError("parallel", f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {product}, "
-                                     f"but the cluster has {gpus} GPUs")
+        where = f"rl.trainer_gpus = {gpus}" if trainer_pool else f"the cluster has {gpus} GPUs"
+        raise InputError("parallel", f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {product}, but {where}")
 
 
 def _check_dp_algo(p) -> None:
@@ -203,26 +205,28 @@ def _check_heads(m, p) -> None:
             raise InputError("parallel.tp", f"tp = {p.tp} does not divide model.{key} = {n}")
 
 
-def _check_batch(t, p) -> None:
+def _check_batch(t, p, whole: bool = True) -> None:
+    """``whole``: global_batch is split into micro-batches as given (an RL step's rows come
+    from its responses' tokens instead, sim/rl/trainer.py)."""
     per_step = p.dp * t.micro_batch
-    if t.global_batch < per_step:
+    if whole and t.global_batch < per_step:
         raise InputError("training.global_batch",
                          f"batch-size floor: every data-parallel rank needs at least one micro-batch of "
                          f"{t.micro_batch} sequence(s), so global_batch >= dp * micro_batch = {p.dp} * "
                          f"{t.micro_batch} = {per_step}, got {t.global_batch}")
-    if t.global_batch % per_step:
+    if whole and t.global_batch % per_step:
         raise InputError("training.global_batch", f"{t.global_batch} is not divisible by dp * micro_batch = {per_step}")
     if t.seq_len % p.cp:
         raise InputError("training.seq_len", f"seq_len = {t.seq_len} is not divisible by cp = {p.cp}")
 
 
-def _check_stages(m, p, t) -> None:
+def _check_stages(m, p, t, whole: bool = True) -> None:
     chunks = p.pp * p.virtual_stages
     if (p.schedule == "interleaved") != (p.virtual_stages > 1):
         raise InputError("parallel.schedule", f"schedule = {p.schedule!r} with virtual_stages = {p.virtual_stages}: "
                                               "interleaved needs virtual_stages > 1 and vice versa")
     micro = t.global_batch // (p.dp * t.micro_batch)
-    if p.schedule == "interleaved" and micro % p.pp:
+    if p.schedule == "interleaved" and micro % p.pp and whole:
         raise InputError("parallel.virtual_stages", f"interleaved 1F1B needs micro-batches per step ({micro}) "
                                                     f"divisible by pp = {p.pp} (Megatron-LM's rule)")
     if p.stage_layers is None:
@@ -256,3 +260,34 @@ def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:
         bad = [n for n in st.nodes if n * per_node >= gpus]
         if bad:
             raise InputError(f"stragglers[{i}].nodes", f"node {bad[0]} is outside the {gpus // per_node} nodes")
+
+
+def _check_rl(s: Scenario, m, gpus: int) -> None:
+    """The pools fit the cluster, engines split the generator GPUs and the model's heads,
+    and whole sequences fit a training row. (Whether one sequence's KV cache fits an
+    engine needs the model's sizes: sim/rl/inference.py checks it.)"""
+    rl = s.rl
+    if rl.generator_gpus + rl.trainer_gpus > gpus:
+        raise InputError("rl.generator_gpus", f"generator_gpus + trainer_gpus = {rl.generator_gpus} + "
+                                              f"{rl.trainer_gpus} = {rl.generator_gpus + rl.trainer_gpus} "
+                                              f"exceeds the cluster's {gpus} GPUs")
+    if rl.generator_gpus % rl.generator_tp:
+        raise InputError("rl.generator_tp", f"generator_tp = {rl.generator_tp} does not divide "
+                                            f"generator_gpus = {rl.generator_gpus} (one engine per generator_tp GPUs)")
+    if m.heads % rl.generator_tp or (m.kv_heads % rl.generator_tp and rl.generator_tp % m.kv_heads):
+        raise InputError("rl.generator_tp", f"generator_tp = {rl.generator_tp} must divide model.heads = {m.heads} "
+                                            f"and divide or be a multiple of model.kv_heads = {m.kv_heads}")
+    if rl.mode == "sync" and rl.max_staleness is not None:
+        raise InputError("rl.max_staleness", "applies to the async and pipeline modes; sync trains each batch "
+                                             "on the weights that generated it (staleness 0)")
+    if rl.weight_sync == "overlapped" and (rl.mode == "sync" or rl.weight_route != "broadcast"):
+        raise InputError("rl.weight_sync", "overlapped needs mode async or pipeline (sync generates with the new "
+                                           "weights, so nothing can overlap their transfer) and weight_route = "
+                                           "broadcast")
+    if rl.prompt_tokens + rl.lengths.max > s.training.seq_len:
+        raise InputError("rl.lengths.max", f"prompt_tokens + max = {rl.prompt_tokens} + {rl.lengths.max} exceeds "
+                                           f"training.seq_len = {s.training.seq_len}: the trainer packs whole "
+                                           "sequences into rows of seq_len tokens")
+    if s.stragglers or s.jitter.sigma > 0:
+        raise InputError("stragglers" if s.stragglers else "jitter",
+                         "not modelled in an [rl] scenario (clustersim rl simulates the pools' steady state)")

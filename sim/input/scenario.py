@@ -126,6 +126,33 @@ class Parallel(_Section):
         return order
 
 
+class RLLengths(_Section):
+    """Response lengths of the RL loop: lognormal per prompt, capped (``clustersim rl``)."""
+
+    mean: float = Field(ge=1, le=1e6)  # tokens, mean response length at step 0
+    sigma: float = Field(0.0, ge=0, le=1e7)  # tokens, standard deviation at step 0 (0: every response = mean)
+    growth: float = Field(0.0, ge=0, le=1)  # relative growth of mean and sigma per training step
+    max: int = Field(ge=1, le=1_048_576)  # tokens: responses stop here (the generation cap)
+
+
+class RL(_Section):
+    """An RL loop on one cluster: generator GPUs (inference engines) and trainer GPUs (the
+    ``[parallel]`` layout). ``clustersim rl SCENARIO``; see docs/rl.md."""
+
+    mode: Literal["sync", "async", "pipeline"] = "sync"
+    generator_gpus: int = Field(ge=1, le=1_000_000)
+    trainer_gpus: int = Field(ge=1, le=1_000_000)
+    generator_tp: int = Field(1, ge=1, le=64)  # tensor parallel GPUs per inference engine
+    max_staleness: int | None = Field(None, ge=0, le=1000)  # async / pipeline: steps of run-ahead (default 1)
+    steps: int = Field(ge=1, le=10_000)  # training steps simulated
+    prompt_tokens: int = Field(512, ge=1, le=1_048_576)  # tokens per prompt (prefill)
+    max_seqs: int = Field(256, ge=1, le=65_536)  # sequences an engine runs at once, at most (vLLM max_num_seqs)
+    memory_fraction: float = Field(0.9, gt=0, le=1)  # HBM share for weights + KV cache (vLLM gpu_memory_utilization)
+    weight_route: Literal["broadcast", "p2p"] = "broadcast"  # trainer -> generators (docs/rl.md)
+    weight_sync: Literal["blocking", "overlapped"] = "blocking"  # overlapped: the next step trains meanwhile
+    lengths: RLLengths
+
+
 class Scenario(_Section):
     """A whole scenario. ``model`` holds resolved fields after loading."""
 
@@ -137,3 +164,4 @@ class Scenario(_Section):
     parallel: Parallel = Parallel()
     stragglers: list[Straggler] = []
     jitter: Jitter = Jitter()
+    rl: RL | None = None  # an RL loop (clustersim rl); [parallel] is then the trainer pool's layout

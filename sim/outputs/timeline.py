@@ -28,8 +28,9 @@ from .metrics import length, subtract, union
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
           "forward2": "#C4D6EF", "backward2": "#5E80B8",  # a rank's second model chunk (interleaved)
           "tp": "#DD8452", "cp": "#8C8C3C", "dp": "#55A868", "pp": "#8172B3", "ep": "#937860",
-          "idle": "#BBBBBB", "exposed": "#D62728"}
-KIND_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "idle")
+          "idle": "#BBBBBB", "exposed": "#D62728",
+          "tail": "#E8A33D", "weights": "#17BECF"}  # RL (clustersim rl): underfull batches, weight sync
+KIND_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "tail", "weights", "idle")
 MAX_ROWS = 24  # beyond this, fewer ranks are shown
 LANE_OVERLAP = (0.10, 0.005)  # streams of one kind get their own rows when they overlap by more
                               # than this share of the shorter one's busy time and of the step

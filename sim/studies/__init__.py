@@ -27,6 +27,7 @@ _register("domain-size", "sim.studies.domain_size")
 _register("batch-floor", "sim.studies.batch_floor")
 _register("pipeline-bubbles", "sim.studies.pipeline_bubbles")
 _register("goodput-vs-scale", "sim.campaign.study")  # a capability's study: imported by name only
+_register("rl-stragglers", "sim.rl.study")  # whole RL runs, not steps: the module drives its points
 
 
 def get(name: str):

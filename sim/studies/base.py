@@ -40,8 +40,13 @@ def scenario_path(name: str) -> Path:
 
 def run_study(name: str, module, out_dir: Path, quick: bool = False, workers=None, dask=None,
               quiet: bool = False) -> Report:
-    """Sweep the study's points, analyse, write table + summary CSVs and the plot."""
-    rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
+    """Sweep the study's points, analyse, write table + summary CSVs and the plot. A study
+    whose points are not training steps (``rl-stragglers``: whole RL runs) runs them with
+    its own ``run_points(quick, workers, dask, quiet)``."""
+    if hasattr(module, "run_points"):
+        rows = module.run_points(quick, workers, dask, quiet)
+    else:
+        rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
     table, summary, notes = module.analyze(rows)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
