@@ -12,6 +12,7 @@ import math
 from ..studies import validation
 from ..model.compute import GEMM_EFFICIENCY
 from ..errors import InputError
+from ..outputs.progress import Progress
 
 
 def add_parser(sub) -> None:
@@ -41,7 +42,11 @@ def run(args) -> int:
     """Compare (or fit, then compare)."""
     rows = selected_rows(args.rows, args.no_pp)
     fitted = fit(rows) if args.fit else {}
-    results = [validation.compare(r, fitted.get(r["gpu"])) for r in rows]
+    with Progress("validate", len(rows), transient=True) as progress:
+        results = []
+        for r in rows:
+            results.append(validation.compare(r, fitted.get(r["gpu"])))
+            progress.advance(f"{r['source']} {r['model']} {r['params']}")
     if args.json:
         print(json.dumps({"rows": [_row_json(c) for c in results], "mape": validation.mape(results),
                           "fitted_e_max": fitted}))
