@@ -167,10 +167,9 @@ class LocalPool:
                 self.busy.pop(worker.conn)
                 self.idle.append(worker)
             elif worker.proc.sentinel in ready or not worker.proc.is_alive():
-                code = worker.proc.exitcode
-                outcome = (None, f"{DIED_PREFIX} the worker running this point exited ({_exit_text(code)}; "
-                                 "out of memory?)")
-                self._drop(worker)
+                self._drop(worker)  # reaped: its exit code is known
+                outcome = (None, f"{DIED_PREFIX} the worker running this point exited "
+                                 f"({_exit_text(worker.proc.exitcode)}; out of memory?)")
             elif self.timeout is not None and time.monotonic() - worker.started > self.timeout:
                 outcome = (None, f"{TIMEOUT_PREFIX} still running after {self.timeout:g} s; stopped "
                                  "(raise --point-timeout to give it longer)")
