@@ -8,8 +8,9 @@ Data flows one way: scenario -> rank programs -> engine -> spans -> metrics / pl
 """
 
 from .input.load import load_scenario
+from .version import __version__
 
-__all__ = ["load_scenario", "simulate", "sweep"]
+__all__ = ["__version__", "load_scenario", "simulate", "sweep"]
 
 
 def simulate(scenario, **kwargs):

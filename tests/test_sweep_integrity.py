@@ -136,7 +136,7 @@ def test_an_edited_scenario_invalidates_its_resumed_rows(tmp_path, calls):
     scenario.write_text(FSDP.read_text())
     grid = {"training.seq_len": [2048, 4096], "training.global_batch": [32, 64]}  # 2 invalid, 2 simulated
     first = sim.sweep(scenario, grid, workers=1, out=out, quiet=True)
-    assert calls["n"] == 2 and first["fingerprint"].nunique() == 4 and (first["version"] == sim.version.__version__).all()
+    assert calls["n"] == 2 and first["fingerprint"].nunique() == 4 and (first["version"] == sim.__version__).all()
     stats: dict = {}
     sim.sweep(scenario, grid, workers=1, out=out, quiet=True, stats=stats)
     assert calls["n"] == 2 and stats["resumed"] == 4 and stats["recomputed"] == 0  # unchanged: all reused
