@@ -19,19 +19,19 @@ import re
 
 from ..errors import InputError
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE = re.compile(r"(?:[^A-Za-z0-9._-]|\.{2,})+")  # also "..": no parent references, even harmless ones
 MAX_NAME = 120  # characters of a file name made from a scenario name
 
 
 def safe_name(name: str, default: str = "scenario") -> str:
     """A file name made of ``name``: letters, digits, ``._-`` only (every other run of
-    characters, path separators included, becomes ``-``), no leading dot, at most
-    MAX_NAME characters.
+    characters, path separators and ``..`` included, becomes ``-``), no leading dot, at
+    most MAX_NAME characters.
 
     >>> safe_name("../../etc/x"), safe_name("/abs/name"), safe_name("GPT 3 (175B)"), safe_name("..")
     ('etc-x', 'abs-name', 'GPT-3-175B', 'scenario')
     """
-    text = _UNSAFE.sub("-", str(name)).strip(".-")[:MAX_NAME].rstrip(".-")
+    text = re.sub("-{2,}", "-", _UNSAFE.sub("-", str(name))).strip(".-")[:MAX_NAME].rstrip(".-")
     return text or default
 
 

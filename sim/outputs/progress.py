@@ -1,14 +1,22 @@
 """Progress of long commands on stderr (``clustersim validate``, ``sweep``, ``study``; a
 spinner while ``run`` or ``plot`` simulates): a rich bar with elapsed time and ETA when
-stderr is a terminal, otherwise a plain line at most every few seconds, so a log or CI
-shows the command is alive without being flooded. stdout is never touched.
+stderr is a terminal, otherwise a plain line at most every 3 s (``CLUSTERSIM_PROGRESS_EVERY``
+seconds), so a log or CI shows the command is alive without being flooded. stdout is
+never touched.
 """
 
 from contextlib import contextmanager
+import os
 import sys
 import time
 
-PLAIN_EVERY = 3.0  # seconds between plain progress lines
+
+def _every() -> float:
+    """Seconds between plain progress lines: CLUSTERSIM_PROGRESS_EVERY, default 3."""
+    try:
+        return max(0.0, float(os.environ.get("CLUSTERSIM_PROGRESS_EVERY", "3")))
+    except ValueError:
+        return 3.0
 
 
 def _terminal() -> bool:
@@ -19,9 +27,10 @@ class Progress:
     """``with Progress("validate", 13) as p: ... p.advance("N21-T1 GPT 39.1B")``."""
 
     def __init__(self, label: str, total: int, quiet: bool = False, transient: bool = False,
-                 every: float = PLAIN_EVERY):
+                 every: float | None = None):
         self.label, self.total, self.done = label, total, 0
-        self.quiet, self.transient, self.every = quiet or total == 0, transient, every
+        self.quiet, self.transient = quiet or total == 0, transient
+        self.every = _every() if every is None else every
         self._bar = self._task = None
         self._printed = False  # plain mode: the last line is printed only after an earlier one
         self._start = self._last = time.monotonic()
