@@ -6,7 +6,6 @@ alone, plain-text help, bundled examples by name, the text summary, progress lin
 Run: ``python -m pytest tests/test_cli_outputs.py``
 """
 
-import os
 from pathlib import Path
 import subprocess
 import sys

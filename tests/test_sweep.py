@@ -29,20 +29,6 @@ BUBBLES = REPO / "sim/studies/scenarios/pipeline-bubbles.toml"  # 0.2-1 s per po
 GRID = {"training.seq_len": [2048, 4096], "parallel.dp_algo": ["ring", "hierarchical"]}
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """Counts simulations run in this process (workers=1 runs points in-process)."""
-    count = {"n": 0}
-    real = step.simulate
-
-    def counting(scenario, *args, **kwargs):
-        count["n"] += 1
-        return real(scenario, *args, **kwargs)
-
-    monkeypatch.setattr(step, "simulate", counting)
-    return count
-
-
 def without_wall(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=["sim_wall_s"]).reset_index(drop=True)
 

@@ -21,7 +21,6 @@ import pytest
 
 from conftest import REPO, cli_env
 import sim
-from sim import step
 from sim.errors import InputError
 from sim.studies.sweep_sinks import exclusive, lock_path
 
@@ -118,19 +117,6 @@ SLOW_GRID = ["--grid", "training.seq_len=1024..16384x2", "--grid", "parallel.dp_
 
 
 # ---------------------------------------------------------------- fingerprints
-@pytest.fixture
-def calls(monkeypatch):
-    count = {"n": 0}
-    real = step.simulate
-
-    def counting(scenario, *args, **kwargs):
-        count["n"] += 1
-        return real(scenario, *args, **kwargs)
-
-    monkeypatch.setattr(step, "simulate", counting)
-    return count
-
-
 def test_an_edited_scenario_invalidates_its_resumed_rows(tmp_path, calls):
     scenario, out = tmp_path / "s.toml", tmp_path / "s.csv"
     scenario.write_text(FSDP.read_text())
