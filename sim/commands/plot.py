@@ -11,6 +11,8 @@ from ..errors import InputError
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from ..outputs.paths import file_in, make_dir, output_dir, output_file
+from ..outputs.progress import status
+from ..units import format_duration
 
 
 def add_parser(sub) -> None:
@@ -43,7 +45,8 @@ def run(args) -> int:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
     check_selector(args.ranks, scenario.cluster.gpus, "--ranks")
-    result = simulate(scenario)
+    with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
+        result = simulate(scenario)
     window = None
     if args.start_ms is not None or args.end_ms is not None:
         end = float(result.spans.end_s.max())
@@ -53,6 +56,6 @@ def run(args) -> int:
     if not args.out:
         make_dir(out.parent, "--out")
     plot_timeline(result, str(out), args.ranks, window)
-    print(f"wrote {out} ({result.summary['name']}: step {result.summary['step_time_s'] * 1e3:.1f} ms, "
+    print(f"wrote {out} ({result.summary['name']}: step {format_duration(result.summary['step_time_s'])}, "
           f"MFU {result.summary['mfu']:.1%})")
     return 0

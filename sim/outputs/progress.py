@@ -19,6 +19,13 @@ def _every() -> float:
         return 3.0
 
 
+def escape(text: str) -> str:
+    """``text`` shown as is by rich (a scenario name may hold ``[...]``, rich's markup)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def _terminal() -> bool:
     return sys.stderr.isatty()
 
@@ -41,7 +48,7 @@ class Progress:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
 
-            self._bar = Bar(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            self._bar = Bar(TextColumn(escape(self.label)), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
                             console=Console(stderr=True), transient=self.transient)
             self._bar.__enter__()
@@ -52,7 +59,7 @@ class Progress:
         """``n`` more steps done; ``note`` says which (shown beside the bar / in the line)."""
         self.done += n
         if self._bar is not None:
-            self._bar.update(self._task, advance=n, description=note)
+            self._bar.update(self._task, advance=n, description=escape(note))
             return
         now = time.monotonic()
         due = now - self._last >= self.every or (self._printed and self.done >= self.total)
@@ -77,5 +84,5 @@ def status(text: str, quiet: bool = False):
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(text):
+    with Console(stderr=True).status(escape(text)):
         yield
