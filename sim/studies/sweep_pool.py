@@ -131,6 +131,7 @@ class LocalPool:
         self.size, self.timeout = workers, point_timeout
         self.idle: list[_Worker] = []
         self.busy: dict = {}  # conn -> _Worker
+        self.pending: deque = deque()  # (key, scenario) not yet given to a worker
 
     def __enter__(self):
         return self
@@ -144,18 +145,23 @@ class LocalPool:
         self.idle += [_Worker() for _ in range(min(n, self.size))]
 
     def run(self, tasks):
-        pending = deque(tasks)
-        while pending or self.busy:
-            while pending and len(self.busy) < self.size:
-                worker = self._idle_worker()
-                worker.give(*pending.popleft())
-                self.busy[worker.conn] = worker
+        self.pending = deque(tasks)
+        self._fill()
+        while self.busy:
             yield from self._collect()
 
-    def _collect(self):
-        """Wait for a result, a dead worker or a deadline; yield what finished."""
+    def _fill(self) -> None:
+        while self.pending and len(self.busy) < self.size:
+            worker = self._idle_worker()
+            worker.give(*self.pending.popleft())
+            self.busy[worker.conn] = worker
+
+    def _collect(self) -> list:
+        """Wait for a result, a dead worker or a deadline; hand the freed workers their next
+        points before returning what finished (so no worker waits while the caller writes)."""
         sentinels = {w.proc.sentinel: w for w in self.busy.values()}
         ready = set(wait([*self.busy, *sentinels], timeout=self._wait_s()))
+        finished = []
         for worker in list(self.busy.values()):
             outcome = None
             if worker.conn in ready:
@@ -175,7 +181,9 @@ class LocalPool:
                                  "(raise --point-timeout to give it longer)")
                 self._drop(worker)
             if outcome is not None:
-                yield worker.key, outcome
+                finished.append((worker.key, outcome))
+        self._fill()
+        return finished
 
     def _idle_worker(self) -> _Worker:
         while self.idle:
