@@ -140,6 +140,12 @@ def test_the_text_summary_shows_gpu_layout_and_units():
     assert rows["memory per GPU"] == f"{s['memory_per_gpu_bytes'] / 2**30:.1f} GiB of 80.0 GiB"
 
 
+def test_without_a_pipeline_the_schedule_line_says_so():
+    proc = clustersim("run", "scenarios/llama3-8b-fsdp-h100.toml")
+    assert "schedule           no pipeline, 1 micro-batch of 1 sequence per step\n" in proc.stdout
+    assert "GPUs               64 x h100-sxm\n" in proc.stdout
+
+
 def test_durations_read_in_the_unit_that_fits():
     assert [format_duration(t) for t in (0.0004, 0.8875, 9.84, 119.99, 1078.3422)] == \
         ["0.4 ms", "887.5 ms", "9.84 s", "119.99 s", "17.97 min"]

@@ -124,9 +124,11 @@ def layout_text(sc) -> str:
 
 
 def schedule_text(sc) -> str:
-    """``1f1b, 1 virtual stage, 16 micro-batches of 1 sequence per step``."""
+    """``1f1b, 1 virtual stage, 16 micro-batches of 1 sequence per step`` (``no pipeline, ...``
+    when pp = 1)."""
     p, t = sc.parallel, sc.training
     micro = t.global_batch // (p.dp * t.micro_batch)
-    return (f"{p.schedule}, {p.virtual_stages} virtual stage{'s' if p.virtual_stages > 1 else ''}, "
-            f"{micro} micro-batch{'es' if micro > 1 else ''} of {t.micro_batch} sequence"
+    pipeline = "no pipeline" if p.pp == 1 else \
+        f"{p.schedule}, {p.virtual_stages} virtual stage{'s' if p.virtual_stages > 1 else ''}"
+    return (f"{pipeline}, {micro} micro-batch{'es' if micro > 1 else ''} of {t.micro_batch} sequence"
             f"{'s' if t.micro_batch > 1 else ''} per step")
