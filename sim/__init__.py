@@ -8,8 +8,9 @@ Data flows one way: scenario -> rank programs -> engine -> spans -> metrics / pl
 """
 
 from .input.load import load_scenario
+from .version import __version__
 
-__all__ = ["load_scenario", "simulate", "simulate_rl", "sweep"]
+__all__ = ["__version__", "load_scenario", "simulate", "simulate_rl", "sweep"]
 
 
 def simulate(scenario, **kwargs):

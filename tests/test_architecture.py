@@ -14,7 +14,7 @@ SIM = Path(__file__).resolve().parents[1] / "sim"
 
 # bottom -> top: one row of ARCHITECTURE.md's table each
 LAYERS = [
-    ("foundation", ("sim.errors", "sim.units")),
+    ("foundation", ("sim.errors", "sim.units", "sim.version")),
     ("hardware", ("sim.hardware",)),
     ("input", ("sim.input",)),
     ("model costs / collectives", ("sim.model", "sim.collectives")),

@@ -26,7 +26,7 @@ import math
 from ..errors import InputError
 from ..hardware import topology
 from ..input.scenario import Scenario
-from .checkpoint import (DEFAULT_STORAGE_BW, MODES, Checkpoint, checkpoint_cost, checkpoint_size, daly_interval,
+from .checkpoint import (DEFAULT_STORAGE_BW, Checkpoint, checkpoint_cost, checkpoint_size, daly_interval,
                          host_bandwidth, young_interval)
 from .failures import PLANNED, FailureTable, Fleet, load_table
 from .trials import Campaign

@@ -2,7 +2,7 @@
 where failures, rather than communication, become the limit.
 
 Run ``clustersim study goodput-vs-scale [--quick]`` (scenario:
-scenarios/studies/goodput-vs-scale.toml; writes plots/study-goodput-vs-scale.{png,csv}).
+sim/studies/scenarios/goodput-vs-scale.toml; writes plots/study-goodput-vs-scale.{png,csv}).
 
 Each GPU count is one step simulation (TP 8 x PP 16, data parallelism growing with the
 GPUs, 16 sequences per replica) and then two campaigns over seeded trials with the Llama 3

@@ -9,10 +9,10 @@ constant that minimizes the mean absolute log error over all of that GPU's rows 
 
 import json
 import math
-import sys
 
 from ..errors import InputError
 from ..model.compute import GEMM_EFFICIENCY
+from ..outputs.progress import Progress
 from ..studies import validation
 
 
@@ -46,10 +46,11 @@ def run(args) -> int:
         return explain(args.explain, args.json)
     rows = selected_rows(args.rows, args.no_pp)
     fitted = fit(rows) if args.fit else {}
-    results = []
-    for i, row in enumerate(rows, 1):
-        results.append(validation.compare(row, fitted.get(row.gpu)))
-        print(f"[{i}/{len(rows)}] {row.id}", file=sys.stderr, flush=True)
+    with Progress("validate", len(rows), transient=True) as progress:
+        results = []
+        for row in rows:
+            results.append(validation.compare(row, fitted.get(row.gpu)))
+            progress.advance(row.id)
     if args.json:
         print(json.dumps([_row_json(c) for c in results]))
         return 0

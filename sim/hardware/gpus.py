@@ -23,6 +23,7 @@ class GPU:
     nvlink_bw: float  # bytes/s per direction per GPU
     nic_bw: float  # bytes/s per NIC (one NIC per GPU on every preset here)
     pcie_bw: float  # bytes/s GPU <-> NIC per direction
+    hbm_unit: str = "GB"  # the unit the datasheet's capacity is in: "GiB" for the 80 GB A100/H100 (80 * 2**30 bytes)
 
 
 GPUS: dict[str, GPU] = {}
@@ -37,11 +38,11 @@ def _register(gpu: GPU) -> None:
 # NVIDIA A100 datasheet (SXM4 80GB): 312 TFLOP/s dense BF16, 2,039 GB/s HBM2e,
 # NVLink3 600 GB/s bidirectional = 300 GB/s per direction; DGX A100: 8x 200 Gb/s HDR
 # ConnectX-6 = 25 GB/s each; PCIe gen4 x16 ~ 32 GB/s per direction.
-_register(GPU("a100-80gb", 312 * TFLOPS, 80 * GIB, 2039 * GB, 300 * GB, 25 * GB, 32 * GB))
+_register(GPU("a100-80gb", 312 * TFLOPS, 80 * GIB, 2039 * GB, 300 * GB, 25 * GB, 32 * GB, hbm_unit="GiB"))
 # NVIDIA H100 datasheet (SXM5): 989 TFLOP/s dense BF16, 80 GB HBM3 at 3.35 TB/s,
 # NVLink4 900 GB/s bidirectional = 450 per direction; DGX H100: 8x 400 Gb/s NDR
 # ConnectX-7 = 50 GB/s each; PCIe gen5 x16 ~ 64 GB/s per direction.
-_register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB))
+_register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB, hbm_unit="GiB"))
 # NVIDIA H200 datasheet (SXM): same Hopper compute as H100 (989 TFLOP/s dense BF16),
 # 141 GB HBM3e at 4.8 TB/s, NVLink4 450 GB/s per direction; 400 Gb/s NICs.
 _register(GPU("h200", 989 * TFLOPS, 141 * GB, 4800 * GB, 450 * GB, 50 * GB, 64 * GB))

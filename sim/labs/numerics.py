@@ -29,7 +29,6 @@ entirely: acc + x == acc); plus ``swamped_additions`` (share of additions lost).
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -229,7 +228,6 @@ def plot(rows: list[dict], path: str) -> None:
     fig.suptitle("Gradient all-reduce in a low-precision accumulator vs the exact sum "
                  "(clustersim numerics --plot)", fontsize=11)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -271,8 +269,10 @@ def validate(args) -> None:
         raise InputError("--kahan", "choose --kahan or --accumulate, not both")
     if args.kahan and args.algo != "ring":
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
-    if args.plot and not args.plot.endswith(".png"):
-        raise InputError("--plot", f"expected a .png path, got {args.plot!r}")
+    if args.plot:
+        from ..outputs.paths import output_file
+
+        output_file(args.plot, "--plot", (".png",))
 
 
 def run(args) -> int:

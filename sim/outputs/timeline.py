@@ -17,7 +17,6 @@ in seconds; spans narrower than a pixel are widened to one so short collectives 
 visible.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -400,6 +399,5 @@ def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None 
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,6 +1,6 @@
 """Study ``rl-stragglers``: generator utilization and staleness vs response-length spread, per mode.
 
-Run ``clustersim study rl-stragglers [--quick]`` (scenario: scenarios/studies/rl-stragglers.toml);
+Run ``clustersim study rl-stragglers [--quick]`` (scenario: sim/studies/scenarios/rl-stragglers.toml);
 it writes ``plots/study-rl-stragglers.png``, ``.csv`` and ``-summary.csv``.
 
 The seeds: "RL responses grow in mean and variance of length, straggling GPU utilization.

@@ -5,7 +5,7 @@ writes ``plots/study-NAME.png``, its table ``plots/study-NAME.csv`` and a per-cu
 summary ``plots/study-NAME-summary.csv``, and prints both tables.
 
 A study is a module with ``TITLE``, ``points(quick)`` (labelled override dicts swept over
-``scenarios/studies/NAME.toml``), ``analyze(rows)`` and ``plot(table, summary, path)``;
+``sim/studies/scenarios/NAME.toml``), ``analyze(rows)`` and ``plot(table, summary, path)``;
 :func:`sim.studies.base.run_study` drives them.
 """
 

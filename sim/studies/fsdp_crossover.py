@@ -1,6 +1,6 @@
 """Study: FSDP's MFU vs GPU count at a fixed global batch, against the seeds' crossover N*.
 
-Run ``clustersim study fsdp-crossover [--quick]`` (scenario: scenarios/studies/fsdp-crossover.toml).
+Run ``clustersim study fsdp-crossover [--quick]`` (scenario: sim/studies/scenarios/fsdp-crossover.toml).
 
 The seeds (Dwarkesh, "Notes on pretraining parallelisms"): compute time per step
 = 6 x tokens x active params / (N x FLOP/s_eff) falls as 1/N while FSDP's communication
