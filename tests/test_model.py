@@ -198,3 +198,16 @@ def test_relu2_is_a_two_matrix_mlp():
     relu2 = costs.dims(tiny({**model, "mlp": "relu2"}).model)
     swiglu = costs.dims(tiny({**model, "mlp": "swiglu"}).model)
     assert costs.mlp_params(relu2, 0, False) == 2 * 64 * 256 and costs.mlp_params(swiglu, 0, False) == 3 * 64 * 256
+
+
+def test_mla_down_projections_are_whole_on_every_tp_rank():
+    """Megatron-Core duplicates MLA's down projections and latent norms over TP: a TP-2 rank
+    holds half of the rest of the layer plus all of them."""
+    from types import SimpleNamespace
+
+    from sim.parallel.params import layer_params
+
+    d = costs.dims(tiny({**MLA_TINY, "q_lora_rank": 32}).model)
+    ctx = SimpleNamespace(dims=d, layout=SimpleNamespace(sizes={"tp": 2}, ep=1))
+    whole = 64 * 32 + 32 + 64 * 20 + 16  # q_a, q_a_norm, kv_a, kv_a_norm
+    assert layer_params(ctx, 0)[0] == (costs.layer_params(d, 0) - whole) / 2 + whole
