@@ -122,7 +122,7 @@ def check(s: Scenario) -> Scenario:
     """Cross-field rules; returns the scenario with cluster.gpus and model defaults filled."""
     spec = topology.load_spec(s.cluster.topology)
     _check_topology_overrides(s, spec)
-    gpu_preset(s.cluster.gpu or s.cluster.topology_overrides.get("gpu", spec.gpu))
+    gpu = gpu_preset(s.cluster.gpu or s.cluster.topology_overrides.get("gpu", spec.gpu))
     gpus = _gpu_count(s, spec)
     m, p, t = s.model, s.parallel, s.training
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
@@ -131,7 +131,9 @@ def check(s: Scenario) -> Scenario:
     s = s.model_copy(update={"model": model, "parallel": p, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     _check_product(p, gpus if s.rl is None else s.rl.trainer_gpus, s.rl is not None)
     _check_dp_algo(p)
+    _check_attention(model)
     _check_heads(model, p)
+    _check_precision(t, gpu)
     _check_batch(t, p, whole=s.rl is None)
     _check_stages(model, p, t, whole=s.rl is None)
     _check_moe(model, p)
@@ -195,9 +197,42 @@ def _check_dp_algo(p) -> None:
                                              "reduce-scatters and all-gathers; use ring, hierarchical or auto")
 
 
+MLA_RANKS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # required with mla
+
+
+def _check_attention(m) -> None:
+    """MLA ranks come together and only with attention = "mla"; MLA has no GQA and no head_dim."""
+    given = [k for k in ("q_lora_rank",) + MLA_RANKS if getattr(m, k) is not None]
+    if m.attention != "mla":
+        if given:
+            raise InputError(f"model.{given[0]}", 'is a multi-head latent attention rank: set model.attention = "mla" '
+                                                  "or remove it")
+        return
+    missing = [k for k in MLA_RANKS if getattr(m, k) is None]
+    if missing:
+        raise InputError(f"model.{missing[0]}", 'required with model.attention = "mla" (DeepSeek-V3: kv_lora_rank 512, '
+                                                "qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128)")
+    if m.head_dim is not None:
+        raise InputError("model.head_dim", "not with MLA, whose head widths are qk_nope_head_dim + qk_rope_head_dim "
+                                           "(queries, keys) and v_head_dim (values)")
+    if m.kv_heads != m.heads:
+        raise InputError("model.kv_heads", f"MLA gives every query head its own key and value: kv_heads = "
+                                           f"{m.kv_heads} must equal heads = {m.heads}")
+    if m.qk_rope_head_dim % 2:
+        raise InputError("model.qk_rope_head_dim", f"rotary embedding turns pairs of channels: {m.qk_rope_head_dim} "
+                                                   "must be even")
+
+
+def _check_precision(t, gpu) -> None:
+    if t.precision == "fp8" and not gpu.fp8_flops:
+        raise InputError("training.precision", f"'fp8' needs FP8 tensor cores, which {gpu.name} lacks (Hopper and "
+                                               "Blackwell GPUs have them); use 'bf16'")
+
+
 def _check_heads(m, p) -> None:
-    if m.hidden % m.heads:
-        raise InputError("model.heads", f"hidden = {m.hidden} is not divisible by heads = {m.heads}")
+    if m.head_dim is None and m.attention == "mha" and m.hidden % m.heads:
+        raise InputError("model.heads", f"hidden = {m.hidden} is not divisible by heads = {m.heads} "
+                                       "(give model.head_dim when heads are not hidden / heads wide)")
     if m.heads % m.kv_heads:
         raise InputError("model.kv_heads", f"heads = {m.heads} is not divisible by kv_heads = {m.kv_heads}")
     for key, n in (("heads", m.heads), ("kv_heads", m.kv_heads)):

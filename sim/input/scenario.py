@@ -45,7 +45,15 @@ class Model(_Section):
     kv_heads: int | None = Field(None, ge=1)  # default: heads (GQA when smaller)
     ffn_hidden: int | None = Field(None, ge=1)  # default: 4 * hidden
     vocab: int = Field(None, ge=1)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
+    mlp: Literal["gelu", "swiglu", "relu2"] = "gelu"  # relu2: squared ReLU, two matrices (Nemotron-4)
+    head_dim: int | None = Field(None, ge=1, le=4096)  # default: hidden / heads (Qwen3: 128)
+    # Multi-head latent attention (DeepSeek-V2/V3), with the Hugging Face names of its ranks.
+    attention: Literal["mha", "mla"] = "mha"  # mha: multi-head, GQA when kv_heads < heads
+    q_lora_rank: int | None = Field(None, ge=1, le=65536)  # None: queries projected from hidden
+    kv_lora_rank: int | None = Field(None, ge=1, le=65536)
+    qk_nope_head_dim: int | None = Field(None, ge=1, le=4096)
+    qk_rope_head_dim: int | None = Field(None, ge=1, le=4096)
+    v_head_dim: int | None = Field(None, ge=1, le=4096)
     tied_embeddings: bool = False
     moe: MoE | None = None
 

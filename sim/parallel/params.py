@@ -4,7 +4,7 @@ Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over
 ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
-from ..model.transformer import attention_params, is_moe_layer, mlp_params
+from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
 
 
 EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the output layer
@@ -17,11 +17,12 @@ def layer_params(ctx, layer: int) -> tuple[float, float]:
         return d.v * d.h / tp, 0.0
     if layer == d.layers:
         return (0.0 if ctx.scenario.model.tied_embeddings else d.v * d.h / tp) + d.h, 0.0
+    whole = attention_replicated_params(d) * (1 - 1 / tp)  # MLA's down projections sit whole on every TP rank
     if is_moe_layer(d, layer):
         routed = d.experts * d.mats * d.h * d.f_expert
         dense = attention_params(d) + mlp_params(d, layer, active=False) - routed
-        return dense / tp, routed / (tp * ep)
-    return (attention_params(d) + mlp_params(d, layer, active=False)) / tp, 0.0
+        return dense / tp + whole, routed / (tp * ep)
+    return (attention_params(d) + mlp_params(d, layer, active=False)) / tp + whole, 0.0
 
 
 def stage_layer_ids(ctx, virtual_stage: int) -> list[int]:

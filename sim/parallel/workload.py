@@ -28,7 +28,7 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention)
+                  t.flash_attention, t.precision == "fp8")
     ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max), domains,
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), jitter=jitter)
@@ -186,7 +186,8 @@ def optimizer_step(b, deps: list[int]) -> int:
     from ..model.layers import optimizer
 
     dense, expert = rank_params(b.ctx, b.stage)
+    fp8_weights = dense + expert if b.ctx.shard.fp8 else 0.0  # TE casts the full local weights
     if b.ctx.scenario.parallel.zero >= 1:
         dense /= len(b.ctx.layout.group(b.rank, "cp", "dp"))
         expert /= len(b.ctx.layout.expert_dp_group(b.rank))
-    return b.compute("optimizer", optimizer(dense + expert), tuple(deps))
+    return b.compute("optimizer", optimizer(dense + expert, fp8_weights), tuple(deps))
