@@ -168,4 +168,4 @@ def test_validate_shows_progress_on_stderr(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sim", "validate", "--rows", "MH", "--no-pp", "--json"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[-1].startswith("validate: 2/2 (MH GPT 16B)")
+    assert proc.stderr.splitlines()[-1].startswith("validate: 2/2 (MH-16B-192)")
