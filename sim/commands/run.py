@@ -13,7 +13,7 @@ from ..input.load import load_scenario
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("run", help="simulate one training step of a scenario")
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", nargs="+", help="scenario TOML file (several with --shared-fabric)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. parallel.dp=8 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -24,6 +24,11 @@ def add_parser(sub) -> None:
     p.add_argument("--timeline", help="write a PNG timeline")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
+    p.add_argument("--shared-fabric", action="store_true",
+                   help="run the scenarios together on one cluster; report each job's slowdown (sim/fabric/)")
+    p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
+    p.add_argument("--cluster-nodes", type=int, default=None,
+                   help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.set_defaults(func=run)
 
 
@@ -31,7 +36,11 @@ def run(args) -> int:
     """Load, simulate, print, export."""
     from .. import simulate
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    if args.shared_fabric or len(args.scenario) > 1:
+        from ..fabric import run_cli
+
+        return run_cli(args)
+    scenario = load_scenario(args.scenario[0], args.overrides)
     _check_outputs(args, scenario)
     result = simulate(scenario, record_links=bool(args.trace))
     if not result.summary["fits_in_memory"]:
