@@ -7,6 +7,7 @@ Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 import dataclasses
 import time
 
+from . import collectives
 from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine
@@ -53,6 +54,8 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
 
     ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
     programs = workload.build_programs(ctx)
+    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # NVLS, SHARP, PAT: can this cluster run it?
+        collectives.check_programs(programs, topo, "parallel.dp_algo")
     engine = Engine(topo, programs, compute_scale(s, topo))
     if record_links:
         engine.net.log = []

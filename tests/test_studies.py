@@ -52,6 +52,15 @@ def test_fsdp_crossover_moves_right_with_batch_and_left_with_sparsity(reports):
     assert first.mfu_sim == pytest.approx(first.mfu_seeds)  # calibrated at the smallest GPU count
 
 
+def test_sharp_switches_move_the_simulated_crater_right_but_not_the_seeds_n_star(reports):
+    """SHARP all-gathers and reduce-scatters (NCCL's CollNet, picked by auto) take a few
+    steps through the switches instead of N-1 ring steps; the bytes per NIC are the same."""
+    s = reports["fsdp-crossover"].summary.set_index("curve")
+    base_, sharp = s.iloc[0], s.loc[[c for c in s.index if "SHARP" in c][0]]
+    assert sharp.n_star_seeds == pytest.approx(base_.n_star_seeds)
+    assert sharp.n_crater_sim > 1.5 * base_.n_crater_sim
+
+
 def test_domain_size_moves_the_crossover_far_less_than_the_seeds_say(reports):
     s = reports["domain-size"].summary.set_index("domain")
     assert s.loc[256, "n_star_seeds"] == pytest.approx(32 * s.loc[8, "n_star_seeds"], rel=0.02)

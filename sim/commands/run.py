@@ -16,7 +16,7 @@ from ..units import format_bytes, format_duration
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("run", help="simulate one training step of a scenario")
-    p.add_argument("scenario", help="scenario TOML file, or the name of a bundled example (e.g. llama3-8b-fsdp-h100)")
+    p.add_argument("scenario", nargs="+", help="scenario TOML file, or the name of a bundled example (e.g. llama3-8b-fsdp-h100); several with --shared-fabric")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. parallel.dp=8 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -27,6 +27,11 @@ def add_parser(sub) -> None:
     p.add_argument("--timeline", help="write a PNG timeline")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
+    p.add_argument("--shared-fabric", action="store_true",
+                   help="run the scenarios together on one cluster; report each job's slowdown (sim/fabric/)")
+    p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
+    p.add_argument("--cluster-nodes", type=int, default=None,
+                   help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.set_defaults(func=run)
 
 
@@ -35,7 +40,11 @@ def run(args) -> int:
     from .. import simulate
     from ..outputs.progress import status
 
-    scenario = load_scenario(scenario_file(args.scenario), args.overrides)
+    if args.shared_fabric or len(args.scenario) > 1:
+        from ..fabric import run_cli
+
+        return run_cli(args)
+    scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
         result = simulate(scenario, record_links=bool(args.trace))

@@ -262,7 +262,9 @@ class Engine:
                                                 shares=call.shares))
             total = np.zeros(max(call.group) + 1)
             for ph in sched.phases:  # every hop a member starts carries its chain's bytes
-                total += np.bincount(ph.src, weights=ph.nbytes[ph.chain], minlength=len(total))[:len(total)]
+                own = ph.src >= 0  # (hops leaving a switch, in-switch reduction, are nobody's)
+                total += np.bincount(ph.src[own], weights=ph.nbytes[ph.chain[own]],
+                                     minlength=len(total))[:len(total)]
             sent = self._member_bytes[key] = {r: float(total[r]) for r in call.group}
         return sent
 
@@ -300,7 +302,7 @@ def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topo
                     shares: tuple | None = None) -> Schedule:
     """One schedule running the same collective on several groups at once."""
     doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
-    parts = [collectives.schedule(op, algo, g, nbytes, d, shares) for g, d in zip(groups, doms)]
+    parts = [collectives.schedule(op, algo, g, nbytes, d, shares, topo.fabric) for g, d in zip(groups, doms)]
     phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
     return Schedule(parts[0].op, parts[0].algo, phases)
 

@@ -5,7 +5,9 @@ list of hops (src GPU -> dst GPU) that move the same bytes at one common rate (a
 channel is one chain: a pipeline runs at the pace of its slowest hop). Rates are the
 max-min fair allocation (progressive filling, vectorized with numpy) over every active
 chain, recomputed whenever a chain starts or ends. A phase pays ``steps`` times the
-latency of its longest hop before its bytes flow.
+latency of its longest hop (times its protocol's ``latency_scale``), plus its fixed
+``overhead``, before its bytes flow. A hop may end or start at a switch (in-switch
+reduction): its route is the GPU's own link to that switch.
 
 Rates depend only on which chains are active, never on bytes, so allocations are cached
 by the set of active phase shapes: a step that repeats the same collectives re-solves
@@ -168,6 +170,8 @@ class Network:
             entry_weight = np.concatenate([r.weights for r in routes])
         else:
             entry_link, entry_weight = np.zeros(0, dtype=np.int64), np.zeros(0)
+        if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
+            entry_weight = entry_weight * phase.wire
         return CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
                              phase.n_chains, max((r.latency for r in routes), default=0.0), serial)
 
@@ -181,7 +185,7 @@ class Network:
         """Pay the phase's latency, move its bytes, then call ``on_done()`` (no process:
         a collective costs a few events, not a SimPy process per phase)."""
         plan = self._plan(phase)
-        latency = phase.steps * plan.compiled.step_latency
+        latency = phase.steps * plan.compiled.step_latency * phase.latency_scale + phase.overhead
         if latency > 0:
             wake = self.env.timeout(latency)
             wake.callbacks.append(lambda _ev: self._inject(plan, on_done))

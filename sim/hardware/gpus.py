@@ -88,3 +88,30 @@ def gpu_preset(name: str) -> GPU:
     except KeyError:
         known = ", ".join(sorted(GPUS))
         raise InputError("cluster.gpu", f"unknown GPU {name!r}; known: {known}") from None
+
+
+# --- per-architecture constants for in-switch reduction and the collective tuner ---------
+# NCCL's tuner keys its constants by compute capability (NVIDIA/nccl src/graph/tuning.cc:
+# Volta, Ampere, Hopper, Blackwell); presets not listed here get Ampere's (no NVLS).
+ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h200": "hopper",
+        "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell"}
+# NVLink SHARP (NVLS) efficiency: the share of the NVLink a byte of in-switch reduction or
+# multicast gets, NVIDIA/nccl src/graph/tuning.cc ``nvlsEfficiency`` (Hopper 0.85,
+# Blackwell 0.74; Volta/Ampere NVSwitches cannot reduce). 8x H100: busbw
+# 370 * 0.85 * 2(N-1)/(N+1) = 489 vs ~480 measured (nccl-tests issue 212, NCCL issue 2140).
+NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure):
+# NVLink5 (Blackwell). coreweave/nccl-tests README "Expected Performance / GB200" (NCCL
+# 2.26.2, job script from coreweave/nccl-tests PR 43 with NCCL_NVLS_ENABLE=0): one GB200
+# NVL72 rack, 72-GPU all-reduce busbw 835-847 GB/s at 4-8 GiB on 900 GB/s links -> 0.93.
+NVLINK_EFFICIENCY = {"blackwell": 0.93}
+
+
+def arch(gpu_name: str) -> str:
+    """The GPU architecture NCCL's tuner constants are keyed by (default: Ampere's)."""
+    return ARCH.get(gpu_name, "ampere")
+
+
+def nvlink_efficiency(gpu_name: str) -> float:
+    """Share of NVLink line rate NCCL's point-to-point traffic reaches on this GPU."""
+    return NVLINK_EFFICIENCY.get(arch(gpu_name), FABRIC_EFFICIENCY["nvlink"])

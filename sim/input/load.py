@@ -151,14 +151,21 @@ def _check_topology_overrides(s: Scenario, spec) -> None:
         key = f"cluster.topology_overrides.{k}"
         if k not in fields or k == "name":
             raise InputError(key, f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
-        if k in ("gpu", "routing"):
+        if k in ("gpu", "routing", "builder"):
             if not isinstance(v, str):
                 raise InputError(key, f"expected a string, got {v!r}")
+            continue
+        if fields[k].type is bool:  # sharp, nvls (the schema's number type turns true into 1.0)
+            if isinstance(v, str) or v not in (0, 1):
+                raise InputError(key, f"expected true or false, got {v!r}")
             continue
         whole = fields[k].type in (int, int | None)
         if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)) or v <= 0:
             raise InputError(key, f"expected a positive {'integer' if whole else 'number'}, got {v!r}")
     merged = dataclasses.replace(spec, **s.cluster.topology_overrides)
+    if merged.builder not in topology.BUILDERS:
+        raise InputError("cluster.topology_overrides.builder",
+                         f"unknown builder {merged.builder!r}; known: {', '.join(topology.BUILDERS)}")
     if merged.routing not in ("spray", "ecmp"):
         raise InputError("cluster.topology_overrides.routing", f"expected 'spray' or 'ecmp', got {merged.routing!r}")
     if merged.gpus_per_domain % merged.gpus_per_node and merged.gpus_per_node % merged.gpus_per_domain:
@@ -191,10 +198,15 @@ def _check_product(p, gpus: int, trainer_pool: bool = False) -> None:
 
 
 def _check_dp_algo(p) -> None:
-    """A tree implements only all-reduce (DDP); ZeRO reduce-scatters and all-gathers."""
-    if p.dp_algo == "tree" and p.zero > 0:
-        raise InputError("parallel.dp_algo", f"'tree' implements only all-reduce, but zero = {p.zero} "
-                                             "reduce-scatters and all-gathers; use ring, hierarchical or auto")
+    """Trees (tree, nvls_tree) implement only all-reduce (DDP); ZeRO reduce-scatters
+    and all-gathers. PAT implements only those two (NCCL has no PAT all-reduce). What the
+    cluster can run (NVLS, SHARP, one GPU per node) is checked once the groups are known."""
+    if p.dp_algo in ("tree", "nvls_tree") and p.zero > 0:
+        raise InputError("parallel.dp_algo", f"{p.dp_algo!r} implements only all-reduce, but zero = {p.zero} "
+                                             "reduce-scatters and all-gathers; use ring, hierarchical, nvls, collnet, pat or auto")
+    if p.dp_algo == "pat" and p.zero == 0:
+        raise InputError("parallel.dp_algo", "'pat' implements only all-gather and reduce-scatter (NCCL 2.23+), but "
+                                             "zero = 0 all-reduces gradients; use zero >= 1 or another algorithm")
 
 
 MLA_RANKS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # required with mla

@@ -123,7 +123,7 @@ class Parallel(_Section):
     zero: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
     order: str = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
-    dp_algo: Literal["auto", "ring", "tree", "hierarchical"] = "auto"
+    dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: bool = True  # simulate one rank per class of identical ranks
 
     @field_validator("order")
