@@ -227,7 +227,6 @@ def test_every_measured_row_within_10_percent(preset_topology, row):
     """Each row of sim/data/collectives_measured.csv, simulated as nccl-tests runs it
     (the row's topology, GPU, group of the first num_gpus GPUs, size, algorithm), gives
     the published bus bandwidth within 10%."""
-    from sim.hardware import topology
     from sim.studies.nccl_tests import algorithm, build_topology, group_of
 
     n, size = int(row["num_gpus"]), int(row["message_bytes"])

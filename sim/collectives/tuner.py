@@ -117,7 +117,7 @@ def enabled(c: Comm, algo: str, proto: str) -> bool:
 
 def bus_bandwidth(c: Comm, algo: str, proto: str) -> float:
     """NCCL's bus bandwidth (bytes/s) of one (algorithm, protocol), before conversion."""
-    f, p = c.fabric, PROTOCOLS.index(proto)
+    f = c.fabric
     intra, inter = f.nvlink_w, c.local * f.nic_w
     if algo in ("nvls", "nvls_tree"):
         return _nvls_bus(c, algo, intra, inter)
