@@ -176,7 +176,7 @@ def backward(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathered: bool
         consumers = kernels[r.consumers]
         if not consumers:
             return tp.exit_backward(b, sub, layer, mb, _compute(b, name, backward_of(kernels[r.head]), x, layer, mb))
-        gather = b.collective(f"{sub}_ag", AXIS, "all_gather", _group(b), tp.activation_bytes(b), x, layer=layer,
+        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), tp.activation_bytes(b), x, layer=layer,
                               mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
         dgrad = _compute(b, name, [_half(k) for k in consumers], x, layer, mb)
         scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), tp.activation_bytes(b), dgrad,
