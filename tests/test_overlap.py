@@ -155,6 +155,6 @@ def test_combined_steps_pair_independent_forwards_and_backwards(p, v, m):
     (["parallel.ep_comm_overlap=true", "training.global_batch=8"], "parallel.ep_comm_overlap"),  # 1 micro-batch
 ])
 def test_overlap_keys_are_checked_at_the_edge(overrides, key):
-    proc = clustersim("run", "scenarios/mixtral-small-ep-h100.toml", "--set", "cluster.nodes=1", "--set", "parallel.dp=8",
-                      "--set", "training.global_batch=16", *[a for o in overrides for a in ("--set", o)])
+    base = ["cluster.nodes=1", "parallel.dp=8", "training.global_batch=16"]
+    proc = clustersim("run", "scenarios/mixtral-small-ep-h100.toml", *[a for o in base + overrides for a in ("--set", o)])
     assert_input_error(proc, key)

@@ -245,9 +245,10 @@ def _check_empty_chunks(counts: list[int]) -> None:
         if n < 0:
             raise InputError("parallel.stage_layers", f"entry {i} is {n}; layers per stage cannot be negative")
         if n == 0 and i not in (0, last):
-            raise InputError("parallel.stage_layers", f"entry {i} is 0: only the first chunk (which holds the "
-                                                      f"embedding) and the last (entry {last}, the loss) may hold "
-                                                      "no transformer layer; every pipeline stage needs at least one layer")
+            raise InputError("parallel.stage_layers",
+                             f"entry {i} is 0: only the first chunk (which holds the embedding) and the last "
+                             f"(entry {last}, the loss) may hold no transformer layer; every pipeline stage needs "
+                             "at least one layer")
 
 
 def _check_moe(m, p) -> None:
@@ -274,8 +275,9 @@ def _check_folding(p) -> None:
     if ranks % p.ep:
         raise InputError("parallel.ep", f"ep = {p.ep} must divide tp * cp * dp = {p.tp}*{p.cp}*{p.dp} = {ranks}")
     if ranks % (p.ep * p.expert_tp):
-        raise InputError("parallel.expert_tp", f"ep * expert_tp = {p.ep}*{p.expert_tp} = {p.ep * p.expert_tp} must "
-                                               f"divide tp * cp * dp = {ranks} (expert_tp x ep x expert_dp = tp x cp x dp)")
+        raise InputError("parallel.expert_tp",
+                         f"ep * expert_tp = {p.ep}*{p.expert_tp} = {p.ep * p.expert_tp} must divide tp * cp * dp = "
+                         f"{ranks} (expert_tp x ep x expert_dp = tp x cp x dp)")
     if p.tp > 1 and not p.sequence_parallel:
         raise InputError("parallel.expert_tp", f"expert_tp = {p.expert_tp} != tp = {p.tp} needs sequence_parallel = "
                                                "true (Megatron's MoE layer requires it with tp > 1)")

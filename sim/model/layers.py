@@ -4,6 +4,12 @@ A rank computes ``tokens = micro_batch * seq_len / cp`` tokens with 1/tp of ever
 weight matrix (Megatron column/row split); with sequence parallelism the norms,
 dropouts and residuals work on tokens/tp. FLOPs per GEMM are 2mnk; memory-bound
 kernels are counted by the HBM bytes they move (bf16 activations).
+
+Convention the TP comm overlap relies on (sim/parallel/tp_overlap.py): a sublayer's
+kernels are listed in execution order; a GEMM is a kernel with FLOPs; kernels before the
+first GEMM (the norm) work on the sequence-parallel shard; the consecutive GEMMs from
+the first one read the tp-gathered input; the last GEMM produces the partial sums that
+are reduced; kernels after it (dropout, residual) work on the shard again.
 """
 
 from dataclasses import dataclass

@@ -12,7 +12,7 @@ combine are empty; the embedding and the output layer are one piece.
 
 from ..model import transformer as model_costs
 from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block
-from . import cp, ep, fsdp, tp
+from . import cp, ep, fsdp, tp, tp_overlap
 from .params import EMBEDDING
 
 PIECES = 4
@@ -20,6 +20,11 @@ PIECES = 4
 
 def _same(x):
     return x
+
+
+def _tp(b):
+    """The TP sublayer functions: overlapped (TE userbuffers) or plain collectives."""
+    return tp_overlap if b.ctx.scenario.parallel.tp_comm_overlap else tp
 
 
 class Pass:
@@ -103,7 +108,7 @@ def forward_pieces(b, layer: int, mb: int, recompute: bool = False) -> tuple:
         return (lambda x: b.compute(f"logits_{tag}", logits(d, b.ctx.shard),
                                     tp.enter(b, "logits", layer, mb, x, tag=(tag,)), layer, mb),) + (_same,) * 3
     if not model_costs.is_moe_layer(d, layer):
-        mlp = lambda x: tp.forward_sublayer(b, "mlp", f"mlp_{tag}", mlp_block, layer, mb, x, tag, True, True)
+        mlp = lambda x: _tp(b).forward_sublayer(b, "mlp", f"mlp_{tag}", mlp_block, layer, mb, x, tag, True, True)
         return lambda x: attention_forward(b, layer, mb, x, tag), _same, mlp, _same
     etag, folded = "" if tag == "fwd" else "_recompute", b.ctx.layout.folded_experts
 
@@ -121,9 +126,9 @@ def forward_pieces(b, layer: int, mb: int, recompute: bool = False) -> tuple:
 
 def attention_forward(b, layer: int, mb: int, x, tag: str):
     """Norm and QKV (after the SP all-gather), attention core, output projection."""
-    x = tp.forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
+    x = _tp(b).forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
     x = cp.attention(b, layer, mb, x, "fwd", "" if tag == "fwd" else "_recompute")
-    return tp.forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
+    return _tp(b).forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
 
 
 def backward_pieces(b, layer: int, mb: int) -> tuple:
@@ -136,7 +141,7 @@ def backward_pieces(b, layer: int, mb: int) -> tuple:
         return (lambda x: tp.exit_backward(b, "logits", layer, mb, b.compute(
             "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
     if not model_costs.is_moe_layer(d, layer):
-        mlp = lambda x: tp.backward_sublayer(b, "mlp", "mlp_bwd", mlp_block, layer, mb, x, True, True)
+        mlp = lambda x: _tp(b).backward_sublayer(b, "mlp", "mlp_bwd", mlp_block, layer, mb, x, True, True)
         return _same, mlp, _same, lambda x: attention_backward(b, layer, mb, x)
     folded = b.ctx.layout.folded_experts
 
@@ -153,8 +158,8 @@ def backward_pieces(b, layer: int, mb: int) -> tuple:
 
 def attention_backward(b, layer: int, mb: int, x):
     """Backward of :func:`attention_forward` (recomputing the core under selective recompute)."""
-    x = tp.backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
+    x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
     if b.ctx.scenario.training.recompute == "selective":
         x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
     x = cp.attention(b, layer, mb, x, "bwd")
-    return tp.backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
+    return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)

@@ -43,6 +43,8 @@ Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, t
 from dataclasses import dataclass
 
 from ..model.layers import backward as backward_of
+from . import tp
+from .tp import activation_bytes
 
 AXIS = "tp"
 RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
@@ -74,7 +76,8 @@ def roles(kernels, gather: bool, scatter: bool) -> Roles:
         end += 1
     last = gemms[-1] if scatter and gemms and gemms[-1] >= end else None
     stop = last if last is not None else n
-    return Roles(slice(0, start), slice(start, end), slice(end, stop), last, slice(stop + 1 if last is not None else n, n))
+    after = stop + 1 if last is not None else n
+    return Roles(slice(0, start), slice(start, end), slice(end, stop), last, slice(after, n))
 
 
 def _group(b):
@@ -103,8 +106,6 @@ def _compute(b, name, kernels, deps, layer, mb):
 
 def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> int:
     """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i."""
-    from .tp import activation_bytes
-
     tp = b.ctx.layout.sizes["tp"]
     nbytes = activation_bytes(b) / tp
     shift, x = None, deps
@@ -121,8 +122,6 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> 
 def pipelined_scatter(b, sub: str, name: str, chunk_kernel, deps, layer, mb, tag) -> tuple:
     """GEMM in RS_SPLITS chunks on the SMs the reduce kernels leave; each chunk's partial
     sums reduce-scattered while the next computes. Returns the reduce-scatters."""
-    from .tp import activation_bytes
-
     slowed = chunk_kernel._replace(flops=chunk_kernel.flops / (1 - COMM_SM_SHARE))
     nbytes, x, done = activation_bytes(b) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
@@ -132,10 +131,9 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernel, deps, layer, mb, tag
     return tuple(done)
 
 
-def forward(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: str, gather: bool, scatter: bool):
-    """A sublayer's forward with its all-gather and/or reduce-scatter overlapped."""
-    from . import tp
-
+def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: str, gather: bool = False,
+                     scatter: bool = False):
+    """:func:`.tp.forward_sublayer` with its all-gather and/or reduce-scatter overlapped."""
     kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
     r = roles(kernels, gather, scatter)
     x = deps
@@ -154,12 +152,11 @@ def forward(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: str, gathe
     return _compute(b, name, kernels[r.tail], x, layer, mb)
 
 
-def backward(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathered: bool, scattered: bool):
-    """The backward of :func:`forward`: ring-exchange all-gather of the output gradient
-    under the producer's dgrad chunks; bulk input all-gather beside the consumers' dgrad,
-    bulk reduce-scatter of the input gradient beside their wgrad."""
-    from . import tp
-
+def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathered: bool = False,
+                      scattered: bool = False):
+    """The backward of :func:`forward_sublayer`: ring-exchange all-gather of the output
+    gradient under the producer's dgrad chunks; bulk input all-gather beside the
+    consumers' dgrad, bulk reduce-scatter of the input gradient beside their wgrad."""
     kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
     r = roles(kernels, gathered, scattered)
     x = deps
@@ -176,10 +173,10 @@ def backward(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathered: bool
         consumers = kernels[r.consumers]
         if not consumers:
             return tp.exit_backward(b, sub, layer, mb, _compute(b, name, backward_of(kernels[r.head]), x, layer, mb))
-        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), tp.activation_bytes(b), x, layer=layer,
+        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), activation_bytes(b), x, layer=layer,
                               mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
         dgrad = _compute(b, name, [_half(k) for k in consumers], x, layer, mb)
-        scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), tp.activation_bytes(b), dgrad,
+        scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), activation_bytes(b), dgrad,
                                layer=layer, mb=mb, tag=("bwd",), group_of=_group_of(b))
         wgrad = _compute(b, name, [_half(k) for k in consumers], (dgrad, gather), layer, mb)
         x = _compute(b, name, backward_of(kernels[r.head]), (scatter, wgrad), layer, mb)
