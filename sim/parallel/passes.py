@@ -38,11 +38,13 @@ class Pass:
         self.gather = fsdp.Gatherer(b, self.layers, mb, "fwd" if direction == "F" else "bwd")
         self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
 
+    def _fns(self, layer: int) -> tuple:
+        b, mb = self.b, self.mb
+        return forward_pieces(b, layer, mb) if self.direction == "F" else backward_pieces(b, layer, mb)
+
     def pieces(self, layer: int) -> list:
         """Thunks running ``layer``'s pieces in order, each advancing ``x``."""
-        b, mb = self.b, self.mb
-        fns = forward_pieces(b, layer, mb) if self.direction == "F" else backward_pieces(b, layer, mb)
-        steps = [lambda f=f: setattr(self, "x", f(self.x)) for f in fns]
+        steps = [lambda f=f: setattr(self, "x", f(self.x)) for f in self._fns(layer)]
         return [lambda: (self._begin(layer), steps[0]())] + steps[1:-1] + [lambda: (steps[-1](), self._end(layer))]
 
     def _begin(self, layer: int) -> None:
@@ -66,8 +68,10 @@ class Pass:
     def run(self, layers=None) -> None:
         """Run ``layers`` (default: all of the chunk's) piece after piece."""
         for layer in self.layers if layers is None else layers:
-            for piece in self.pieces(layer):
-                piece()
+            self._begin(layer)
+            for fn in self._fns(layer):
+                self.x = fn(self.x)
+            self._end(layer)
 
     def finish(self) -> None:
         """Backward: flush the last gradient bucket."""
