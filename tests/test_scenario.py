@@ -223,8 +223,13 @@ def test_tp_must_divide_heads_and_kv_heads(model, tp, key):
 def test_pipeline_stage_without_layers():
     e = error_of(base(parallel={"pp": 8, "dp": 1}))  # 4 layers on 8 stages
     assert e.key == "parallel.pp" and "4 layers" in e.reason and "8 stages" in e.reason
-    e = error_of(base(parallel={"pp": 2, "dp": 4, "stage_layers": [4, 0]}))
-    assert e.key == "parallel.stage_layers" and "at least one layer" in e.reason
+    # a chunk may be empty only when it holds the embedding (first) or the loss (last)
+    e = error_of(base(parallel={"pp": 4, "dp": 2, "stage_layers": [2, 0, 1, 1]}))
+    assert e.key == "parallel.stage_layers" and "entry 1 is 0" in e.reason and "at least one layer" in e.reason
+    e = error_of(base(parallel={"pp": 2, "dp": 4, "stage_layers": [5, -1]}))
+    assert e.key == "parallel.stage_layers" and "negative" in e.reason
+    s = scenario_from_dict(base(parallel={"pp": 2, "dp": 4, "stage_layers": [4, 0]}))  # last chunk: the loss only
+    assert s.parallel.stage_layers == [4, 0]
 
 
 def test_stage_layers_length_and_sum():

@@ -137,6 +137,7 @@ def check(s: Scenario) -> Scenario:
     _check_batch(t, p, whole=s.rl is None)
     _check_stages(model, p, t, whole=s.rl is None)
     _check_moe(model, p)
+    _check_overlap(model, p, t)
     _check_ranks(s, gpus, _per_node(s, spec))
     if s.rl is not None:
         _check_rl(s, model, gpus)
@@ -282,21 +283,80 @@ def _check_stages(m, p, t, whole: bool = True) -> None:
         return
     if len(p.stage_layers) != chunks:
         raise InputError("parallel.stage_layers", f"has {len(p.stage_layers)} entries, needs pp * virtual_stages = {chunks}")
-    if min(p.stage_layers) < 1:
-        raise InputError("parallel.stage_layers", "every pipeline stage needs at least one layer")
+    _check_empty_chunks(p.stage_layers)
     if sum(p.stage_layers) != m.layers:
         raise InputError("parallel.stage_layers", f"sums to {sum(p.stage_layers)}, the model has {m.layers} layers")
+
+
+def _check_empty_chunks(counts: list[int]) -> None:
+    """A chunk may hold no transformer layer only if it holds the embedding (the first) or
+    the loss (the last): Megatron's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split (megatron/training/arguments.py) count those as
+    a layer each, so with one layer per chunk they fill chunks of their own."""
+    last = len(counts) - 1
+    for i, n in enumerate(counts):
+        if n < 0:
+            raise InputError("parallel.stage_layers", f"entry {i} is {n}; layers per stage cannot be negative")
+        if n == 0 and i not in (0, last):
+            raise InputError("parallel.stage_layers",
+                             f"entry {i} is 0: only the first chunk (which holds the embedding) and the last "
+                             f"(entry {last}, the loss) may hold no transformer layer; every pipeline stage needs "
+                             "at least one layer")
 
 
 def _check_moe(m, p) -> None:
     if m.moe is None:
         if p.ep > 1:
             raise InputError("parallel.ep", f"ep = {p.ep} needs an MoE model ([model.moe])")
+        if p.expert_tp is not None:
+            raise InputError("parallel.expert_tp", f"expert_tp = {p.expert_tp} needs an MoE model ([model.moe])")
         return
     if m.moe.experts % p.ep:
         raise InputError("parallel.ep", f"ep = {p.ep} does not divide model.moe.experts = {m.moe.experts}")
-    if (p.dp * p.cp) % p.ep:
-        raise InputError("parallel.ep", f"ep = {p.ep} must divide dp * cp = {p.dp * p.cp} (experts shard inside dp*cp)")
+    if p.expert_tp is None or p.expert_tp == p.tp:
+        if (p.dp * p.cp) % p.ep:
+            raise InputError("parallel.ep", f"ep = {p.ep} must divide dp * cp = {p.dp * p.cp} (experts shard inside "
+                                            "dp*cp; set parallel.expert_tp to fold ep over tp ranks)")
+        return
+    _check_folding(p)
+
+
+def _check_folding(p) -> None:
+    """MoE parallel folding (Megatron-Core parallel_state.initialize_model_parallel):
+    expert_tp * ep * expert_dp = tp * cp * dp, i.e. ep * expert_tp divides tp * cp * dp."""
+    ranks = p.tp * p.cp * p.dp
+    if ranks % p.ep:
+        raise InputError("parallel.ep", f"ep = {p.ep} must divide tp * cp * dp = {p.tp}*{p.cp}*{p.dp} = {ranks}")
+    if ranks % (p.ep * p.expert_tp):
+        raise InputError("parallel.expert_tp",
+                         f"ep * expert_tp = {p.ep}*{p.expert_tp} = {p.ep * p.expert_tp} must divide tp * cp * dp = "
+                         f"{ranks} (expert_tp x ep x expert_dp = tp x cp x dp)")
+    if p.tp > 1 and not p.sequence_parallel:
+        raise InputError("parallel.expert_tp", f"expert_tp = {p.expert_tp} != tp = {p.tp} needs sequence_parallel = "
+                                               "true (Megatron's MoE layer requires it with tp > 1)")
+
+
+def _check_overlap(m, p, t) -> None:
+    """Megatron's rules: --tp-comm-overlap needs sequence parallelism (arguments.py), which
+    needs tp > 1; EP all-to-all overlap (--overlap-moe-expert-parallel-comm,
+    transformer_config.py) needs ep > 1, no full recompute, and virtual stages when pp > 1."""
+    if p.tp_comm_overlap and (p.tp == 1 or not p.sequence_parallel):
+        raise InputError("parallel.tp_comm_overlap", f"needs tp > 1 and sequence_parallel = true (got tp = {p.tp}, "
+                                                     f"sequence_parallel = {str(p.sequence_parallel).lower()})")
+    if not p.ep_comm_overlap:
+        return
+    if p.ep == 1:
+        raise InputError("parallel.ep_comm_overlap", "needs expert parallelism (ep > 1)")
+    if t.recompute == "full":
+        raise InputError("parallel.ep_comm_overlap", "does not work with training.recompute = 'full' (Megatron's rule)")
+    if p.pp > 1 and p.virtual_stages == 1:
+        raise InputError("parallel.ep_comm_overlap", f"with pp = {p.pp} needs virtual_stages > 1 (interleaved 1F1B; "
+                                                     "Megatron's rule)")
+    if p.schedule == "gpipe":
+        raise InputError("parallel.ep_comm_overlap", "runs a combined 1F1B schedule; schedule = 'gpipe' has none")
+    if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
+        raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
+                                                     "run under the other's compute)")
 
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:

@@ -122,6 +122,9 @@ class Parallel(_Section):
     schedule: Literal["gpipe", "1f1b", "interleaved"] | None = None  # default: interleaved when virtual_stages > 1, else 1f1b
     zero: Literal[0, 1, 2, 3] = 0
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
+    ep_comm_overlap: bool = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
+    expert_tp: int | None = Field(None, ge=1)  # expert layers' tp (default: tp); MoE parallel folding
     order: str = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: bool = True  # simulate one rank per class of identical ranks

@@ -43,7 +43,7 @@ def stage_memory(ctx, stage: int) -> Memory:
     p, zero = ctx.scenario.parallel, ctx.scenario.parallel.zero
     dense, expert = rank_params(ctx, stage)
     nd = p.dp * p.cp
-    ne = max(1, nd // ctx.layout.ep)
+    ne = ctx.layout.expert_dp
     sharded = dense / nd + expert / ne
     full = dense + expert
     weights = 2 * (sharded if zero >= 3 else full) + (2 * full if ctx.shard.fp8 and zero < 3 else 0)
@@ -58,7 +58,8 @@ def activations(ctx, stage: int) -> float:
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
     chunks = range(stage, len(ctx.stage_layers), pl.pp)
     layers = sum(len(ctx.stage_layers[vs]) for vs in chunks) / len(chunks)
-    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage))
+    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage,
+                                   pl.ep_comm_overlap))
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,

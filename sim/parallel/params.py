@@ -1,4 +1,5 @@
-"""Which parameters a rank holds: its tp share of its stage's layers, 1/ep of the experts.
+"""Which parameters a rank holds: its tp share of its stage's layers, and of the routed
+experts 1/ep of them split over expert_tp ranks (the expert mesh of :mod:`.layout`).
 
 Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over the
 ranks holding the same experts (Megatron's expert-data-parallel group).
@@ -12,7 +13,7 @@ EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the
 
 def layer_params(ctx, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of ``layer`` on one rank (pseudo layers: embedding, output)."""
-    d, tp, ep = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep
+    d, tp, ep, etp = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep, ctx.layout.etp
     if layer == EMBEDDING:
         return d.v * d.h / tp, 0.0
     if layer == d.layers:
@@ -21,7 +22,7 @@ def layer_params(ctx, layer: int) -> tuple[float, float]:
     if is_moe_layer(d, layer):
         routed = d.experts * d.mats * d.h * d.f_expert
         dense = attention_params(d) + mlp_params(d, layer, active=False) - routed
-        return dense / tp + whole, routed / (tp * ep)
+        return dense / tp + whole, routed / (etp * ep)
     return (attention_params(d) + mlp_params(d, layer, active=False)) / tp + whole, 0.0
 
 

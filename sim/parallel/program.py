@@ -82,8 +82,8 @@ def representative(layout: Layout, simulated, by_stage: dict[int, list[int]], ra
         return rank
     same = by_stage.get(layout.coords(rank)["pp"], [])
     if len(same) > 1 and layout.ep > 1:
-        slot = layout.dc_index(rank) % layout.ep
-        same = [r for r in same if layout.dc_index(r) % layout.ep == slot] or same
+        slot = layout.ep_index(rank)
+        same = [r for r in same if layout.ep_index(r) == slot] or same
     return same[0] if same else None
 
 

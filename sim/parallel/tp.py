@@ -4,10 +4,11 @@ parallelism (Korthikanti et al. 2022).
 Each sublayer (attention, MLP) needs the activations of the whole hidden dimension:
 without SP, one all-reduce of the output in forward and one of the input gradient in
 backward; with SP, an all-gather before and a reduce-scatter after, in both directions.
-These sit on the critical path: the next compute op depends on them.
+These sit on the critical path: the next compute op depends on them (with
+``parallel.tp_comm_overlap``, :mod:`.tp_overlap` pipelines them with GEMM chunks instead).
 """
 
-from ..model.layers import ELEM
+from ..model.layers import ELEM, backward
 
 AXIS = "tp"
 
@@ -51,3 +52,22 @@ def enter_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
 def exit_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
     """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
     return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+
+
+def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps, tag: str,
+                     gather: bool = False, scatter: bool = False) -> int | tuple:
+    """Compute op ``name`` (kernels ``kernels_fn(dims, shard)``), after the all-gather of its
+    input (``gather``, SP only) and before the reduction of its output (``scatter``);
+    :func:`.tp_overlap.forward_sublayer` is the overlapped version."""
+    x = enter(b, sublayer, layer, mb, deps, tag=(tag,)) if gather else deps
+    x = b.compute(name, kernels_fn(b.ctx.dims, b.ctx.shard), x, layer, mb)
+    return exit(b, sublayer, layer, mb, x, tag=(tag,)) if scatter else x
+
+
+def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps,
+                      gathered: bool = False, scattered: bool = False) -> int | tuple:
+    """Backward of :func:`forward_sublayer`: the gradient of a reduced output is gathered
+    first (``scattered``), the input gradient reduced last (``gathered``)."""
+    x = enter_backward(b, sublayer, layer, mb, deps) if scattered else deps
+    x = b.compute(name, backward(kernels_fn(b.ctx.dims, b.ctx.shard)), x, layer, mb)
+    return exit_backward(b, sublayer, layer, mb, x) if gathered else x

@@ -1,0 +1,160 @@
+"""Overlapped TP and EP communication against the closed forms of chunked pipelines.
+
+- TP comm overlap (``parallel.tp_comm_overlap``, TransformerEngine userbuffers): the
+  reduce-scatter after the attention and the MLP runs in 4 chunks, each under the next
+  GEMM chunk, so when a chunk's reduce-scatter is shorter than a GEMM chunk only the
+  last one is exposed: 2 x T_RS(B/4) per layer and micro-batch forward, nothing in
+  backward (ring-exchange and bulk overlaps hide it all). When a ring-exchange step
+  is slower than its GEMM chunk c > g, the ring exposes (tp - 1)(c - g).
+- EP all-to-all overlap (``parallel.ep_comm_overlap``, Megatron's combined 1F1B): with
+  pp = 1 the first forward and the last backward run alone and expose their
+  all-to-alls; every other all-to-all runs under the other micro-batch's compute.
+
+Run: ``python -m pytest tests/test_overlap.py``
+"""
+
+import pytest
+
+from conftest import assert_input_error, clustersim
+from sim.input.load import scenario_from_dict
+from sim.model.transformer import activation_bytes_per_layer, dims
+from sim.outputs.metrics import length, subtract, union
+from sim.parallel import pp
+from sim.parallel.tp_overlap import RS_SPLITS
+from sim.step import build_topology, simulate
+from sim.studies.nccl_tests import time_collective
+
+DENSE = {"layers": 2, "hidden": 8192, "heads": 64, "vocab": 128}
+SEQ, TP = 4096, 4
+
+
+def tp_run(overlap: bool, nvlink_gbps: float | None = None):
+    cluster = {"topology": "dgx-h100", "gpus": TP}
+    if nvlink_gbps:
+        cluster["topology_overrides"] = {"nvlink_gbps": nvlink_gbps}
+    s = scenario_from_dict({"model": DENSE, "training": {"seq_len": SEQ, "global_batch": 1}, "cluster": cluster,
+                            "parallel": {"tp": TP, "sequence_parallel": True, "tp_comm_overlap": overlap}})
+    return s, simulate(s)
+
+
+def exposed(spans, comm):
+    """Time ``comm`` spans are in flight while the rank's compute stream is idle."""
+    compute = union(spans[spans.category == "compute"][["start_s", "end_s"]].to_numpy())
+    return length(subtract(union(comm[["start_s", "end_s"]].to_numpy()), compute))
+
+
+def rank0(result):
+    return result.spans[result.spans["rank"] == 0]
+
+
+def test_tp_overlap_exposes_only_the_last_reduce_scatter_chunk():
+    s, result = tp_run(True)
+    sp = rank0(result)
+    layers = sp[(sp.category == "tp") & (sp.layer >= 0) & (sp.layer < DENSE["layers"])]
+    act = SEQ * DENSE["hidden"] * 2  # b*s*h bf16: what the tp group gathers / reduces
+    topo = build_topology(s)
+    t_rs = time_collective(topo, "reduce_scatter", "auto", tuple(range(TP)), act / RS_SPLITS)
+    # the regime of the closed form: each reduce-scatter chunk is shorter than a GEMM chunk
+    chunks = sp[sp.name.isin(["attn_post_fwd", "mlp_fwd"]) & (sp.layer == 0)]
+    assert t_rs < (chunks.end_s - chunks.start_s).max()
+    assert exposed(sp, layers) == pytest.approx(DENSE["layers"] * 2 * t_rs, rel=1e-9)
+    # and it is what overlap buys: without it every TP collective of a layer is exposed
+    _, plain = tp_run(False)
+    sp0 = rank0(plain)
+    plain_layers = sp0[(sp0.category == "tp") & (sp0.layer >= 0) & (sp0.layer < DENSE["layers"])]
+    assert exposed(sp0, plain_layers) == pytest.approx((plain_layers.end_s - plain_layers.start_s).sum(), rel=1e-9)
+    assert exposed(sp0, plain_layers) > 10 * exposed(sp, layers)
+    assert result.summary["step_time_s"] < plain.summary["step_time_s"]
+
+
+def test_a_ring_step_slower_than_its_gemm_chunk_exposes_the_difference():
+    """Slow NVLink: chunk i's GEMM waits for ring step i-1; the ring of the first
+    layer's QKV projection exposes (tp - 1) (c - g)."""
+    s, result = tp_run(True, nvlink_gbps=40)
+    sp = rank0(result)
+    ring = sp[(sp.name == "attn_ag") & (sp.layer == 0)]
+    assert len(ring) == TP - 1
+    c = time_collective(build_topology(s), "ring_shift", "auto", tuple(range(TP)), SEQ * DENSE["hidden"] * 2 / TP)
+    qkv = sp[(sp.name == "attn_pre_fwd") & (sp.layer == 0)]
+    g = (qkv.end_s - qkv.start_s).to_numpy()[1:]  # the norm, then tp GEMM chunks
+    assert len(g) == TP and g.max() - g.min() < 1e-15 and c > g[0]
+    assert exposed(sp, ring) == pytest.approx((TP - 1) * (c - g[0]), rel=1e-9)
+
+
+def test_tp_overlap_moves_the_same_bytes_plus_the_gathers_of_saved_inputs():
+    """Ring exchange = all-gather, pipelined chunks = reduce-scatter in bytes; backward
+    adds one all-gather of each column-parallel GEMM's saved input (for its wgrad)."""
+    _, on = tp_run(True)
+    _, off = tp_run(False)
+    act = SEQ * DENSE["hidden"] * 2
+    extra = DENSE["layers"] * 2 * act * (TP - 1) / TP
+    assert on.summary["comm_bytes_per_gpu"]["tp"] - off.summary["comm_bytes_per_gpu"]["tp"] == pytest.approx(
+        extra, rel=1e-9)
+
+
+# --- EP all-to-all overlap --------------------------------------------------------------
+
+MOE = {"layers": 2, "hidden": 2048, "heads": 16, "kv_heads": 4, "vocab": 1024, "mlp": "swiglu",
+       "ffn_hidden": 5632, "moe": {"experts": 16, "top_k": 2, "routing": "uniform"}}
+M = 4  # micro-batches per step
+
+
+def ep_run(overlap: bool):
+    """ep 16 over two DGX H100 nodes: the all-to-alls cross InfiniBand."""
+    return simulate(scenario_from_dict({
+        "model": MOE, "training": {"seq_len": 4096, "global_batch": 16 * M},
+        "cluster": {"topology": "dgx-h100", "gpus": 16}, "parallel": {"dp": 16, "ep": 16, "ep_comm_overlap": overlap}}))
+
+
+def test_ep_overlap_hides_every_all_to_all_but_the_first_forward_and_last_backward():
+    on, off = ep_run(True), ep_run(False)
+    sp = rank0(on)
+    a2a = sp[sp.category == "ep"]
+    for mb in range(M):
+        for direction in ("fwd", "bwd"):
+            calls = a2a[(a2a.micro_batch == mb) & a2a.name.str.endswith(direction)]
+            alone = (mb, direction) in ((0, "fwd"), (M - 1, "bwd"))
+            total = (calls.end_s - calls.start_s).sum()
+            assert exposed(sp, calls) == pytest.approx(total if alone else 0.0, rel=1e-9, abs=1e-12)
+    sp_off = rank0(off)
+    assert exposed(sp_off, sp_off[sp_off.category == "ep"]) == pytest.approx(
+        (sp_off[sp_off.category == "ep"].end_s - sp_off[sp_off.category == "ep"].start_s).sum(), rel=1e-9)
+    assert on.summary["step_time_s"] < off.summary["step_time_s"]
+    assert on.summary["comm_bytes_per_gpu"] == off.summary["comm_bytes_per_gpu"]
+    # one more micro-batch's activations in flight (the extra warm-up forward)
+    per_layer = activation_bytes_per_layer(dims(on.scenario.model), 4096, 1, 1, False, "none", True)
+    assert on.memory.activations - off.memory.activations == pytest.approx(MOE["layers"] * per_layer, rel=1e-9)
+
+
+@pytest.mark.parametrize("p, v, m", [(1, 1, 4), (2, 2, 4), (4, 2, 8), (4, 3, 4)])
+def test_combined_steps_pair_independent_forwards_and_backwards(p, v, m):
+    schedule = "interleaved" if v > 1 else "1f1b"
+    for stage in range(p):
+        steps = pp.steps(schedule, p, v, m, stage, combined=True)
+        flat = [item for step in steps for item in step]
+        assert sorted(flat) == sorted(pp.order(schedule, p, v, m, stage))  # every pass exactly once
+        done = set()
+        for step in steps:
+            if len(step) == 2:
+                (fd, *f), (bd, *b) = step
+                assert (fd, bd) == ("F", "B") and tuple(b) in done and f != b  # the backward's forward ran earlier
+            done |= {tuple(rest) for d, *rest in step if d == "F"}
+    assert pp.steps("1f1b", 1, 1, 3, 0, True) == [(("F", 0, 0),), (("F", 1, 0), ("B", 0, 0)),
+                                                  (("F", 2, 0), ("B", 1, 0)), (("B", 2, 0),)]
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, key", [
+    (["parallel.tp_comm_overlap=true"], "parallel.tp_comm_overlap"),  # tp = 1
+    (["parallel.tp=2", "parallel.dp=4", "parallel.ep=4", "parallel.tp_comm_overlap=true"], "parallel.tp_comm_overlap"),
+    (["parallel.ep_comm_overlap=true", "parallel.ep=1"], "parallel.ep_comm_overlap"),
+    (["parallel.ep_comm_overlap=true", "training.recompute=full"], "parallel.ep_comm_overlap"),
+    (["parallel.ep_comm_overlap=true", "parallel.pp=2", "parallel.dp=4", "parallel.ep=4"], "parallel.ep_comm_overlap"),
+    (["parallel.ep_comm_overlap=true", "parallel.schedule=gpipe"], "parallel.ep_comm_overlap"),
+    (["parallel.ep_comm_overlap=true", "training.global_batch=8"], "parallel.ep_comm_overlap"),  # 1 micro-batch
+])
+def test_overlap_keys_are_checked_at_the_edge(overrides, key):
+    base = ["cluster.nodes=1", "parallel.dp=8", "training.global_batch=16"]
+    proc = clustersim("run", "scenarios/mixtral-small-ep-h100.toml", *[a for o in base + overrides for a in ("--set", o)])
+    assert_input_error(proc, key)
