@@ -208,6 +208,6 @@ def test_mla_down_projections_are_whole_on_every_tp_rank():
     from sim.parallel.params import layer_params
 
     d = costs.dims(tiny({**MLA_TINY, "q_lora_rank": 32}).model)
-    ctx = SimpleNamespace(dims=d, layout=SimpleNamespace(sizes={"tp": 2}, ep=1))
+    ctx = SimpleNamespace(dims=d, layout=SimpleNamespace(sizes={"tp": 2}, ep=1, etp=2))
     whole = 64 * 32 + 32 + 64 * 20 + 16  # q_a, q_a_norm, kv_a, kv_a_norm
     assert layer_params(ctx, 0)[0] == (costs.layer_params(d, 0) - whole) / 2 + whole

@@ -158,3 +158,77 @@ def test_overlap_keys_are_checked_at_the_edge(overrides, key):
     base = ["cluster.nodes=1", "parallel.dp=8", "training.global_batch=16"]
     proc = clustersim("run", "scenarios/mixtral-small-ep-h100.toml", *[a for o in base + overrides for a in ("--set", o)])
     assert_input_error(proc, key)
+
+
+# --- kernel roles and the bytes TP moves under FP8 and MLA ---------------------------
+
+def _shard(**kw):
+    from sim.model.layers import Shard
+
+    return Shard(**{"tokens": 4096, "seq": 4096, "micro": 1, "tp": 4, "sp": True, "flash": True, **kw})
+
+
+def test_roles_follow_the_kernel_tags_under_fp8():
+    """FP8 puts a cast before each GEMM: the column-parallel run is [cast, fc1], the
+    row-parallel run [cast, fc2], the activation sits between them."""
+    from sim.model.layers import mlp_block
+    from sim.parallel.tp_overlap import roles
+
+    d = dims(scenario_from_dict({"model": {**DENSE, "mlp": "swiglu"}, "training": {"seq_len": SEQ, "global_batch": 1},
+                                 "cluster": {"gpus": 1}}).model)
+    kernels = mlp_block(d, _shard(fp8=True))
+    r = roles(kernels, gather=True, scatter=True)
+    assert [k.tp for k in kernels] == [0, 1, 1, 0, 2, 2, 0]
+    assert (r.head, r.consumers, r.middle, r.producer, r.tail) == (slice(0, 1), slice(1, 3), slice(3, 4),
+                                                                   slice(4, 6), slice(6, 7))
+    assert kernels[2].fp8 and kernels[5].fp8 and not kernels[1].flops
+
+
+def test_mla_down_projections_run_before_the_gather():
+    """MLA's duplicated down projections and latent norms work on the sequence shard; only
+    the up projections read the gathered latents."""
+    from sim.model.layers import attention_pre
+    from sim.parallel.tp_overlap import roles
+
+    d = dims(scenario_from_dict({"model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 128, "attention": "mla",
+                                           "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+                                           "qk_rope_head_dim": 32, "v_head_dim": 64},
+                                 "training": {"seq_len": 1024, "global_batch": 1}, "cluster": {"gpus": 1}}).model)
+    kernels = attention_pre(d, _shard())
+    r = roles(kernels, gather=True, scatter=False)
+    assert [k.tp for k in kernels] == [0, 0, 0, 0, 1, 1]  # norm, q down, kv down, latent norms, q up, kv up
+    assert r.head == slice(0, 4) and r.consumers == slice(4, 6)
+
+
+def _tp_bytes(precision: str, model: dict, overlap: bool) -> dict:
+    s = scenario_from_dict({"model": model, "training": {"seq_len": SEQ, "global_batch": 1, "precision": precision},
+                            "cluster": {"topology": "dgx-h100", "gpus": TP},
+                            "parallel": {"tp": TP, "sequence_parallel": True, "tp_comm_overlap": overlap}})
+    sp = rank0(simulate(s))
+    tp = sp[(sp.category == "tp") & (sp.layer == 0)]
+    return {"ag": tp[tp.name.str.endswith("_ag")].bytes.sum(), "rs": tp[tp.name.str.endswith("_rs")].bytes.sum()}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_fp8_all_gathers_move_half_the_bytes_and_reductions_do_not_change(overlap):
+    """Transformer Engine quantizes before it gathers (layernorm_linear.py,
+    gather_along_first_dim(..., quantizer=...)); reduce-scatters stay BF16."""
+    bf16, fp8 = _tp_bytes("bf16", DENSE, overlap), _tp_bytes("fp8", DENSE, overlap)
+    assert bf16["ag"] > 0 and fp8["ag"] == pytest.approx(bf16["ag"] / 2, rel=1e-12)
+    assert fp8["rs"] == pytest.approx(bf16["rs"], rel=1e-12)
+
+
+def test_mla_attention_gathers_its_latents_not_the_hidden_state():
+    """Per token the attention entry gathers q latent + kv latent + rotary key, the MLP's
+    entry the hidden state: forward all-gathers of one layer = (2112 + 7168) elements over
+    (tp-1)/tp of the tokens, in BF16."""
+    mla = {"layers": 2, "hidden": 7168, "heads": 32, "vocab": 128, "attention": "mla", "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    s = scenario_from_dict({"model": mla, "training": {"seq_len": SEQ, "global_batch": 1},
+                            "cluster": {"topology": "dgx-h100", "gpus": TP},
+                            "parallel": {"tp": TP, "sequence_parallel": True}})
+    sp = rank0(simulate(s))
+    ag = sp[(sp.category == "tp") & (sp.layer == 0) & (sp.name.isin(["attn_ag", "mlp_ag"]))]
+    sent = dict(zip(ag.name, ag.bytes))
+    assert sent["attn_ag"] == pytest.approx(SEQ * (1536 + 512 + 64) * 2 * (TP - 1) / TP, rel=1e-12)
+    assert sent["mlp_ag"] == pytest.approx(SEQ * 7168 * 2 * (TP - 1) / TP, rel=1e-12)

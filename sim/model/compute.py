@@ -57,11 +57,14 @@ class Kernel(NamedTuple):
     bwd: float = 2.0  # backward work / forward work: FLOPs (dgrad + wgrad; flash attention 2.5),
     #                   bytes for a memory-bound kernel (FLOPs 0)
     fp8: bool = False  # runs on the FP8 tensor cores (dense FP8 peak, FP8 efficiency)
+    tp: int = 0  # role under tensor parallelism: 0 local (the sequence shard, or whole weights),
+    #              1 reads the TP-gathered input (column-parallel), 2 writes the partial sums TP
+    #              reduces (row-parallel); sim/parallel/tp_overlap.py chunks 1 and 2
 
     def backward(self) -> "Kernel":
         """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
         nbytes = self.bytes * (2 if self.flops else self.bwd)
-        return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8)
+        return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8, self.tp)
 
 
 def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False) -> Kernel:

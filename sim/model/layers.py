@@ -5,13 +5,14 @@ weight matrix (Megatron column/row split); with sequence parallelism the norms,
 dropouts and residuals work on tokens/tp. FLOPs per GEMM are 2mnk; memory-bound
 kernels are counted by the HBM bytes they move (bf16 activations).
 
-Op convention (the parallel layer's TP-communication overlap relies on it): a sublayer's
-entry list (``attention_pre``; ``mlp_block`` up to its activation) holds, after the norm,
-the GEMMs that consume the sequence-parallel gathered input; the row-parallel GEMM whose
-output TP reduces is the first kernel of ``attention_post`` and the last GEMM of ``mlp``.
-Under FP8 each GEMM is preceded by its cast kernel. MLA's entry list starts with its
-duplicated down projections and latent norms, which Megatron runs on the sequence shard
-before gathering the latents (:func:`entry_width` is the width that is gathered).
+Kernel roles (the parallel layer's TP-communication overlap relies on them): every linear
+layer's kernels (its FP8 cast and its GEMM) carry their role under tensor parallelism in
+``Kernel.tp``: 1 for the column-parallel GEMMs that read the sequence-parallel gathered
+input (QKV, MLA's up projections, FC1), 2 for the row-parallel GEMM whose output TP reduces
+(the attention output projection, FC2), 0 for everything local (norms, MLA's duplicated
+down projections and latent norms, which Megatron runs on the sequence shard before
+gathering the latents: :func:`entry_width` is the width that is gathered). A sublayer's
+kernels are in execution order, so each role forms one run.
 
 Attention: MHA/GQA projects Q, K, V in one GEMM; MLA (Megatron-Core
 multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projections,
@@ -67,12 +68,13 @@ def fp8_cast(n_in: float, n_out: float, fused: bool) -> Kernel:
     return Kernel(bytes=fwd, bwd=4 * n_out / fwd)
 
 
-def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False) -> list[Kernel]:
+def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int = 0) -> list[Kernel]:
     """A linear layer on ``m`` tokens, k -> n features: one BF16 GEMM, or under FP8 its
-    cast kernel and an FP8 GEMM (``fused``: the input comes from a norm that emits FP8)."""
+    cast kernel and an FP8 GEMM (``fused``: the input comes from a norm that emits FP8);
+    ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
     if not sh.fp8:
-        return [gemm(m, n, k)]
-    return [fp8_cast(m * k, m * n, fused), gemm(m, n, k, fp8=True)]
+        return [gemm(m, n, k)._replace(tp=tp)]
+    return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
 
 
 def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
@@ -106,8 +108,8 @@ def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
     down = linear(nt, d.q_lora, d.h, sh) if d.q_lora else []
     down += linear(nt, d.kv_lora + d.qk_rope, d.h, sh)
     norms = [elementwise(3 * ELEM * nt * (d.q_lora + d.kv_lora))]  # q_a_layernorm, kv_a_layernorm
-    up = linear(sh.tokens, d.a * d.dq / sh.tp, d.q_lora or d.h, sh, fused=bool(d.q_lora))
-    up += linear(sh.tokens, d.a * (d.qk_nope + d.dv) / sh.tp, d.kv_lora, sh, fused=True)
+    up = linear(sh.tokens, d.a * d.dq / sh.tp, d.q_lora or d.h, sh, fused=bool(d.q_lora), tp=1)
+    up += linear(sh.tokens, d.a * (d.qk_nope + d.dv) / sh.tp, d.kv_lora, sh, fused=True, tp=1)
     return down + norms + up
 
 
@@ -117,13 +119,13 @@ def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     norm = _norm_and_residual(d, sh)[:1]
     if d.mla:
         return tuple(norm + _mla_projections(d, sh))
-    return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True))
+    return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1))
 
 
 @lru_cache(maxsize=None)
 def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
     """Output projection, dropout and residual."""
-    return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh) + _norm_and_residual(d, sh)[1:])
+    return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh, tp=2) + _norm_and_residual(d, sh)[1:])
 
 
 def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
@@ -133,9 +135,9 @@ def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
     f, t = ffn or d.f, sh.tokens if tokens is None else tokens
     if t <= 0:
         return []
-    up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused)
+    up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
     act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; swiglu: 2f, f
-    return up + [act] + linear(t, d.h, f / sh.tp, sh)
+    return up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2)
 
 
 @lru_cache(maxsize=None)

@@ -8,7 +8,7 @@ These sit on the critical path: the next compute op depends on them (with
 ``parallel.tp_comm_overlap``, :mod:`.tp_overlap` pipelines them with GEMM chunks instead).
 """
 
-from ..model.layers import ELEM, backward
+from ..model.layers import ELEM, backward, entry_width
 
 AXIS = "tp"
 
@@ -26,32 +26,46 @@ def activation_bytes(b) -> float:
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM
 
 
-def enter(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
-    """Before a sublayer (SP only): all-gather the sequence-sharded input."""
+def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
+    """Bytes of one TP collective of a dense sublayer's Transformer Engine linears:
+    tokens x width x element. ``entry``: the sublayer's input side (its gather forward, the
+    reduction of its input gradient backward), ``sublayer.entry_width`` wide (MLA gathers
+    its latents, :func:`sim.model.layers.entry_width`); the output side is hidden wide.
+    Under FP8 an all-gather moves one byte per element: TE quantizes before gathering
+    (transformer_engine/pytorch/module/layernorm_linear.py, ``gather_along_first_dim(...,
+    quantizer=...)``); reductions stay BF16."""
+    d = b.ctx.dims
+    width = entry_width(d) if entry and sublayer == "attn" else d.h
+    return b.ctx.shard.tokens * width * (1 if gather and b.ctx.shard.fp8 else ELEM)
+
+
+def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
+    """Before a sublayer (SP only): all-gather the sequence-sharded input (``nbytes``,
+    default :func:`activation_bytes`)."""
     if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
-    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), activation_bytes(b), deps,
+    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
-def exit(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
+def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
     if b.ctx.layout.sizes["tp"] == 1:
         return deps
     op = "reduce_scatter" if b.ctx.scenario.parallel.sequence_parallel else "all_reduce"
     name = "rs" if op == "reduce_scatter" else "ar"
-    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), activation_bytes(b), deps,
+    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
-def enter_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+def enter_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of exit: SP all-gathers the output gradient; without SP nothing."""
-    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
 
 
-def exit_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+def exit_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
-    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
 
 
 def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps, tag: str,
@@ -59,15 +73,15 @@ def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: in
     """Compute op ``name`` (kernels ``kernels_fn(dims, shard)``), after the all-gather of its
     input (``gather``, SP only) and before the reduction of its output (``scatter``);
     :func:`.tp_overlap.forward_sublayer` is the overlapped version."""
-    x = enter(b, sublayer, layer, mb, deps, tag=(tag,)) if gather else deps
+    x = enter(b, sublayer, layer, mb, deps, (tag,), sublayer_bytes(b, sublayer, True, True)) if gather else deps
     x = b.compute(name, kernels_fn(b.ctx.dims, b.ctx.shard), x, layer, mb)
-    return exit(b, sublayer, layer, mb, x, tag=(tag,)) if scatter else x
+    return exit(b, sublayer, layer, mb, x, (tag,), sublayer_bytes(b, sublayer, False, False)) if scatter else x
 
 
 def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps,
                       gathered: bool = False, scattered: bool = False) -> int | tuple:
     """Backward of :func:`forward_sublayer`: the gradient of a reduced output is gathered
     first (``scattered``), the input gradient reduced last (``gathered``)."""
-    x = enter_backward(b, sublayer, layer, mb, deps) if scattered else deps
+    x = enter_backward(b, sublayer, layer, mb, deps, sublayer_bytes(b, sublayer, True, False)) if scattered else deps
     x = b.compute(name, backward(kernels_fn(b.ctx.dims, b.ctx.shard)), x, layer, mb)
-    return exit_backward(b, sublayer, layer, mb, x) if gathered else x
+    return exit_backward(b, sublayer, layer, mb, x, sublayer_bytes(b, sublayer, False, True)) if gathered else x

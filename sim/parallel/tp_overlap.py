@@ -26,11 +26,12 @@ chunk, plus any chunk whose communication outlasts its GEMM. The MoE MLP (its TP
 lives in the token dispatcher), the embedding and the output layer keep plain
 collectives, as in Megatron.
 
-How a sublayer's kernels are split (the convention of :mod:`sim.model.layers`): a GEMM
-is a kernel with FLOPs; the kernels before the first GEMM run on the local shard before
-the gather (the norm); the consecutive GEMMs from the first one consume the gathered
-input; the last GEMM produces the partial sums that are reduce-scattered; the kernels
-after it (dropout, residual) follow the reduce-scatter. A token chunk of a GEMM is
+How a sublayer's kernels are split (the roles of :mod:`sim.model.layers`, ``Kernel.tp``):
+the kernels before the first column-parallel one run on the local shard before the
+gather (the norm; MLA's down projections and latent norms); the column-parallel run
+(GEMMs and their FP8 casts) consumes the gathered input; the row-parallel run produces
+the partial sums that are reduce-scattered; the kernels after it (dropout, residual)
+follow the reduce-scatter. A token chunk of a GEMM is
 1/chunks of its work at the whole GEMM's efficiency, one launch each: TE issues
 consecutive chunks on up to three compute streams (``_stream_compute[i % size]``,
 NVTE_COMM_OVERLAP_MAX_STREAMS = 3), where independent chunks fill each other's tail
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 
 from ..model.layers import backward as backward_of
 from . import tp
-from .tp import activation_bytes
+from .tp import sublayer_bytes
 
 AXIS = "tp"
 RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
@@ -61,23 +62,25 @@ class Roles:
     head: slice
     consumers: slice
     middle: slice
-    producer: int | None
+    producer: slice
     tail: slice
+
+
+def _run(kernels, role: int) -> tuple[int, int] | None:
+    """(first, one past the last) of the kernels with TP role ``role``, or None."""
+    found = [i for i, k in enumerate(kernels) if k.tp == role]
+    return (found[0], found[-1] + 1) if found else None
 
 
 def roles(kernels, gather: bool, scatter: bool) -> Roles:
     """Split a sublayer's kernel list by role; consumers only with ``gather``, a producer
     only with ``scatter``."""
-    gemms = [i for i, k in enumerate(kernels) if k.flops > 0]
     n = len(kernels)
-    start = gemms[0] if gather and gemms else 0
-    end = start
-    while gather and end < n and kernels[end].flops > 0:
-        end += 1
-    last = gemms[-1] if scatter and gemms and gemms[-1] >= end else None
-    stop = last if last is not None else n
-    after = stop + 1 if last is not None else n
-    return Roles(slice(0, start), slice(start, end), slice(end, stop), last, slice(after, n))
+    cons = _run(kernels, 1) if gather else None
+    start, end = cons if cons else (0, 0)
+    prod = _run(kernels, 2) if scatter else None
+    first, last = prod if prod and prod[0] >= end else (n, n)
+    return Roles(slice(0, start), slice(start, end), slice(end, first), slice(first, last), slice(last, n))
 
 
 def _group(b):
@@ -104,10 +107,10 @@ def _compute(b, name, kernels, deps, layer, mb):
     return b.compute(name, kernels, deps, layer, mb) if kernels else deps
 
 
-def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> int:
+def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool) -> int:
     """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i."""
     tp = b.ctx.layout.sizes["tp"]
-    nbytes = activation_bytes(b) / tp
+    nbytes = sublayer_bytes(b, sub, True, entry) / tp
     shift, x = None, deps
     for i in range(tp):
         nxt = None
@@ -119,13 +122,13 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> 
     return x
 
 
-def pipelined_scatter(b, sub: str, name: str, chunk_kernel, deps, layer, mb, tag) -> tuple:
+def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> tuple:
     """GEMM in RS_SPLITS chunks on the SMs the reduce kernels leave; each chunk's partial
     sums reduce-scattered while the next computes. Returns the reduce-scatters."""
-    slowed = chunk_kernel._replace(flops=chunk_kernel.flops / (1 - COMM_SM_SHARE))
-    nbytes, x, done = activation_bytes(b) / RS_SPLITS, deps, []
+    slowed = tuple(k._replace(flops=k.flops / (1 - COMM_SM_SHARE)) for k in chunk_kernels)
+    nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
-        x = b.compute(name, (slowed,), x, layer, mb)
+        x = b.compute(name, slowed, x, layer, mb)
         done.append(b.collective(f"{sub}_rs", AXIS, "reduce_scatter", _group(b), nbytes, x, layer=layer, mb=mb,
                                  tag=tag + ("pipe", i), group_of=_group_of(b)))
     return tuple(done)
@@ -141,14 +144,16 @@ def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: s
         x = _compute(b, name, kernels[r.head], x, layer, mb)
         if r.consumers.stop > r.consumers.start:
             tp_size = b.ctx.layout.sizes["tp"]
-            x = ring_gather(b, sub, name, [_chunk(k, tp_size) for k in kernels[r.consumers]], x, layer, mb, (tag,))
+            x = ring_gather(b, sub, name, [_chunk(k, tp_size) for k in kernels[r.consumers]], x, layer, mb, (tag,),
+                            entry=True)
         else:
-            x = tp.enter(b, sub, layer, mb, x, tag=(tag,))
+            x = tp.enter(b, sub, layer, mb, x, (tag,), sublayer_bytes(b, sub, True, True))
     x = _compute(b, name, kernels[r.middle], x, layer, mb)
     if scatter:
-        if r.producer is None:
-            return tp.exit(b, sub, layer, mb, x, tag=(tag,))
-        x = pipelined_scatter(b, sub, name, _chunk(kernels[r.producer], RS_SPLITS), x, layer, mb, (tag,))
+        if r.producer.stop == r.producer.start:
+            return tp.exit(b, sub, layer, mb, x, (tag,), sublayer_bytes(b, sub, False, False))
+        chunks = [_chunk(k, RS_SPLITS) for k in kernels[r.producer]]
+        x = pipelined_scatter(b, sub, name, chunks, x, layer, mb, (tag,))
     return _compute(b, name, kernels[r.tail], x, layer, mb)
 
 
@@ -162,22 +167,24 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
     x = deps
     if scattered:
         x = _compute(b, name, backward_of(kernels[r.tail]), x, layer, mb)
-        if r.producer is None:
-            x = tp.enter_backward(b, sub, layer, mb, x)
+        if r.producer.stop == r.producer.start:
+            x = tp.enter_backward(b, sub, layer, mb, x, sublayer_bytes(b, sub, True, False))
         else:
-            dgrad = _chunk(_half(kernels[r.producer]), b.ctx.layout.sizes["tp"])
-            x = ring_gather(b, sub + "_grad", name, (dgrad,), x, layer, mb, ("bwd",))
-            x = _compute(b, name, (_half(kernels[r.producer]),), x, layer, mb)
+            halves = [_half(k) for k in kernels[r.producer]]
+            dgrad = [_chunk(k, b.ctx.layout.sizes["tp"]) for k in halves]
+            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False)
+            x = _compute(b, name, halves, x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
     if gathered:
         consumers = kernels[r.consumers]
         if not consumers:
-            return tp.exit_backward(b, sub, layer, mb, _compute(b, name, backward_of(kernels[r.head]), x, layer, mb))
-        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), activation_bytes(b), x, layer=layer,
-                              mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
+            return tp.exit_backward(b, sub, layer, mb, _compute(b, name, backward_of(kernels[r.head]), x, layer, mb),
+                                   sublayer_bytes(b, sub, False, True))
+        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
+                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
         dgrad = _compute(b, name, [_half(k) for k in consumers], x, layer, mb)
-        scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), activation_bytes(b), dgrad,
-                               layer=layer, mb=mb, tag=("bwd",), group_of=_group_of(b))
+        scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), sublayer_bytes(b, sub, False, True),
+                               dgrad, layer=layer, mb=mb, tag=("bwd",), group_of=_group_of(b))
         wgrad = _compute(b, name, [_half(k) for k in consumers], (dgrad, gather), layer, mb)
         x = _compute(b, name, backward_of(kernels[r.head]), (scatter, wgrad), layer, mb)
     return x
