@@ -25,12 +25,24 @@ class MoE(_Section):
     expert_ffn_hidden: int | None = Field(None, ge=1)  # default: the model's ffn_hidden
     shared_experts: int = Field(0, ge=0)  # always-on experts (DeepSeek)
     dense_layers: int = Field(0, ge=0)  # leading layers with a dense MLP (DeepSeek-V3: 3)
+    # token_drop: every expert's buffer holds exactly its capacity (GShard / Switch static
+    # shapes; Megatron --moe-pad-expert-input-to-capacity): compute and all-to-all carry the
+    # padding. Default: true for token_drop (the only routing with a capacity to pad to).
+    pad_to_capacity: bool | None = None
 
     @model_validator(mode="after")
     def _k(self):
         if self.top_k > self.experts:
             raise ValueError(f"top_k = {self.top_k} exceeds experts = {self.experts}")
+        if self.pad_to_capacity and self.routing != "token_drop":
+            raise ValueError(f"pad_to_capacity needs routing = 'token_drop' (a capacity to pad to), "
+                             f"got routing = {self.routing!r}")
         return self
+
+    @property
+    def padded(self) -> bool:
+        """Whether expert buffers are padded to capacity (see ``pad_to_capacity``)."""
+        return self.routing == "token_drop" and self.pad_to_capacity is not False
 
 
 class Model(_Section):

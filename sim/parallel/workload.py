@@ -62,11 +62,13 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
     if moe is None:
         return {}
     tokens = layout.moe_tokens(shard.tokens) * layout.ep
+    from ..model.routing import capacity, expert_loads as route
+
     if moe.routing == "uniform" and moe.skew == 0:
         base = np.full(d.experts, tokens * d.top_k / d.experts)
+    elif moe.padded:  # every expert computes and exchanges exactly its capacity
+        base = np.full(d.experts, float(capacity(tokens, d.experts, d.top_k, moe.capacity_factor)))
     else:
-        from ..model.routing import expert_loads as route
-
         policy = "token_choice" if moe.routing == "uniform" else moe.routing
         base = np.asarray(route(policy, tokens, d.experts, d.top_k, moe.capacity_factor, s.seed, moe.skew), float)
     rng = np.random.default_rng(s.seed)
