@@ -1,0 +1,53 @@
+"""What a full simulation of a candidate costs, predicted, to budget the planner's
+simulations (:mod:`.select`) deterministically.
+
+A folded simulation runs one rank per pipeline stage (whole expert groups under uneven
+routing, sim/parallel/workload.py ``simulated_ranks``), so its work is the ops of those
+ranks. But a collective whose group leaves its NVLink domain also carries the traffic
+of every folded copy of it (``Context.siblings``): all ranks of the stage put flows on
+the network, and the max-min fair solver re-rates all of them. So
+
+    seconds = SECONDS_PER_GPU * GPUs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows
+
+with ``flows`` the stage's ranks for every cross-domain collective. Groups are Megatron's
+(tp-cp-dp-pp from rank 0), so whether one leaves its domain is arithmetic: the tp*cp
+ranks of a CP ring, the tp*cp*dp of a data-parallel group, ep * stride of an all-to-all.
+The constants are fitted to measured simulations (docs/plan.md); only the budget uses them.
+"""
+
+import numpy as np
+
+SECONDS_PER_GPU = 2e-4  # building the topology and the groups, per GPU
+SECONDS_PER_OP = 4e-5  # one op of a simulated rank (engine events, spans)
+SECONDS_PER_FLOW = 1.5e-5  # one flow of a cross-domain collective, siblings included
+RS_OPS = 8  # a pipelined reduce-scatter: 4 GEMM chunks and 4 collectives (sim/parallel/tp_overlap.py)
+
+
+def counts(c, d, s, domain: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ops, flows) of one step's simulation of every candidate of table ``c`` (with its
+    ``micro`` column: micro-batches per step)."""
+    tp, cp, dp, ep, etp, pp, v, micro = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
+                                                                    "virtual_stages", "micro"))
+    rec, tpov, zero = c["recompute"].to_numpy(), c["tp_comm_overlap"].to_numpy(dtype=bool), c["zero"].to_numpy()
+    ranks = tp * cp * dp  # GPUs of one stage: the copies a cross-domain collective carries
+    cross_cp, cross_dp, cross_pp = tp * cp > domain, ranks > domain, ranks >= domain
+    cross_ep = np.where(etp == tp, tp, etp) * ep > domain
+    shifts = 2 * (cp - 1) + np.where(rec != "none", cp - 1, 0)
+    fwd = 3 + cp + np.where(tp > 1, 4, 0) + np.where(tpov, 4 * (tp + RS_OPS), 0)
+    per_layer = 2.3 * fwd + shifts + np.where(rec == "full", fwd, 0)
+    moe_layers = (d.layers - d.dense_layers) if d.experts else 0
+    a2a = np.where(rec == "full", 6, 4)
+    fsdp = np.where(zero == 3, 3, 0)
+    ops = micro * (d.layers * (per_layer + fsdp) + moe_layers * (4 + a2a + np.where(tp > 1, 4, 0)))
+    flows = micro * d.layers * (shifts * cross_cp + fsdp * cross_dp) + micro * moe_layers * a2a * cross_ep
+    flows = (flows + 2 * micro * v * pp * cross_pp) * ranks
+    moe = s.model.moe
+    if moe is not None and (moe.routing != "uniform" or moe.skew > 0):
+        ops = ops * ep  # whole expert groups are simulated
+    return ops.astype(float), flows.astype(float)
+
+
+def sim_cost(c, d, s, domain: int) -> np.ndarray:
+    """Predicted seconds of one full simulation of each candidate on one core."""
+    ops, flows = counts(c, d, s, domain)
+    return SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows
