@@ -24,11 +24,12 @@ import pandas as pd
 
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
+from ..outputs.progress import status
 from ..studies.sweeps import point_key, sweep
 from . import fit, rank, rules, select
 from .estimate import Estimator
 from .explain import simulate_point
-from .space import COLUMNS, Space, enumerate_layouts, overrides
+from .space import Space, enumerate_layouts, overrides
 from .stages import Stages
 
 BUDGET_S = 240.0  # predicted seconds of full simulation on one core (2 workers: ~2 minutes)
@@ -64,33 +65,25 @@ class Plan:
 
 
 def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.HEADROOM, workers=None,
-           dask=None, out=None, point_timeout=None, quiet: bool = False, include=()) -> Plan:
-    """Plan the layout of ``req`` (:class:`~.inputs.Request`); ``include``: layouts (dicts of
-    :data:`~.space.COLUMNS`) simulated whatever their estimate (the published-run study)."""
+           dask=None, out=None, point_timeout=None, quiet: bool = False) -> Plan:
+    """Plan the layout of ``req`` (:class:`~.inputs.Request`): see the module docstring."""
     clock, seconds = time.perf_counter(), {}
     stages = Stages(req.scenario)
-    candidates = enumerate_layouts(Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
-                                         req.scenario.training.seq_len, stages.dims.experts))
-    code = rules.codes(candidates, rules.fixed_of(req.scenario))
-    rejected = rules.counts(code)
-    valid = candidates[code == 0]  # the index is the enumeration order: ties break on it
-    memory = fit.peak(valid, stages, req.scenario)
-    fits = memory <= fit.capacity(gpu_preset(req.gpu).hbm_bytes, headroom)
-    if (~fits).any():
-        rejected["memory"] = int((~fits).sum())
+    with status("plan: enumerating layouts and checking the rules and memory", quiet):
+        candidates, rejected, evaluated = _valid(req, stages, headroom)
     seconds["rules"] = _lap(clock)
-    evaluated = valid[fits].assign(memory_bytes=memory[fits])
     if evaluated.empty:
         raise InputError("--gpus", f"no layout of {len(candidates):,} fits {req.gpus} x {req.gpu}: "
                                    + ", ".join(f"{k} {v:,}" for k, v in rejected.items()))
     _say(quiet, f"plan: {len(candidates):,} layouts, {sum(rejected.values()):,} rejected "
                 f"({', '.join(f'{k} {v:,}' for k, v in rejected.items())}); estimating {len(evaluated):,}")
-    ranked = pd.concat([evaluated, Estimator(req.scenario, stages, req.spec, req.gpu).frame(evaluated)], axis=1)
+    with status(f"plan: estimating {len(evaluated):,} layouts", quiet):
+        ranked = pd.concat([evaluated, Estimator(req.scenario, stages, req.spec, req.gpu).frame(evaluated)], axis=1)
     ranked = ranked.iloc[np.lexsort((ranked.index.to_numpy(), ranked["estimate_s"].to_numpy()))]
     ranked = ranked.reset_index(drop=True)
     seconds["estimate"] = round(_lap(clock) - seconds["rules"], 3)
     plan = Plan(len(candidates), rejected, pd.DataFrame(), budget, headroom, seconds=seconds)
-    sims = _simulate_rounds(req, ranked, plan, top, _positions(ranked, include),
+    sims = _simulate_rounds(req, ranked, plan, top,
                             dict(workers=workers, dask=dask, out=_sims_path(out), point_timeout=point_timeout,
                                  quiet=quiet))
     seconds["simulate"] = round(_lap(clock) - seconds["rules"] - seconds["estimate"], 3)
@@ -101,11 +94,24 @@ def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.
     return plan
 
 
-def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, forced: list[int], kwargs: dict) -> dict:
-    """Round 1: the front, the spread and ``forced``; then contenders while they appear."""
+def _valid(req, stages, headroom: float) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """Every candidate, the rejection counts, and the valid ones that fit (with ``memory_bytes``)."""
+    candidates = enumerate_layouts(Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
+                                         req.scenario.training.seq_len, stages.dims.experts))
+    code = rules.codes(candidates, rules.fixed_of(req.scenario))
+    rejected = rules.counts(code)
+    valid = candidates[code == 0]  # the index is the enumeration order: ties break on it
+    memory = fit.peak(valid, stages, req.scenario)
+    fits = memory <= fit.capacity(gpu_preset(req.gpu).hbm_bytes, headroom)
+    if (~fits).any():
+        rejected["memory"] = int((~fits).sum())
+    return candidates, rejected, valid[fits].assign(memory_bytes=memory[fits])
+
+
+def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, kwargs: dict) -> dict:
+    """Round 1: the front and the spread; then contenders while they appear."""
     front, skipped = select.front(ranked, plan.budget_s, max(FRONT, top))
-    picks = sorted(set(front) | set(forced))
-    picks += select.spread(ranked, plan.budget_s, set(picks))
+    picks = front + select.spread(ranked, plan.budget_s, set(front))
     plan.stats.update(front=front, too_costly=[p for p in skipped if p < max(front, default=-1)])
     sims: dict[int, dict] = {}
     for _ in range(1 + ROUNDS):
@@ -140,16 +146,6 @@ def _run(req, ranked: pd.DataFrame, picks: list[int], plan: Plan, kwargs: dict) 
         else:
             out[p] = row
     return out
-
-
-def _positions(ranked: pd.DataFrame, layouts) -> list[int]:
-    """Positions in ``ranked`` of the given layouts (those the search evaluated)."""
-    if not layouts:
-        return []
-    keys = ranked[list(COLUMNS)].astype(str).agg("|".join, axis=1)
-    where = {k: i for i, k in enumerate(keys)}
-    wanted = ["|".join(str(layout[c]) for c in COLUMNS) for layout in layouts]
-    return [where[w] for w in wanted if w in where]
 
 
 def _pairs(ranked: pd.DataFrame, sims: dict, positions) -> tuple[list, list]:

@@ -4,6 +4,7 @@ are kept and whose [parallel] the planner replaces), plus the cluster and batch 
 Every flag is checked here, before anything is enumerated; a bad one is one line naming it.
 """
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 import tomllib
@@ -66,6 +67,16 @@ def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, s
             batch_tokens: int | None, precision: str | None = None, overrides=None) -> Request:
     """Check the flags against each other and the base scenario; load the base."""
     data = source_data(arg)
+    data.setdefault("name", Path(arg).stem)
+    return request_of(data, gpus, topology, gpu, seq_len, batch_tokens, precision, overrides)
+
+
+def request_of(data: dict, gpus: int | None = None, topology: str | None = None, gpu: str | None = None,
+               seq_len: int | None = None, batch_tokens: int | None = None, precision: str | None = None,
+               overrides=None) -> Request:
+    """:func:`request` for scenario data (a published run of sim/studies/validation.py, ...):
+    flags left None come from the data."""
+    data = copy.deepcopy(data)
     for section in NOT_PLANNED:
         if data.get(section):
             raise InputError(section, "the planner searches layouts of a clean training step; remove this section")
@@ -94,7 +105,6 @@ def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, s
                                            **({"topology_overrides": cluster["topology_overrides"]}
                                               if cluster.get("topology_overrides") else {})})
     _apply(out, overrides)
-    out.setdefault("name", Path(arg).stem)
     scenario = scenario_from_dict(out)  # 1 GPU, default layout: checks model and training
     out["cluster"]["gpus"] = gpus
     return Request(out, scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"gpus": gpus})}),

@@ -1,7 +1,8 @@
 """The ranked table: simulated layouts first, by simulated step time, then the others by
 estimate; and how well the estimate ranked what was simulated (Spearman's rho).
 
-Estimated rows report ``step_time_s`` as the estimate scaled by the median simulated /
+A layout limited by its recomputation says so when the same layout without recompute
+does not fit ("memory-bound recompute"). Estimated rows report ``step_time_s`` as the estimate scaled by the median simulated /
 estimated ratio of the simulated rows (``estimate_s`` keeps the raw estimate), so their
 MFU is comparable with the simulated rows'. Ties break on the estimate, then on the
 estimate order (itself tie-broken on the layout's columns): the same search always gives
@@ -65,6 +66,8 @@ def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: flo
     for p, sim in sorted(sims.items()):
         cols = _simulated(sim)
         out.loc[p, list(cols)] = list(cols.values())
+    forced = _memory_bound(out) & out["limit"].str.startswith("recompute").to_numpy()
+    out.loc[forced, "limit"] = out.loc[forced, "limit"] + " (memory: without it the layout does not fit)"
     out = out.sort_values(["simulated", "step_time_s", "estimate_s", "position"], ascending=[False, True, True, True],
                           kind="stable", ignore_index=True)
     out["rank"] = np.arange(1, len(out) + 1)
@@ -79,3 +82,12 @@ def _simulated(sim: dict) -> dict:
             "bubble_fraction": float(sim["bubble_fraction"]), "sim_wall_s": float(sim["sim_wall_s"]),
             "limit": limit(simulated_losses(sim), step),
             **{f"exposed_{a}_s": float(sim[f"crit.exposed_{a}"]) for a in AXES}}
+
+
+def _memory_bound(out: pd.DataFrame) -> np.ndarray:
+    """Rows that recompute because they must: the same layout without recompute was
+    rejected for memory (it is not among the evaluated ones)."""
+    keys = [k for k in COLUMNS if k != "recompute"]
+    plain = out.loc[out["recompute"] == "none", keys].drop_duplicates().assign(_fits=True)
+    found = out[keys].merge(plain, on=keys, how="left")["_fits"].notna().to_numpy()
+    return (out["recompute"] != "none").to_numpy() & ~found

@@ -1,0 +1,40 @@
+"""Where the published layouts rank among the planner's (issue 16): every run shipped with
+``clustersim validate``, planned with the same model, batch and cluster.
+
+Run: ``python bench/plan_published.py`` (``--rows MH,dg-l70`` for some; ``--budget S`` per
+search, default 60). For each row: the published layout simulated, the planner's best,
+the published layout's rank among the evaluated layouts (1 + those faster), and whether
+the best is at least as fast and the published layout in the top 10%.
+"""
+
+import argparse
+
+from sim.plan.published import place
+from sim.studies.validation import load_rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="", help="ids or sources starting with one of these (comma list)")
+    parser.add_argument("--budget", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    wanted = [p for p in args.rows.split(",") if p]
+    rows = [r for r in load_rows() if not wanted or any(r.id.startswith(p) or r.source.startswith(p) for p in wanted)]
+    print(f"{'id':18} {'gpus':>5} {'published':>16} {'sim s':>7} {'best s':>7} {'rank':>12} {'top %':>6}  best layout")
+    results = []
+    for row in rows:
+        p = place(row, args.budget, args.workers)
+        results.append(p)
+        print(f"{p.id:18} {p.gpus:>5} {p.published_layout:>16} {p.published_s:>7.3f} {p.best_s:>7.3f} "
+              f"{p.rank:>5}/{p.evaluated:<6} {p.percentile:>6.1%}  {p.best_layout}"
+              f"{'' if p.best_simulated else ' (estimated)'}  [{p.simulated} simulated, rho "
+              f"{'n/a' if p.rank_correlation is None else f'{p.rank_correlation:.2f}'}, {p.wall_s:.0f} s]", flush=True)
+    wins = sum(p.planner_wins for p in results)
+    top = sum(p.percentile <= 0.10 for p in results)
+    print(f"planner's best at least as fast as the published layout: {wins} of {len(results)}; published layout in "
+          f"the top 10% of evaluated layouts: {top} of {len(results)}")
+
+
+if __name__ == "__main__":
+    main()
