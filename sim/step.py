@@ -10,23 +10,29 @@ import time
 from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine
-from .errors import InputError
+from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
+from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, spans_frame
 from .input.scenario import Scenario
 
 
-def build_topology(s: Scenario) -> topology.Topology:
-    """The cluster's graph with overrides and link faults applied."""
+def topology_spec(s: Scenario) -> topology.FatTreeSpec:
+    """The cluster's topology parameters with the scenario's overrides applied."""
     spec = topology.load_spec(s.cluster.topology)
     overrides = dict(s.cluster.topology_overrides)
     if s.cluster.gpus_per_node:
         overrides["gpus_per_node"] = s.cluster.gpus_per_node
         overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
                              if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
-    spec = dataclasses.replace(spec, **overrides)
+    return dataclasses.replace(spec, **overrides)
+
+
+def build_topology(s: Scenario) -> topology.Topology:
+    """The cluster's graph with overrides and link faults applied."""
+    spec = topology_spec(s)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
     from .hardware.faults import apply_faults
@@ -38,12 +44,19 @@ def build_topology(s: Scenario) -> topology.Topology:
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
-             record_links: bool = False) -> Result:
+             record_links: bool = False, force: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
     ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
-    huge runs)."""
+    huge runs). Unless ``force``, a scenario past the work budget is refused first
+    (:func:`sim.work.check`: InputError naming the key that drives the cost). The summary
+    is checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one,
+    or a simulation that stops making progress, is a SimulationError naming the scenario."""
+    if not force:
+        from .work import check
+
+        check(s)
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)
@@ -55,20 +68,38 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
-    engine.run()
+    try:
+        engine.run()
+    except RuntimeError as exc:  # a deadlock, a stalled transfer (SimulationError), a recursion
+        raise SimulationError(f"scenario {s.name!r}: {type(exc).__name__}: {exc}") from exc
     spans = spans_frame(engine)
     wall = time.perf_counter() - t0
     memory = peak_memory(ctx)
     summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops)
     summary.update(sim_events=engine.events, sim_wall_s=round(wall, 3))
     if baseline and perturbed(s):
-        clean = simulate(clean_copy(s), baseline=False, e_max=e_max)
+        clean = simulate(clean_copy(s), baseline=False, e_max=e_max, force=True)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
+    invariants.check(summary, invariants.compute_floor(programs, slow_from_start(s, topo.spec.gpus_per_node)),
+                     s.name)
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
             "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
             "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
     return Result(summary, spans, s, memory, info)
+
+
+def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
+    """Rank -> the slowdown the [[stragglers]] apply to every one of its ops (those in
+    effect from t = 0; the larger wins, as in sim.hardware.faults.compute_scale)."""
+    from .hardware.faults import straggler_ranks
+
+    slow: dict[int, float] = {}
+    for st in s.stragglers:
+        if st.start_s <= 0:
+            for r in straggler_ranks(st, per_node):
+                slow[r] = max(slow.get(r, 1.0), st.slowdown)
+    return slow
 
 
 def perturbed(s: Scenario) -> bool:

@@ -9,6 +9,7 @@ from .. import collectives
 from ..errors import InputError
 from ..studies.nccl_tests import build_topology, measure
 from ..units import parse_sizes
+from ..work import check_gpus
 
 CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -38,6 +39,7 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
         raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
+    check_gpus("--gpus", args.gpus, len(sizes))
     topo = build_topology(args.topology, args.gpus, args.gpu)
     collectives.schedule(args.op, args.algo, (0, 1), 1.0, (0, 0))  # validates op x algo
     rows = measure(topo, args.op, args.algo, args.gpus, sizes)

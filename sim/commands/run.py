@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--timeline", help="write a PNG timeline")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
+    p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
     p.set_defaults(func=run)
 
 
@@ -33,7 +34,7 @@ def run(args) -> int:
 
     scenario = load_scenario(args.scenario, args.overrides)
     _check_outputs(args, scenario)
-    result = simulate(scenario, record_links=bool(args.trace))
+    result = simulate(scenario, record_links=bool(args.trace), force=args.force)
     if not result.summary["fits_in_memory"]:
         print(f"warning: {scenario.name} needs {result.summary['memory_per_gpu_bytes'] / 1e9:.1f} GB per GPU, "
               f"more than the GPU's HBM", file=sys.stderr)

@@ -19,6 +19,7 @@ import zlib
 import networkx as nx
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset  # noqa: F401 (doctests)
 from ..units import GB
@@ -101,27 +102,40 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
         known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
         raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(key, f"{path}: malformed TOML ({exc})") from None
+        data = tomllib.loads(bounds.read_text(path, key))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return _spec_from_dict(data, path, key)
+
+
+# Bounds of a spec's numeric fields (sim/bounds.py says why each ends where it does)
+FIELD_BOUNDS = {"gpus_per_domain": bounds.DOMAIN, "gpus_per_node": bounds.DOMAIN,
+                "nodes_per_su": bounds.NODES_PER_SU, "spines": bounds.SPINES,
+                "oversubscription": bounds.OVERSUBSCRIPTION, "nvlink_gbps": bounds.LINK_GBPS,
+                "nic_gbps": bounds.LINK_GBPS, "max_gpus": bounds.GPUS}
+
+
+def check_field(key: str, field: str, value, where: str = ""):
+    """A spec field's value, checked as a topology file's (``where``: the file, for the
+    message); InputError(key) for an unknown field, a wrong type or a value out of bounds."""
+    fields = FatTreeSpec.__dataclass_fields__
+    if field not in fields:
+        raise InputError(key, f"{where}unknown key; known: {', '.join(fields)}")
+    if field in ("name", "gpu", "routing"):
+        if not isinstance(value, str):
+            raise InputError(key, f"{where}expected a string, got {value!r}")
+        return value
+    try:  # counts must be whole; bandwidths and ratios may be fractional
+        return FIELD_BOUNDS[field].check(key, value, whole="float" not in str(fields[field].type))
+    except InputError as exc:
+        raise InputError(key, where + exc.reason) from None
 
 
 def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
     builder = data.pop("builder", "fat_tree")
     if builder != "fat_tree":
         raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: fat_tree")
-    fields = FatTreeSpec.__dataclass_fields__
-    for k, v in data.items():
-        if k not in fields:
-            raise InputError(f"{key}.{k}", f"{path}: unknown key; known: {', '.join(fields)}")
-        if k in ("name", "gpu", "routing"):
-            expected = (str,)
-        else:  # counts must be whole; bandwidths and ratios may be fractional
-            expected = (int, float) if "float" in str(fields[k].type) else (int,)
-        if not isinstance(v, expected) or isinstance(v, bool) or (expected != (str,) and v <= 0):
-            what = {(str,): "a string", (int,): "a positive integer"}.get(expected, "a positive number")
-            raise InputError(f"{key}.{k}", f"{path}: expected {what}, got {v!r}")
+    data = {k: check_field(f"{key}.{k}", k, v, f"{path}: ") for k, v in data.items()}
     data.setdefault("name", path.stem)
     spec = FatTreeSpec(**data)
     if spec.routing not in ("spray", "ecmp"):

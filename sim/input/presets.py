@@ -6,6 +6,7 @@ Each preset cites its source. Fields follow :class:`sim.input.scenario.Model`.
 import json
 from pathlib import Path
 
+from .. import bounds
 from ..errors import InputError
 
 MODELS: dict[str, dict] = {}
@@ -63,10 +64,7 @@ _HF_KEYS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attenti
 def hf_config(path: str, base: Path | None = None) -> dict:
     """Model fields from a Hugging Face ``config.json`` (Llama, Mistral/Mixtral, GPT-2 styles)."""
     file = Path(path) if base is None or Path(path).is_absolute() else base / path
-    try:
-        cfg = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError("model.hf_config", f"cannot read {file}: {exc}") from None
+    cfg = read_json_object(file, "model.hf_config")
     fields = {ours: cfg[theirs] for theirs, ours in _HF_KEYS.items() if cfg.get(theirs) is not None}
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu")))
     fields["mlp"] = "swiglu" if act in ("silu", "swiglu") else "gelu"
@@ -79,3 +77,17 @@ def hf_config(path: str, base: Path | None = None) -> dict:
     if missing:
         raise InputError("model.hf_config", f"{file} lacks {', '.join(sorted(missing))}")
     return fields
+
+
+def read_json_object(file: Path, key: str) -> dict:
+    """A JSON object from a regular file within the size and depth limits of sim/bounds.py."""
+    if not file.exists():
+        raise InputError(key, f"cannot read {file}: no such file")
+    try:
+        cfg = json.loads(bounds.read_text(file, key))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(key, f"cannot read {file}: {exc or 'nested too deeply'}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(key, f"{file}: expected a JSON object, got a JSON {type(cfg).__name__}")
+    bounds.check_depth(cfg, key)
+    return cfg
