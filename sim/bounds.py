@@ -73,12 +73,15 @@ FAULTS = Bound(0, 4096, "entries in [[stragglers]] or [[cluster.faults]] (one en
 # --- the model ---------------------------------------------------------------------------
 LAYERS = Bound(1, 1024, "8x the deepest published LLM (Megatron 1T: 128 layers)")
 HIDDEN = Bound(1, 131072, "5x the widest published LLM (Megatron 1T: 25,600)")
+HEADS = Bound(1, HIDDEN.hi, "attention heads (and kv heads): at most one per hidden unit")
 HEAD_DIM = Bound(1, 512, "FlashAttention kernels go to 256; past 512 the causal attention FLOPs "
                          "the contract's MFU counts (12*L*h*s) would report MFU > 1")
 FFN = Bound(1, 4 * HIDDEN.hi, "4x the widest hidden size")
 VOCAB = Bound(1, 2**21, "8x the largest published vocabulary (Gemma 3: 262,144)")
 EXPERTS = Bound(1, 16384, "8x GShard's 2,048 experts, the most of any MoE trained with expert GEMMs")
-CAPACITY = Bound(1e-3, 1024.0, "capacity factor: past experts/top_k every expert may take every token")
+CAPACITY = Bound(1.0, 1024.0, "capacity factor of training: below 1 experts drop tokens even under balanced "
+                               "routing, doing less than the FLOPs MFU counts; past experts/top_k nothing changes")
+LAB_CAPACITY = Bound(1e-3, 1024.0, "capacity factor of the routing lab, which studies dropping itself")
 SKEW = Bound(0.0, 16.0, "Zipf exponent: at 16 the first experts win every token by > 11 standard deviations")
 
 # --- training ----------------------------------------------------------------------------

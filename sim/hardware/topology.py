@@ -121,12 +121,15 @@ def check_field(key: str, field: str, value, where: str = ""):
     fields = FatTreeSpec.__dataclass_fields__
     if field not in fields:
         raise InputError(key, f"{where}unknown key; known: {', '.join(fields)}")
-    if field in ("name", "gpu", "routing"):
-        if not isinstance(value, str):
-            raise InputError(key, f"{where}expected a string, got {value!r}")
+    kind = str(fields[field].type)
+    if field in ("name", "gpu", "routing") or kind.startswith(("bool", "<class 'bool'>")):
+        expected = str if "bool" not in kind else bool
+        if not isinstance(value, expected):
+            raise InputError(key, f"{where}expected a {expected.__name__}, got {value!r}")
         return value
+    bound = FIELD_BOUNDS.get(field, bounds.Bound(1e-9, bounds.EXACT_INT, "a positive finite number"))
     try:  # counts must be whole; bandwidths and ratios may be fractional
-        return FIELD_BOUNDS[field].check(key, value, whole="float" not in str(fields[field].type))
+        return bound.check(key, value, whole="float" not in kind)
     except InputError as exc:
         raise InputError(key, where + exc.reason) from None
 

@@ -28,6 +28,7 @@ def _checker(bound: Bound, whole: bool):
         except InputError as exc:  # pydantic adds the key's location
             raise ValueError(exc.reason) from None
 
+    check.bound = bound  # (for listing every key's bound: CONTRACT.md)
     return check
 
 

@@ -52,8 +52,8 @@ class Model(_Section):
     name: Text = "custom"
     layers: count(B.LAYERS) = None
     hidden: count(B.HIDDEN) = None
-    heads: count(B.HIDDEN) = None
-    kv_heads: count(B.HIDDEN) | None = None  # default: heads (GQA when smaller)
+    heads: count(B.HEADS) = None
+    kv_heads: count(B.HEADS) | None = None  # default: heads (GQA when smaller)
     ffn_hidden: count(B.FFN) | None = None  # default: 4 * hidden
     vocab: count(B.VOCAB) = None
     mlp: Literal["gelu", "swiglu"] = "gelu"

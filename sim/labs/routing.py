@@ -122,7 +122,7 @@ def validate(args) -> None:
         raise InputError("--policy", f"unknown policy {args.policy!r}; known: {', '.join(POLICIES)}")
     if args.drop_order not in DROP_ORDERS:
         raise InputError("--drop-order", f"expected one of {', '.join(DROP_ORDERS)}, got {args.drop_order!r}")
-    bounds.CAPACITY.check("--capacity-factor", args.capacity_factor)
+    bounds.LAB_CAPACITY.check("--capacity-factor", args.capacity_factor)
     bounds.SKEW.check("--skew", args.skew)
     bounds.SEED.check("--seed", args.seed, whole=True)
     if args.check < 0:
