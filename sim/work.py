@@ -21,13 +21,19 @@ from .errors import InputError
 from .parallel import census
 from .step import perturbed, topology_spec
 
-# Per-unit costs, measured by `python bench/work.py` (2-core VM, CPU seconds; rounded up).
-OP_S, OP_BYTES = 25e-6, 1.5e3  # build + engine + spans per op (gpt3-175b-ptd: 17.5 us, jitter-dp-1k: 25 us)
-GPU_S, GPU_BYTES = 130e-6, 10e3  # per GPU of the cluster (llama3-70b FSDP, 16k-65k GPUs: 125 us, 9.4 KB)
-LINK_S, LINK_BYTES = 16e-6, 1.6e3  # per leaf-spine link (graph edge + sprayed route shares)
-SCORE_S, SCORE_BYTES = 170e-9, 16.0  # per router score drawn and routed (argsort), bytes per score held
-KERNEL_S = 110e-9  # per expert kernel timed (the compute-time memo hashes each op's kernel list)
-BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and pydantic loaded
+# Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
+# probe isolating each; estimate / measured for it in brackets after the change):
+OP_S, OP_BYTES = 25e-6, 1.5e3  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
+#                                jitter-dp-1k, every rank simulated, 17 us, 1.2 KB) [1.6x, 1.3-2.1x]
+GPU_S, GPU_BYTES = 130e-6, 11e3  # per GPU of the cluster (llama3-70b FSDP on 16k: 114 us, 10.6 KB) [1.2x, 1.1x]
+LINK_S, LINK_BYTES = 20e-6, 1.6e3  # per leaf-spine link (2,048 spines: 17 us, 1.6 KB) [1.1x, 1.1x]
+SCORE_S, SCORE_BYTES = 170e-9, 16.0  # per router score sorted (token choice 0.1 us; expert choice, whole batch
+#                                      at once, 0.17 us), bytes per score held at once [1.7x, 1.1x]
+CROWD_RANKS, CROWD_EXP = 1024, 0.6  # per-op cost grows as (ranks simulated / 1024)^0.6 past 1,024 ranks
+#   (more transfers in flight share each max-min solve; jitter-dp-1k at 4,096 GPUs: 39 us per op) [1.5x]
+JITTER_DRAW_BYTES = 32.0  # a jittered rank draws its multipliers 4,096 at a time, as Python floats
+KERNEL_S = 170e-9  # per expert kernel timed: the compute-time memo hashes each op's kernel list (0.14 us) [1.2x]
+BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and pydantic loaded (124 MiB)
 
 BUDGET_S = 300.0  # five minutes of CPU: past it, say so and let --force decide
 BUDGET_BYTES = 4 * 2**30  # 4 GiB: this machine's 24 GiB are shared by eight users
@@ -65,7 +71,9 @@ def estimate(s) -> Work:
     gpus, links = s.cluster.gpus, _fabric_links(s)
     scores, held = census.routed_scores(s)
     kernels = census.expert_kernels(s) * ranks
-    parts = {"ops": (ops * OP_S, ops * OP_BYTES), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
+    crowd = max(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
+    draws = ranks * max(per_rank, 4096) * JITTER_DRAW_BYTES if s.jitter.sigma > 0 else 0.0
+    parts = {"ops": (ops * OP_S * crowd, ops * OP_BYTES + draws), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
              "links": (links * LINK_S, links * LINK_BYTES), "scores": (scores * SCORE_S, held * SCORE_BYTES),
              "kernels": (kernels * KERNEL_S, 0.0)}
     seconds = sum(t for t, _ in parts.values())

@@ -92,3 +92,26 @@ def _wait(pid: int, timeout: float):
             return status, usage, True
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def main() -> None:
+    """``python tests/forked_cli.py < jobs.json``: a fresh interpreter that imports the
+    package once, then runs each job ``{"name": ..., "args": [...]}`` in a fork of itself;
+    prints one JSON object: the import's CPU seconds and every job's outcome. A fresh
+    process as a user's is, minus the start-up each case would repeat."""
+    jobs = json.load(sys.stdin)
+    import sim.cli
+    import sim.step  # noqa: F401  (what `run` imports on first use)
+
+    sim.cli.build_parser()  # imports every subcommand's module
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"import_cpu_s": usage.ru_utime + usage.ru_stime, "outcomes": {}}
+    for job in jobs:
+        got = run_cli(job["args"], timeout=job.get("timeout", 120.0))
+        out["outcomes"][job["name"]] = vars(got)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

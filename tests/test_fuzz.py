@@ -324,7 +324,7 @@ SCENARIOS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "scenarios").
 CLI_BUDGET_S = float(os.environ.get("FUZZ_BUDGET_S", "2"))  # the work budget of each fuzzed run
 CLI_MUTATIONS = st.lists(st.tuples(st.sampled_from(ALL_KEYS), st.sampled_from(HOSTILE) | st.sampled_from(LEGALISH)),
                          min_size=1, max_size=3)
-CLI_FUZZ = settings(max_examples=int(os.environ.get("FUZZ_CLI_EXAMPLES", "80")), deadline=None, database=None,
+CLI_FUZZ = settings(max_examples=int(os.environ.get("FUZZ_CLI_EXAMPLES", "150")), deadline=None, database=None,
                     derandomize="FUZZ_CLI_EXAMPLES" not in os.environ,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
