@@ -92,6 +92,7 @@ ZERO = Bound(0, 3, "ZeRO stages: 0 (DDP), 1 optimizer, 2 + gradients, 3 + parame
 SEED = Bound(0, 2**64 - 1, "numpy seeds with a non-negative integer of at most 64 bits")
 START_S = Bound(0.0, 1e9, "seconds into the step a straggler starts; any time past the step's end means never")
 NAME_CHARS = 255  # a scenario name becomes a file name (plots/<name>.png): 255 bytes on common filesystems
+PATH_CHARS = 4096  # a path (hf_config, a topology file): Linux's PATH_MAX
 
 # --- command-line flags --------------------------------------------------------------------
 MESSAGE_BYTES = Bound(1, 2**40, "bytes per collective: 1 TiB is more than any GPU's memory (B300: 288 GB)")

@@ -50,13 +50,18 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
     huge runs). Unless ``force``, a scenario past the work budget is refused first
-    (:func:`sim.work.check`: InputError naming the key that drives the cost). The summary
-    is checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one,
-    or a simulation that stops making progress, is a SimulationError naming the scenario."""
-    if not force:
-        from .work import check
+    (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
+    past 20x its estimate of CPU is stopped (:func:`sim.work.watchdog`). The summary is
+    checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
+    a simulation that stops making progress, is a SimulationError naming the scenario."""
+    from . import work
 
-        check(s)
+    limit = None if force else work.watchdog_seconds(work.check(s))
+    with work.watchdog(s.name, limit):
+        return _simulate(s, baseline, e_max, record_links)
+
+
+def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
     topo = build_topology(s)
     gpu_name = s.cluster.gpu or topo.spec.gpu
     gpu = gpu_preset(gpu_name)

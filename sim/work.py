@@ -13,11 +13,14 @@ budget with an InputError naming the key that drives the cost (exit 2); ``--forc
 Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 import math
+import signal
+import threading
 
 from . import bounds
-from .errors import InputError
+from .errors import InputError, SimulationError
 from .parallel import census
 from .step import perturbed, topology_spec
 
@@ -37,6 +40,7 @@ BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and py
 
 BUDGET_S = 300.0  # five minutes of CPU: past it, say so and let --force decide
 BUDGET_BYTES = 4 * 2**30  # 4 GiB: this machine's 24 GiB are shared by eight users
+WATCHDOG_FACTOR, WATCHDOG_MIN_S = 20.0, 120.0  # a run past 20x its estimate (and 2 min) of CPU is stuck
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,36 @@ def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -
                                       f"of {budget_s:,.0f} s and {budget_bytes / 2**30:,.1f} GiB; "
                                       "--force runs it anyway")
     return work
+
+
+def watchdog_seconds(w: Work) -> float:
+    """CPU seconds after which a simulation estimated at ``w`` counts as stuck."""
+    return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * w.seconds)
+
+
+@contextmanager
+def watchdog(name: str, seconds: float | None):
+    """Abort the body with a SimulationError (an internal error, exit 1, naming the
+    scenario) once the process has spent ``seconds`` of CPU in it: whatever stops a
+    simulation from progressing -- a livelock no guard knows of, an estimate wrong by
+    20x -- ends as an error, never a spin. A CPU timer (SIGVTALRM), so a busy machine
+    does not trip it; only in the main thread (signals), and not under ``--force``."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum, _frame):
+        raise SimulationError(f"scenario {name!r}: still simulating after {seconds:,.0f} s of CPU, "
+                              f"{WATCHDOG_FACTOR:g}x its work estimate (sim/work.py): the estimate or the "
+                              "engine is wrong; --force runs without this watchdog")
+
+    previous = signal.signal(signal.SIGVTALRM, expire)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
 
 
 def check_gpus(key: str, gpus: int, runs: int = 1, force: bool = False) -> None:

@@ -59,6 +59,8 @@ REFUSED = [
     ("dense_layers > layers", _set("model.moe={experts = 8, top_k = 2, dense_layers = 100}"),
      "model.moe.dense_layers"),
     ("seq_len = true", _set("training.seq_len=true"), "training.seq_len"),
+    ("a straggler naming nobody (did nothing)", _set("stragglers=[{slowdown = 2.0}]"), "stragglers[0]"),
+    ("jitter floor under lognormal (did nothing)", _set("jitter={sigma = 0.1, floor = 5.0}"), "jitter.floor"),
     ("micro_batch = 1.5", _set("training.micro_batch=1.5"), "training.micro_batch"),
     ("expert choice over 1M tokens x 16k experts",
      _set("model.moe={experts = 16384, top_k = 2, routing = 'expert_choice'}", "training.seq_len=1000000"),

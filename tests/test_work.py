@@ -154,3 +154,14 @@ def test_a_network_that_makes_no_progress_raises_instead_of_spinning(monkeypatch
             env.run()
     finally:
         signal.alarm(0)
+
+
+def test_a_run_far_past_its_estimate_is_stopped_as_an_internal_error(monkeypatch):
+    """The watchdog: whatever keeps a run from ending, it ends as a SimulationError."""
+    monkeypatch.setattr(work, "WATCHDOG_MIN_S", 0.05)
+    monkeypatch.setattr(work, "WATCHDOG_FACTOR", 0.0)
+    s = _load("gpt-1.7b-ptd-interleaved-a100")
+    with pytest.raises(SimulationError, match="still simulating after"):
+        simulate(s)
+    assert simulate(s, force=True).summary["step_time_s"] > 0  # --force: no watchdog
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)  # the timer is cleared

@@ -7,18 +7,20 @@ check and its one-line reason live in one place:
 - ``count(BOUND)``: a whole number (an int, or a float without a fraction such as
   ``1e6``); never a boolean or a string.
 - ``real(BOUND)``: a finite number (int or float); never a boolean, a string, nan or inf.
-- ``Flag``: a boolean (TOML ``true``/``false`` only). ``Text``: a string.
+- ``Flag``: a boolean (TOML ``true``/``false`` only). ``Text``: a string (a name);
+  ``PathText``: a string that may be a file path.
 """
 
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictStr
 
-from ..bounds import NAME_CHARS, Bound
+from ..bounds import NAME_CHARS, PATH_CHARS, Bound
 from ..errors import InputError
 
 Flag = StrictBool
 Text = Annotated[StrictStr, Field(max_length=NAME_CHARS)]
+PathText = Annotated[StrictStr, Field(max_length=PATH_CHARS)]  # a file path, or a preset's name
 
 
 def _checker(bound: Bound, whole: bool):

@@ -96,6 +96,9 @@ def _resolve_model(data: dict, base: Path | None) -> None:
     for key in ("preset", "hf_config"):
         if model.get(key) is not None and not isinstance(model[key], str):
             raise InputError(f"model.{key}", f"expected a name or path (a string), got {model[key]!r}")
+        longest = bounds.PATH_CHARS if key == "hf_config" else bounds.NAME_CHARS
+        if len(model.get(key) or "") > longest:
+            raise InputError(f"model.{key}", f"longer than {longest} characters")
     if model.get("preset"):
         resolved = presets.model_preset(model["preset"])
     elif model.get("hf_config"):
@@ -140,6 +143,9 @@ def check(s: Scenario) -> Scenario:
     _check_stages(model, p, t)
     _check_moe(model, p)
     _check_ranks(s, gpus, _per_node(s, spec))
+    if s.jitter.floor != 1.0 and s.jitter.distribution != "normal":
+        raise InputError("jitter.floor", f"bounds the normal distribution's draws; with {s.jitter.distribution!r} "
+                                         "it would do nothing (set distribution = \"normal\")")
     return s
 
 
@@ -266,6 +272,8 @@ def _check_moe(m, p) -> None:
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:
     for i, st in enumerate(s.stragglers):
+        if not st.ranks and not st.nodes:
+            raise InputError(f"stragglers[{i}]", "names no rank and no node (give ranks = [...] or nodes = [...])")
         bad = [r for r in st.ranks if r >= gpus]
         if bad:
             raise InputError(f"stragglers[{i}].ranks", f"rank {bad[0]} is outside 0..{gpus - 1}")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import bounds as B
-from .fields import Flag, Text, count, real
+from .fields import Flag, PathText, Text, count, real
 
 
 class _Section(BaseModel):
@@ -48,7 +48,7 @@ class Model(_Section):
     """A decoder-only transformer. Either ``preset``, ``hf_config`` or the fields."""
 
     preset: Text | None = None
-    hf_config: Text | None = None
+    hf_config: PathText | None = None
     name: Text = "custom"
     layers: count(B.LAYERS) = None
     hidden: count(B.HIDDEN) = None
@@ -104,7 +104,7 @@ class Cluster(_Section):
     """Hardware: a GPU preset on a topology."""
 
     gpu: Text | None = None  # default: the topology's GPU
-    topology: Text = "dgx-h100"
+    topology: PathText = "dgx-h100"
     nodes: count(B.GPUS) | None = None
     gpus: count(B.GPUS) | None = None
     gpus_per_node: count(B.DOMAIN) | None = None  # default from the topology
