@@ -4,9 +4,9 @@ topology -> rank programs -> engine -> spans -> summary.
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
 
-import dataclasses
 import time
 
+from . import work
 from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine
@@ -16,18 +16,9 @@ from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, spans_frame
+from .hardware.faults import perturbed
+from .input.load import topology_spec
 from .input.scenario import Scenario
-
-
-def topology_spec(s: Scenario) -> topology.FatTreeSpec:
-    """The cluster's topology parameters with the scenario's overrides applied."""
-    spec = topology.load_spec(s.cluster.topology)
-    overrides = dict(s.cluster.topology_overrides)
-    if s.cluster.gpus_per_node:
-        overrides["gpus_per_node"] = s.cluster.gpus_per_node
-        overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
-                             if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
-    return dataclasses.replace(spec, **overrides)
 
 
 def build_topology(s: Scenario) -> topology.Topology:
@@ -54,8 +45,6 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     past 20x its estimate of CPU is stopped (:func:`sim.work.watchdog`). The summary is
     checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
     a simulation that stops making progress, is a SimulationError naming the scenario."""
-    from . import work
-
     limit = None if force else work.watchdog_seconds(work.check(s))
     with work.watchdog(s.name, limit):
         return _simulate(s, baseline, e_max, record_links)
@@ -105,11 +94,6 @@ def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
             for r in straggler_ranks(st, per_node):
                 slow[r] = max(slow.get(r, 1.0), st.slowdown)
     return slow
-
-
-def perturbed(s: Scenario) -> bool:
-    """Whether stragglers, jitter or link faults are configured."""
-    return bool(s.stragglers) or s.jitter.sigma > 0 or bool(s.cluster.faults)
 
 
 def clean_copy(s: Scenario) -> Scenario:

@@ -21,8 +21,9 @@ import threading
 
 from . import bounds
 from .errors import InputError, SimulationError
+from .hardware.faults import perturbed
+from .input.load import topology_spec
 from .parallel import census
-from .step import perturbed, topology_spec
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
 # probe isolating each; estimate / measured for it in brackets after the change):

@@ -149,6 +149,18 @@ def check(s: Scenario) -> Scenario:
     return s
 
 
+def topology_spec(s: Scenario) -> topology.FatTreeSpec:
+    """The cluster's topology parameters with the scenario's overrides applied (what
+    sim.step builds the graph from)."""
+    spec = topology.load_spec(s.cluster.topology)
+    overrides = dict(s.cluster.topology_overrides)
+    if s.cluster.gpus_per_node:
+        overrides["gpus_per_node"] = s.cluster.gpus_per_node
+        overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
+                             if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
+    return dataclasses.replace(spec, **overrides)
+
+
 def _check_topology_overrides(s: Scenario, spec) -> dict:
     """Override values obey the same rules and bounds as a topology file's (a zero, NaN
     or negative bandwidth or count would divide by zero or never finish); returns them
