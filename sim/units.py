@@ -3,6 +3,7 @@ seconds, bytes, bytes/s, FLOP/s (STYLE.md rule 7)."""
 
 import re
 
+from .bounds import MESSAGE_BYTES
 from .errors import InputError
 
 GB = 1e9  # bytes; "GB/s" in files means gigaBYTES per second (CONTRACT.md)
@@ -27,7 +28,7 @@ def parse_size(text: str, key: str = "size") -> int:
     value = float(number) * 1024 ** _SIZE_POWERS[prefix.lower()]
     if value <= 0:
         raise InputError(key, f"size {text!r} must be positive")
-    return int(value)
+    return MESSAGE_BYTES.check(key, int(value))
 
 
 def parse_sizes(text: str, key: str = "--sizes") -> list[int]:

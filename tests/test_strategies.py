@@ -18,7 +18,7 @@ import pytest
 
 from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from sim.input.load import scenario_from_dict
-from sim.outputs.metrics import overlap, union
+from sim.outputs.metrics import length, overlap, union
 from sim.step import simulate
 
 # A small Llama-like model with layers far above the DDP bucket size (25 MiB), so every
@@ -103,9 +103,10 @@ def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
     act = 1 * SEQ * TP_MODEL["hidden"] * 2  # b*s*h bf16 bytes
     layers = comm[(comm.layer >= 0) & (comm.layer < TP_MODEL["layers"])]
     per_layer = layers.groupby("layer").name.apply(sorted)
-    if sp:  # all-gather before, reduce-scatter after each sublayer, both directions
+    if sp:  # all-gather before, reduce-scatter after each sublayer, both directions; backward
+        # also re-gathers each column-parallel GEMM's saved input for its wgrad (Megatron)
         want = sorted(["attn_ag", "attn_rs", "mlp_ag", "mlp_rs", "attn_grad_ag", "attn_grad_rs",
-                       "mlp_grad_ag", "mlp_grad_rs"])
+                       "mlp_grad_ag", "mlp_grad_rs", "attn_input_ag", "mlp_input_ag"])
         per_call = (tp - 1) / tp * act
     else:  # one all-reduce after each sublayer forward, one of its input gradient backward
         want = sorted(["attn_ar", "mlp_ar", "attn_grad_ar", "mlp_grad_ar"])
@@ -114,18 +115,26 @@ def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
     assert np.allclose(comm.bytes, per_call, rtol=1e-12)
     # plus the vocab-parallel embedding (forward) and output layer (backward): 2 more
     # all-reduces, or 2 more RS/AG pairs with SP
-    calls = (4 if not sp else 8) * TP_MODEL["layers"] + (2 if not sp else 4)
+    calls = (4 if not sp else 10) * TP_MODEL["layers"] + (2 if not sp else 4)
     assert len(comm) == calls
     assert result.summary["comm_bytes_per_gpu"]["tp"] == pytest.approx(calls * per_call, rel=1e-9)
-    # critical path: no compute runs while a TP collective is in flight, and the compute
-    # after each collective starts only once it has finished
+    # critical path: no compute runs while a forward collective or the gather of an output
+    # gradient is in flight, and the compute after it starts only once it has finished;
+    # the backward's input side (gather of the saved input, reduction of the input
+    # gradient) runs beside the dgrad and wgrad GEMMs (Megatron's async collectives)
     compute = spans_of(result, category="compute").sort_values("start_s")
-    assert overlap(intervals(comm), intervals(compute)) == pytest.approx(0.0, abs=1e-12)
-    for end in comm.end_s:
+    side = comm.name.str.endswith("_input_ag") | comm.name.isin(["attn_grad_rs", "mlp_grad_rs", "attn_grad_ar",
+                                                                 "mlp_grad_ar"])
+    blocking, beside = comm[~side], comm[side & (comm.layer >= 0) & (comm.layer < TP_MODEL["layers"])]
+    assert overlap(intervals(blocking), intervals(compute)) == pytest.approx(0.0, abs=1e-12)
+    for end in blocking.end_s:
         later = compute[compute.start_s >= end - 1e-12]
         earlier = compute[compute.start_s < end - 1e-12]
         assert (earlier.end_s <= end + 1e-12).all() and len(later) > 0
-    busy = (compute.end_s - compute.start_s).sum() + (comm.end_s - comm.start_s).sum()
+    assert len(beside) == TP_MODEL["layers"] * (4 if sp else 2)
+    for _, call in beside.iterrows():  # each runs under a GEMM of its layer's backward
+        assert overlap(intervals(beside.loc[[_]]), intervals(compute)) > 0
+    busy = length(union(np.vstack([intervals(compute), intervals(comm)])))  # no idle: one rank, no pipeline
     assert result.summary["step_time_s"] == pytest.approx(busy, rel=1e-9)
 
 

@@ -14,7 +14,7 @@ import sys
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("campaign", help="days, cost and goodput of a whole training run with failures")
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", help="scenario TOML file, or the name of a bundled example")
     p.add_argument("--tokens", type=float, required=True, help="tokens to train, e.g. 15e12")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key (repeatable)")
@@ -44,10 +44,15 @@ def run(args) -> int:
     from ..campaign.build import build, fleet_of
     from ..campaign.summary import report, summarize
     from ..campaign.trials import run as run_trials
+    from ..input.bundled import scenario_file
     from ..input.load import load_scenario
+    from ..outputs.paths import output_file
 
     opts = options(args)
-    scenario = load_scenario(args.scenario, args.overrides)
+    for flag, path in (("--plot-run", args.plot_run), ("--plot-interval", args.plot_interval)):
+        if path:
+            output_file(path, flag, (".png",))  # before the step simulation, not after it
+    scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     fleet_of(scenario, opts)  # bad --spares fails before the step simulation
     seed = scenario.seed if args.seed is None else args.seed
     step_s = args.step_time_s if args.step_time_s is not None else step_time(scenario)

@@ -11,6 +11,7 @@ from ..collectives.protocols import PROTOCOLS, WITH_PROTOCOLS
 from ..errors import InputError
 from ..studies.nccl_tests import algorithm, build_topology, explain, group_of, measure
 from ..units import parse_sizes
+from ..work import check_gpus
 
 CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -39,6 +40,7 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
         raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
+    check_gpus("--gpus", args.gpus, len(sizes))
     topo = build_topology(args.topology, args.gpus, args.gpu)
     group = group_of(args.op, args.gpus)
     domains = tuple(int(d) for d in topo.domains[list(group)])

@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
                                    "a folded rank shows as the simulated rank identical to it)")
     p.add_argument("--start-ms", type=float, default=None, help="window start (ms)")
     p.add_argument("--end-ms", type=float, default=None, help="window end (ms)")
+    p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
     p.set_defaults(func=run)
 
 
@@ -46,7 +47,7 @@ def run(args) -> int:
             raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
     check_selector(args.ranks, scenario.cluster.gpus, "--ranks")
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
-        result = simulate(scenario)
+        result = simulate(scenario, force=args.force)
     window = None
     if args.start_ms is not None or args.end_ms is not None:
         end = float(result.spans.end_s.max())

@@ -16,7 +16,7 @@ from ..input.load import load_scenario
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("rl", help="simulate an RL loop: generator and trainer pools, weight transfers")
-    p.add_argument("scenario", help="scenario TOML file with an [rl] section")
+    p.add_argument("scenario", help="scenario TOML file with an [rl] section, or a bundled example's name")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. rl.mode=sync (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -30,11 +30,14 @@ def run(args) -> int:
     """Load, check the output paths, simulate, print, export."""
     from ..rl.run import simulate_rl
 
+    from ..input.bundled import scenario_file
+    from ..outputs.paths import output_file
+
     for flag, value, ext in (("--trace", args.trace, ".json"), ("--timeline", args.timeline, ".png"),
                              ("--steps", args.steps_csv, ".csv")):
-        if value and not value.endswith(ext):
-            raise InputError(flag, f"expected a {ext} path, got {value!r}")
-    scenario = load_scenario(args.scenario, args.overrides)
+        if value:
+            output_file(value, flag, (ext,))
+    scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     if scenario.rl is None:
         raise InputError("rl", f"{args.scenario} has no [rl] section (CONTRACT.md: clustersim rl)")
     result = simulate_rl(scenario, record_links=bool(args.trace))

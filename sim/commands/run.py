@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
+    p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
     p.set_defaults(func=run)
 
 
@@ -47,7 +48,7 @@ def run(args) -> int:
     scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
-        result = simulate(scenario, record_links=bool(args.trace))
+        result = simulate(scenario, record_links=bool(args.trace), force=args.force)
     if not result.summary["fits_in_memory"]:
         gpu = gpu_preset(result.info["gpu"])
         print(f"warning: {scenario.name} needs {format_bytes(result.summary['memory_per_gpu_bytes'], gpu.hbm_unit)} "

@@ -11,7 +11,7 @@ import json
 import math
 
 from ..errors import InputError
-from ..model.compute import GEMM_EFFICIENCY
+from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
 from ..outputs.progress import Progress
 from ..studies import validation
 
@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("validate", help="compare predicted with published training step times")
     p.add_argument("--rows", default="", help="only rows whose id or source starts with one of these (comma list)")
     p.add_argument("--no-pp", action="store_true", help="only rows without pipeline parallelism")
-    p.add_argument("--fit", action="store_true", help="fit the GEMM efficiency per GPU type on the rows (slow)")
+    p.add_argument("--fit", action="store_true", help="fit the sustained efficiency per GPU type on the rows (slow: "
+                                                        "three simulations per row)")
     p.add_argument("--explain", metavar="ID", help="print one row's breakdown: compute, exposed comm per axis, bubble")
     p.add_argument("--json", action="store_true", help="print one JSON object per row, as a list")
     p.set_defaults(func=run)
@@ -56,7 +57,9 @@ def run(args) -> int:
         return 0
     _print_table(results)
     for gpu, e in fitted.items():
-        print(f"fitted e_max[{gpu}] = {e:.3f} (in use: {GEMM_EFFICIENCY[gpu]:.3f})")
+        kernel = GEMM_KERNEL[gpu]["bf16"]
+        print(f"fitted e_max[{gpu}] = {e:.4f}, sustained factor {e / kernel:.4f} (in use: e_max "
+              f"{GEMM_EFFICIENCY[gpu]:.4f}, sustained {GEMM_EFFICIENCY[gpu] / kernel:.4f})")
     return 0
 
 
@@ -108,17 +111,37 @@ def explain(row_id: str, as_json: bool) -> int:
     return 0
 
 
+FIT_GRID = (0.60, 0.68, 0.76)  # training large-GEMM efficiencies each row is simulated at
+
+
 def fit(rows: list) -> dict[str, float]:
-    """Golden-section search per GPU type on the mean |log(predicted/published)|."""
+    """The large-GEMM efficiency per GPU type (equivalently its sustained factor, see
+    sim/model/compute.py) minimizing the mean |log(predicted/published)| over all of that
+    GPU's rows together. A row's step time is a + b/e in the efficiency e to within the
+    overlap of compute and communication (compute scales as 1/e, communication does not):
+    each row is simulated at the three efficiencies of :data:`FIT_GRID`, a + b/e is fitted
+    to them by least squares, and the loss is minimized on those curves (golden section)."""
+    import numpy as np
+
     out = {}
     for gpu in sorted({r.gpu for r in rows}):
         mine = [r for r in rows if r.gpu == gpu]
+        curves = []
+        with Progress(f"fit {gpu}", len(mine) * len(FIT_GRID), transient=True) as progress:
+            for row in mine:
+                steps = []
+                for e in FIT_GRID:
+                    steps.append(validation.compare(row, e).predicted_step_s)
+                    progress.advance(f"{row.id} at e_max {e}")
+                if None not in steps:
+                    a, b = np.linalg.lstsq(np.column_stack([np.ones(3), 1 / np.array(FIT_GRID)]), np.array(steps),
+                                           rcond=None)[0]
+                    curves.append((a, b, row.published_step_s))
 
         def loss(e: float) -> float:
-            errs = [validation.compare(r, e).error for r in mine]
-            return sum(abs(math.log1p(x)) for x in errs if x is not None) / len(mine)
+            return sum(abs(math.log((a + b / e) / pub)) for a, b, pub in curves) / len(curves)
 
-        out[gpu] = _golden(loss, 0.4, 0.95)
+        out[gpu] = _golden(loss, 0.4, 0.95, tol=1e-4)
     return out
 
 

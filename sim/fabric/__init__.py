@@ -8,6 +8,7 @@ jobs' traffic (:mod:`.shared`, :mod:`.placement`; docs/collectives.md).
 import json
 
 from ..errors import InputError
+from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from .shared import run_shared
 
@@ -21,7 +22,7 @@ def run_cli(args) -> int:
     for flag in UNSUPPORTED:
         if getattr(args, flag, None):
             raise InputError(f"--{flag.replace('_', '-')}", "not available with --shared-fabric (one job at a time)")
-    scenarios = [load_scenario(path, args.overrides) for path in args.scenario]
+    scenarios = [load_scenario(scenario_file(path), args.overrides) for path in args.scenario]
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         scenarios = [s.model_copy(update={"name": f"{s.name}#{i}"}) for i, s in enumerate(scenarios)]

@@ -19,6 +19,7 @@ import zlib
 import networkx as nx
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
 from .switching import BUILDERS, SwitchRoutes
@@ -116,31 +117,43 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
         known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
         raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(key, f"{path}: malformed TOML ({exc})") from None
+        data = tomllib.loads(bounds.read_text(path, key))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return _spec_from_dict(data, path, key)
+
+
+# Bounds of a spec's numeric fields (sim/bounds.py says why each ends where it does)
+FIELD_BOUNDS = {"gpus_per_domain": bounds.DOMAIN, "gpus_per_node": bounds.DOMAIN,
+                "nodes_per_su": bounds.NODES_PER_SU, "spines": bounds.SPINES,
+                "oversubscription": bounds.OVERSUBSCRIPTION, "nvlink_gbps": bounds.LINK_GBPS,
+                "nic_gbps": bounds.LINK_GBPS, "max_gpus": bounds.GPUS, "planes": bounds.PLANES}
+
+
+def check_field(key: str, field: str, value, where: str = ""):
+    """A spec field's value, checked as a topology file's (``where``: the file, for the
+    message); InputError(key) for an unknown field, a wrong type or a value out of bounds."""
+    fields = FatTreeSpec.__dataclass_fields__
+    if field not in fields:
+        raise InputError(key, f"{where}unknown key; known: {', '.join(fields)}")
+    kind = str(fields[field].type)
+    if field in ("name", "gpu", "routing", "builder") or kind.startswith(("bool", "<class 'bool'>")):
+        expected = str if "bool" not in kind else bool
+        if not isinstance(value, expected):
+            raise InputError(key, f"{where}expected a {expected.__name__}, got {value!r}")
+        return value
+    bound = FIELD_BOUNDS.get(field, bounds.Bound(1e-9, bounds.EXACT_INT, "a positive finite number"))
+    try:  # counts must be whole; bandwidths and ratios may be fractional
+        return bound.check(key, value, whole="float" not in kind)
+    except InputError as exc:
+        raise InputError(key, where + exc.reason) from None
 
 
 def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
     builder = data.get("builder", "fat_tree")
-    if builder not in BUILDERS:
+    if not isinstance(builder, str) or builder not in BUILDERS:
         raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: {', '.join(BUILDERS)}")
-    fields = FatTreeSpec.__dataclass_fields__
-    for k, v in data.items():
-        if k not in fields:
-            raise InputError(f"{key}.{k}", f"{path}: unknown key; known: {', '.join(fields)}")
-        if fields[k].type is bool:
-            if not isinstance(v, bool):
-                raise InputError(f"{key}.{k}", f"{path}: expected true or false, got {v!r}")
-            continue
-        if k in ("name", "gpu", "routing", "builder"):
-            expected = (str,)
-        else:  # counts must be whole; bandwidths and ratios may be fractional
-            expected = (int, float) if "float" in str(fields[k].type) else (int,)
-        if not isinstance(v, expected) or isinstance(v, bool) or (expected != (str,) and v <= 0):
-            what = {(str,): "a string", (int,): "a positive integer"}.get(expected, "a positive number")
-            raise InputError(f"{key}.{k}", f"{path}: expected {what}, got {v!r}")
+    data = {k: check_field(f"{key}.{k}", k, v, f"{path}: ") for k, v in data.items()}
     data.setdefault("name", path.stem)
     spec = FatTreeSpec(**data)
     if spec.routing not in ("spray", "ecmp"):

@@ -11,6 +11,7 @@ import tomllib
 from pydantic import ValidationError
 
 from . import presets
+from .. import bounds
 from ..hardware import topology
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
@@ -20,20 +21,21 @@ from .scenario import Scenario
 def load_scenario(path: str | Path, overrides: list[str] | dict | None = None) -> Scenario:
     """Read, override, resolve and check a scenario file."""
     path = Path(path)
+    text = bounds.read_text(path, "scenario")
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError("scenario", f"no such file: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("scenario", f"{path}: malformed TOML ({exc})") from None
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InputError("scenario", f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return scenario_from_dict(data, overrides, base=path.parent)
 
 
 def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,
                        base: Path | None = None) -> Scenario:
     """Same as :func:`load_scenario` for an already-parsed dict."""
+    bounds.check_depth(data, "scenario")
     data = _deep_copy(data)
     for key, value in override_pairs(overrides):
+        bounds.check_depth(value, key)
         _set(data, key, value)
     _resolve_model(data, base)
     try:
@@ -70,6 +72,8 @@ def parse_value(text: str):
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise InputError("--set", f"value nested too deeply: {text[:40]}...") from None
 
 
 def _set(data: dict, key: str, value) -> None:
@@ -92,6 +96,9 @@ def _resolve_model(data: dict, base: Path | None) -> None:
     for key in ("preset", "hf_config"):
         if model.get(key) is not None and not isinstance(model[key], str):
             raise InputError(f"model.{key}", f"expected a name or path (a string), got {model[key]!r}")
+        longest = bounds.PATH_CHARS if key == "hf_config" else bounds.NAME_CHARS
+        if len(model.get(key) or "") > longest:
+            raise InputError(f"model.{key}", f"longer than {longest} characters")
     if model.get("preset"):
         resolved = presets.model_preset(model["preset"])
     elif model.get("hf_config"):
@@ -121,7 +128,9 @@ def _first_error(exc: ValidationError) -> InputError:
 def check(s: Scenario) -> Scenario:
     """Cross-field rules; returns the scenario with cluster.gpus and model defaults filled."""
     spec = topology.load_spec(s.cluster.topology)
-    _check_topology_overrides(s, spec)
+    overrides = _check_topology_overrides(s, spec)
+    s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"topology_overrides": overrides})})
+    _check_faults(s)
     gpu = gpu_preset(s.cluster.gpu or s.cluster.topology_overrides.get("gpu", spec.gpu))
     gpus = _gpu_count(s, spec)
     m, p, t = s.model, s.parallel, s.training
@@ -141,29 +150,36 @@ def check(s: Scenario) -> Scenario:
     _check_ranks(s, gpus, _per_node(s, spec))
     if s.rl is not None:
         _check_rl(s, model, gpus)
+    if s.jitter.floor != 1.0 and s.jitter.distribution != "normal":
+        raise InputError("jitter.floor", f"bounds the normal distribution's draws; with {s.jitter.distribution!r} "
+                                         "it would do nothing (set distribution = \"normal\")")
     return s
 
 
-def _check_topology_overrides(s: Scenario, spec) -> None:
-    """Override values obey the same rules as a topology file's (a zero or negative
-    bandwidth or count would divide by zero or never finish)."""
+def topology_spec(s: Scenario) -> topology.FatTreeSpec:
+    """The cluster's topology parameters with the scenario's overrides applied (what
+    sim.step builds the graph from)."""
+    spec = topology.load_spec(s.cluster.topology)
+    overrides = dict(s.cluster.topology_overrides)
+    if s.cluster.gpus_per_node:
+        overrides["gpus_per_node"] = s.cluster.gpus_per_node
+        overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
+                             if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
+    return dataclasses.replace(spec, **overrides)
+
+
+def _check_topology_overrides(s: Scenario, spec) -> dict:
+    """Override values obey the same rules and bounds as a topology file's (a zero, NaN
+    or negative bandwidth or count would divide by zero or never finish); returns them
+    converted (``16.0`` spines -> 16)."""
     fields = topology.FatTreeSpec.__dataclass_fields__
+    checked = {}
     for k, v in s.cluster.topology_overrides.items():
         key = f"cluster.topology_overrides.{k}"
         if k not in fields or k == "name":
             raise InputError(key, f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
-        if k in ("gpu", "routing", "builder"):
-            if not isinstance(v, str):
-                raise InputError(key, f"expected a string, got {v!r}")
-            continue
-        if fields[k].type is bool:  # sharp, nvls (the schema's number type turns true into 1.0)
-            if isinstance(v, str) or v not in (0, 1):
-                raise InputError(key, f"expected true or false, got {v!r}")
-            continue
-        whole = fields[k].type in (int, int | None)
-        if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)) or v <= 0:
-            raise InputError(key, f"expected a positive {'integer' if whole else 'number'}, got {v!r}")
-    merged = dataclasses.replace(spec, **s.cluster.topology_overrides)
+        checked[k] = topology.check_field(key, k, v)
+    merged = dataclasses.replace(spec, **checked)
     if merged.builder not in topology.BUILDERS:
         raise InputError("cluster.topology_overrides.builder",
                          f"unknown builder {merged.builder!r}; known: {', '.join(topology.BUILDERS)}")
@@ -172,6 +188,15 @@ def _check_topology_overrides(s: Scenario, spec) -> None:
     if merged.gpus_per_domain % merged.gpus_per_node and merged.gpus_per_node % merged.gpus_per_domain:
         raise InputError("cluster.topology_overrides.gpus_per_domain",
                          f"{merged.gpus_per_domain} must be a multiple or a divisor of gpus_per_node = {merged.gpus_per_node}")
+    return checked
+
+
+def _check_faults(s: Scenario) -> None:
+    """A link is either failed (factor 0) or carries at least FAULT_FACTOR.lo of its rate."""
+    for i, f in enumerate(s.cluster.faults):
+        if 0 < f.factor < bounds.FAULT_FACTOR.lo:
+            raise InputError(f"cluster.faults[{i}].factor", f"{f.factor} is neither 0 (failed) nor in "
+                             f"{bounds.FAULT_FACTOR.lo}..1 ({bounds.FAULT_FACTOR.why})")
 
 
 def _per_node(s: Scenario, spec) -> int:
@@ -246,6 +271,10 @@ def _check_heads(m, p) -> None:
     if m.head_dim is None and m.attention == "mha" and m.hidden % m.heads:
         raise InputError("model.heads", f"hidden = {m.hidden} is not divisible by heads = {m.heads} "
                                        "(give model.head_dim when heads are not hidden / heads wide)")
+    head_dim = m.head_dim or m.hidden // m.heads
+    if head_dim > bounds.HEAD_DIM.hi:
+        key = "model.head_dim" if m.head_dim else "model.heads"
+        raise InputError(key, f"head dim {head_dim} exceeds {bounds.HEAD_DIM.hi} ({bounds.HEAD_DIM.why})")
     if m.heads % m.kv_heads:
         raise InputError("model.kv_heads", f"heads = {m.heads} is not divisible by kv_heads = {m.kv_heads}")
     for key, n in (("heads", m.heads), ("kv_heads", m.kv_heads)):
@@ -311,6 +340,9 @@ def _check_moe(m, p) -> None:
         if p.expert_tp is not None:
             raise InputError("parallel.expert_tp", f"expert_tp = {p.expert_tp} needs an MoE model ([model.moe])")
         return
+    if m.moe.dense_layers >= m.layers:
+        raise InputError("model.moe.dense_layers", f"{m.moe.dense_layers} dense layers leave no MoE layer of "
+                                                   f"the model's {m.layers} (drop [model.moe] for a dense model)")
     if m.moe.experts % p.ep:
         raise InputError("parallel.ep", f"ep = {p.ep} does not divide model.moe.experts = {m.moe.experts}")
     if p.expert_tp is None or p.expert_tp == p.tp:
@@ -361,6 +393,8 @@ def _check_overlap(m, p, t) -> None:
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:
     for i, st in enumerate(s.stragglers):
+        if not st.ranks and not st.nodes:
+            raise InputError(f"stragglers[{i}]", "names no rank and no node (give ranks = [...] or nodes = [...])")
         bad = [r for r in st.ranks if r >= gpus]
         if bad:
             raise InputError(f"stragglers[{i}].ranks", f"rank {bad[0]} is outside 0..{gpus - 1}")

@@ -9,6 +9,7 @@ presets too, under their file names; the key mapping lives in :mod:`sim.input.hf
 import json
 from pathlib import Path
 
+from .. import bounds
 from ..errors import InputError
 from . import hf
 
@@ -65,8 +66,19 @@ def model_preset(name: str) -> dict:
 def hf_config(path: str, base: Path | None = None) -> dict:
     """Model fields from a Hugging Face ``config.json`` (see :mod:`sim.input.hf`)."""
     file = Path(path) if base is None or Path(path).is_absolute() else base / path
-    try:
-        cfg = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError("model.hf_config", f"cannot read {file}: {exc}") from None
+    cfg = read_json_object(file, "model.hf_config")
     return hf.model_fields(cfg, str(file))
+
+
+def read_json_object(file: Path, key: str) -> dict:
+    """A JSON object from a regular file within the size and depth limits of sim/bounds.py."""
+    if not file.exists():
+        raise InputError(key, f"cannot read {file}: no such file")
+    try:
+        cfg = json.loads(bounds.read_text(file, key))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(key, f"cannot read {file}: {exc or 'nested too deeply'}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(key, f"{file}: expected a JSON object, got a JSON {type(cfg).__name__}")
+    bounds.check_depth(cfg, key)
+    return cfg

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -256,6 +257,7 @@ def validate(args) -> None:
         raise InputError("--dtype", f"unknown dtype {args.dtype!r}; known: {', '.join(DTYPES)}")
     if args.algo not in ALGOS:
         raise InputError("--algo", f"unknown algorithm {args.algo!r}; known: {', '.join(ALGOS)}")
+    bounds.SEED.check("--seed", args.seed, whole=True)
     if not 1 <= args.ranks <= 65536:
         raise InputError("--ranks", f"expected 1..65536, got {args.ranks}")
     if not 1 <= args.elements <= 1 << 22:

@@ -92,13 +92,17 @@ def entry_width(d: Dims) -> int:
 def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
     """QK^T and AV over ``kv_share`` of the keys: 2 * tokens * seq * heads * (d_qk + d_v) / tp
     FLOPs (the contract's attention term is 3x this); flash attention skips the causal
-    upper half. BF16 under FP8 too (flash attention)."""
+    upper half and runs at the flash-attention efficiency of the keys each query attends
+    (:data:`sim.model.compute.ATTENTION_KERNEL`); without it the scores are batched GEMMs
+    with the head dimension as their inner size. BF16 under FP8 too."""
     causal = 0.5 if sh.flash else 1.0
-    flops = 4 * sh.tokens * sh.seq * kv_share * d.attn_width / sh.tp * causal
+    keys = sh.seq * kv_share * causal
+    flops = 4 * sh.tokens * keys * d.attn_width / sh.tp
     io = ELEM * sh.tokens * (d.a * (d.dq + d.dv) + d.kv_width) / sh.tp
     if not sh.flash:  # scores, mask, softmax, dropout written and read back (Megatron 2021)
         io += 4 * ELEM * sh.micro * d.a / sh.tp * (sh.tokens / sh.micro) * sh.seq * kv_share
-    return Kernel(flops, min(d.dq, d.dv), io, 1, 2.5 if sh.flash else 2.0)
+        return Kernel(flops, min(d.dq, d.dv), io, 1, 2.0)
+    return Kernel(flops, min(d.dq, d.dv), io, 1, 2.5, attn=1, keys=keys)
 
 
 def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:

@@ -8,9 +8,53 @@ These sit on the critical path: the next compute op depends on them (with
 ``parallel.tp_comm_overlap``, :mod:`.tp_overlap` pipelines them with GEMM chunks instead).
 """
 
+from dataclasses import dataclass
+
 from ..model.layers import ELEM, backward, entry_width
 
 AXIS = "tp"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Positions of a sublayer's kernels by TP role (``Kernel.tp``, sim/model/layers.py):
+    head (local, before the gather), consumers (column-parallel, read the gathered input),
+    middle, producer (row-parallel, write the partial sums), tail (local, after)."""
+
+    head: slice
+    consumers: slice
+    middle: slice
+    producer: slice
+    tail: slice
+
+
+def _run(kernels, role: int) -> tuple[int, int] | None:
+    """(first, one past the last) of the kernels with TP role ``role``, or None."""
+    found = [i for i, k in enumerate(kernels) if k.tp == role]
+    return (found[0], found[-1] + 1) if found else None
+
+
+def roles(kernels, gather: bool, scatter: bool) -> Roles:
+    """Split a sublayer's kernel list by role; consumers only with ``gather``, a producer
+    only with ``scatter``."""
+    n = len(kernels)
+    cons = _run(kernels, 1) if gather else None
+    start, end = cons if cons else (0, 0)
+    prod = _run(kernels, 2) if scatter else None
+    first, last = prod if prod and prod[0] >= end else (n, n)
+    return Roles(slice(0, start), slice(start, end), slice(end, first), slice(first, last), slice(last, n))
+
+
+def half(kernel):
+    """One of the two GEMMs of a GEMM's backward (dgrad, wgrad): half its backward work."""
+    bk = kernel.backward()
+    return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=kernel.count)
+
+
+def compute_op(b, name, kernels, deps, layer, mb):
+    """A compute op of ``kernels``, or ``deps`` itself when there are none."""
+    kernels = tuple(kernels)
+    return b.compute(name, kernels, deps, layer, mb) if kernels else deps
 
 
 def _group(b):
@@ -81,7 +125,33 @@ def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: in
 def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps,
                       gathered: bool = False, scattered: bool = False) -> int | tuple:
     """Backward of :func:`forward_sublayer`: the gradient of a reduced output is gathered
-    first (``scattered``), the input gradient reduced last (``gathered``)."""
+    first (``scattered``); the input side runs as :func:`split_backward`."""
+    kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
     x = enter_backward(b, sublayer, layer, mb, deps, sublayer_bytes(b, sublayer, True, False)) if scattered else deps
-    x = b.compute(name, backward(kernels_fn(b.ctx.dims, b.ctx.shard)), x, layer, mb)
-    return exit_backward(b, sublayer, layer, mb, x, sublayer_bytes(b, sublayer, False, True)) if gathered else x
+    if not gathered or b.ctx.layout.sizes["tp"] == 1:  # nothing to reduce: one op
+        return b.compute(name, backward(kernels), x, layer, mb)
+    r = roles(kernels, True, False)
+    x = compute_op(b, name, backward(kernels[r.consumers.stop:]), x, layer, mb)
+    return split_backward(b, sublayer, name, kernels, r, x, layer, mb)
+
+
+def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb: int) -> int | tuple:
+    """The input side of a sublayer's backward, from the column-parallel GEMMs down, as
+    Megatron-Core runs it (megatron/core/tensor_parallel/layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication.backward; TE's Linear and
+    LayerNormLinear alike): under SP the saved sequence-sharded input is all-gathered
+    asynchronously while the dgrad GEMM runs (the wgrad needs it whole); the input gradient
+    is reduce-scattered (SP) or all-reduced asynchronously while the wgrad GEMM runs; the
+    head's backward (the norm) waits for both."""
+    consumers = kernels[r.consumers]
+    if not consumers or b.ctx.layout.sizes["tp"] == 1:
+        x = compute_op(b, name, backward(consumers), x, layer, mb)
+        return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
+    gather = None
+    if b.ctx.scenario.parallel.sequence_parallel:
+        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
+                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
+    dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb)
+    reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
+    wgrad = compute_op(b, name, [half(k) for k in consumers], (dgrad, gather), layer, mb)
+    return compute_op(b, name, backward(kernels[r.head]), (reduce, wgrad), layer, mb)

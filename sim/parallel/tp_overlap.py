@@ -19,7 +19,8 @@ keep, nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py):
 - backward of the column-parallel GEMMs (qkv_dgrad/wgrad, fc1_dgrad/wgrad): **bulk**
   overlaps: the all-gather of the saved sequence-sharded input (needed by the wgrad)
   runs beside the dgrad GEMM, and the reduce-scatter of the dgrad output beside the wgrad
-  GEMM. (Bulk comm kernels share SMs without a margin; not modelled.)
+  GEMM (:func:`.tp.split_backward`, which Megatron runs with async NCCL even without
+  userbuffers). (Bulk comm kernels share SMs without a margin; not modelled.)
 
 What stays exposed emerges from streams and dependencies: the last reduce-scatter
 chunk, plus any chunk whose communication outlasts its GEMM. The MoE MLP (its TP traffic
@@ -41,11 +42,9 @@ tokens/chunks rows on its own would cost GPT-3 175B at tp 4 about 5% of its comp
 Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, tp > 1).
 """
 
-from dataclasses import dataclass
-
 from ..model.layers import backward as backward_of
 from . import tp
-from .tp import sublayer_bytes
+from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
 
 AXIS = "tp"
 RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
@@ -53,34 +52,6 @@ RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub def
 # num_sm=16 for "pipeline" (NeMo's H100 configs use 8-24), with set_sm_margin cuBLAS runs on
 # the rest; of the 132 SMs of an H100 SXM (NVIDIA H100 whitepaper). One constant for every GPU.
 COMM_SM_SHARE = 16 / 132
-
-
-@dataclass(frozen=True)
-class Roles:
-    """Positions of a sublayer's kernels by role (see the module docstring)."""
-
-    head: slice
-    consumers: slice
-    middle: slice
-    producer: slice
-    tail: slice
-
-
-def _run(kernels, role: int) -> tuple[int, int] | None:
-    """(first, one past the last) of the kernels with TP role ``role``, or None."""
-    found = [i for i, k in enumerate(kernels) if k.tp == role]
-    return (found[0], found[-1] + 1) if found else None
-
-
-def roles(kernels, gather: bool, scatter: bool) -> Roles:
-    """Split a sublayer's kernel list by role; consumers only with ``gather``, a producer
-    only with ``scatter``."""
-    n = len(kernels)
-    cons = _run(kernels, 1) if gather else None
-    start, end = cons if cons else (0, 0)
-    prod = _run(kernels, 2) if scatter else None
-    first, last = prod if prod and prod[0] >= end else (n, n)
-    return Roles(slice(0, start), slice(start, end), slice(end, first), slice(first, last), slice(last, n))
 
 
 def _group(b):
@@ -94,17 +65,6 @@ def _group_of(b):
 def _chunk(kernel, chunks: int):
     """One of ``chunks`` token chunks of a GEMM (see the module docstring)."""
     return kernel._replace(flops=kernel.flops / chunks, bytes=kernel.bytes / chunks)
-
-
-def _half(kernel):
-    """One of the two GEMMs of a GEMM's backward (dgrad, wgrad): half its backward work."""
-    bk = kernel.backward()
-    return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=kernel.count)
-
-
-def _compute(b, name, kernels, deps, layer, mb):
-    kernels = tuple(kernels)
-    return b.compute(name, kernels, deps, layer, mb) if kernels else deps
 
 
 def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool) -> int:
@@ -175,16 +135,5 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
             x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False)
             x = _compute(b, name, halves, x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
-    if gathered:
-        consumers = kernels[r.consumers]
-        if not consumers:
-            return tp.exit_backward(b, sub, layer, mb, _compute(b, name, backward_of(kernels[r.head]), x, layer, mb),
-                                   sublayer_bytes(b, sub, False, True))
-        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
-                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
-        dgrad = _compute(b, name, [_half(k) for k in consumers], x, layer, mb)
-        scatter = b.collective(f"{sub}_grad_rs", AXIS, "reduce_scatter", _group(b), sublayer_bytes(b, sub, False, True),
-                               dgrad, layer=layer, mb=mb, tag=("bwd",), group_of=_group_of(b))
-        wgrad = _compute(b, name, [_half(k) for k in consumers], (dgrad, gather), layer, mb)
-        x = _compute(b, name, backward_of(kernels[r.head]), (scatter, wgrad), layer, mb)
-    return x
+    return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
+        _compute(b, name, backward_of(kernels[r.head]), x, layer, mb)

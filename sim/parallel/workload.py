@@ -36,7 +36,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), jitter=jitter)
     ctx.expert_loads = expert_loads(s, d, shard, layout)
-    ctx.simulated = simulated_ranks(s, layout, folded=jitter is None and can_fold(s))
+    ctx.simulated = simulated_ranks(s, layout, folded=jitter is None and can_fold(s),
+                                    uneven=any(np.ptp(x) > 0 for x in ctx.expert_loads.values()))
     return ctx
 
 
@@ -45,13 +46,13 @@ def can_fold(s: Scenario) -> bool:
     return s.parallel.fold and not s.stragglers and s.jitter.sigma == 0 and not s.cluster.faults
 
 
-def simulated_ranks(s: Scenario, layout: Layout, folded: bool) -> frozenset[int]:
-    """One rank per stage when folded (a whole expert group if routing is uneven), else all."""
+def simulated_ranks(s: Scenario, layout: Layout, folded: bool, uneven: bool = False) -> frozenset[int]:
+    """One rank per stage when folded (a whole expert group when the experts' loads are
+    uneven: its ranks then do different work), else all."""
     if not folded:
         return frozenset(range(layout.world))
     reps = {layout.rank(tp=0, cp=0, dp=0, pp=st) for st in range(layout.sizes["pp"])}
-    moe = s.model.moe
-    if moe is not None and layout.ep > 1 and (moe.routing != "uniform" or moe.skew > 0):
+    if uneven and layout.ep > 1:
         reps |= {r for rep in reps for r in layout.ep_group(rep)}
     return frozenset(reps)
 
