@@ -243,3 +243,18 @@ def test_bad_flags_exit_2_naming_the_flag(args, flag):
 def test_unknown_model_names_the_argument():
     assert_input_error(clustersim("plan", "no-such-model", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "8",
                                   "--global-batch-tokens", "64"), "MODEL_OR_SCENARIO")
+
+
+def test_work_budget_refusals_are_counted_rejections(tmp_path, monkeypatch):
+    """A pick sim.work.check refuses is a counted rejection (``work_budget``), left out of the
+    table, never simulated, never a crash; the counts still add up to every candidate."""
+    from sim import work
+
+    _, whole = _plan(tmp_path)
+    monkeypatch.setattr(work, "BUDGET_S", 1e-9)  # every simulation is past it
+    _, refused = _plan(tmp_path)
+    assert refused.simulated == 0 and refused.rejected["work_budget"] == len(refused.refused) >= 5
+    assert set(refused.refused) >= set(whole.table.position[whole.table.simulated].head(5))
+    assert not set(refused.table.position) & set(refused.refused)
+    assert refused.evaluated + sum(refused.rejected.values()) == refused.candidates
+    assert all(why.startswith(("training.", "model.", "parallel.", "cluster.")) for why in refused.refused.values())

@@ -22,9 +22,12 @@ import time
 import numpy as np
 import pandas as pd
 
+from .. import work
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
+from ..input.load import scenario_from_dict
 from ..outputs.progress import status
+from ..studies.sweep_pool import one_line
 from ..studies.sweeps import point_key, sweep
 from . import fit, rank, rules, select
 from .estimate import Estimator
@@ -52,6 +55,7 @@ class Plan:
     rank_correlation_front: float | None = None
     estimate_scale: float = 1.0
     failures: dict = field(default_factory=dict)  # position -> error of a simulation that failed
+    refused: dict = field(default_factory=dict)  # position -> sim.work.check's refusal (rejected, not in the table)
     stats: dict = field(default_factory=dict)  # sweep counts summed over rounds (resumed, simulated, ...)
     seconds: dict = field(default_factory=dict)  # wall seconds per phase
 
@@ -87,7 +91,10 @@ def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.
                             dict(workers=workers, dask=dask, out=_sims_path(out), point_timeout=point_timeout,
                                  quiet=quiet))
     seconds["simulate"] = round(_lap(clock) - seconds["rules"] - seconds["estimate"], 3)
-    plan.table = rank.table(ranked, sims, req.scenario, gpu_preset(req.gpu).peak_flops)
+    table = rank.table(ranked, sims, req.scenario, gpu_preset(req.gpu).peak_flops)
+    plan.table = rank.without(table, plan.refused)
+    if plan.refused:
+        plan.rejected[rules.WORK.id] = len(plan.refused)
     plan.estimate_scale = rank.scale(ranked, sims)
     plan.rank_correlation = rank.spearman(*_pairs(ranked, sims, sims))
     plan.rank_correlation_front = rank.spearman(*_pairs(ranked, sims, plan.stats.get("front", [])))
@@ -123,13 +130,21 @@ def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, kwargs: di
         sims.update(_run(req, ranked, picks, plan, kwargs))
         plan.spent_s += cost
         done = {p: float(s["step_time_s"]) for p, s in sims.items()}
-        picks = [p for p in select.contenders(ranked, done, plan.budget_s, top) if p not in plan.failures]
+        picks = [p for p in select.contenders(ranked, done, plan.budget_s, top)
+                 if p not in plan.failures and p not in plan.refused]
     return sims
 
 
 def _run(req, ranked: pd.DataFrame, picks: list[int], plan: Plan, kwargs: dict) -> dict[int, dict]:
-    """Simulate ``picks`` through the sweep machinery; position -> row (failures kept aside)."""
+    """Simulate ``picks`` through the sweep machinery; position -> row (failures kept aside,
+    picks the work budget refuses counted in ``plan.refused`` and not run)."""
     grid = [overrides(ranked.iloc[p]) for p in picks]
+    refused = _refused(req.data, grid)
+    plan.refused.update({picks[i]: why for i, why in refused.items()})
+    picks = [p for i, p in enumerate(picks) if i not in refused]
+    grid = [g for i, g in enumerate(grid) if i not in refused]
+    if not grid:
+        return {}
     stats: dict = {}
     frame = sweep(req.data, grid, workers=kwargs["workers"], out=kwargs["out"], dask=kwargs["dask"],
                   quiet=kwargs["quiet"], stats=stats, point_timeout=kwargs["point_timeout"],
@@ -145,6 +160,23 @@ def _run(req, ranked: pd.DataFrame, picks: list[int], plan: Plan, kwargs: dict) 
             plan.failures[p] = error
         else:
             out[p] = row
+    return out
+
+
+def _refused(data: dict, grid: list[dict]) -> dict[int, str]:
+    """Index in ``grid`` -> why :func:`sim.work.check` refuses that point's simulation
+    (``simulate()`` would raise it in the worker; checked here so the refusal is a counted
+    rejection). A point the loader rejects is left to the sweep (a failed row)."""
+    out = {}
+    for i, point in enumerate(grid):
+        try:
+            s = scenario_from_dict(data, point)
+        except InputError:
+            continue
+        try:
+            work.check(s)
+        except InputError as exc:
+            out[i] = one_line(str(exc))
     return out
 
 

@@ -74,6 +74,15 @@ def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: flo
     return out[list(TABLE)]
 
 
+def without(table: pd.DataFrame, positions) -> pd.DataFrame:
+    """``table`` less the rows of the given estimate positions, ranks renumbered."""
+    if not positions:
+        return table
+    out = table[~table["position"].isin(set(positions))].reset_index(drop=True)
+    out["rank"] = np.arange(1, len(out) + 1)
+    return out
+
+
 def _simulated(sim: dict) -> dict:
     """The columns a simulation sets."""
     step = float(sim["step_time_s"])

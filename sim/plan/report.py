@@ -37,6 +37,7 @@ def summary(plan, req, top: int) -> dict:
             "budget_s": plan.budget_s, "predicted_simulation_s": round(plan.spent_s, 3),
             "rank_correlation": plan.rank_correlation, "rank_correlation_front": plan.rank_correlation_front,
             "estimate_scale": plan.estimate_scale, "failed": {str(k): v for k, v in plan.failures.items()},
+            "refused": {str(k): v for k, v in plan.refused.items()},
             "resumed": plan.stats.get("resumed", 0), "seconds": plan.seconds}
 
 
@@ -98,6 +99,9 @@ def _notes(plan, gpu) -> list[str]:
     if plan.failures:
         out.append(f"{len(plan.failures)} simulations failed and keep their estimate: "
                    + "; ".join(sorted(set(plan.failures.values()))[:3]))
+    if plan.refused:
+        out.append(f"{len(plan.refused)} layouts picked for simulation were refused by the work budget and left "
+                   "out: " + "; ".join(sorted(set(plan.refused.values()))[:2]))
     if plan.stats.get("resumed"):
         out.append(f"{plan.stats['resumed']} simulations resumed from a previous run")
     best = plan.table.iloc[0]

@@ -40,8 +40,11 @@ REASONS = (  # in the loader's order (check(): heads, batch, stages, moe, overla
     Reason("ep_overlap_micro_batches", "parallel.ep_comm_overlap", "EP overlap needs at least 2 micro-batches"),
     Reason("memory", "memory", "peak memory per GPU above HBM less the headroom"),
 )
-BY_ID = {r.id: r for r in REASONS}
 MEMORY = len(REASONS)  # code of the memory reason (codes are 1-based; 0: valid)
+# Checked only on the layouts picked for a full simulation (sim/work.py's per-scenario
+# estimate; the others keep the analytic estimate): a refused pick leaves the table.
+WORK = Reason("work_budget", "work", "its full simulation is past this machine's work budget (sim/work.py)")
+BY_ID = {r.id: r for r in (*REASONS, WORK)}
 
 
 @dataclass(frozen=True)
