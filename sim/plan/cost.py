@@ -1,31 +1,38 @@
 """What a full simulation of a candidate costs, predicted, to budget the planner's
 simulations (:mod:`.select`) deterministically.
 
-A folded simulation runs one rank per pipeline stage (whole expert groups under uneven
-routing, sim/parallel/workload.py ``simulated_ranks``), so its work is the ops of those
-ranks. But a collective whose group leaves its NVLink domain also carries the traffic
-of every folded copy of it (``Context.siblings``): all ranks of the stage put flows on
-the network, and the max-min fair solver re-rates all of them. So
+A folded simulation runs one rank per pipeline stage (whole expert groups when routing
+loads experts unevenly, sim/parallel/workload.py ``simulated_ranks``), so its work is the
+ops of those ranks. But a collective whose group leaves its NVLink domain also carries the
+traffic of every folded copy of it (``Context.siblings``): all ranks of the stage put
+flows on the network, and the max-min fair solver re-rates them. An all-to-all leaving
+the domain costs about the same whatever its size (its flows are solved together). So
 
     seconds = SECONDS_PER_GPU * GPUs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows
+              + SECONDS_PER_A2A * cross-domain all-to-alls
 
-with ``flows`` the stage's ranks for every cross-domain collective. Groups are Megatron's
-(tp-cp-dp-pp from rank 0), so whether one leaves its domain is arithmetic: the tp*cp
-ranks of a CP ring, the tp*cp*dp of a data-parallel group, ep * stride of an all-to-all.
-The constants are fitted to measured simulations (docs/plan.md); only the budget uses them.
+with ``flows`` the stage's ranks for every cross-domain ring step, gather and send. Groups
+are Megatron's (tp-cp-dp-pp from rank 0), so whether one leaves its domain is arithmetic:
+the tp*cp ranks of a CP ring, the tp*cp*dp of a data-parallel group, ep * stride of an
+all-to-all. The constants are a least-squares fit (relative error) to the CPU seconds of
+16 full points (scenario load, simulation, breakdown: what a planner worker runs) of the
+70B, 405B and DeepSeek-V3 searches and the dg-l405-512 and dg-grok-512 published rows,
+measured on the 2-core VM: predicted / measured 0.5-1.5x (docs/plan.md). Only the budget
+uses them.
 """
 
 import numpy as np
 
-SECONDS_PER_GPU = 2e-4  # building the topology and the groups, per GPU
-SECONDS_PER_OP = 4e-5  # one op of a simulated rank (engine events, spans)
-SECONDS_PER_FLOW = 1.5e-5  # one flow of a cross-domain collective, siblings included
+SECONDS_PER_GPU = 2.3e-4  # building the topology and the groups, per GPU (fit: 2.28e-4)
+SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
+SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
+SECONDS_PER_A2A = 2.5e-3  # one all-to-all leaving the NVLink domain (fit: 2.50e-3)
 RS_OPS = 8  # a pipelined reduce-scatter: 4 GEMM chunks and 4 collectives (sim/parallel/tp_overlap.py)
 
 
-def counts(c, d, s, domain: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ops, flows) of one step's simulation of every candidate of table ``c`` (with its
-    ``micro`` column: micro-batches per step)."""
+def counts(c, d, s, domain: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ops, flows, cross-domain all-to-alls) of one step's simulation of every candidate
+    of table ``c`` (with its ``micro`` column: micro-batches per step)."""
     tp, cp, dp, ep, etp, pp, v, micro = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
                                                                     "virtual_stages", "micro"))
     rec, tpov, zero = c["recompute"].to_numpy(), c["tp_comm_overlap"].to_numpy(dtype=bool), c["zero"].to_numpy()
@@ -39,15 +46,24 @@ def counts(c, d, s, domain: int) -> tuple[np.ndarray, np.ndarray]:
     a2a = np.where(rec == "full", 6, 4)
     fsdp = np.where(zero == 3, 3, 0)
     ops = micro * (d.layers * (per_layer + fsdp) + moe_layers * (4 + a2a + np.where(tp > 1, 4, 0)))
-    flows = micro * d.layers * (shifts * cross_cp + fsdp * cross_dp) + micro * moe_layers * a2a * cross_ep
-    flows = (flows + 2 * micro * v * pp * cross_pp) * ranks
+    flows = (micro * d.layers * (shifts * cross_cp + fsdp * cross_dp) + 2 * micro * v * pp * cross_pp) * ranks
+    a2a_out = micro * moe_layers * a2a * cross_ep  # cross-domain all-to-alls of the simulated rank
+    if uneven(s):
+        ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
+    return ops.astype(float), flows.astype(float), a2a_out.astype(float)
+
+
+def uneven(s) -> bool:
+    """Whether routing loads experts unevenly, so the workload simulates whole expert groups
+    (sim/parallel/workload.py: uniform routing without skew, padded token dropping and
+    expert choice, which gives every expert its capacity, load them evenly and fold)."""
     moe = s.model.moe
-    if moe is not None and (moe.routing != "uniform" or moe.skew > 0):
-        ops = ops * ep  # whole expert groups are simulated
-    return ops.astype(float), flows.astype(float)
+    if moe is None:
+        return False
+    return not ((moe.routing == "uniform" and moe.skew == 0) or moe.padded or moe.routing == "expert_choice")
 
 
 def sim_cost(c, d, s, domain: int) -> np.ndarray:
     """Predicted seconds of one full simulation of each candidate on one core."""
-    ops, flows = counts(c, d, s, domain)
-    return SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows
+    ops, flows, a2a = counts(c, d, s, domain)
+    return SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows + SECONDS_PER_A2A * a2a

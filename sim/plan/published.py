@@ -2,17 +2,24 @@
 (sim/studies/validation.py: Narayanan et al. 2021, the Megatron-LM README, NVIDIA's DGX
 Cloud NeMo recipes), plan the same model, batch and cluster, simulate the published
 layout as ``validate`` does, and say where it ranks among the layouts the planner
-evaluated and whether the planner's best is at least as fast.
+evaluated and whether the planner's best is at least as fast. The knobs of a published
+run were those of its time (Narayanan et al. 2021 recompute every layer and shard no
+optimizer state), so the rank among the layouts sharing its ZeRO stage, recompute and
+micro-batch (``knob_rank``) says how good its mesh was with the knobs it chose.
 
 Run ``python bench/plan_published.py`` (docs/plan.md has the measured table).
 """
 
 from dataclasses import dataclass
+import time
+
+import numpy as np
 
 from ..input.load import scenario_from_dict
 from ..step import simulate
 from .driver import search
 from .inputs import request_of
+from .report import describe
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,8 @@ class Placement:
     best_simulated: bool
     rank: int  # 1 + evaluated layouts faster than the published one
     evaluated: int
+    knob_rank: int  # the same among the layouts with the published ZeRO stage, recompute and micro-batch
+    knob_peers: int  # evaluated layouts with those knobs
     simulated: int
     rank_correlation: float | None
     wall_s: float
@@ -39,22 +48,34 @@ class Placement:
         return self.rank / self.evaluated
 
     @property
+    def knob_percentile(self) -> float:
+        """:attr:`percentile` among the layouts sharing the published knobs (the mesh's choice)."""
+        return self.knob_rank / max(self.knob_peers, 1)
+
+    @property
     def planner_wins(self) -> bool:
         return self.best_s <= self.published_s
 
 
+KNOBS = ("zero", "recompute", "micro_batch")  # what a 2021 run could not choose as today's can
+
+
 def place(row, budget: float, workers=None) -> Placement:
     """Plan one published row (``validation.Row``) and place its layout."""
-    import time
-
-    from .report import describe
-
     t0 = time.perf_counter()
     req = request_of({k: v for k, v in row.scenario.items() if k != "name"} | {"name": row.id})
     plan = search(req, top=10, budget=budget, workers=workers, quiet=True)
-    published = simulate(scenario_from_dict(row.scenario)).summary["step_time_s"]
+    s = scenario_from_dict(row.scenario)
+    published = simulate(s).summary["step_time_s"]
     table = plan.table
+    knobs = {"zero": s.parallel.zero, "recompute": s.training.recompute, "micro_batch": s.training.micro_batch}
+    peers = table[np.logical_and.reduce([table[k].to_numpy() == v for k, v in knobs.items()])]
     best = table.iloc[0]
     return Placement(row.id, row.model, row.num_gpus, row.layout, published, float(best.step_time_s), describe(best),
-                     bool(best.simulated), 1 + int((table.step_time_s < published).sum()), plan.evaluated,
-                     plan.simulated, plan.rank_correlation, time.perf_counter() - t0)
+                     bool(best.simulated), _rank(table, published), plan.evaluated, _rank(peers, published),
+                     len(peers), plan.simulated, plan.rank_correlation, time.perf_counter() - t0)
+
+
+def _rank(table, seconds: float) -> int:
+    """1 + the layouts of ``table`` faster than ``seconds``."""
+    return 1 + int((table["step_time_s"].to_numpy() < seconds).sum())
