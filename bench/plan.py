@@ -45,7 +45,7 @@ def show(name: str, r: dict) -> None:
     front = "n/a" if r["rank_correlation_front"] is None else f"{r['rank_correlation_front']:.2f}"
     print(f"{name}: {r['candidates']:,} layouts, {sum(r['rejected'].values()):,} rejected "
           f"({', '.join(f'{k} {v:,}' for k, v in r['rejected'].items())}), {r['evaluated']:,} estimated, "
-          f"{r['simulated']} simulated; {r['wall_s']:.0f} s wall (rules {r['seconds']['rules']:.1f} s, estimate "
+          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall (rules {r['seconds']['rules']:.1f} s, estimate "
           f"{r['seconds']['estimate']:.1f} s, simulations {r['seconds']['simulate']:.0f} s); target <= {TARGET_S} s, "
           f">= {MIN_LAYOUTS:,} layouts, all fit: {'OK' if ok else 'MISSED'}")
     print(f"  best: tp {best['tp']} pp {best['pp']} (v {best['virtual_stages']}, {best['schedule']}) dp {best['dp']} "

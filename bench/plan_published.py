@@ -2,7 +2,7 @@
 ``clustersim validate``, planned with the same model, batch and cluster.
 
 Run: ``python bench/plan_published.py`` (``--rows MH,dg-l70`` for some; ``--budget S`` per
-search, default 60). For each row: the published layout simulated, the planner's best,
+search, default 30). For each row: the published layout simulated, the planner's best,
 the published layout's rank among the evaluated layouts (1 + those faster), its rank among
 those with the published ZeRO stage, recompute and micro-batch ("same knobs"), and whether
 the best is at least as fast and the published layout in the top 10%.
@@ -17,7 +17,7 @@ from sim.studies.validation import load_rows
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="", help="ids or sources starting with one of these (comma list)")
-    parser.add_argument("--budget", type=float, default=60.0)
+    parser.add_argument("--budget", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     wanted = [p for p in args.rows.split(",") if p]

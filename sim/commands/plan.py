@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None, help="simulation processes (default: CPU count)")
     p.add_argument("--dask", metavar="ADDR", help="simulate on a dask.distributed scheduler")
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
-                   help="stop a simulation running longer (default: the budget); it keeps its estimate")
+                   help="stop a simulation running longer (default: 60 or the budget if less); it keeps its estimate")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -48,7 +48,7 @@ def run(args) -> int:
     from ..plan import request, search
     from ..plan.fit import HEADROOM
     from ..plan.report import print_text, summary, write_table
-    from ..plan.driver import BUDGET_S
+    from ..plan.driver import BUDGET_S, POINT_TIMEOUT_S
 
     _check_numbers(args)
     if args.out:
@@ -58,7 +58,8 @@ def run(args) -> int:
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
                   args.precision, args.overrides)
     budget = BUDGET_S if args.budget is None else args.budget
-    timeout = args.point_timeout if args.point_timeout is not None else (None if args.dask or not budget else budget)
+    timeout = args.point_timeout if args.point_timeout is not None else \
+        (None if args.dask or not budget else min(budget, POINT_TIMEOUT_S))
     try:
         plan = _search(args, req, budget, timeout, HEADROOM if args.headroom is None else args.headroom, search)
     except KeyboardInterrupt:

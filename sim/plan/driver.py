@@ -36,6 +36,7 @@ from .space import Space, enumerate_layouts, overrides
 from .stages import Stages
 
 BUDGET_S = 240.0  # predicted seconds of full simulation on one core (2 workers: ~2 minutes)
+POINT_TIMEOUT_S = 60.0  # a simulation still running then stops and keeps its estimate (the predictor underrated it)
 TOP = 10
 FRONT = 16  # at most this many of the best estimates simulated in the first round
 ROUNDS = 2  # rounds of contenders after the first
@@ -69,7 +70,7 @@ class Plan:
 
 
 def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.HEADROOM, workers=None,
-           dask=None, out=None, point_timeout=None, quiet: bool = False) -> Plan:
+           dask=None, out=None, point_timeout: float | None = POINT_TIMEOUT_S, quiet: bool = False) -> Plan:
     """Plan the layout of ``req`` (:class:`~.inputs.Request`): see the module docstring."""
     clock, seconds = time.perf_counter(), {}
     stages = Stages(req.scenario)
