@@ -49,7 +49,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     gpu = gpu_preset(gpu_name)
     from .hardware.faults import compute_scale, jitter_fn
 
-    ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
+    ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s), topo.spec)
     programs = workload.build_programs(ctx)
     engine = Engine(topo, programs, compute_scale(s, topo))
     if record_links:
@@ -65,6 +65,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
         clean = simulate(clean_copy(s), baseline=False, e_max=e_max)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
+            "folding": ctx.folding,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
             "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
             "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}

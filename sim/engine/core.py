@@ -28,9 +28,26 @@ import numpy as np
 import simpy
 
 from .. import collectives
-from ..collectives.schedule import Schedule, merge
+from ..collectives.schedule import Phase, Schedule, merge
 from .network import Network
 from ..hardware.topology import Topology
+
+
+class SiblingGroups:
+    """Groups of folded ranks whose copy of a collective rides with a simulated one: an
+    array of rows (one group each, sorted), compared and hashed by identity (the workload
+    hands out one object per simulated group, so schedule caches key on it cheaply)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return (tuple(int(r) for r in row) for row in self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +59,7 @@ class Collective:
     group: tuple[int, ...]
     nbytes: float
     algo: str = "auto"
-    siblings: tuple[tuple[int, ...], ...] = ()
+    siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 
 
@@ -272,7 +289,7 @@ class Engine:
         found = self._schedules.get(key)
         if found is None:
             found = self._schedules[key] = merged_schedule(
-                call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo, call.shares)
+                call.op, call.algo, call.group, call.siblings, call.nbytes, self.topo, call.shares)
         return found
 
 
@@ -296,13 +313,46 @@ def cycle_collector_paused():
             gc.enable()
 
 
-def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology,
+def merged_schedule(op: str, algo: str, group: tuple, siblings, nbytes: float, topo: Topology,
                     shares: tuple | None = None) -> Schedule:
-    """One schedule running the same collective on several groups at once."""
-    doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
-    parts = [collectives.schedule(op, algo, g, nbytes, d, shares) for g, d in zip(groups, doms)]
-    phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
-    return Schedule(parts[0].op, parts[0].algo, phases)
+    """One schedule running the same collective on ``group`` and each of ``siblings`` at
+    once, phase by phase, groups in that order. Siblings whose members share NVLink
+    domains as ``group``'s do (the same pattern, position by position) get ``group``'s
+    schedule with the members renamed: every algorithm depends on the group only through
+    its order and that pattern (tests/test_collectives.py checks it)."""
+    rows = np.vstack([np.asarray(group, dtype=np.int64)[None, :]]
+                     + ([siblings.rows] if isinstance(siblings, SiblingGroups) else
+                        [np.asarray(siblings, dtype=np.int64).reshape(-1, len(group))]))
+    doms = topo.domains[rows]
+    first = collectives.schedule(op, algo, tuple(group), nbytes, tuple(int(d) for d in doms[0]), shares)
+    if len(rows) == 1:
+        return Schedule(first.op, first.algo, tuple(merge([p]) for p in first.phases))
+    if not same_domain_pattern(doms).all():
+        parts = [collectives.schedule(op, algo, tuple(int(r) for r in g), nbytes, tuple(int(d) for d in d_),
+                                      shares) for g, d_ in zip(rows, doms)]
+        phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
+        return Schedule(first.op, first.algo, phases)
+    return Schedule(first.op, first.algo, tuple(_renamed(p, group, rows) for p in first.phases))
+
+
+def same_domain_pattern(doms: np.ndarray) -> np.ndarray:
+    """Per row of ``doms`` (the NVLink domain of each member of a group): whether its
+    members share domains exactly as the first row's do, position by position."""
+    _, firsts, inverse = np.unique(doms[0], return_index=True, return_inverse=True)
+    ok = (doms == doms[:, firsts[inverse.reshape(-1)]]).all(axis=1)
+    distinct = np.sort(doms[:, firsts], axis=1)
+    return ok & (np.diff(distinct, axis=1) != 0).all(axis=1)
+
+
+def _renamed(phase: Phase, group: tuple, rows: np.ndarray) -> Phase:
+    """``phase`` of ``group`` run by every row of ``rows`` (the first is ``group``)."""
+    where = {int(r): i for i, r in enumerate(group)}
+    src = np.array([where[int(r)] for r in phase.src], dtype=np.int64)
+    dst = np.array([where[int(r)] for r in phase.dst], dtype=np.int64)
+    k, n = len(rows), phase.n_chains
+    chain = (phase.chain[None, :] + (np.arange(k, dtype=np.int64) * n)[:, None]).reshape(-1)
+    return Phase(rows[:, src].reshape(-1), rows[:, dst].reshape(-1), chain, np.tile(phase.nbytes, k),
+                 phase.steps)
 
 
 def bare_simpy_rate(n: int = 200_000) -> float:

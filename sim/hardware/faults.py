@@ -91,6 +91,18 @@ def nic_ranks(f, per_node: int) -> list[int]:
     return out
 
 
+def nic_factors(faults, per_node: int, world: int) -> dict[int, float]:
+    """GPU -> the factor its NIC's bandwidth is scaled by (0: failed), for every GPU a
+    ``gpu_nic`` or ``node_nics`` fault names; entries naming one NIC twice multiply, as
+    :func:`apply_faults` scales the link once per entry."""
+    out: dict[int, float] = {}
+    for f in faults:
+        for g in nic_ranks(f, per_node):
+            if g < world:
+                out[g] = out.get(g, 1.0) * f.factor
+    return out
+
+
 def _edges(graph, f, spec) -> list[tuple]:
     found = []
     for g in nic_ranks(f, spec.gpus_per_node):

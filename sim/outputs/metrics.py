@@ -70,6 +70,20 @@ def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
 
 
+def rank_mean(ctx):
+    """Mean over every rank of a per-simulated-rank Series: each simulated rank counts for
+    the ranks it stands for (folded classes differ in size once a perturbation splits them)."""
+    folding = getattr(ctx, "folding", None)
+
+    def mean(values: pd.Series) -> float:
+        if folding is None:
+            return float(values.mean())
+        w = folding.weights(values.index.to_numpy())
+        return float(values.mean()) if (w == w[0]).all() else float(np.dot(values.to_numpy(), w) / w.sum())
+
+    return mean
+
+
 def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float) -> dict:
     """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s)."""
     t, n = scenario.training, scenario.cluster.gpus
@@ -79,7 +93,8 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
         ["held", "rank"], ascending=[False, True]).iloc[0]
     flops = model_flops_per_token(ctx.dims, t.seq_len) * t.global_batch * t.seq_len
     tflops = flops / step / n / 1e12 if step > 0 else 0.0
-    bubble = float(per_rank.idle_s.mean() / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
+    mean = rank_mean(ctx)
+    bubble = float(mean(per_rank.set_index("rank").idle_s) / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
     sent = spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
     return {
         "name": scenario.name,
@@ -90,7 +105,7 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
         "mfu": tflops * 1e12 / peak_flops,
         "bubble_fraction": bubble,
         "exposed_comm_s": float(critical.exposed_comm_s),
-        "comm_bytes_per_gpu": {a: float(sent[a].mean()) if a in sent else 0.0 for a in AXES},
+        "comm_bytes_per_gpu": {a: float(mean(sent[a])) if a in sent else 0.0 for a in AXES},
         "memory_per_gpu_bytes": float(memory.total),
         "fits_in_memory": bool(memory.total <= hbm_bytes),
     }

@@ -3,9 +3,10 @@ a pipeline schedule drives forward/backward passes over each rank's layers; each
 is compute wrapped by TP (and CP, EP) collectives; FSDP gathers layers around it; DP or
 ZeRO reduce gradients in buckets; the optimizer closes the step.
 
-Folding: with no stragglers, jitter or faults, ranks at the same pipeline stage do
-identical work, so only one per stage is simulated (all ep ranks of one expert group
-when routing is uneven); the others' traffic is still put on the network (siblings).
+Folding: ranks whose timelines are provably identical (same stage, same compute scale,
+same link conditions, interchangeable peers in every group) are simulated once; the
+others' traffic is still put on the network (siblings). :mod:`sim.parallel.folding`
+says which ranks those are under stragglers, faults and skewed experts.
 """
 
 import numpy as np
@@ -13,17 +14,21 @@ import numpy as np
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from ..hardware.gpus import gpu_preset
+from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard, attention_post, attention_pre, backward, embedding, logits, mlp_block
 from . import cp, dp, ep, fsdp, pp, tp, zero
 from .layout import Layout
 from .params import EMBEDDING, rank_params, stage_layer_ids
+from .folding import fold
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
-                 jitter=None) -> Context:
-    """Resolve everything the builders share."""
+                 jitter=None, fabric: FatTreeSpec | None = None) -> Context:
+    """Resolve everything the builders share. ``fabric``: the cluster's topology spec
+    (servers, scalable units: what straggling nodes and NIC faults reach; default: the
+    spec's defaults with the scenario's ``cluster.gpus_per_node``)."""
     p, t = s.parallel, s.training
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
@@ -33,24 +38,28 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), jitter=jitter)
     ctx.expert_loads = expert_loads(s, d, shard, layout)
-    ctx.simulated = simulated_ranks(s, layout, folded=jitter is None and can_fold(s))
+    fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
+    if jitter is None and can_fold(s, fabric):
+        ctx.folding = fold(s, layout, fabric, domains, uneven_experts(s, layout))
+        ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
+    else:
+        ctx.simulated = frozenset(range(layout.world))
     return ctx
 
 
-def can_fold(s: Scenario) -> bool:
-    """Folding is exact only while every rank of a stage does the same work."""
-    return s.parallel.fold and not s.stragglers and s.jitter.sigma == 0 and not s.cluster.faults
+def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
+    """Folding applies unless switched off or every rank draws its own jitter (stragglers,
+    faults and skewed experts only split the classes: :mod:`sim.parallel.folding`), or a
+    perturbed step runs on an oversubscribed fabric, where a late or slowed flow changes
+    what its leaf's other flows get (folding's exactness argument needs a non-blocking tree)."""
+    perturbed = bool(s.stragglers or s.cluster.faults)
+    return s.parallel.fold and s.jitter.sigma == 0 and not (perturbed and fabric.oversubscription > 1)
 
 
-def simulated_ranks(s: Scenario, layout: Layout, folded: bool) -> frozenset[int]:
-    """One rank per stage when folded (a whole expert group if routing is uneven), else all."""
-    if not folded:
-        return frozenset(range(layout.world))
-    reps = {layout.rank(tp=0, cp=0, dp=0, pp=st) for st in range(layout.sizes["pp"])}
+def uneven_experts(s: Scenario, layout: Layout) -> bool:
+    """Whether routing loads experts unevenly, so ranks of an expert group differ."""
     moe = s.model.moe
-    if moe is not None and layout.ep > 1 and (moe.routing != "uniform" or moe.skew > 0):
-        reps |= {r for rep in reps for r in layout.ep_group(rep)}
-    return frozenset(reps)
+    return moe is not None and layout.ep > 1 and (moe.routing != "uniform" or moe.skew > 0)
 
 
 def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.ndarray]:
