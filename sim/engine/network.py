@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from ..hardware.paths import routes
 from ..hardware.topology import Topology
 
 _EPS = 1e-9
@@ -38,21 +39,29 @@ def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int
     """
     weight = np.ones(len(entry_chain)) if entry_weight is None else entry_weight
     links, local = np.unique(entry_link, return_inverse=True)
-    remaining = caps[links].astype(float)
+    return fill(entry_chain, local, caps[links].astype(float), n_chains, weight)
+
+
+def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_chains: int,
+         weight: np.ndarray) -> np.ndarray:
+    """Progressive filling of :func:`max_min_rates` with links numbered 0..len(remaining)-1
+    (``local``) and their capacities ``remaining`` (consumed)."""
+    n_links = len(remaining)
     rates = np.zeros(n_chains)
     frozen = np.zeros(n_chains, dtype=bool)
     live = np.ones(len(entry_chain), dtype=bool)
     while live.any():
-        load = np.bincount(local[live], weights=weight[live], minlength=len(links))
+        load = np.bincount(local[live], weights=weight[live], minlength=n_links)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, np.maximum(remaining, 0) / load, np.inf)
         level = share.min()
         tight = share <= level * (1 + _EPS)
-        hit = np.unique(entry_chain[live & tight[local]])
+        hit = np.zeros(n_chains, dtype=bool)
+        hit[entry_chain[live & tight[local]]] = True
         rates[hit] = level
-        frozen[hit] = True
+        frozen |= hit
         newly = live & frozen[entry_chain]
-        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=len(links)) * level
+        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=n_links) * level
         live &= ~newly
     return rates
 
@@ -161,15 +170,9 @@ class Network:
         return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
-        routes = [self.topo.route(int(s), int(d)) for s, d in zip(phase.src, phase.dst)]
-        lengths = np.array([len(r.links) for r in routes], dtype=np.int64)
-        if routes:
-            entry_link = np.concatenate([r.links for r in routes])
-            entry_weight = np.concatenate([r.weights for r in routes])
-        else:
-            entry_link, entry_weight = np.zeros(0, dtype=np.int64), np.zeros(0)
+        entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst)
         return CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
-                             phase.n_chains, max((r.latency for r in routes), default=0.0), serial)
+                             phase.n_chains, float(latency.max()) if len(latency) else 0.0, serial)
 
     def run(self, phase):
         """SimPy generator: latency, then the bytes. Returns when every chain is done."""
@@ -254,15 +257,26 @@ class Network:
             self._record(act, act.rates)
 
     def _max_min(self, order: list[_Active]) -> list[np.ndarray]:
-        chains, links, weights, offset = [], [], [], 0
+        """Joint max-min rates of ``order``'s live chains. Links are numbered over the union
+        of the phases' own (cached) link sets, not by sorting every entry each time: the
+        same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
+        union = order[0].phase.links if len(order) == 1 else np.unique(np.concatenate([a.phase.links for a in order]))
+        chains, locals_, weights, offset = [], [], [], 0
         for act in order:
-            live = act.remaining[act.phase.entry_chain] > 0
-            chains.append(act.phase.entry_chain[live] + offset)
-            links.append(act.phase.entry_link[live])
-            weights.append(act.phase.entry_weight[live])
-            offset += act.phase.n_chains
-        rates = max_min_rates(np.concatenate(chains), np.concatenate(links), offset,
-                              self.topo.caps, np.concatenate(weights))
+            ph = act.phase
+            where = ph.link_index if len(order) == 1 else np.searchsorted(union, ph.links)[ph.link_index]
+            if act.mask == b"":  # every chain live (the usual case): no masking
+                chains.append(ph.entry_chain + offset if offset else ph.entry_chain)
+                locals_.append(where)
+                weights.append(ph.entry_weight)
+            else:
+                live = act.remaining[ph.entry_chain] > 0
+                chains.append(ph.entry_chain[live] + offset)
+                locals_.append(where[live])
+                weights.append(ph.entry_weight[live])
+            offset += ph.n_chains
+        rates = fill(np.concatenate(chains), np.concatenate(locals_), self.topo.caps[union].astype(float), offset,
+                     np.concatenate(weights))
         out, offset = [], 0
         for act in order:
             out.append(rates[offset:offset + act.phase.n_chains])
