@@ -9,7 +9,7 @@ import time
 
 from .hardware import topology
 from .parallel import workload
-from .engine.core import Engine
+from .engine.core import Engine, cycle_collector_paused
 from .errors import InputError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
@@ -44,13 +44,14 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
     huge runs)."""
-    topo = build_topology(s)
-    gpu_name = s.cluster.gpu or topo.spec.gpu
-    gpu = gpu_preset(gpu_name)
-    from .hardware.faults import compute_scale, jitter_fn
+    with cycle_collector_paused():  # (building a 131k-GPU graph and programs allocates millions of objects)
+        topo = build_topology(s)
+        gpu_name = s.cluster.gpu or topo.spec.gpu
+        gpu = gpu_preset(gpu_name)
+        from .hardware.faults import compute_scale, jitter_fn
 
-    ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s), topo.spec)
-    programs = workload.build_programs(ctx)
+        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s), topo.spec)
+        programs = workload.build_programs(ctx)
     engine = Engine(topo, programs, compute_scale(s, topo))
     if record_links:
         engine.net.log = []

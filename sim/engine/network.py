@@ -48,21 +48,19 @@ def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_ch
     (``local``) and their capacities ``remaining`` (consumed)."""
     n_links = len(remaining)
     rates = np.zeros(n_chains)
-    frozen = np.zeros(n_chains, dtype=bool)
-    live = np.ones(len(entry_chain), dtype=bool)
-    while live.any():
-        load = np.bincount(local[live], weights=weight[live], minlength=n_links)
+    while len(entry_chain):  # the entries of chains not yet frozen, in their original order
+        load = np.bincount(local, weights=weight, minlength=n_links)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, np.maximum(remaining, 0) / load, np.inf)
         level = share.min()
         tight = share <= level * (1 + _EPS)
         hit = np.zeros(n_chains, dtype=bool)
-        hit[entry_chain[live & tight[local]]] = True
+        hit[entry_chain[tight[local]]] = True
         rates[hit] = level
-        frozen |= hit
-        newly = live & frozen[entry_chain]
+        newly = hit[entry_chain]
         remaining -= np.bincount(local[newly], weights=weight[newly], minlength=n_links) * level
-        live &= ~newly
+        keep = ~newly
+        entry_chain, local, weight = entry_chain[keep], local[keep], weight[keep]
     return rates
 
 
@@ -171,8 +169,15 @@ class Network:
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
         entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst)
-        return CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
-                             phase.n_chains, float(latency.max()) if len(latency) else 0.0, serial)
+        compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
+                                 phase.n_chains, float(latency.max()) if len(latency) else 0.0, serial)
+        used = np.zeros(len(self.topo.caps), dtype=bool)  # its distinct links, without sorting the entries
+        used[entry_link] = True
+        links = np.flatnonzero(used)
+        position = np.empty(len(used), dtype=np.int64)
+        position[links] = np.arange(len(links))
+        compiled.__dict__["_unique_links"] = (links, position[entry_link])
+        return compiled
 
     def run(self, phase):
         """SimPy generator: latency, then the bytes. Returns when every chain is done."""
@@ -260,11 +265,19 @@ class Network:
         """Joint max-min rates of ``order``'s live chains. Links are numbered over the union
         of the phases' own (cached) link sets, not by sorting every entry each time: the
         same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
-        union = order[0].phase.links if len(order) == 1 else np.unique(np.concatenate([a.phase.links for a in order]))
+        if len(order) == 1:
+            union, position = order[0].phase.links, None
+        else:  # (a mask over every link: np.unique of the concatenation is far slower at scale)
+            used = np.zeros(len(self.topo.caps), dtype=bool)
+            for act in order:
+                used[act.phase.links] = True
+            union = np.flatnonzero(used)
+            position = np.empty(len(used), dtype=np.int64)  # (only the union's entries are read)
+            position[union] = np.arange(len(union))
         chains, locals_, weights, offset = [], [], [], 0
         for act in order:
             ph = act.phase
-            where = ph.link_index if len(order) == 1 else np.searchsorted(union, ph.links)[ph.link_index]
+            where = ph.link_index if position is None else position[ph.links][ph.link_index]
             if act.mask == b"":  # every chain live (the usual case): no masking
                 chains.append(ph.entry_chain + offset if offset else ph.entry_chain)
                 locals_.append(where)

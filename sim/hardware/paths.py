@@ -4,9 +4,10 @@ A collective of a folded 131,072-GPU run carries the traffic of thousands of gro
 one phase (400k hops in the Llama 3 405B step), and routing them one ``route()`` call at a
 time took 12 s. Here the common cases, same NVLink domain or the PXN path across the
 fat tree (relay -> NIC -> leaf -> spines -> leaf -> NIC), are built as arrays, one
-matrix per route shape; pairs a fault reroutes, and ECMP's per-flow hashing, still go
-through ``route()``. The result is the concatenation of ``route(a, b)`` for every pair,
-link by link and bit for bit (tests/test_topology.py checks it).
+matrix per route shape, the sprayed spine hops of every leaf pair from one leaf x spine
+table; pairs a fault reroutes, ECMP's per-flow hashing and leaf pairs not joined by
+two-hop spine paths still go through ``route()``. The result is the concatenation of
+``route(a, b)`` for every pair, link by link and bit for bit (tests/test_paths.py).
 """
 
 import numpy as np
@@ -29,69 +30,99 @@ def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     slow = np.where(same, broken["nv"], (valid & broken["pre"]) | broken["nic"] | broken["last"])
     if topo.spec.routing == "ecmp":
         slow |= ~same
-    shapes, cores = _shapes(topo, same, valid, slow, relay, dst)
-    return _assemble(topo, src, dst, slow, shapes, cores, hops)
+    core = np.full(len(src), -1, dtype=np.int64)  # per pair crossing the fabric: its leaf pair's row in ``table``
+    table = None
+    cross = np.flatnonzero(~same & ~slow)
+    if len(cross):
+        leaf = leaf_ids(topo)
+        uniq, inverse = np.unique(leaf[relay[cross]] * len(topo._leaf_nodes) + leaf[dst[cross]], return_inverse=True)
+        table = spine_hops(topo, uniq // len(topo._leaf_nodes), uniq % len(topo._leaf_nodes))
+        core[cross] = inverse.reshape(-1)
+        slow[cross[table[1][core[cross]] < 0]] = True  # leaf pairs without two-hop paths
+    return _assemble(topo, src, dst, same & ~slow, valid, slow, core, table, hops)
 
 
-def _shapes(topo, same, valid, slow, relay, dst) -> tuple[np.ndarray, list]:
-    """Per pair, an id of its route's shape: 0 same domain, then (relayed?, leaf pair) of
-    the pairs crossing the fabric (-1: through ``route()``); and the core hops per shape."""
-    leaf = leaf_ids(topo)
-    cross = ~same & ~slow
-    shape = np.where(same & ~slow, 0, -1)
-    cores: list = [None]
-    if cross.any():
-        key = (leaf[relay[cross]] * (leaf.max() + 1) + leaf[dst[cross]]) * 2 + valid[cross]
-        uniq, inverse = np.unique(key, return_inverse=True)
-        nodes = topo._leaf_nodes
-        for k in uniq:
-            la, lb = nodes[k // 2 // (leaf.max() + 1)], nodes[k // 2 % (leaf.max() + 1)]
-            core = topo._core_hops(la, lb, None)
-            cores.append((bool(k % 2), np.array([c[0] for c in core], dtype=np.int64),
-                          np.array([c[1] for c in core], dtype=float)))
-        shape[cross] = inverse.reshape(-1) + 1
-    return shape, cores
-
-
-def _assemble(topo, src, dst, slow, shape, cores, hops):
+def _assemble(topo, src, dst, near, relayed, slow, core, table, hops):
+    """Concatenate the routes: matrices per shape (same domain; across the fabric by
+    relayed and spine count), then the pairs ``route()`` took."""
     n = len(src)
-    lengths = np.zeros(n, dtype=np.int64)
-    lengths[shape == 0] = 2
-    for s, (relayed, core, _) in enumerate(cores[1:], start=1):
-        lengths[shape == s] = 2 * relayed + 4 + len(core)
-    slow_routes = {int(i): topo.route(int(src[i]), int(dst[i])) for i in np.flatnonzero(slow)}
-    for i, r in slow_routes.items():
+    far = ~near & ~slow
+    k = np.zeros(n, dtype=np.int64)
+    if table is not None:
+        k[far] = table[1][core[far]]
+    lengths = np.where(near, 2, 2 * relayed + 4 + k)
+    one = {int(i): topo.route(int(src[i]), int(dst[i])) for i in np.flatnonzero(slow)}
+    for i, r in one.items():
         lengths[i] = len(r.links)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    links, weights = np.zeros(int(lengths.sum()), dtype=np.int64), np.zeros(int(lengths.sum()))
-    latency = np.zeros(n)
-    for s in range(len(cores)):
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    links, weights, latency = np.zeros(int(lengths.sum()), np.int64), np.zeros(int(lengths.sum())), np.zeros(n)
+    shape = np.where(near, -1, np.where(far, relayed * 10**6 + k, -2))
+    for s in np.unique(shape[shape != -2]):
         idx = np.flatnonzero(shape == s)
-        if len(idx):
-            m, w = _matrix(s, cores, hops, idx)
-            where = offsets[idx][:, None] + np.arange(m.shape[1])[None, :]
-            links[where], weights[where] = m, w
-            latency[idx] = (topo.latency[m] * w).sum(axis=1)
-    for i, r in slow_routes.items():
-        links[offsets[i]:offsets[i] + lengths[i]] = r.links
-        weights[offsets[i]:offsets[i] + lengths[i]] = r.weights
+        m, w = _matrix(idx, near[idx[0]], bool(relayed[idx[0]]), core, table, hops)
+        where = offsets[idx][:, None] + np.arange(m.shape[1])[None, :]
+        links[where], weights[where] = m, w
+        latency[idx] = (topo.latency[m] * w).sum(axis=1)
+    for i, r in one.items():
+        links[offsets[i]:offsets[i] + lengths[i]], weights[offsets[i]:offsets[i] + lengths[i]] = r.links, r.weights
         latency[i] = r.latency
     return links, weights, lengths, latency
 
 
-def _matrix(s: int, cores: list, hops: dict, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The links and weights of the pairs ``idx`` of shape ``s``, one row each."""
-    if s == 0:
-        cols = [hops["nv"][0][idx], hops["nv"][1][idx]]
-        return np.column_stack(cols), np.ones((len(idx), 2))
-    relayed, core, share = cores[s]
+def _matrix(idx: np.ndarray, near: bool, relayed: bool, core, table, hops) -> tuple[np.ndarray, np.ndarray]:
+    """Links and weights of the pairs ``idx`` (one shape), one row each."""
+    if near:
+        return np.column_stack([hops["nv"][0][idx], hops["nv"][1][idx]]), np.ones((len(idx), 2))
     head = ([hops["pre"][0][idx], hops["pre"][1][idx]] if relayed else []) + [hops["nic"][0][idx], hops["nic"][1][idx]]
-    tail = [hops["last"][0][idx], hops["last"][1][idx]]
-    middle = [np.broadcast_to(core, (len(idx), len(core)))] if len(core) else []
-    m = np.column_stack(head + middle + tail)
+    k = int(table[1][core[idx[0]]])
+    spine_links = table[0][core[idx], table[0].shape[1] - k:]
+    m = np.column_stack(head + [spine_links, hops["last"][0][idx], hops["last"][1][idx]])
     w = np.ones(m.shape)
-    w[:, len(head):len(head) + len(core)] = share
+    w[:, len(head):len(head) + k] = table[2][core[idx]][:, None]
     return m, w
+
+
+def spine_hops(topo, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For leaf pairs (ids): the sprayed core of :meth:`Topology._core_hops`, up to every
+    switch both leaves link to and down again, 1/k of the flow on each of the k paths,
+    sorted by link id (nothing for a leaf to itself). Returns (links, length, share) per
+    pair: the row's ``length`` links sit at the end of ``links`` (padded with -1 before
+    them); length -1 marks a pair with no two-hop paths (or a direct link): ``route()``."""
+    up, down, index = spine_table(topo)
+    ends_u, ends_d = up[la], down[:, lb].T
+    common = (ends_u >= 0) & (ends_d >= 0)
+    count = common.sum(axis=1)
+    links = np.where(np.concatenate([common, common], axis=1), np.concatenate([ends_u, ends_d], axis=1), -1)
+    links.sort(axis=1)
+    length = np.where(la == lb, 0, np.where(count > 0, 2 * count, -1))
+    if index is not None:  # leaves linked to leaves: a direct link is a one-hop path
+        length[(la != lb) & (up[la, np.maximum(index[lb], 0)] >= 0) & (index[lb] >= 0)] = -1
+    return links, length, 1.0 / np.maximum(count, 1)
+
+
+def spine_table(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(up, down, index): link ids leaf -> switch and switch -> leaf for every leaf (by
+    id) and every switch a leaf links to (-1 where none), and, if some of those switches
+    are leaves, each leaf's column (-1: none); cached on the topology."""
+    found = topo.__dict__.get("_spine_table")
+    if found is None:
+        leaf_ids(topo)
+        adj, kinds, link_id = topo.graph._adj, topo.graph._node, topo._link_id
+        nodes = topo._leaf_nodes
+        spines: dict = {}
+        for leaf in nodes:
+            for n in adj[leaf]:
+                if kinds[n]["kind"] == "switch":
+                    spines.setdefault(n, len(spines))
+        up, down = np.full((len(nodes), len(spines)), -1, np.int64), np.full((len(spines), len(nodes)), -1, np.int64)
+        for i, leaf in enumerate(nodes):
+            for n in adj[leaf]:
+                j = spines.get(n)
+                if j is not None:
+                    up[i, j], down[j, i] = link_id[(leaf, n)], link_id[(n, leaf)]
+        index = np.array([spines.get(leaf, -1) for leaf in nodes], dtype=np.int64)
+        found = topo.__dict__["_spine_table"] = (up, down, index if (index >= 0).any() else None)
+    return found
 
 
 def leaf_ids(topo) -> np.ndarray:
