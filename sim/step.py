@@ -48,9 +48,9 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
         topo = build_topology(s)
         gpu_name = s.cluster.gpu or topo.spec.gpu
         gpu = gpu_preset(gpu_name)
-        from .hardware.faults import compute_scale, jitter_fn
+        from .hardware.faults import compute_scale
 
-        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s), topo.spec)
+        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
         programs = workload.build_programs(ctx)
     engine = Engine(topo, programs, compute_scale(s, topo))
     if record_links:

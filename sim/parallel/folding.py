@@ -191,6 +191,7 @@ class Folding:
     classes: np.ndarray  # class id of every rank
     simulated: np.ndarray  # bool mask
     tables: dict[str, GroupTable]
+    uneven_experts: bool = False  # expert loads differ, so expert-group positions build different programs
     _siblings: dict = field(default_factory=dict)
 
     @property
@@ -367,4 +368,10 @@ def fold(s, layout, fabric, domains, uneven_experts: bool) -> Folding:
     tables = group_tables(layout)
     domains = np.asarray(domains)
     classes = refine(labels(s, tables, layout.world, fabric, domains, uneven_experts), tables)
-    return Folding(classes, closure(classes, tables), tables)
+    return Folding(classes, closure(classes, tables), tables, uneven_experts)
+
+
+def unfolded(layout, uneven_experts: bool) -> Folding:
+    """Every rank its own class, every rank simulated (``parallel.fold = false``, jitter)."""
+    world = layout.world
+    return Folding(np.arange(world), np.ones(world, dtype=bool), group_tables(layout), uneven_experts)

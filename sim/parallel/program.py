@@ -29,7 +29,6 @@ class Context:
     micro_batches: int
     stage_layers: list[range]  # layers of each virtual stage
     expert_loads: dict = field(default_factory=dict)  # layer -> tokens per expert
-    jitter: object = None  # callable(rank, index) -> multiplier, or None
     folding: object = None  # sim.parallel.folding.Folding when ranks are folded
     _siblings: dict = field(default_factory=dict)
 
@@ -42,7 +41,7 @@ class Context:
         found = self._siblings.get(key)
         if found is None:
             found = ()
-            if self.folding is not None and len({self.domains[r] for r in group}) > 1:
+            if len(self.simulated) < self.layout.world and len({self.domains[r] for r in group}) > 1:
                 found = self.folding.siblings(group)
                 if found is None:  # a group of no type the folding knows: search the stage
                     found = self._search_siblings(group, group_of)
@@ -68,8 +67,6 @@ class Context:
 
     def representative(self, rank: int) -> int:
         """The simulated rank whose timeline ``rank`` shares (itself when simulated)."""
-        if self.folding is None:
-            return rank
         return int(self.folding.representative[rank])
 
 
@@ -84,9 +81,7 @@ class RankBuilder:
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1) -> int:
         """A compute op timed by the compute model; returns its index."""
-        duration = self.ctx.compute.time(kernels)
-        if self.ctx.jitter is not None:
-            duration *= self.ctx.jitter(self.rank, len(self.program.ops))
+        duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
         return self.program.add(Op(name, "compute", "compute", duration, None, _deps(deps),
                                    layer, mb, self.stage))
 

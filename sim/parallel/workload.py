@@ -19,13 +19,14 @@ from ..model.layers import Shard, attention_post, attention_pre, backward, embed
 from . import cp, dp, ep, fsdp, pp, tp, zero
 from .layout import Layout
 from .params import EMBEDDING, rank_params, stage_layer_ids
-from .folding import fold
+from . import copies
+from .folding import fold, unfolded
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
-                 jitter=None, fabric: FatTreeSpec | None = None) -> Context:
+                 fabric: FatTreeSpec | None = None) -> Context:
     """Resolve everything the builders share. ``fabric``: the cluster's topology spec
     (servers, scalable units: what straggling nodes and NIC faults reach; default: the
     spec's defaults with the scenario's ``cluster.gpus_per_node``)."""
@@ -36,14 +37,12 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
                   t.flash_attention)
     ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max), domains,
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
-                  pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), jitter=jitter)
+                  pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
-    if jitter is None and can_fold(s, fabric):
-        ctx.folding = fold(s, layout, fabric, domains, uneven_experts(s, layout))
-        ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
-    else:
-        ctx.simulated = frozenset(range(layout.world))
+    uneven = uneven_experts(s, layout)
+    ctx.folding = fold(s, layout, fabric, domains, uneven) if can_fold(s, fabric) else unfolded(layout, uneven)
+    ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
     return ctx
 
 
@@ -81,8 +80,9 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
 
 
 def build_programs(ctx: Context) -> list:
-    """The program of every simulated rank."""
-    return [build_rank(ctx, r).program for r in sorted(ctx.simulated)]
+    """The program of every simulated rank: one built per stage (and expert position), the
+    other ranks' copies of it with their own groups and jitter (:mod:`sim.parallel.copies`)."""
+    return copies.programs(ctx, lambda r: build_rank(ctx, r).program)
 
 
 def build_rank(ctx: Context, rank: int) -> RankBuilder:
