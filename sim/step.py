@@ -52,7 +52,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
 
         ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
         programs = workload.build_programs(ctx)
-    engine = Engine(topo, programs, compute_scale(s, topo))
+    engine = Engine(topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
@@ -60,8 +60,12 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     spans = spans_frame(engine)
     wall = time.perf_counter() - t0
     memory = peak_memory(ctx)
-    summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops)
+    arrivals = ctx.folding.arrivals  # sampled jitter: the folded ranks' own end of step
+    folded_end = arrivals.step_end(spans.groupby("rank").end_s.max()) if arrivals is not None else None
+    summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops, folded_end)
     summary.update(sim_events=engine.events, sim_wall_s=round(wall, 3))
+    if s.jitter.sigma > 0:
+        summary.update(jitter_summary(ctx))
     if baseline and perturbed(s):
         clean = simulate(clean_copy(s), baseline=False, e_max=e_max)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
@@ -71,6 +75,15 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
             "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
             "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
     return Result(summary, spans, s, memory, info)
+
+
+def jitter_summary(ctx) -> dict:
+    """Which jitter mode ran (sim/parallel/jitter.py): every rank exact, or a sample."""
+    sample = ctx.folding.sample
+    if sample is None:
+        return {"jitter_mode": "exact"}
+    return {"jitter_mode": "sampled", "jitter_sampled_replicas": sample["replicas"],
+            "jitter_replicas": sample["of"], "jitter_sampled_ranks": sample["ranks"]}
 
 
 def perturbed(s: Scenario) -> bool:

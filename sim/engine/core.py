@@ -14,9 +14,10 @@ joins them with the ops into the spans table. ``python bench/collectives.py`` me
 its events per second against a bare SimPy loop.
 
 Folding: a workload may simulate only one rank per class of identical ranks; members of
-a group that are not simulated are taken to arrive with the simulated ones, and a
-collective may carry ``siblings`` (the identical groups of the folded ranks) so their
-traffic still loads the network.
+a group that are not simulated are taken to arrive with the simulated ones (or, with
+``folded_arrival``, when that hook says: sampled jitter, :mod:`sim.parallel.jitter`),
+and a collective may carry ``siblings`` (the identical groups of the folded ranks) so
+their traffic still loads the network.
 """
 
 from contextlib import contextmanager
@@ -188,14 +189,17 @@ class Engine:
     """Executes rank programs; ``run()`` returns the spans as a list of tuples."""
 
     def __init__(self, topo: Topology, programs: list[RankProgram],
-                 compute_scale: Callable[[int, float], float] | None = None):
+                 compute_scale: Callable[[int, float], float] | None = None,
+                 folded_arrival: Callable[[Collective, list, Callable], float | None] | None = None):
         self.env = simpy.Environment()
         self.topo = topo
         self.net = Network(self.env, topo)
         self.programs = programs
         self.compute_scale = compute_scale
+        self.folded_arrival = folded_arrival  # when a group's folded members arrive, if not with the simulated
         self.simulated = {p.rank for p in programs}
         self.times = {p.rank: OpTimes(len(p.ops)) for p in programs}  # rank -> when each op ran
+        self._programs = {p.rank: p for p in programs}
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
         self._met: list[list] = []  # members of complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
@@ -251,10 +255,24 @@ class Engine:
         meeting.members.append((rank, index, self.env._now))
         if len(meeting.members) == meeting.expected:
             del self._rendezvous[call.key]
-            meeting.start = self.env.now
-            self.collectives_run += 1
-            self._run_phases(self.schedule_of(call).phases, 0, meeting)
+            late = self.folded_arrival(call, meeting.members, self.ready) if self.folded_arrival is not None else None
+            if late is not None and late > self.env._now:  # folded members still on their way
+                self.env.timeout(late - self.env._now).callbacks.append(lambda _ev: self._begin(call, meeting))
+            else:
+                self._begin(call, meeting)
         return meeting
+
+    def ready(self, rank: int, index: int) -> float:
+        """When op ``index`` of ``rank`` had its dependencies done (0 without any): when it
+        could have started had its stream been free."""
+        deps = self._programs[rank].ops[index].deps
+        end = self.times[rank].end
+        return max((end[d] for d in deps), default=0.0)
+
+    def _begin(self, call: Collective, meeting: Meeting) -> None:
+        meeting.start = self.env.now
+        self.collectives_run += 1
+        self._run_phases(self.schedule_of(call).phases, 0, meeting)
 
     def _expected_members(self, group: tuple[int, ...]) -> int:
         n = self._expected.get(group)

@@ -84,10 +84,13 @@ def rank_mean(ctx):
     return mean
 
 
-def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float) -> dict:
-    """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s)."""
+def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float,
+              folded_end: float | None = None) -> dict:
+    """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s).
+    ``folded_end``: when ranks that were not simulated finish, if that can be later than
+    every simulated one (sampled jitter)."""
     t, n = scenario.training, scenario.cluster.gpus
-    step = float(spans.end_s.max()) if len(spans) else 0.0
+    step = max(float(spans.end_s.max()) if len(spans) else 0.0, folded_end or 0.0)
     per_rank = rank_times(spans, step)
     critical = per_rank.assign(held=per_rank.compute_s + per_rank.exposed_comm_s).sort_values(
         ["held", "rank"], ascending=[False, True]).iloc[0]

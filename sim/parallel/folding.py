@@ -192,6 +192,9 @@ class Folding:
     simulated: np.ndarray  # bool mask
     tables: dict[str, GroupTable]
     uneven_experts: bool = False  # expert loads differ, so expert-group positions build different programs
+    arrivals: object = None  # sampled jitter: the engine's hook for folded members' arrivals (sim.parallel.jitter)
+    sample: dict | None = None  # sampled jitter: replicas simulated, of how many, ranks simulated
+    carry: bool = True  # unsimulated groups' traffic rides with simulated ones (not in sampled jitter)
     _siblings: dict = field(default_factory=dict)
 
     @property
@@ -230,6 +233,8 @@ class Folding:
         return found
 
     def _find_siblings(self, group):
+        if not self.carry:
+            return ()
         located = self._locate(group)
         if located is None:
             return None

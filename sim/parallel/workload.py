@@ -19,7 +19,7 @@ from ..model.layers import Shard, attention_post, attention_pre, backward, embed
 from . import cp, dp, ep, fsdp, pp, tp, zero
 from .layout import Layout
 from .params import EMBEDDING, rank_params, stage_layer_ids
-from . import copies
+from . import copies, jitter
 from .folding import fold, unfolded
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
@@ -41,7 +41,12 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     ctx.expert_loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
     uneven = uneven_experts(s, layout)
-    ctx.folding = fold(s, layout, fabric, domains, uneven) if can_fold(s, fabric) else unfolded(layout, uneven)
+    folding = None
+    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
+        folding = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
+    elif can_fold(s, fabric):
+        folding = fold(s, layout, fabric, domains, uneven)
+    ctx.folding = folding or unfolded(layout, uneven)
     ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
     return ctx
 
