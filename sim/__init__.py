@@ -8,8 +8,9 @@ Data flows one way: scenario -> rank programs -> engine -> spans -> metrics / pl
 """
 
 from .input.load import load_scenario
+from .version import __version__
 
-__all__ = ["load_scenario", "simulate", "sweep"]
+__all__ = ["__version__", "load_scenario", "simulate", "simulate_rl", "sweep"]
 
 
 def simulate(scenario, **kwargs):
@@ -18,6 +19,14 @@ def simulate(scenario, **kwargs):
     from .step import simulate as _simulate
 
     return _simulate(scenario, **kwargs)
+
+
+def simulate_rl(scenario, **kwargs):
+    """Run the RL loop of a scenario with an ``[rl]`` section; returns a
+    :class:`sim.rl.run.RLResult` (``.summary``: the JSON of ``clustersim rl``)."""
+    from .rl.run import simulate_rl as _simulate_rl
+
+    return _simulate_rl(scenario, **kwargs)
 
 
 def sweep(scenario, grid, **kwargs):

@@ -2,20 +2,29 @@
 
 Each subcommand lives in the module that owns it, which exposes ``add_parser(subparsers)``
 and ``run(args) -> int``. Invalid input exits 2 with one line naming the key and the
-reason; an internal error exits 1.
+reason; an internal error exits 1; ``clustersim`` alone prints the usage and the
+subcommands and exits 2.
 """
 
 import argparse
 import importlib
 import os
+import re
 import sys
 import traceback
 
 from .errors import InputError
+from .version import __version__
 
 COMMANDS = ("sim.commands.run", "sim.commands.collective", "sim.commands.validate",
-            "sim.commands.sweep", "sim.commands.plot", "sim.commands.study",
-            "sim.labs.numerics", "sim.labs.routing")
+            "sim.commands.sweep", "sim.commands.plot", "sim.commands.study", "sim.commands.rl",
+            "sim.labs.numerics", "sim.labs.routing", "sim.commands.campaign")
+DESCRIPTION = ("clustersim simulates GPU clusters training large language models: step time, MFU, "
+               "exposed communication, memory per GPU and timelines of a model x training x cluster x "
+               "parallel layout described in TOML.")
+EPILOG = ("Start with: clustersim run llama3-8b-fsdp-h100 (a bundled example), or clustersim run "
+          "SCENARIO.toml. 'clustersim COMMAND -h' explains a command. Bad input exits 2 with one line "
+          "naming the key and the reason.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,10 +32,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"clustersim: error: {message}\n")
 
 
+def plain(text: str) -> str:
+    """reStructuredText markup a docstring may carry, as plain text for ``--help``:
+    ``x`` -> x, :mod:`sim.x` -> sim.x, `x` -> x.
+
+    >>> plain("The ``clustersim`` CLI, see :mod:`sim.cli` and `CONTRACT`.")
+    'The clustersim CLI, see sim.cli and CONTRACT.'
+    """
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"`{1,2}([^`]+)`{1,2}", r"\1", text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every subcommand that is installed."""
-    parser = _Parser(prog="clustersim", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="clustersim", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"clustersim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=_Parser)
     for name in COMMANDS:
         try:
             module = importlib.import_module(name)
@@ -35,12 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_parser(sub)
+    for action in sub._choices_actions:  # `clustersim COMMAND -h` opens with what the command does
+        command = sub.choices[action.dest]
+        action.help = plain(action.help or "")
+        command.description = plain(command.description or action.help)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, dispatch, map errors to exit codes."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # no subcommand: say what there is, exit 2 as for any usage error
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return args.func(args)
     except InputError as exc:

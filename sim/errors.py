@@ -15,3 +15,9 @@ class InputError(Exception):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.reason}"
+
+
+class SimulationError(RuntimeError):
+    """The simulator broke one of its own guarantees: a transfer made no progress, or a
+    result failed an invariant (sim/outputs/invariants.py). An internal error (exit 1),
+    never a result; the message names the scenario and what broke."""

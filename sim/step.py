@@ -4,29 +4,27 @@ topology -> rank programs -> engine -> spans -> summary.
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
 
-import dataclasses
 import time
 
+from . import collectives
+from . import work
 from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine, cycle_collector_paused
-from .errors import InputError
+from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
+from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, spans_frame
+from .hardware.faults import perturbed
+from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
 
 
 def build_topology(s: Scenario) -> topology.Topology:
     """The cluster's graph with overrides and link faults applied."""
-    spec = topology.load_spec(s.cluster.topology)
-    overrides = dict(s.cluster.topology_overrides)
-    if s.cluster.gpus_per_node:
-        overrides["gpus_per_node"] = s.cluster.gpus_per_node
-        overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
-                             if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
-    spec = dataclasses.replace(spec, **overrides)
+    spec = topology_spec(s)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
     from .hardware.faults import apply_faults
@@ -38,12 +36,24 @@ def build_topology(s: Scenario) -> topology.Topology:
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
-             record_links: bool = False) -> Result:
+             record_links: bool = False, force: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
     ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
-    huge runs)."""
+    huge runs). Unless ``force``, a scenario past the work budget is refused first
+    (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
+    past 20x its estimate of CPU is stopped (:func:`sim.work.watchdog`). The summary is
+    checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
+    a simulation that stops making progress, is a SimulationError naming the scenario."""
+    if s.rl is not None:
+        raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
+    limit = None if force else work.watchdog_seconds(work.check(s))
+    with work.watchdog(s.name, limit):
+        return _simulate(s, baseline, e_max, record_links)
+
+
+def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
     with cycle_collector_paused():  # (building a 131k-GPU graph and programs allocates millions of objects)
         topo = build_topology(s)
         gpu_name = s.cluster.gpu or topo.spec.gpu
@@ -52,11 +62,16 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
 
         ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
         programs = workload.build_programs(ctx)
+    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # NVLS, SHARP, PAT: can this cluster run it?
+        collectives.check_programs(programs, topo, "parallel.dp_algo")
     engine = Engine(topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
-    engine.run()
+    try:
+        engine.run()
+    except RuntimeError as exc:  # a deadlock, a stalled transfer (SimulationError), a recursion
+        raise SimulationError(f"scenario {s.name!r}: {type(exc).__name__}: {exc}") from exc
     spans = spans_frame(engine)
     wall = time.perf_counter() - t0
     memory = peak_memory(ctx)
@@ -67,8 +82,10 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     if s.jitter.sigma > 0:
         summary.update(jitter_summary(ctx))
     if baseline and perturbed(s):
-        clean = simulate(clean_copy(s), baseline=False, e_max=e_max)
+        clean = simulate(clean_copy(s), baseline=False, e_max=e_max, force=True)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
+    invariants.check(summary, invariants.compute_floor(programs, slow_from_start(s, topo.spec.gpus_per_node)),
+                     s.name)
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "folding": ctx.folding,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
@@ -86,14 +103,14 @@ def jitter_summary(ctx) -> dict:
             "jitter_replicas": sample["of"], "jitter_sampled_ranks": sample["ranks"]}
 
 
-def perturbed(s: Scenario) -> bool:
-    """Whether stragglers, jitter or link faults are configured."""
-    return bool(s.stragglers) or s.jitter.sigma > 0 or bool(s.cluster.faults)
+def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
+    """Rank -> the slowdown the [[stragglers]] apply to every one of its ops (those in
+    effect from t = 0; the larger wins, as in sim.hardware.faults.compute_scale)."""
+    from .hardware.faults import straggler_ranks
 
-
-def clean_copy(s: Scenario) -> Scenario:
-    """The same scenario without stragglers, jitter or faults."""
-    from .input.scenario import Jitter
-
-    return s.model_copy(update={"stragglers": [], "jitter": Jitter(),
-                                "cluster": s.cluster.model_copy(update={"faults": []})})
+    slow: dict[int, float] = {}
+    for st in s.stragglers:
+        if st.start_s <= 0:
+            for r in straggler_ranks(st, per_node):
+                slow[r] = max(slow.get(r, 1.0), st.slowdown)
+    return slow

@@ -3,6 +3,7 @@ seconds, bytes, bytes/s, FLOP/s (STYLE.md rule 7)."""
 
 import re
 
+from .bounds import MESSAGE_BYTES
 from .errors import InputError
 
 GB = 1e9  # bytes; "GB/s" in files means gigaBYTES per second (CONTRACT.md)
@@ -27,7 +28,7 @@ def parse_size(text: str, key: str = "size") -> int:
     value = float(number) * 1024 ** _SIZE_POWERS[prefix.lower()]
     if value <= 0:
         raise InputError(key, f"size {text!r} must be positive")
-    return int(value)
+    return MESSAGE_BYTES.check(key, int(value))
 
 
 def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
@@ -42,3 +43,25 @@ def parse_sizes(text: str, key: str = "--sizes") -> list[int]:
             sizes.append(sizes[-1] * 2)
         return sizes
     return [parse_size(part, key) for part in text.split(",") if part.strip()]
+
+
+BYTE_UNITS = {"GB": GB, "GiB": GIB}  # display units of memory sizes
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people, in the unit that reads best: ms below 1 s, s below 2 min,
+    else min.
+
+    >>> format_duration(0.0123), format_duration(12.345), format_duration(1078.3422)
+    ('12.3 ms', '12.35 s', '17.97 min')
+    """
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return f"{seconds / 60:.2f} min"
+
+
+def format_bytes(nbytes: float, unit: str = "GB") -> str:
+    """``nbytes`` in ``unit`` (a key of BYTE_UNITS), one decimal: ``format_bytes(2**30, "GiB") == '1.0 GiB'``."""
+    return f"{nbytes / BYTE_UNITS[unit]:.1f} {unit}"

@@ -12,6 +12,7 @@ import simpy
 
 from sim.hardware import topology
 from sim.hardware.gpus import gpu_preset
+from sim import step
 from sim.engine.network import Network
 
 
@@ -68,3 +69,17 @@ def assert_input_error(proc: subprocess.CompletedProcess, key: str) -> None:
     """Bad input: exit 2, one line on stderr naming ``key``, never a traceback."""
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and key in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts simulations run in this process (workers=1 runs points in-process)."""
+    count = {"n": 0}
+    real = step.simulate
+
+    def counting(scenario, *args, **kwargs):
+        count["n"] += 1
+        return real(scenario, *args, **kwargs)
+
+    monkeypatch.setattr(step, "simulate", counting)
+    return count

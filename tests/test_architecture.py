@@ -14,14 +14,14 @@ SIM = Path(__file__).resolve().parents[1] / "sim"
 
 # bottom -> top: one row of ARCHITECTURE.md's table each
 LAYERS = [
-    ("foundation", ("sim.errors", "sim.units")),
+    ("foundation", ("sim.errors", "sim.units", "sim.version", "sim.bounds")),
     ("hardware", ("sim.hardware",)),
     ("input", ("sim.input",)),
     ("model costs / collectives", ("sim.model", "sim.collectives")),
     ("engine", ("sim.engine",)),
     ("parallelism", ("sim.parallel",)),
     ("outputs", ("sim.outputs",)),
-    ("one step", ("sim.step",)),
+    ("one step", ("sim.step", "sim.work")),
     ("studies and labs", ("sim.studies", "sim.labs")),
     ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric")),
     ("command line", ("sim.commands", "sim.cli", "sim.__main__", "sim")),

@@ -59,9 +59,42 @@ BASE = {"--op": "all_reduce", "--algo": "ring", "--gpus": "16", "--topology": "d
     ({"--gpus": "1"}, "--gpus"),
     ({"--gpus": "two"}, "--gpus"),
     ({"--topology": "dgx-z900"}, "--topology"),
+    ({"--algo": "nvls", "--topology": "dgx-a100", "--gpus": "8"}, "--algo"),  # A100 NVSwitches cannot reduce
+    ({"--algo": "nvls"}, "--algo"),  # 16 GPUs on two nodes without SHARP
+    ({"--algo": "nvls_tree", "--gpus": "8"}, "--algo"),  # one node
+    ({"--algo": "collnet"}, "--algo"),  # dgx-h100's IB switches do not reduce
+    ({"--op": "all_gather", "--algo": "pat"}, "--algo"),  # 8 GPUs per node: NCCL refuses PAT
+    ({"--op": "all_reduce", "--algo": "pat", "--topology": "dgx-h100-sharp"}, "--algo"),
+    ({"--algo": "nvls", "--proto": "ll", "--gpus": "8"}, "--proto"),  # NVLS runs Simple only
+    ({"--proto": "ll256"}, "--proto"),
+    ({"--op": "all_to_all", "--algo": "direct", "--explain": ""}, "--explain"),
 ])
 def test_bad_arguments_exit_2_with_one_line(change, named):
-    out = clustersim(*[x for kv in (BASE | change).items() for x in kv])
+    out = clustersim(*[x for kv in (BASE | change).items() for x in kv if x != ""])
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and named in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_explain_lists_the_tuners_candidates_and_marks_its_pick():
+    """8x H100: NCCL picks ring LL up to 1 MB and NVLS from 2 MB (nccl-tests issue 309)."""
+    out = clustersim("--op", "all_reduce", "--gpus", "8", "--topology", "dgx-h100", "--sizes", "1M,2M",
+                     "--explain", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["algo"] for r in rows] == ["ring:ll", "nvls"]
+    for r in rows:
+        chosen = [c for c in r["candidates"] if c["chosen"]]
+        assert len(chosen) == 1 and chosen[0]["algo"] == r["algo"]
+        assert chosen[0]["nccl_time_us"] == min(c["nccl_time_us"] for c in r["candidates"])
+        assert {c["algo"] for c in r["candidates"]} >= {"ring", "ring:ll", "ring:ll128", "tree", "nvls"}
+    text = clustersim("--op", "all_reduce", "--gpus", "8", "--topology", "dgx-h100", "--sizes", "2M", "--explain")
+    (marked,) = [line for line in text.stdout.splitlines() if "<- auto" in line]
+    assert marked.split()[0] == "nvls"
+
+
+def test_explicit_protocol_changes_the_time():
+    args = ("--op", "all_gather", "--algo", "ring", "--gpus", "8", "--topology", "dgx-h100", "--sizes", "8,1G",
+            "--json")
+    times = {p: [r["time_us"] for r in json.loads(clustersim(*args, "--proto", p).stdout)] for p in ("ll", "simple")}
+    assert times["ll"][0] < times["simple"][0] and times["ll"][1] > times["simple"][1]

@@ -103,4 +103,6 @@ def test_gpt3_on_8_gpus_does_not_fit_and_warns():
     assert proc.returncode == 0
     s = one_json_object(proc.stdout)
     assert s["fits_in_memory"] is False and s["num_gpus"] == 8
-    assert "warning" in proc.stderr and "GB per GPU" in proc.stderr
+    # memory in the unit the A100's capacity is quoted in (80 GiB), the capacity beside it
+    assert f"warning: gpt3-175b-ptd needs {s['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU" in proc.stderr
+    assert "a100-80gb's 80.0 GiB" in proc.stderr

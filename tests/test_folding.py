@@ -33,6 +33,19 @@ CASES = {
     # folded groups' pipeline and all-to-all traffic must ride with exactly one copy each
     "moe-skewed-pp": ({**MIXTRAL_SMALL, "moe": {**MIXTRAL_SMALL["moe"], "routing": "token_choice", "skew": 0.5}},
                       16, {"seq_len": 1024, "global_batch": 16}, {"pp": 2, "dp": 8, "ep": 4}),
+    # MoE parallel folding: skewed expert groups span tp ranks (expert_tp 1) or are split
+    # over more ranks than tp (expert_tp 2 > tp 1)
+    "moe-folded-skewed": ({**MIXTRAL_SMALL, "moe": {**MIXTRAL_SMALL["moe"], "routing": "token_choice", "skew": 0.5}},
+                          32, {"seq_len": 1024, "global_batch": 16},
+                          {"tp": 2, "dp": 16, "ep": 8, "expert_tp": 1, "sequence_parallel": True}),
+    "moe-etp-skewed": ({**MIXTRAL_SMALL, "moe": {**MIXTRAL_SMALL["moe"], "routing": "token_choice", "skew": 0.5}},
+                       16, {"seq_len": 1024, "global_batch": 16}, {"dp": 16, "ep": 4, "expert_tp": 2}),
+    "tp-comm-overlap": (SMALL, 16, {"seq_len": 1024, "global_batch": 16},
+                        {"tp": 2, "pp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True}),
+    "moe-ep-comm-overlap": ({**MIXTRAL_SMALL, "moe": {**MIXTRAL_SMALL["moe"], "routing": "token_choice", "skew": 0.5}},
+                            16, {"seq_len": 1024, "global_batch": 32},
+                            {"pp": 2, "dp": 8, "ep": 4, "virtual_stages": 2, "schedule": "interleaved",
+                             "stage_layers": [0, 1, 1, 0], "ep_comm_overlap": True}),
 }
 _cache: dict = {}
 

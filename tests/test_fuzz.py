@@ -4,22 +4,37 @@
 Most examples run in-process on a tiny model (fast); a handful go through
 ``python -m sim run``. ``FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz.py`` digs deeper.
 
+Issue 14 adds hostile values (non-finite, wrong-typed, extreme, at and past every bound of
+sim/bounds.py) on every key of the schema: in-process through the loader and the work
+estimate for every bundled scenario, and through ``sim.cli.main`` in a fork per example
+(tests/forked_cli.py) with a small work budget, asserting exit 0 or 2 within a CPU limit
+and the result invariants on exit 0. ``FUZZ_CLI_EXAMPLES=N`` / ``FUZZ_BUDGET_S=S`` widen it;
+``python -m pytest -m slow tests/test_fuzz.py -k campaign`` runs the long campaign.
+
 Run: ``python -m pytest tests/test_fuzz.py``
 """
 
+import json
 import math
 import os
 import random
 import subprocess
 import sys
+import tomllib
+import typing
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
+from forked_cli import run_cli
+from sim import bounds, work
 from sim.errors import InputError
+from sim.hardware import topology
 from sim.input.load import scenario_from_dict
+from sim.input.scenario import Scenario
 from sim.step import simulate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,7 +125,20 @@ def outcome(overrides: list[tuple[str, object]]) -> str:
         return "input error"
     assert math.isfinite(summary["step_time_s"]) and summary["step_time_s"] > 0
     assert 0 <= summary["bubble_fraction"] < 1 and summary["mfu"] > 0
+    assert_possible(summary)
     return "ok"
+
+
+def assert_possible(summary: dict) -> None:
+    """The result invariants of issue 14, restated here so the test does not trust the
+    code it tests (sim/outputs/invariants.py)."""
+    assert math.isfinite(summary["step_time_s"]) and summary["step_time_s"] > 0
+    assert 0 < summary["mfu"] <= 1, summary["mfu"]
+    assert 0 <= summary["bubble_fraction"] <= 1
+    assert 0 <= summary["exposed_comm_s"] <= summary["step_time_s"] * (1 + 1e-9)
+    assert all(math.isfinite(v) and v >= 0 for v in summary["comm_bytes_per_gpu"].values())
+    assert math.isfinite(summary["memory_per_gpu_bytes"]) and summary["memory_per_gpu_bytes"] > 0
+    assert math.isfinite(summary.get("straggler_cost_s", 0.0))
 
 
 @FUZZ
@@ -196,3 +224,148 @@ def test_input_error_survives_reconstruction_and_pickling():
     err = InputError("parallel.dp_algo", "no such algorithm")
     assert str(type(err)(*err.args)) == str(err)
     assert str(pickle.loads(pickle.dumps(err))) == str(err)
+
+
+# --- hostile values on every key (issue 14) --------------------------------------------
+
+def schema_keys(model=Scenario, prefix: str = "") -> dict[str, type]:
+    """Every leaf key of the schema -> its Python type (int, float, bool, str, list...);
+    lists of sections (stragglers, cluster.faults) are mutated as one-entry lists."""
+    out = {}
+    for name, field in model.model_fields.items():
+        key, sub = prefix + name, _section(field.annotation)
+        if sub is not None:
+            out |= schema_keys(sub, key + ".")
+        else:
+            out[key] = typing.get_origin(field.annotation) or field.annotation
+    return out
+
+
+def _section(annotation):
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+LIST_SECTIONS = {"stragglers": {"ranks": [0], "slowdown": 1.5}, "cluster.faults": {"gpu_nic": 0, "factor": 0.5}}
+TOPOLOGY_KEYS = [f"cluster.topology_overrides.{k}" for k in topology.FatTreeSpec.__dataclass_fields__ if k != "name"]
+KEY_TYPES = schema_keys() | {k: object for k in TOPOLOGY_KEYS}
+ALL_KEYS = sorted(KEY_TYPES)
+NON_FINITE = [math.nan, math.inf, -math.inf]
+WRONG_TYPES = [True, False, "abc", "8", [1, 2], {"a": 1}, [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]
+EXTREMES = [0, -1, 1, 2, 7, 2**31, 2**53, 2**53 + 1, 2**63, 10**6, 10**7, 10**9, -2**63,
+            0.0, -0.0, 0.5, 1.5, 5e-324, 1e-300, 1e-9, 1e300, -1e300]
+BOUNDARIES = sorted({v for b in vars(bounds).values() if isinstance(b, bounds.Bound)
+                     for v in (b.lo, b.hi, b.hi + 1, b.lo - 1, b.hi * 1.0001)}, key=repr)
+HOSTILE = NON_FINITE + WRONG_TYPES + EXTREMES + BOUNDARIES
+# odd but often legal values, so that mutated scenarios also run, not only get refused
+LEGALISH = [1, 2, 3, 4, 8, 16, 32, 64, 1024, 4096, 0.0, 0.25, 0.5, 1.0, 1.25, 2.0, 16.0, True, False,
+            "ring", "tree", "hierarchical", "token_choice", "token_drop", "expert_choice", "interleaved",
+            "gpipe", "full", "selective", "swiglu", "normal", "ecmp", "generic", "gb200-nvl72", "b200"]
+
+
+# sections with required keys: a mutated key is set inside an otherwise complete section
+RL_TEMPLATE = {"generator_gpus": 8, "trainer_gpus": 8, "steps": 2, "lengths": {"mean": 100, "max": 200}}
+
+
+def mutate(key: str, value):
+    """(key, value) for --set: a key inside a list of sections sets a one-entry list; a key
+    of [rl] sets a whole [rl] section (its other keys are required)."""
+    for section, template in LIST_SECTIONS.items():
+        if key.startswith(section + "."):
+            return section, [{**template, key[len(section) + 1:]: value}]
+    if key.startswith("rl."):
+        rl = {**RL_TEMPLATE, "lengths": dict(RL_TEMPLATE["lengths"])}
+        *path, last = key.split(".")[1:]
+        (rl[path[0]] if path else rl)[last] = value
+        return "rl", rl
+    return key, value
+
+
+def _normal(key: str) -> str:
+    """``stragglers[0].ranks.1`` -> ``stragglers.ranks``: the key without list positions."""
+    return ".".join(p for p in key.replace("[", ".").replace("]", "").split(".") if not p.isdigit())
+
+
+@pytest.mark.parametrize("key", ALL_KEYS)
+def test_every_key_refuses_non_finite_and_wrong_typed_values(key):
+    """nan, inf and a wrong type are never legal: an InputError naming that very key."""
+    numeric = KEY_TYPES[key] in (int, float)
+    values = NON_FINITE + ([True, "abc", [1]] if numeric else []) + ([1.5] if KEY_TYPES[key] is int else [])
+    for value in values:
+        with pytest.raises(InputError) as info:
+            scenario_from_dict(BASE, dict([mutate(key, value)]))
+        assert _normal(info.value.key).startswith(_normal(key)), (key, value, str(info.value))
+
+
+@pytest.mark.parametrize("scenario", sorted(p.relative_to(REPO).as_posix() for p in (REPO / "scenarios").rglob("*.toml")))
+def test_every_key_of_every_bundled_scenario_loads_or_refuses(scenario):
+    """Every key x every hostile value on every bundled scenario: the loader and the work
+    estimate either accept (with a finite estimate) or raise one InputError, quickly."""
+    data = tomllib.loads((REPO / scenario).read_text())
+    for key in ALL_KEYS:
+        for value in HOSTILE[::3] + BOUNDARIES[1::7]:
+            try:
+                s = scenario_from_dict(data, dict([mutate(key, value)]), base=(REPO / scenario).parent)
+                w = work.estimate(s)
+            except InputError as exc:
+                assert exc.key and "\n" not in str(exc)
+                continue
+            assert math.isfinite(w.seconds) and math.isfinite(w.bytes)
+
+
+def toml_value(v) -> str:
+    """A Python value as TOML text for --set (nan, inf, inline tables included)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return {math.inf: "inf", -math.inf: "-inf"}.get(v, "nan" if v != v else repr(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+SCENARIOS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "scenarios").rglob("*.toml"))
+CLI_BUDGET_S = float(os.environ.get("FUZZ_BUDGET_S", "2"))  # the work budget of each fuzzed run
+CLI_MUTATIONS = st.lists(st.tuples(st.sampled_from(ALL_KEYS), st.sampled_from(HOSTILE) | st.sampled_from(LEGALISH)),
+                         min_size=1, max_size=3)
+CLI_FUZZ = settings(max_examples=int(os.environ.get("FUZZ_CLI_EXAMPLES", "150")), deadline=None, database=None,
+                    derandomize="FUZZ_CLI_EXAMPLES" not in os.environ,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def check_cli_run(scenario: str, mutations, budget_s: float) -> None:
+    """``clustersim run`` through sim.cli.main in a fork: exit 0 or 2, never 1 or a hang;
+    within a CPU limit the work budget implies; on exit 0 an invariant-abiding JSON."""
+    args = ["run", str(REPO / scenario), "--json"]
+    for key, value in mutations:
+        key, value = mutate(key, value)
+        args += ["--set", f"{key}={toml_value(value)}"]
+    got = run_cli(args, timeout=120 + 10 * budget_s, budget_s=budget_s, budget_bytes=1 << 30)
+    assert got.code in (0, 2), f"exit {got.code} after {got.wall_s:.0f} s: {got.stderr[-800:]}"
+    assert got.cpu_s < 4 * budget_s + 5, f"{got.cpu_s:.1f} s of CPU with a budget of {budget_s} s"
+    if got.code == 2:
+        assert got.stdout == "" and len(got.stderr.strip().splitlines()) == 1
+        assert got.stderr.startswith("clustersim run: ") and "Traceback" not in got.stderr
+    else:
+        assert_possible(json.loads(got.stdout))
+
+
+@CLI_FUZZ
+@given(st.sampled_from(SCENARIOS), CLI_MUTATIONS)
+def test_cli_on_hostile_mutations_of_bundled_scenarios(scenario, mutations):
+    check_cli_run(scenario, mutations, CLI_BUDGET_S)
+
+
+@pytest.mark.slow
+@settings(max_examples=int(os.environ.get("FUZZ_SLOW_EXAMPLES", "1500")), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(SCENARIOS), CLI_MUTATIONS)
+def test_cli_hostile_campaign(scenario, mutations):
+    """The longer campaign: ``python -m pytest -m slow tests/test_fuzz.py -k campaign``."""
+    check_cli_run(scenario, mutations, 20.0)

@@ -103,3 +103,111 @@ def test_moe_counts_only_active_experts():
     # ~12.9B active parameters of 46.7B (with both embeddings; the input one is a lookup)
     assert (per_token - attention) / 6 == pytest.approx(12.9e9 - 32000 * 4096, rel=0.01)
     assert per_token < 0.35 * 6 * total
+
+
+# --- 2026 architectures: MLA, head_dim != hidden/heads, fine-grained MoE -----------------
+
+@pytest.mark.parametrize("preset, total, active, embeddings_in_active", [
+    # DeepSeek-V3 README_WEIGHTS.md: main model 671B, 36.7B activated (the paper rounds to
+    # 37B; the 14B MTP module is separate). Its count matches 6ND's N: the output head but
+    # not the input-embedding lookup (ours: 36.63B, -0.2%; with the lookup 37.55B).
+    ("deepseek-v3", 671e9, 36.7e9, 1),
+    # Qwen3-235B-A22B model card: 235B total, 22B activated, counting both embedding matrices.
+    ("qwen3-235b-a22b", 235e9, 22e9, 2),
+])
+def test_moe_model_cards_total_and_active_parameters_within_one_percent(preset, total, active,
+                                                                        embeddings_in_active):
+    d = costs.dims(one_gpu(preset, 4096).model)
+    assert costs.total_params(d) == pytest.approx(total, rel=0.01)
+    active_params = costs.non_embedding_params(d, active=True) + embeddings_in_active * d.h * d.v
+    assert active_params == pytest.approx(active, rel=0.01)
+
+
+def test_qwen3_235b_non_embedding_parameters_match_the_card():
+    """Qwen3-235B-A22B card: 234B non-embedding (94 layers of GQA with 64 heads of 128 on a
+    4096 hidden, 128 experts of 1536)."""
+    d = costs.dims(one_gpu("qwen3-235b-a22b", 4096).model)
+    assert (d.dq, d.dv, d.a * d.dq) == (128, 128, 8192)  # head_dim is not hidden / heads = 64
+    assert costs.non_embedding_params(d) == pytest.approx(234e9, rel=0.01)
+
+
+MLA_TINY = {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 100, "attention": "mla",
+            "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+
+
+def tiny(model: dict, seq: int = 32, gpus: int = 1, parallel: dict | None = None):
+    return scenario_from_dict({"model": model, "training": {"seq_len": seq, "global_batch": gpus},
+                               "cluster": {"gpus": gpus}, "parallel": parallel or {"dp": gpus}})
+
+
+def test_mla_parameters_and_flops_per_token_by_hand():
+    """Per layer: q_a 64*32 + q_a_norm 32 + q_b 32*4*(8+4); kv_a 64*(16+4) + kv_a_norm 16 +
+    kv_b 16*4*(8+8); o 4*8*64; two norms 2*64; gelu MLP 2*64*128. Attention FLOPs per token:
+    6 * L * s * heads * (d_qk + d_v) with d_qk = 8 + 4 and d_v = 8."""
+    layer = (64 * 32 + 32 + 32 * 48) + (64 * 20 + 16 + 16 * 64) + 4 * 8 * 64 + 2 * 64 + 2 * 64 * 128
+    assert layer == 24496
+    non_embedding = 2 * layer + 64
+    expected = 6 * non_embedding + 6 * 64 * 100 + 6 * 2 * 32 * 4 * (12 + 8)
+    s = tiny(MLA_TINY)
+    d = costs.dims(s.model)
+    assert costs.non_embedding_params(d) == non_embedding
+    assert costs.model_flops_per_token(d, 32) == expected == 363456
+    assert simulated_flops_per_token(simulate(s)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_mla_without_a_query_latent_projects_queries_from_hidden():
+    """DeepSeek-V2-Lite style (q_lora_rank null): q_proj 64 * 4 * 12 replaces q_a, q_a_norm, q_b."""
+    with_latent = costs.attention_params(costs.dims(tiny(MLA_TINY).model))
+    without = costs.attention_params(costs.dims(tiny({**MLA_TINY, "q_lora_rank": None}).model))
+    assert with_latent - without == (64 * 32 + 32 + 32 * 48) - 64 * 48
+
+
+def test_mla_attention_core_and_projection_kernels():
+    """The core attends with d_qk = 12 and d_v = 8 per head (causal half under flash
+    attention); the down projections keep whole weights on every TP rank, the up
+    projections split heads over TP (Megatron-Core gpt_layer_specs: TELinear 'duplicated',
+    TELayerNormColumnParallelLinear)."""
+    from sim.model import layers as L
+
+    d = costs.dims(tiny(MLA_TINY).model)
+    sh = L.Shard(tokens=32, seq=32, micro=1, tp=2, sp=True, flash=True)
+    assert L.attention_core(d, sh).flops == 2 * 32 * 32 * 4 * (12 + 8) / 2 * 0.5
+    gemm_shapes = [(k.flops, k.min_dim) for k in L.attention_pre(d, sh) if k.flops]
+    assert gemm_shapes == [(2 * 16 * 32 * 64, 16), (2 * 16 * 20 * 64, 16),  # q_a, kv_a on 32/tp tokens
+                           (2 * 32 * 24 * 32, 24), (2 * 32 * 32 * 16, 16)]  # q_b, kv_b: heads / tp
+    assert [k.flops for k in L.attention_post(d, sh) if k.flops] == [2 * 32 * 64 * 16]  # o: 4 * 8 / tp in
+
+
+def test_head_dim_wider_than_hidden_over_heads():
+    """Qwen3-style: 4 heads of 32 on a hidden of 64 (not 16 wide): q, o are 64 x 128, k, v
+    64 x 2 * 32; attention FLOPs 12 * L * s * heads * head_dim."""
+    model = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 32, "ffn_hidden": 128, "vocab": 100}
+    layer = 64 * 128 + 2 * 64 * 2 * 32 + 128 * 64 + 2 * 64 + 2 * 64 * 128
+    expected = 6 * (2 * layer + 64) + 6 * 64 * 100 + 12 * 2 * 32 * (4 * 32)
+    s = tiny(model)
+    d = costs.dims(s.model)
+    assert costs.model_flops_per_token(d, 32) == expected
+    plain = costs.dims(tiny({**model, "head_dim": None}).model)
+    assert (plain.dq, d.dq) == (16, 32) and costs.model_flops_per_token(d, 32) > costs.model_flops_per_token(plain, 32)
+    assert simulated_flops_per_token(simulate(s)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_relu2_is_a_two_matrix_mlp():
+    """Nemotron-4's squared ReLU: up and down projections only (no gate)."""
+    model = {"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 100}
+    relu2 = costs.dims(tiny({**model, "mlp": "relu2"}).model)
+    swiglu = costs.dims(tiny({**model, "mlp": "swiglu"}).model)
+    assert costs.mlp_params(relu2, 0, False) == 2 * 64 * 256 and costs.mlp_params(swiglu, 0, False) == 3 * 64 * 256
+
+
+def test_mla_down_projections_are_whole_on_every_tp_rank():
+    """Megatron-Core duplicates MLA's down projections and latent norms over TP: a TP-2 rank
+    holds half of the rest of the layer plus all of them."""
+    from types import SimpleNamespace
+
+    from sim.parallel.params import layer_params
+
+    d = costs.dims(tiny({**MLA_TINY, "q_lora_rank": 32}).model)
+    ctx = SimpleNamespace(dims=d, layout=SimpleNamespace(sizes={"tp": 2}, ep=1, etp=2))
+    whole = 64 * 32 + 32 + 64 * 20 + 16  # q_a, q_a_norm, kv_a, kv_a_norm
+    assert layer_params(ctx, 0)[0] == (costs.layer_params(d, 0) - whole) / 2 + whole

@@ -93,8 +93,8 @@ MIX = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 2, "vocab": 1024, "m
        "ffn_hidden": 3584, "moe": {"experts": 8, "top_k": 2, "routing": "uniform"}}
 
 
-def moe_run(ep=8, gpus=8, routing="uniform", skew=0.0, fold=False, seq=1024):
-    model = {**MIX, "moe": {**MIX["moe"], "routing": routing, "skew": skew}}
+def moe_run(ep=8, gpus=8, routing="uniform", skew=0.0, fold=False, seq=1024, **moe):
+    model = {**MIX, "moe": {**MIX["moe"], "routing": routing, "skew": skew, **moe}}
     return simulate(scenario_from_dict({"model": model, "training": {"seq_len": seq, "global_batch": gpus},
                                         "cluster": {"topology": "dgx-h100", "gpus": gpus},
                                         "parallel": {"dp": gpus, "ep": ep, "fold": fold}}))
@@ -154,7 +154,8 @@ def a2a_transfer(result):
 
 @pytest.mark.parametrize("routing, skew", [("token_choice", 1.0), ("token_choice", 0.3), ("token_drop", 1.0)])
 def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew):
-    uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True)
+    moe = {"pad_to_capacity": False} if routing == "token_drop" else {}  # dropped, not padded: uneven
+    uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True, **moe)
     compute = (expert_time(skewed) - expert_time(uniform)).sum()
     traffic = (a2a_transfer(skewed) - a2a_transfer(uniform)).sum()
     assert compute > 0 and traffic > 0  # hot ranks compute longer and receive more
@@ -185,3 +186,28 @@ def test_expert_choice_is_balanced_in_the_simulator():
     sp = moe_run(routing="expert_choice", skew=1.0, fold=True).spans
     for _, g in sp[sp.name.str.startswith("experts_")].groupby(["name", "layer", "micro_batch"]):
         assert np.ptp(durations(g)) <= 1e-12 * durations(g).max()  # every rank the same tokens
+
+
+def test_token_dropping_pads_every_expert_to_its_capacity_by_default():
+    """GShard / Switch static buffers (Megatron --moe-pad-expert-input-to-capacity): every
+    expert computes ceil(cf * T * k / E) tokens however skewed the router, so the step is
+    the uniform router's scaled by capacity_factor in expert compute and all-to-all bytes."""
+    from sim.model.routing import capacity
+
+    padded = moe_run(routing="token_drop", skew=1.0, fold=True)
+    sp = padded.spans
+    for _, g in sp[sp.name.str.startswith("experts_")].groupby(["name", "layer", "micro_batch"]):
+        assert np.ptp(durations(g)) <= 1e-12 * durations(g).max()  # every rank the same tokens
+    uniform = moe_run(routing="uniform", fold=True)
+    per_expert = capacity(1024 * 8, 8, 2, 1.25)  # MIX: top-2 of 8 experts, default capacity factor 1.25
+    even = 1024 * 8 * 2 / 8
+    a2a = lambda r: r.summary["comm_bytes_per_gpu"]["ep"]
+    assert a2a(padded) == pytest.approx(a2a(uniform) * per_expert / even, rel=1e-12)
+
+
+def test_pad_to_capacity_needs_token_dropping():
+    from sim.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        moe_run(routing="token_choice", pad_to_capacity=True)
+    assert info.value.key == "model.moe" and "token_drop" in info.value.reason

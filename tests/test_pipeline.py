@@ -15,6 +15,8 @@ Run: ``python -m pytest tests/test_pipeline.py``
 import numpy as np
 import pytest
 
+from conftest import assert_input_error, clustersim
+
 from sim.input.load import scenario_from_dict
 from sim.parallel.memory import stage_memory
 from sim.outputs.metrics import rank_times
@@ -153,6 +155,48 @@ def test_llama3_405b_like_126_layers_on_16_stages():
     assert layers_per_stage(result) == [7] + [8] * 14 + [7]
     result = pp_run(4, 4, "1f1b", layers=10, seq=512, stage_layers=[1, 4, 4, 1])
     assert layers_per_stage(result) == [1, 4, 4, 1]
+
+
+# --- chunks holding only the embedding or the loss -------------------------------------
+
+@pytest.mark.parametrize("p, v, m", [(4, 2, 8), (4, 4, 8), (8, 4, 8)])
+def test_embedding_and_loss_chunks_take_two_chunk_times_off_the_step(p, v, m):
+    """One layer per chunk: the step is (v m + p - 1) chunk-times, the bubble (p-1)/(v m)
+    of the work. With the first chunk holding only the embedding and the last only the
+    loss (Megatron's account-for-embedding/loss-in-pipeline-split; vocab 128 makes both
+    nearly free), the pipeline fills and drains one chunk sooner: (v m + p - 3)."""
+    n = p * v
+    uniform = pp_run(p, m, "interleaved", v, layers=n, stage_layers=[1] * n).summary
+    ends = pp_run(p, m, "interleaved", v, layers=n - 2, stage_layers=[0] + [1] * (n - 2) + [0]).summary
+    assert uniform["bubble_fraction"] == pytest.approx((p - 1) / (v * m + p - 1), rel=0.05)
+    assert ends["step_time_s"] == pytest.approx(uniform["step_time_s"] * (v * m + p - 3) / (v * m + p - 1), rel=0.01)
+
+
+def test_llama3_405b_on_128_chunks_with_embedding_and_loss_chunks():
+    """The issue's layout: pp 16 x 8 virtual stages, one layer per chunk, the first chunk
+    only the embedding and the last only the output layer (126 layers, 128 chunks; the
+    default split cannot place 126 layers on 128 chunks)."""
+    layout = [0] + [1] * 126 + [0]
+    s = scenario_from_dict({"model": {"preset": "llama3-405b"},
+                            "training": {"seq_len": 8192, "global_batch": 16, "recompute": "selective"},
+                            "cluster": {"topology": "dgx-h100", "gpus": 128},
+                            "parallel": {"tp": 8, "pp": 16, "virtual_stages": 8, "schedule": "interleaved",
+                                         "sequence_parallel": True, "stage_layers": layout}})
+    result = simulate(s)
+    sp = result.spans[(result.spans.category == "compute") & (result.spans.name != "optimizer")]
+    stages = sp.groupby("layer").stage.unique()
+    assert list(stages[-1]) == [0] and list(stages[126]) == [15]  # embedding / output layer alone
+    assert all(list(stages[l]) == [(l + 1) % 16] for l in range(126))  # layer l is chunk l + 1
+    chunk0 = sp[(sp.stage == 0) & (sp.micro_batch == 0) & (sp.layer < 15)]
+    assert set(chunk0.name) == {"embedding_fwd", "embedding_bwd"}
+    assert 0 < result.summary["bubble_fraction"] < 0.2 and result.summary["step_time_s"] > 0
+
+
+def test_an_empty_chunk_that_holds_nothing_is_an_input_error():
+    proc = clustersim("run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml", "--set",
+                      "parallel.stage_layers=[12, 0, 6, 6]")  # chunk 1: no layer, no embedding, no loss
+    assert_input_error(proc, "parallel.stage_layers")
+    assert "entry 1 is 0" in proc.stderr
 
 
 def test_an_imbalanced_split_is_held_by_its_slowest_stage():

@@ -223,8 +223,13 @@ def test_tp_must_divide_heads_and_kv_heads(model, tp, key):
 def test_pipeline_stage_without_layers():
     e = error_of(base(parallel={"pp": 8, "dp": 1}))  # 4 layers on 8 stages
     assert e.key == "parallel.pp" and "4 layers" in e.reason and "8 stages" in e.reason
-    e = error_of(base(parallel={"pp": 2, "dp": 4, "stage_layers": [4, 0]}))
-    assert e.key == "parallel.stage_layers" and "at least one layer" in e.reason
+    # a chunk may be empty only when it holds the embedding (first) or the loss (last)
+    e = error_of(base(parallel={"pp": 4, "dp": 2, "stage_layers": [2, 0, 1, 1]}))
+    assert e.key == "parallel.stage_layers" and "entry 1 is 0" in e.reason and "at least one layer" in e.reason
+    e = error_of(base(parallel={"pp": 2, "dp": 4, "stage_layers": [5, -1]}))
+    assert e.key == "parallel.stage_layers" and "negative" in e.reason
+    s = scenario_from_dict(base(parallel={"pp": 2, "dp": 4, "stage_layers": [4, 0]}))  # last chunk: the loss only
+    assert s.parallel.stage_layers == [4, 0]
 
 
 def test_stage_layers_length_and_sum():
@@ -301,4 +306,15 @@ def test_bundled_scenarios_all_load():
     for path in paths:
         s = sim.load_scenario(path)
         p = s.parallel
-        assert p.tp * p.pp * p.dp * p.cp == s.cluster.gpus
+        assert p.tp * p.pp * p.dp * p.cp == (s.cluster.gpus if s.rl is None else s.rl.trainer_gpus)
+
+
+def test_schedule_defaults_to_interleaved_with_virtual_stages():
+    """Megatron: giving layers per virtual stage alone asks for interleaved 1F1B."""
+    s = scenario_from_dict(base(model={"layers": 8}, training={"global_batch": 16},
+                                parallel={"pp": 2, "dp": 4, "virtual_stages": 2}))
+    assert s.parallel.schedule == "interleaved"
+    assert scenario_from_dict(base(parallel={"pp": 2, "dp": 4})).parallel.schedule == "1f1b"
+    e = error_of(base(model={"layers": 8}, training={"global_batch": 16},
+                      parallel={"pp": 2, "dp": 4, "virtual_stages": 2, "schedule": "1f1b"}))
+    assert e.key == "parallel.schedule"

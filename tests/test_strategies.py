@@ -18,11 +18,12 @@ import pytest
 
 from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from sim.input.load import scenario_from_dict
-from sim.outputs.metrics import overlap, union
+from sim.outputs.metrics import length, overlap, union
 from sim.step import simulate
 
-# A small Llama-like model with layers far above the DDP bucket size (25 MiB) and the
-# tree/ring switch (4 MiB), so every gradient bucket uses a ring.
+# A small Llama-like model with layers far above the DDP bucket size (25 MiB), so every
+# gradient bucket is large; the volume tests pin rings (dp_algo = "ring"), whose closed
+# form they check (NCCL's tuner would take NVLS in one H100 node: tested separately).
 SMALL = {"layers": 4, "hidden": 2048, "heads": 16, "vocab": 32000, "mlp": "swiglu", "ffn_hidden": 5632}
 
 
@@ -33,11 +34,14 @@ def small_params(m=SMALL) -> int:
     return L * (4 * h * h + 3 * h * f + 2 * h) + h + 2 * V * h
 
 
-def run(model=SMALL, gpus=16, training=None, **parallel):
+def run(model=SMALL, gpus=16, training=None, cluster=None, **parallel):
     training = {"seq_len": 2048, "global_batch": gpus, **(training or {})}
     return simulate(scenario_from_dict({"model": model, "training": training,
-                                        "cluster": {"topology": "dgx-h100", "gpus": gpus},
+                                        "cluster": {"topology": "dgx-h100", "gpus": gpus, **(cluster or {})},
                                         "parallel": parallel}))
+
+
+NVLS_OFF = {"topology_overrides": {"nvls": False}}  # NCCL_NVLS_ENABLE=0: rings, as the closed forms assume
 
 
 def spans_of(result, rank=0, category=None, prefix=None):
@@ -61,8 +65,17 @@ def test_dp_bytes_per_gpu_are_2x_or_3x_param_bytes(gpus, zero, factor):
     """DDP all-reduce 2x; ZeRO-1/2 reduce-scatter + parameter all-gather 2x; FSDP
     all-gather fwd + all-gather bwd + reduce-scatter 3x -- of 2 * params bytes (bf16),
     times (N-1)/N. One micro-batch per GPU (global_batch = dp)."""
-    result = run(gpus=gpus, dp=gpus, zero=zero)
+    result = run(gpus=gpus, dp=gpus, zero=zero, dp_algo="ring")
     expected = factor * 2 * small_params() * (gpus - 1) / gpus
+    assert result.summary["comm_bytes_per_gpu"]["dp"] == pytest.approx(expected, rel=0.01)
+
+
+def test_ddp_in_one_h100_node_takes_nvls_and_sends_1_plus_1_over_n():
+    """auto on one DGX H100 node picks NVLS for the gradient buckets (nccl-tests issue 309:
+    NVLS from 2 MB): each GPU sends its buffer up once plus its reduced shard, B(1 + 1/N),
+    instead of the ring's 2B(N-1)/N."""
+    result = run(gpus=8, dp=8, zero=0)
+    expected = 2 * small_params() * (1 + 1 / 8)
     assert result.summary["comm_bytes_per_gpu"]["dp"] == pytest.approx(expected, rel=0.01)
 
 
@@ -84,15 +97,16 @@ SEQ = 1024
 @pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize("sp", [False, True])
 def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
-    result = run(TP_MODEL, gpus=tp, training={"seq_len": SEQ, "global_batch": 1}, tp=tp,
+    result = run(TP_MODEL, gpus=tp, training={"seq_len": SEQ, "global_batch": 1}, cluster=NVLS_OFF, tp=tp,
                  sequence_parallel=sp)
     comm = spans_of(result, category="tp")
     act = 1 * SEQ * TP_MODEL["hidden"] * 2  # b*s*h bf16 bytes
     layers = comm[(comm.layer >= 0) & (comm.layer < TP_MODEL["layers"])]
     per_layer = layers.groupby("layer").name.apply(sorted)
-    if sp:  # all-gather before, reduce-scatter after each sublayer, both directions
+    if sp:  # all-gather before, reduce-scatter after each sublayer, both directions; backward
+        # also re-gathers each column-parallel GEMM's saved input for its wgrad (Megatron)
         want = sorted(["attn_ag", "attn_rs", "mlp_ag", "mlp_rs", "attn_grad_ag", "attn_grad_rs",
-                       "mlp_grad_ag", "mlp_grad_rs"])
+                       "mlp_grad_ag", "mlp_grad_rs", "attn_input_ag", "mlp_input_ag"])
         per_call = (tp - 1) / tp * act
     else:  # one all-reduce after each sublayer forward, one of its input gradient backward
         want = sorted(["attn_ar", "mlp_ar", "attn_grad_ar", "mlp_grad_ar"])
@@ -101,19 +115,36 @@ def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
     assert np.allclose(comm.bytes, per_call, rtol=1e-12)
     # plus the vocab-parallel embedding (forward) and output layer (backward): 2 more
     # all-reduces, or 2 more RS/AG pairs with SP
-    calls = (4 if not sp else 8) * TP_MODEL["layers"] + (2 if not sp else 4)
+    calls = (4 if not sp else 10) * TP_MODEL["layers"] + (2 if not sp else 4)
     assert len(comm) == calls
     assert result.summary["comm_bytes_per_gpu"]["tp"] == pytest.approx(calls * per_call, rel=1e-9)
-    # critical path: no compute runs while a TP collective is in flight, and the compute
-    # after each collective starts only once it has finished
+    # critical path: no compute runs while a forward collective or the gather of an output
+    # gradient is in flight, and the compute after it starts only once it has finished;
+    # the backward's input side (gather of the saved input, reduction of the input
+    # gradient) runs beside the dgrad and wgrad GEMMs (Megatron's async collectives)
     compute = spans_of(result, category="compute").sort_values("start_s")
-    assert overlap(intervals(comm), intervals(compute)) == pytest.approx(0.0, abs=1e-12)
-    for end in comm.end_s:
+    side = comm.name.str.endswith("_input_ag") | comm.name.isin(["attn_grad_rs", "mlp_grad_rs", "attn_grad_ar",
+                                                                 "mlp_grad_ar"])
+    blocking, beside = comm[~side], comm[side & (comm.layer >= 0) & (comm.layer < TP_MODEL["layers"])]
+    assert overlap(intervals(blocking), intervals(compute)) == pytest.approx(0.0, abs=1e-12)
+    for end in blocking.end_s:
         later = compute[compute.start_s >= end - 1e-12]
         earlier = compute[compute.start_s < end - 1e-12]
         assert (earlier.end_s <= end + 1e-12).all() and len(later) > 0
-    busy = (compute.end_s - compute.start_s).sum() + (comm.end_s - comm.start_s).sum()
+    assert len(beside) == TP_MODEL["layers"] * (4 if sp else 2)
+    for _, call in beside.iterrows():  # each runs under a GEMM of its layer's backward
+        assert overlap(intervals(beside.loc[[_]]), intervals(compute)) > 0
+    busy = length(union(np.vstack([intervals(compute), intervals(comm)])))  # no idle: one rank, no pipeline
     assert result.summary["step_time_s"] == pytest.approx(busy, rel=1e-9)
+
+
+def test_tp8_all_reduce_in_an_h100_node_takes_nvls():
+    """With NVLS on (NCCL's default on H100), the 2 MiB TP all-reduces of 8 GPUs go through
+    the switch: B(1 + 1/N) sent per GPU per call instead of the ring's 2B(N-1)/N."""
+    result = run(TP_MODEL, gpus=8, training={"seq_len": SEQ, "global_batch": 1}, tp=8)
+    comm = spans_of(result, category="tp")
+    act = 1 * SEQ * TP_MODEL["hidden"] * 2
+    assert np.allclose(comm.bytes, act * (1 + 1 / 8), rtol=1e-12)
 
 
 # --- overlap emerges ------------------------------------------------------------------

@@ -52,6 +52,15 @@ def test_fsdp_crossover_moves_right_with_batch_and_left_with_sparsity(reports):
     assert first.mfu_sim == pytest.approx(first.mfu_seeds)  # calibrated at the smallest GPU count
 
 
+def test_sharp_switches_move_the_simulated_crater_right_but_not_the_seeds_n_star(reports):
+    """SHARP all-gathers and reduce-scatters (NCCL's CollNet, picked by auto) take a few
+    steps through the switches instead of N-1 ring steps; the bytes per NIC are the same."""
+    s = reports["fsdp-crossover"].summary.set_index("curve")
+    base_, sharp = s.iloc[0], s.loc[[c for c in s.index if "SHARP" in c][0]]
+    assert sharp.n_star_seeds == pytest.approx(base_.n_star_seeds)
+    assert sharp.n_crater_sim > 1.5 * base_.n_crater_sim
+
+
 def test_domain_size_moves_the_crossover_far_less_than_the_seeds_say(reports):
     s = reports["domain-size"].summary.set_index("domain")
     assert s.loc[256, "n_star_seeds"] == pytest.approx(32 * s.loc[8, "n_star_seeds"], rel=0.02)
@@ -115,3 +124,14 @@ def test_cli_study_quick_prints_table_and_writes_files(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "sim", "study", "nope"], capture_output=True, text=True, cwd=REPO,
                          env=env, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_rl_stragglers_show_the_seeds_claim(reports):
+    """Wider response lengths empty synchronous batches; pipeline RL keeps the generators
+    busy at a bounded lag (sim/rl/study.py)."""
+    table = reports["rl-stragglers"].table
+    util = table.pivot(index="cv", columns="mode", values="generator_utilization")
+    assert util["sync"].is_monotonic_decreasing and util["sync"].iloc[-1] < 0.5 * util["sync"].iloc[0]
+    assert (util["pipeline"] > 0.7).all() and (util["pipeline"].iloc[-1] > 3 * util["sync"].iloc[-1])
+    lag = table.set_index(["mode", "cv"])["max_staleness_steps"]
+    assert (lag["sync"] == 0).all() and (lag["async"] <= 1).all() and lag["pipeline"].max() <= 8

@@ -20,26 +20,13 @@ import sim
 from sim import step
 from sim.commands.sweep import parse_grid, parse_values
 from sim.errors import InputError
-from sim.studies.sweeps import JOURNAL_SUFFIX, SUMMARY_COLUMNS, expand, point_key
+from sim.studies.sweep_sinks import JOURNAL_SUFFIX
+from sim.studies.sweeps import SUMMARY_COLUMNS, TRAILING_COLUMNS, expand, point_key
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # 64 GPUs, ~0.02 s per point
-BUBBLES = REPO / "scenarios/studies/pipeline-bubbles.toml"  # 0.2-1 s per point at m = 8..40
+BUBBLES = REPO / "sim/studies/scenarios/pipeline-bubbles.toml"  # 0.2-1 s per point at m = 8..40
 GRID = {"training.seq_len": [2048, 4096], "parallel.dp_algo": ["ring", "hierarchical"]}
-
-
-@pytest.fixture
-def calls(monkeypatch):
-    """Counts simulations run in this process (workers=1 runs points in-process)."""
-    count = {"n": 0}
-    real = step.simulate
-
-    def counting(scenario, *args, **kwargs):
-        count["n"] += 1
-        return real(scenario, *args, **kwargs)
-
-    monkeypatch.setattr(step, "simulate", counting)
-    return count
 
 
 def without_wall(df: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +89,7 @@ def test_rows_hold_the_overrides_then_every_summary_key(tmp_path, calls):
     df = sim.sweep(FSDP, {**GRID, "training.global_batch": [64, 32]}, workers=1, out=out, quiet=True)
     assert calls["n"] == 4  # 8 points, 4 invalid (global_batch 32 < dp 64): validated, never simulated
     header = out.read_text().splitlines()[0].split(",")
-    assert header == list(GRID) + ["training.global_batch"] + list(SUMMARY_COLUMNS) + ["error", "point"]
+    assert header == list(GRID) + ["training.global_batch"] + list(SUMMARY_COLUMNS) + list(TRAILING_COLUMNS)
     assert list(df.columns) == header and len(df) == 8
     ok, bad = df[df["error"].isna()], df[df["error"].notna()]
     assert len(ok) == 4 and (ok["num_gpus"] == 64).all() and (ok["comm_bytes_per_gpu.dp"] > 0).all()

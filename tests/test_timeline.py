@@ -72,10 +72,11 @@ def _measure(iv):
     return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
 
 
-@pytest.mark.parametrize("path, over", [("gallery/fsdp-prefetch.toml", []), ("gallery/pipeline.toml", []),
-                                        ("gpt-1.7b-ptd-interleaved-a100.toml", [])])
+@pytest.mark.parametrize("path, over", [("sim/studies/gallery_scenarios/fsdp-prefetch.toml", []),
+                                        ("sim/studies/gallery_scenarios/pipeline.toml", []),
+                                        ("scenarios/gpt-1.7b-ptd-interleaved-a100.toml", [])])
 def test_streams_sharing_a_row_do_not_hide_each_other(path, over):
-    r = simulate(load_scenario(str(ROOT / "scenarios" / path), over))
+    r = simulate(load_scenario(str(ROOT / path), over))
     sp, step = r.spans, float(r.spans.end_s.max())
     split = 0
     for (rank, kind), g in sp[~sp.category.isin(["compute", "idle"])].groupby(["rank", "category"]):
@@ -94,14 +95,14 @@ def test_streams_sharing_a_row_do_not_hide_each_other(path, over):
 
 
 def test_folded_ranks_are_drawn_as_their_representative():
-    r = simulate(load_scenario(str(ROOT / "scenarios" / "gallery" / "fsdp-prefetch.toml")))
+    r = simulate(load_scenario(str(ROOT / "sim" / "studies" / "gallery_scenarios" / "fsdp-prefetch.toml")))
     assert r.info["folded"]
     assert _shown_ranks(r, [5, 63]) == r.info["simulated_ranks"]
     assert _shown_ranks(r, "5") == r.info["simulated_ranks"]
 
 
 def test_png_for_eight_ranks(tmp_path):
-    r = simulate(load_scenario(str(ROOT / "scenarios" / "gallery" / "pipeline.toml")))
+    r = simulate(load_scenario(str(ROOT / "sim" / "studies" / "gallery_scenarios" / "pipeline.toml")))
     out = tmp_path / "p.png"
     plot_timeline(r, str(out), "all")
     assert out.read_bytes()[:8] == PNG and out.stat().st_size > 20_000

@@ -1,18 +1,25 @@
 """Collective algorithms: pure functions from (group, bytes, domains) to a Schedule.
 
-``schedule(op, algo, group, nbytes, domains)`` is the one entry point; the engine runs
-the phases on the network model. Sizes follow nccl-tests: all_gather's ``nbytes`` is the
-total output, reduce_scatter's the total input, all_to_all's the per-rank buffer.
+``schedule(op, algo, group, nbytes, domains, shares, fabric)`` is the one entry point;
+the engine runs the phases on the network model. Sizes follow nccl-tests: all_gather's
+``nbytes`` is the total output, reduce_scatter's the total input, all_to_all's the
+per-rank buffer. ``algo`` is an algorithm (ring, tree, nvls, nvls_tree, collnet, pat,
+hierarchical, direct), optionally with a protocol (``ring:ll``, ``tree:ll128``; bare
+names run Simple), or ``auto``: NCCL's tuner picks both (:mod:`.tuner`). ``fabric``
+(``Topology.fabric``) says what the cluster's switches can do and how fast its links
+are; without it, a DGX H100 whose NVSwitches cannot reduce is assumed.
 """
 
 from functools import lru_cache
 
 from ..errors import InputError
-from . import direct, hierarchical, ring, tree
+from ..hardware.switching import Fabric
+from . import collnet, direct, hierarchical, nvls, pat, protocols, ring, tree, tuner
 from .schedule import Phase, Schedule
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "ring_shift")
-ALGOS = ("ring", "tree", "hierarchical", "direct", "auto")
+ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "hierarchical", "direct", "auto")
+DIRECT_OPS = ("all_to_all", "send_recv", "ring_shift")
 
 ALGORITHMS = {
     ("all_reduce", "ring"): ring.all_reduce,
@@ -20,6 +27,15 @@ ALGORITHMS = {
     ("reduce_scatter", "ring"): ring.reduce_scatter,
     ("broadcast", "ring"): ring.broadcast,
     ("all_reduce", "tree"): tree.all_reduce,
+    ("all_reduce", "nvls"): nvls.all_reduce,
+    ("all_gather", "nvls"): nvls.all_gather,
+    ("reduce_scatter", "nvls"): nvls.reduce_scatter,
+    ("all_reduce", "nvls_tree"): nvls.tree_all_reduce,
+    ("all_reduce", "collnet"): collnet.all_reduce,
+    ("all_gather", "collnet"): collnet.all_gather,
+    ("reduce_scatter", "collnet"): collnet.reduce_scatter,
+    ("all_gather", "pat"): pat.all_gather,
+    ("reduce_scatter", "pat"): pat.reduce_scatter,
     ("all_reduce", "hierarchical"): hierarchical.all_reduce,
     ("all_gather", "hierarchical"): hierarchical.all_gather,
     ("reduce_scatter", "hierarchical"): hierarchical.reduce_scatter,
@@ -27,43 +43,108 @@ ALGORITHMS = {
     ("send_recv", "direct"): direct.send_recv,
     ("ring_shift", "direct"): direct.ring_shift,
 }
+NEEDS_FABRIC = ("nvls", "nvls_tree", "collnet", "pat")  # take the fabric as a fourth argument
+# What a DGX H100 fabric looks like to the tuner when no topology is given (NVLS off).
+DEFAULT_FABRIC = Fabric("hopper", 370e9, 47.5e9, 0.0, False, 8, 256)
 
-# NCCL picks tree for small all-reduces across nodes and ring for large ones; the switch
-# point grows with node count (NCCL's tuning model); 4 MiB is typical for 2-16 nodes.
-TREE_THRESHOLD = 4 * 2**20  # bytes
 
-
-def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tuple[int, ...]) -> str:
-    """What ``auto`` means: roughly what NCCL would pick."""
-    if op in ("all_to_all", "send_recv", "ring_shift"):
+def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tuple[int, ...],
+                   fabric: Fabric | None = None) -> str:
+    """What ``auto`` means: the (algorithm, protocol) NCCL's tuner picks (:mod:`.tuner`)."""
+    if op in DIRECT_OPS:
         return "direct"
-    if op == "all_reduce" and len(set(domains)) > 1 and nbytes <= TREE_THRESHOLD:
-        return "tree"
-    return "ring"
+    return tuner.pick(op, nbytes, domains, fabric or DEFAULT_FABRIC).name
+
+
+def unsupported(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | None) -> str | None:
+    """Why this fabric cannot run ``algo`` for this group (None if it can), as NCCL refuses."""
+    base = algo.split(":")[0]
+    if base not in NEEDS_FABRIC:
+        return None
+    f = fabric or DEFAULT_FABRIC
+    c = tuner.comm_of(op, domains, f)
+    if base in ("nvls", "nvls_tree") and not f.nvls:
+        return (f"{base!r} needs NVSwitches that reduce (NVLink SHARP: Hopper or newer, topology nvls = true); "
+                "this cluster's cannot")
+    if base in ("nvls", "nvls_tree") and c.local < 2:
+        return f"{base!r} reduces inside NVLink domains, but the group has one GPU per domain"
+    if base == "nvls" and c.nodes > 1 and not (f.sharp and op == "all_reduce"):
+        return (f"'nvls' across {c.nodes} NVLink domains needs SHARP switches (topology sharp = true) and "
+                "all_reduce; use nvls_tree")
+    if base == "nvls_tree" and c.nodes == 1:
+        return "'nvls_tree' joins several NVLink domains; the group has one (use nvls)"
+    if base == "collnet" and not f.sharp:
+        return "'collnet' needs IB switches that reduce (SHARP: topology sharp = true); this cluster's cannot"
+    if base == "collnet" and c.nodes == 1:
+        return "'collnet' reduces across nodes in the IB switches; the group is inside one NVLink domain"
+    if base == "pat" and c.local > 1:
+        return (f"'pat' needs one GPU per node (NCCL 2.23+ refuses PAT otherwise); the group has {c.local} "
+                "GPUs in one node")
+    return None
+
+
+def resolve(op: str, algo: str, nbytes: float, domains: tuple[int, ...], fabric: Fabric | None) -> str:
+    """The algorithm (with protocol) a call runs: ``auto`` asks the tuner."""
+    return pick_algorithm(op, (), nbytes, domains, fabric) if algo == "auto" else algo
+
+
+def check(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | None, key: str = "--algo") -> None:
+    """Raise InputError(key) if ``algo`` does not implement ``op`` or this fabric cannot run it."""
+    if op not in OPS:
+        raise InputError("--op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    if algo == "auto":
+        return
+    base, _, proto = algo.partition(":")
+    if (op, base) not in ALGORITHMS:
+        known = sorted(a for o, a in ALGORITHMS if o == op)
+        raise InputError(key, f"{base!r} does not implement {op}; use one of {', '.join(known + ['auto'])}")
+    if proto and (proto not in protocols.PROTOCOLS or (base not in protocols.WITH_PROTOCOLS and proto != "simple")):
+        raise InputError(key, f"{algo!r}: {base} runs protocols "
+                              f"{', '.join(protocols.PROTOCOLS if base in protocols.WITH_PROTOCOLS else ('simple',))}")
+    reason = unsupported(op, base, domains, fabric) if len(domains) > 1 else None
+    if reason:
+        raise InputError(key, reason)
+
+
+def check_programs(programs, topo, key: str) -> None:
+    """Raise InputError(key) for the first collective of ``programs`` whose explicit
+    algorithm the cluster cannot run for its group (NVLS without NVSwitches that reduce,
+    PAT with several GPUs per node, CollNet without SHARP, ...)."""
+    seen = set()
+    for prog in programs:
+        for op in prog.ops:
+            call = op.comm
+            if call is None or call.algo.split(":")[0] not in NEEDS_FABRIC or (call.op, call.group) in seen:
+                continue
+            seen.add((call.op, call.group))
+            check(call.op, call.algo, tuple(int(d) for d in topo.domains[list(call.group)]), topo.fabric, key)
 
 
 @lru_cache(maxsize=4096)
 def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
-             domains: tuple[int, ...], shares: tuple | None = None) -> Schedule:
+             domains: tuple[int, ...], shares: tuple | None = None, fabric: Fabric | None = None) -> Schedule:
     """The phases of collective ``op`` over ``group`` (GPU ids) moving ``nbytes``.
     ``shares`` (all_to_all only): (send weights, receive weights) per member, member a
     sending ``nbytes * send[a] * recv[b]`` to member b -- an uneven all-to-all (MoE
     routing); None is the even exchange (send 1, receive 1/N)."""
-    if op not in OPS:
-        raise InputError("--op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
-    if algo == "auto":
-        algo = pick_algorithm(op, group, nbytes, domains)
-    fn = ALGORITHMS.get((op, algo))
-    if fn is None:
-        known = sorted(a for o, a in ALGORITHMS if o == op)
-        raise InputError("--algo", f"{algo!r} does not implement {op}; use one of {', '.join(known + ['auto'])}")
+    check(op, algo, domains, fabric)
     if len(group) < 2 or nbytes <= 0:
         return Schedule(op, algo, ())
+    algo = resolve(op, algo, nbytes, domains, fabric)
+    base, _, proto = algo.partition(":")
+    fn = ALGORITHMS[(op, base)]
     if shares is not None:
         if fn is not direct.all_to_all:
             raise ValueError(f"uneven shares apply to the direct all_to_all, not {op}/{algo}")
         return Schedule(op, algo, tuple(fn(group, domains, nbytes, shares)))
-    return Schedule(op, algo, tuple(fn(group, domains, nbytes)))
+    phases = tuple(fn(group, domains, nbytes, fabric or DEFAULT_FABRIC) if base in NEEDS_FABRIC
+                   else fn(group, domains, nbytes))
+    if proto and proto != "simple":
+        c = tuner.comm_of(op, domains, fabric or DEFAULT_FABRIC)
+        scale = tuner.latency(c, base, proto) / tuner.latency(c, base, "simple")
+        phases = protocols.apply(phases, protocols.bandwidth_fraction(base, proto, c.nodes == 1), scale)
+    return Schedule(op, algo, phases)
 
 
-__all__ = ["schedule", "Schedule", "Phase", "OPS", "ALGOS", "pick_algorithm"]
+__all__ = ["schedule", "Schedule", "Phase", "OPS", "ALGOS", "pick_algorithm", "check", "check_programs",
+           "unsupported", "resolve"]

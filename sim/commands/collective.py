@@ -1,14 +1,17 @@
 """``clustersim collective``: nccl-tests-style table of one simulated collective.
 
-Example: ``clustersim collective --op all_reduce --algo ring --gpus 64 --topology dgx-a100``.
+Example: ``clustersim collective --op all_reduce --algo ring --gpus 64 --topology dgx-a100``;
+``--algo auto --explain`` prints what NCCL's tuner weighs at each size and what it picks.
 """
 
 import json
 
 from .. import collectives
+from ..collectives.protocols import PROTOCOLS, WITH_PROTOCOLS
 from ..errors import InputError
-from ..studies.nccl_tests import build_topology, measure
+from ..studies.nccl_tests import algorithm, build_topology, explain, group_of, measure
 from ..units import parse_sizes
+from ..work import check_gpus
 
 CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -18,42 +21,83 @@ def add_parser(sub) -> None:
     p = sub.add_parser("collective", help="nccl-tests-style benchmark of one collective")
     p.add_argument("--op", required=True, help="|".join(CLI_OPS))
     p.add_argument("--algo", default="auto", help="|".join(collectives.ALGOS))
+    p.add_argument("--proto", default=None, help="auto|" + "|".join(PROTOCOLS) + " (default: the tuner's with "
+                                                 "--algo auto, else simple)")
     p.add_argument("--gpus", required=True, type=int, help="number of GPUs in the group")
     p.add_argument("--topology", required=True, help="preset name or TOML path")
     p.add_argument("--gpu", default=None, help="GPU preset (default: the topology's)")
     p.add_argument("--sizes", default="8,1K,64K,1M,16M,256M,1G",
                    help="comma list (1M,1G) or range lo:hi doubling")
+    p.add_argument("--explain", action="store_true",
+                   help="per size: every algorithm x protocol NCCL's tuner weighs, its prediction, the simulated time")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Validate, simulate each size, print."""
+    _check_args(args)
+    sizes = parse_sizes(args.sizes)
+    if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
+        raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
+    check_gpus("--gpus", args.gpus, len(sizes))
+    topo = build_topology(args.topology, args.gpus, args.gpu)
+    group = group_of(args.op, args.gpus)
+    domains = tuple(int(d) for d in topo.domains[list(group)])
+    collectives.check(args.op, args.algo, domains, topo.fabric)  # op x algo, and what this fabric can run
+    rows = measure(topo, args.op, args.algo, args.gpus, sizes, args.proto)
+    algos = [algorithm(topo, args.op, args.algo, args.proto, group, size) for size in sizes]
+    if args.json:
+        out = [{k: _num(v) for k, v in vars(r).items()} for r in rows]
+        if args.explain:
+            for row, algo, size in zip(out, algos, sizes):
+                row.update(algo=algo, candidates=_candidates(topo, args, size))
+        print(json.dumps(out))
+    else:
+        _print_table(args, rows)
+        if args.explain:
+            for size in sizes:
+                _print_explain(args, size, _candidates(topo, args, size))
+    return 0
+
+
+def _check_args(args) -> None:
     if args.op not in CLI_OPS:
         raise InputError("--op", f"unknown collective {args.op!r}; known: {', '.join(CLI_OPS)}")
     if args.algo not in collectives.ALGOS:
         raise InputError("--algo", f"unknown algorithm {args.algo!r}; known: {', '.join(collectives.ALGOS)}")
+    if args.proto not in (None, "auto") + PROTOCOLS:
+        raise InputError("--proto", f"unknown protocol {args.proto!r}; known: auto, {', '.join(PROTOCOLS)}")
+    if args.proto not in (None, "auto", "simple") and args.algo not in WITH_PROTOCOLS + ("auto",):
+        raise InputError("--proto", f"{args.algo} runs Simple only (NCCL runs LL and LL128 for ring and tree)")
     if args.gpus < 2:
         raise InputError("--gpus", f"a collective needs at least 2 GPUs, got {args.gpus}")
-    sizes = parse_sizes(args.sizes)
-    if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
-        raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
-    topo = build_topology(args.topology, args.gpus, args.gpu)
-    collectives.schedule(args.op, args.algo, (0, 1), 1.0, (0, 0))  # validates op x algo
-    rows = measure(topo, args.op, args.algo, args.gpus, sizes)
-    if args.json:
-        print(json.dumps([{k: _num(v) for k, v in vars(r).items()} for r in rows]))
-    else:
-        _print_table(args, rows)
-    return 0
+    if args.explain and args.op == "all_to_all":
+        raise InputError("--explain", "all_to_all is a direct exchange: NCCL's tuner does not choose it")
+
+
+def _candidates(topo, args, size: int) -> list[dict]:
+    return [{k: _num(v) for k, v in row.items()} for row in explain(topo, args.op, args.gpus, size)]
 
 
 def _num(v):
+    if isinstance(v, (bool, str)):
+        return v
     return int(v) if isinstance(v, int) else round(float(v), 6)
 
 
 def _print_table(args, rows) -> None:
-    print(f"# {args.op} algo={args.algo} gpus={args.gpus} topology={args.topology}")
+    proto = f" proto={args.proto}" if args.proto else ""
+    print(f"# {args.op} algo={args.algo}{proto} gpus={args.gpus} topology={args.topology}")
     print(f"{'bytes':>14} {'time_us':>12} {'algbw_GBps':>11} {'busbw_GBps':>11}")
     for r in rows:
         print(f"{r.bytes:>14} {r.time_us:>12.2f} {r.algbw_GBps:>11.2f} {r.busbw_GBps:>11.2f}")
+
+
+def _print_explain(args, size: int, rows: list[dict]) -> None:
+    print(f"\n# {size} bytes: NCCL's tuner (time = latency + bytes / bandwidth) over what this fabric runs")
+    print(f"  {'algorithm':<14} {'latency_us':>10} {'algbw_GBps':>10} {'nccl_us':>10} {'simulated_us':>12}")
+    for r in rows:
+        mark = "  <- auto" if r["chosen"] else ""
+        print(f"  {r['algo']:<14} {r['nccl_latency_us']:>10.1f} {r['nccl_algbw_GBps']:>10.1f} "
+              f"{r['nccl_time_us']:>10.1f} {r['sim_time_us']:>12.1f}{mark}")

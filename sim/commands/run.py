@@ -7,13 +7,16 @@ import json
 import sys
 
 from ..errors import InputError
+from ..hardware.gpus import gpu_preset
+from ..input.bundled import scenario_file
 from ..input.load import load_scenario
+from ..units import format_bytes, format_duration
 
 
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("run", help="simulate one training step of a scenario")
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", nargs="+", help="scenario TOML file, or the name of a bundled example (e.g. llama3-8b-fsdp-h100); several with --shared-fabric")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. parallel.dp=8 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -24,19 +27,32 @@ def add_parser(sub) -> None:
     p.add_argument("--timeline", help="write a PNG timeline")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
+    p.add_argument("--shared-fabric", action="store_true",
+                   help="run the scenarios together on one cluster; report each job's slowdown (sim/fabric/)")
+    p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
+    p.add_argument("--cluster-nodes", type=int, default=None,
+                   help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
+    p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Load, simulate, print, export."""
     from .. import simulate
+    from ..outputs.progress import status
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    if args.shared_fabric or len(args.scenario) > 1:
+        from ..fabric import run_cli
+
+        return run_cli(args)
+    scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
-    result = simulate(scenario, record_links=bool(args.trace))
+    with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
+        result = simulate(scenario, record_links=bool(args.trace), force=args.force)
     if not result.summary["fits_in_memory"]:
-        print(f"warning: {scenario.name} needs {result.summary['memory_per_gpu_bytes'] / 1e9:.1f} GB per GPU, "
-              f"more than the GPU's HBM", file=sys.stderr)
+        gpu = gpu_preset(result.info["gpu"])
+        print(f"warning: {scenario.name} needs {format_bytes(result.summary['memory_per_gpu_bytes'], gpu.hbm_unit)} "
+              f"per GPU, more than the {gpu.name}'s {format_bytes(gpu.hbm_bytes, gpu.hbm_unit)} of HBM", file=sys.stderr)
     if args.json:
         print(json.dumps(result.summary))
     else:
@@ -46,19 +62,20 @@ def run(args) -> int:
 
 
 def _check_outputs(args, scenario) -> None:
-    """Bad output flags fail before the simulation, not after it."""
-    if args.spans and not args.spans.endswith((".csv", ".parquet")):
-        raise InputError("--spans", f"expected a .csv or .parquet path, got {args.spans!r}")
+    """Bad output flags fail before the simulation, not after it: each path must be writable
+    where the user pointed, with the right suffix (:mod:`sim.outputs.paths`)."""
+    from ..outputs.paths import output_file
+
+    for flag, path, suffixes in (("--spans", args.spans, (".csv", ".parquet")), ("--timeline", args.timeline, (".png",)),
+                                 ("--trace", args.trace, (".json",))):
+        if path:
+            output_file(path, flag, suffixes)
     if args.spans and args.spans.endswith(".parquet"):
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise InputError("--spans", "writing .parquet needs pyarrow (pip install pyarrow); "
                                         "or give a .csv path") from None
-    if args.timeline and not args.timeline.endswith(".png"):
-        raise InputError("--timeline", f"expected a .png path, got {args.timeline!r}")
-    if args.trace and not args.trace.endswith(".json"):
-        raise InputError("--trace", f"expected a .json path, got {args.trace!r}")
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
     from ..outputs.rank_selection import check_selector
@@ -87,20 +104,41 @@ def _exports(args, result) -> None:
 
 
 def print_summary(result) -> None:
-    """A human-readable table of the summary."""
-    s = result.summary
-    rows = [("scenario", s["name"]), ("GPUs", s["num_gpus"]),
-            ("step time", f"{s['step_time_s'] * 1e3:.1f} ms"),
+    """A human-readable table of the summary, with the GPU and the layout it ran on; times
+    in the unit that reads best, memory in the unit the GPU's capacity is quoted in."""
+    s, sc = result.summary, result.scenario
+    gpu = gpu_preset(result.info["gpu"])
+    rows = [("scenario", s["name"]), ("GPUs", f"{s['num_gpus']:,} x {gpu.name}"),
+            ("layout", layout_text(sc)), ("schedule", schedule_text(sc)),
+            ("step time", format_duration(s["step_time_s"])),
             ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
             ("TFLOP/s per GPU", f"{s['tflops_per_gpu']:.1f}"), ("MFU", f"{s['mfu']:.1%}"),
             ("pipeline bubble", f"{s['bubble_fraction']:.1%}"),
-            ("exposed comm", f"{s['exposed_comm_s'] * 1e3:.1f} ms"),
-            ("memory per GPU", f"{s['memory_per_gpu_bytes'] / 1e9:.1f} GB"
+            ("exposed comm", format_duration(s["exposed_comm_s"])),
+            ("memory per GPU", f"{format_bytes(s['memory_per_gpu_bytes'], gpu.hbm_unit)} of "
+                               f"{format_bytes(gpu.hbm_bytes, gpu.hbm_unit)}"
                                + ("" if s["fits_in_memory"] else "  (DOES NOT FIT)"))]
     rows += [(f"sent per GPU ({k})", f"{v / 1e9:.2f} GB") for k, v in s["comm_bytes_per_gpu"].items() if v]
     if "straggler_cost_s" in s:
-        rows.append(("straggler cost", f"{s['straggler_cost_s'] * 1e3:.1f} ms"))
+        rows.append(("straggler cost", format_duration(s["straggler_cost_s"])))
     rows.append(("simulated", f"{s['sim_events']:,} events in {s['sim_wall_s']:.2f} s"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+
+
+def layout_text(sc) -> str:
+    """``tp 8 x pp 16 x dp 128 x cp 1, ep 1, zero 1``."""
+    p = sc.parallel
+    return f"tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp}, ep {p.ep}, zero {p.zero}"
+
+
+def schedule_text(sc) -> str:
+    """``1f1b, 1 virtual stage, 16 micro-batches of 1 sequence per step`` (``no pipeline, ...``
+    when pp = 1)."""
+    p, t = sc.parallel, sc.training
+    micro = t.global_batch // (p.dp * t.micro_batch)
+    pipeline = "no pipeline" if p.pp == 1 else \
+        f"{p.schedule}, {p.virtual_stages} virtual stage{'s' if p.virtual_stages > 1 else ''}"
+    return (f"{pipeline}, {micro} micro-batch{'es' if micro > 1 else ''} of {t.micro_batch} sequence"
+            f"{'s' if t.micro_batch > 1 else ''} per step")

@@ -1,7 +1,7 @@
 """``clustersim study NAME [--out-dir plots] [--quick] [--workers N] [--dask ADDR]``.
 
 Example: ``clustersim study fsdp-crossover --quick``: sweeps the study's bundled scenario
-(scenarios/studies/NAME.toml), prints its table, summary and findings, and writes
+(sim/studies/scenarios/NAME.toml, shipped with the package), prints its table, summary and findings, and writes
 ``plots/study-NAME.png``, ``plots/study-NAME.csv`` and ``plots/study-NAME-summary.csv``.
 """
 

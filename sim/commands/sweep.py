@@ -21,37 +21,54 @@ _RANGE = re.compile(rf"^\s*({_NUM})\s*\.\.\s*({_NUM})\s*(?:([x+])\s*({_NUM}))?\s
 def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("sweep", help="simulate a grid of overrides, one row per point (resumable)")
-    p.add_argument("scenario", help="scenario TOML file")
+    p.add_argument("scenario", help="scenario TOML file, or the name of a bundled example")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=VALUES", required=True,
                    help="values of one key: v1,v2,... | A..BxF (geometric) | A..B+S (arithmetic); "
                         "repeat for a cartesian product")
-    p.add_argument("--out", required=True, help="results file, .csv or .parquet; an existing one is resumed")
+    p.add_argument("--out", required=True, help="results file, .csv or .parquet, in a folder that exists; an "
+                                                "existing one is resumed (rows of an unchanged scenario reused)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a point that runs longer and record it as an error row (default: no limit)")
     p.add_argument("--dask", metavar="ADDR", help="run on a dask.distributed scheduler, e.g. tcp://host:8786")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key at every point (repeatable)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary line")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary line")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    """Parse the grid (exit 2 if malformed), sweep, say what was written."""
+    """Parse the grid (exit 2 if malformed), sweep, say what was written; on Ctrl-C, stop
+    at once and say what is kept."""
     from ..studies.sweeps import sweep
 
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", f"expected a positive integer, got {args.workers}")
-    if not args.out.endswith((".csv", ".parquet")):
-        raise InputError("--out", f"expected a .csv or .parquet path, got {args.out!r}")
     grid = parse_grid(args.grid)
     stats: dict = {}
-    sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask,
-          overrides=args.overrides, quiet=args.quiet, stats=stats)
+    try:
+        sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask, overrides=args.overrides,
+              quiet=args.quiet, stats=stats, point_timeout=args.point_timeout)
+    except KeyboardInterrupt:
+        done = stats.get("resumed", 0) + sum(stats.get(k, 0) for k in ("invalid", "simulated", "failed", "timed_out"))
+        print(f"sweep interrupted: {done} of {stats.get('points', '?')} points are in {args.out}; run the same "
+              "command again to resume", file=sys.stderr)
+        return 130
     if not args.quiet:
-        errors = stats["invalid"] + stats["failed"]
-        print(f"sweep: {stats['points']} points in {args.out}: {stats['simulated']} simulated, "
-              f"{stats['resumed']} resumed, {errors} with an error "
-              f"({stats['invalid']} invalid, {stats['failed']} failed)", file=sys.stderr)
+        print(report(stats, args.out), file=sys.stderr)
     return 0
+
+
+def report(stats: dict, out: str) -> str:
+    """The closing line: what was simulated, reused, recomputed and why, and the errors."""
+    from ..studies.sweeps import STALE_REASONS
+
+    errors = stats["invalid"] + stats["failed"] + stats["timed_out"]
+    line = (f"sweep: {stats['points']} points in {out}: {stats['simulated']} simulated, {stats['resumed']} resumed, "
+            f"{errors} with an error ({stats['invalid']} invalid, {stats['failed']} failed, "
+            f"{stats['timed_out']} timed out)")
+    if stats["recomputed"]:
+        why = ", ".join(f"{n} {STALE_REASONS[k]}" for k, n in sorted(stats["stale"].items()))
+        line += f"; {stats['recomputed']} finished rows recomputed ({why})"
+    return line
 
 
 def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:

@@ -1,79 +1,147 @@
-"""``clustersim validate [--rows N21,MH] [--no-pp] [--fit] [--json]``: predicted vs published.
+"""``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json]``.
 
-Prints each published run (``sim/data/published_runs.csv``) beside the simulator's
-prediction in the row's own FLOPs convention, the error per row and the MAPE.
-``--fit`` searches the one GEMM-efficiency constant per GPU type that minimizes the mean
-absolute log error over all of that GPU's rows together (global calibration).
+Prints each published run shipped in ``sim/data`` (the 2021/Megatron-LM table and the modern
+NeMo runs) beside the simulator's prediction: published and predicted seconds per step, the
+error per row and the MAPE. ``--fit`` searches, for each GPU type, the one GEMM-efficiency
+constant that minimizes the mean absolute log error over all of that GPU's rows together
+(global calibration, never per row). ``--explain ID`` prints where one row's step goes.
 """
 
 import json
 import math
 
-from ..studies import validation
-from ..model.compute import GEMM_EFFICIENCY
 from ..errors import InputError
+from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
+from ..outputs.progress import Progress
+from ..studies import validation
 
 
 def add_parser(sub) -> None:
     """Register the subcommand."""
-    p = sub.add_parser("validate", help="compare predictions with published training runs")
-    p.add_argument("--rows", default="", help="only rows whose source starts with one of these (comma list)")
+    p = sub.add_parser("validate", help="compare predicted with published training step times")
+    p.add_argument("--rows", default="", help="only rows whose id or source starts with one of these (comma list)")
     p.add_argument("--no-pp", action="store_true", help="only rows without pipeline parallelism")
-    p.add_argument("--fit", action="store_true", help="fit the GEMM efficiency per GPU type (slow)")
-    p.add_argument("--json", action="store_true", help="print rows and MAPE as JSON")
+    p.add_argument("--fit", action="store_true", help="fit the sustained efficiency per GPU type on the rows (slow: "
+                                                        "three simulations per row)")
+    p.add_argument("--explain", metavar="ID", help="print one row's breakdown: compute, exposed comm per axis, bubble")
+    p.add_argument("--json", action="store_true", help="print one JSON object per row, as a list")
     p.set_defaults(func=run)
 
 
-def selected_rows(prefixes: str, no_pp: bool) -> list[dict]:
+def selected_rows(prefixes: str, no_pp: bool) -> list[validation.Row]:
     """Rows after the --rows and --no-pp filters."""
     rows = validation.load_rows()
     if prefixes:
         wanted = [p.strip() for p in prefixes.split(",") if p.strip()]
-        rows = [r for r in rows if any(r["source"].startswith(p) for p in wanted)]
+        rows = [r for r in rows if any(r.id.startswith(p) or r.source.startswith(p) for p in wanted)]
     if no_pp:
-        rows = [r for r in rows if int(r["pp"]) == 1]
+        rows = [r for r in rows if r.scenario["parallel"].get("pp", 1) == 1]
     if not rows:
         raise InputError("--rows", f"no published row matches {prefixes!r}")
     return rows
 
 
 def run(args) -> int:
-    """Compare (or fit, then compare)."""
+    """Compare (or fit, then compare; or explain one row)."""
+    if args.explain:
+        return explain(args.explain, args.json)
     rows = selected_rows(args.rows, args.no_pp)
     fitted = fit(rows) if args.fit else {}
-    results = [validation.compare(r, fitted.get(r["gpu"])) for r in rows]
+    with Progress("validate", len(rows), transient=True) as progress:
+        results = []
+        for row in rows:
+            results.append(validation.compare(row, fitted.get(row.gpu)))
+            progress.advance(row.id)
     if args.json:
-        print(json.dumps({"rows": [_row_json(c) for c in results], "mape": validation.mape(results),
-                          "fitted_e_max": fitted}))
+        print(json.dumps([_row_json(c) for c in results]))
         return 0
-    print(f"{'source':7} {'model':6} {'params':>7} {'gpus':>5} {'tp':>3} {'pp':>3} {'dp':>3} "
-          f"{'published':>10} {'predicted':>10} {'error':>7}   (TFLOP/s per GPU, row's convention)")
-    for c in results:
-        r = c.row
-        print(f"{r['source']:7} {r['model']:6} {r['params']:>7} {r['num_gpus']:>5} {r['tp']:>3} {r['pp']:>3} "
-              f"{r['dp']:>3} {c.published:>10.1f} {c.predicted:>10.1f} {c.error:>+7.1%}")
-    print(f"MAPE over {len(results)} rows: {validation.mape(results):.1%}")
+    _print_table(results)
     for gpu, e in fitted.items():
-        print(f"fitted e_max[{gpu}] = {e:.3f} (in use: {GEMM_EFFICIENCY[gpu]:.3f})")
+        kernel = GEMM_KERNEL[gpu]["bf16"]
+        print(f"fitted e_max[{gpu}] = {e:.4f}, sustained factor {e / kernel:.4f} (in use: e_max "
+              f"{GEMM_EFFICIENCY[gpu]:.4f}, sustained {GEMM_EFFICIENCY[gpu] / kernel:.4f})")
     return 0
 
 
+def _print_table(results) -> None:
+    print(f"{'id':18} {'model':18} {'gpus':>5} {'tp/pp/dp':>14} {'published':>10} {'predicted':>10} {'error':>7}"
+          "   (seconds per step)")
+    for c in results:
+        r = c.row
+        pred = f"{c.predicted_step_s:>10.3f}" if c.predicted_step_s is not None else f"{'-':>10}"
+        err = f"{c.error:>+7.1%}" if c.error is not None else f"  {c.failure}"
+        print(f"{r.id:18} {r.model[:18]:18} {r.num_gpus:>5} {r.layout:>14} {r.published_step_s:>10.3f} {pred} {err}")
+    ran = [c for c in results if c.error is not None]
+    print(f"MAPE over {len(ran)} rows: {validation.mape(results):.1%}"
+          + (f"; {len(results) - len(ran)} rows could not run" if len(ran) < len(results) else ""))
+
+
 def _row_json(c) -> dict:
-    keys = ("source", "model", "params", "num_gpus", "tp", "pp", "dp", "gpu")
-    return {**{k: c.row[k] for k in keys}, "published": c.published, "predicted": c.predicted, "error": c.error}
+    r = c.row
+    return {"id": r.id, "published_step_s": r.published_step_s, "predicted_step_s": c.predicted_step_s,
+            "error": c.error, "source": r.source, "model": r.model, "gpu": r.gpu, "num_gpus": r.num_gpus,
+            "precision": r.precision, "layout": r.layout, "failure": c.failure or None}
 
 
-def fit(rows: list[dict]) -> dict[str, float]:
-    """Golden-section search per GPU type on the mean |log(predicted/published)|."""
+def explain(row_id: str, as_json: bool) -> int:
+    """Where one row's step goes on its critical rank."""
+    from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
+
+    rows = {r.id: r for r in validation.load_rows()}
+    if row_id not in rows:
+        raise InputError("--explain", f"no row {row_id!r}; ids: {', '.join(rows)}")
+    c = validation.compare(rows[row_id], keep=True)
+    if c.result is None:
+        raise InputError("--explain", f"row {row_id} cannot be simulated: {c.failure}")
+    step = c.predicted_step_s
+    rank = int(critical_rank(rank_times(c.result.spans, step))["rank"])
+    parts = rank_breakdown(c.result.spans, rank, step)
+    out = {**_row_json(c), "critical_rank": rank, "mfu": c.result.summary["mfu"],
+           "bubble_fraction": c.result.summary["bubble_fraction"], "breakdown_s": parts}
+    if as_json:
+        print(json.dumps(out))
+        return 0
+    print(f"{row_id}: {c.row.model} on {c.row.num_gpus} {c.row.gpu} ({c.row.layout}), {c.row.precision}")
+    print(f"  published {c.row.published_step_s:.3f} s, predicted {step:.3f} s ({c.error:+.1%}), "
+          f"MFU {out['mfu']:.1%}, bubble {out['bubble_fraction']:.1%}")
+    print(f"  critical rank {rank}:")
+    for key, value in parts.items():
+        if value > 0 or key.startswith("compute"):
+            print(f"    {key:20} {value:9.3f} s  {value / step:6.1%}")
+    return 0
+
+
+FIT_GRID = (0.60, 0.68, 0.76)  # training large-GEMM efficiencies each row is simulated at
+
+
+def fit(rows: list) -> dict[str, float]:
+    """The large-GEMM efficiency per GPU type (equivalently its sustained factor, see
+    sim/model/compute.py) minimizing the mean |log(predicted/published)| over all of that
+    GPU's rows together. A row's step time is a + b/e in the efficiency e to within the
+    overlap of compute and communication (compute scales as 1/e, communication does not):
+    each row is simulated at the three efficiencies of :data:`FIT_GRID`, a + b/e is fitted
+    to them by least squares, and the loss is minimized on those curves (golden section)."""
+    import numpy as np
+
     out = {}
-    for gpu in sorted({r["gpu"] for r in rows}):
-        mine = [r for r in rows if r["gpu"] == gpu]
+    for gpu in sorted({r.gpu for r in rows}):
+        mine = [r for r in rows if r.gpu == gpu]
+        curves = []
+        with Progress(f"fit {gpu}", len(mine) * len(FIT_GRID), transient=True) as progress:
+            for row in mine:
+                steps = []
+                for e in FIT_GRID:
+                    steps.append(validation.compare(row, e).predicted_step_s)
+                    progress.advance(f"{row.id} at e_max {e}")
+                if None not in steps:
+                    a, b = np.linalg.lstsq(np.column_stack([np.ones(3), 1 / np.array(FIT_GRID)]), np.array(steps),
+                                           rcond=None)[0]
+                    curves.append((a, b, row.published_step_s))
 
         def loss(e: float) -> float:
-            return sum(abs(math.log(validation.compare(r, e).predicted / validation.published_tflops(r)))
-                       for r in mine) / len(mine)
+            return sum(abs(math.log((a + b / e) / pub)) for a, b, pub in curves) / len(curves)
 
-        out[gpu] = _golden(loss, 0.4, 0.95)
+        out[gpu] = _golden(loss, 0.4, 0.95, tol=1e-4)
     return out
 
 

@@ -297,7 +297,9 @@ class Engine:
                                                 shares=call.shares))
             total = np.zeros(max(call.group) + 1)
             for ph in sched.phases:  # every hop a member starts carries its chain's bytes
-                total += np.bincount(ph.src, weights=ph.nbytes[ph.chain], minlength=len(total))[:len(total)]
+                own = ph.src >= 0  # (hops leaving a switch, in-switch reduction, are nobody's)
+                total += np.bincount(ph.src[own], weights=ph.nbytes[ph.chain[own]],
+                                     minlength=len(total))[:len(total)]
             sent = self._member_bytes[key] = {r: float(total[r]) for r in call.group}
         return sent
 
@@ -337,17 +339,21 @@ def merged_schedule(op: str, algo: str, group: tuple, siblings, nbytes: float, t
     once, phase by phase, groups in that order. Siblings whose members share NVLink
     domains as ``group``'s do (the same pattern, position by position) get ``group``'s
     schedule with the members renamed: every algorithm depends on the group only through
-    its order and that pattern (tests/test_collectives.py checks it)."""
+    its order and that pattern (tests/test_merged_schedule.py checks it); a schedule with
+    hops to or from a switch (in-switch reduction: switch ids are the group's own) is
+    built group by group."""
     rows = np.vstack([np.asarray(group, dtype=np.int64)[None, :]]
                      + ([siblings.rows] if isinstance(siblings, SiblingGroups) else
                         [np.asarray(siblings, dtype=np.int64).reshape(-1, len(group))]))
     doms = topo.domains[rows]
-    first = collectives.schedule(op, algo, tuple(group), nbytes, tuple(int(d) for d in doms[0]), shares)
+    first = collectives.schedule(op, algo, tuple(group), nbytes, tuple(int(d) for d in doms[0]), shares,
+                                 topo.fabric)
     if len(rows) == 1:
         return Schedule(first.op, first.algo, tuple(merge([p]) for p in first.phases))
-    if not same_domain_pattern(doms).all():
+    switched = any((p.src < 0).any() or (p.dst < 0).any() for p in first.phases)
+    if switched or not same_domain_pattern(doms).all():
         parts = [collectives.schedule(op, algo, tuple(int(r) for r in g), nbytes, tuple(int(d) for d in d_),
-                                      shares) for g, d_ in zip(rows, doms)]
+                                      shares, topo.fabric) for g, d_ in zip(rows, doms)]
         phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
         return Schedule(first.op, first.algo, phases)
     return Schedule(first.op, first.algo, tuple(_renamed(p, group, rows) for p in first.phases))
@@ -370,7 +376,7 @@ def _renamed(phase: Phase, group: tuple, rows: np.ndarray) -> Phase:
     k, n = len(rows), phase.n_chains
     chain = (phase.chain[None, :] + (np.arange(k, dtype=np.int64) * n)[:, None]).reshape(-1)
     return Phase(rows[:, src].reshape(-1), rows[:, dst].reshape(-1), chain, np.tile(phase.nbytes, k),
-                 phase.steps)
+                 phase.steps, phase.label, phase.latency_scale, phase.overhead, phase.wire)
 
 
 def bare_simpy_rate(n: int = 200_000) -> float:

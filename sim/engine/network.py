@@ -5,7 +5,9 @@ list of hops (src GPU -> dst GPU) that move the same bytes at one common rate (a
 channel is one chain: a pipeline runs at the pace of its slowest hop). Rates are the
 max-min fair allocation (progressive filling, vectorized with numpy) over every active
 chain, recomputed whenever a chain starts or ends. A phase pays ``steps`` times the
-latency of its longest hop before its bytes flow.
+latency of its longest hop (times its protocol's ``latency_scale``), plus its fixed
+``overhead``, before its bytes flow. A hop may end or start at a switch (in-switch
+reduction): its route is the GPU's own link to that switch.
 
 Rates depend only on which chains are active, never on bytes, so allocations are cached
 by the set of active phase shapes: a step that repeats the same collectives re-solves
@@ -19,11 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from ..errors import SimulationError
 from ..hardware.paths import routes
 from ..hardware.topology import Topology
 
 _EPS = 1e-9
 _PICOSECOND = 1e-12  # a chain within this of its end at a wake-up ends there (rounding of times)
+_TICKS = 4  # ... or within this many steps of the clock's float64 resolution at that time
+_REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
+_MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
 
 
 def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
@@ -137,6 +143,7 @@ class Network:
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
+        self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -169,6 +176,8 @@ class Network:
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
         entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst)
+        if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
+            entry_weight = entry_weight * phase.wire
         compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
                                  phase.n_chains, float(latency.max()) if len(latency) else 0.0, serial)
         used = np.zeros(len(self.topo.caps), dtype=bool)  # its distinct links, without sorting the entries
@@ -189,7 +198,7 @@ class Network:
         """Pay the phase's latency, move its bytes, then call ``on_done()`` (no process:
         a collective costs a few events, not a SimPy process per phase)."""
         plan = self._plan(phase)
-        latency = phase.steps * plan.compiled.step_latency
+        latency = phase.steps * plan.compiled.step_latency * phase.latency_scale + phase.overhead
         if latency > 0:
             wake = self.env.timeout(latency)
             wake.callbacks.append(lambda _ev: self._inject(plan, on_done))
@@ -255,6 +264,9 @@ class Network:
         return float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
 
     def _wake_in(self, act: _Active, horizon: float) -> None:
+        if not horizon < np.inf:  # nan or inf: a moving chain without bandwidth never ends
+            raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
+                                  f"(horizon {horizon} s at t = {self.env.now} s)")
         wake = self.env.timeout(max(horizon, 0.0))
         generation = act.generation
         wake.callbacks.append(lambda _ev: self._on_wake(act, generation))
@@ -302,9 +314,11 @@ class Network:
         others = self._users[act.links] - 1  # other transfers on each of its links
         shared = np.count_nonzero(others) > 0
         if not self._ends_untouched(act):
+            moved = self.env.now > act.updated
             self._advance(act)
-            finishing = act.remaining <= act.rates * _PICOSECOND + 1e-3  # done within a picosecond
+            finishing = self._finishing(act)
             if not finishing.all():
+                self._guard_progress(moved or bool((finishing & (act.remaining > 0)).any()))
                 act.remaining = np.where(finishing, 0.0, act.remaining)
                 self._solve_all() if shared else self._solve([act])
                 return
@@ -316,6 +330,23 @@ class Network:
         act.done()
         if shared:
             self._solve_all()  # the others may speed up now
+
+    def _finishing(self, act: _Active) -> np.ndarray:
+        """Chains done at this wake-up: within a picosecond (or a few ticks of the clock,
+        whose resolution coarsens as time grows) of their end at their rates, or with
+        only rounding residue of their bytes left (the first term alone keeps every
+        scenario so far byte-identical; the others keep huge runs from re-solving forever
+        at one instant)."""
+        tick = max(_PICOSECOND, _TICKS * float(np.spacing(self.env.now)))
+        return act.remaining <= act.rates * tick + np.maximum(1e-3, _REL_BYTES * act.plan.nbytes)
+
+    def _guard_progress(self, progressed: bool) -> None:
+        """Count wake-ups in a row that neither moved bytes nor ended a chain; past
+        :data:`_MAX_STALLS` the simulation is stuck, which is an internal error, not a spin."""
+        self._stalls = 0 if progressed else self._stalls + 1
+        if self._stalls > _MAX_STALLS:
+            raise SimulationError(f"the network model made no progress in {_MAX_STALLS:,} wake-ups at "
+                                  f"t = {self.env.now} s ({len(self._active)} transfers in flight)")
 
     def _ends_untouched(self, act: _Active) -> bool:
         """Whether ``act`` ran alone at its first rates all along and every chain ends now:

@@ -118,3 +118,8 @@ def _edges(graph, f, spec) -> list[tuple]:
     if f.spine is not None and ("spine", f.spine) in graph:
         found += [(n, ("spine", f.spine)) for n in graph.neighbors(("spine", f.spine))]
     return found
+
+
+def perturbed(s) -> bool:
+    """Whether stragglers, jitter or link faults are configured."""
+    return bool(s.stragglers) or s.jitter.sigma > 0 or bool(s.cluster.faults)

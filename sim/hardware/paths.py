@@ -5,8 +5,9 @@ one phase (400k hops in the Llama 3 405B step), and routing them one ``route()``
 time took 12 s. Here the common cases, same NVLink domain or the PXN path across the
 fat tree (relay -> NIC -> leaf -> spines -> leaf -> NIC), are built as arrays, one
 matrix per route shape, the sprayed spine hops of every leaf pair from one leaf x spine
-table; pairs a fault reroutes, ECMP's per-flow hashing and leaf pairs not joined by
-two-hop spine paths still go through ``route()``. The result is the concatenation of
+table; pairs a fault reroutes, ECMP's per-flow hashing, leaf pairs not joined by
+two-hop spine paths, hops to or from a switch (in-switch reduction) and every hop of a
+rail-only or multi-plane fabric still go through ``route()``. The result is the concatenation of
 ``route(a, b)`` for every pair, link by link and bit for bit (tests/test_paths.py).
 """
 
@@ -17,6 +18,11 @@ def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """(links, weights, lengths, latencies): the routes of every pair src[i] -> dst[i]
     concatenated in pair order, each route's hop count, and each route's latency."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    # hops ending at a switch (in-switch reduction: negative ids) and every hop of a
+    # rail-only or multi-plane fabric (sim/hardware/switching.py) go through route()
+    other = (src < 0) | (dst < 0) | (topo.spec.planes > 1) | (topo.spec.builder != "fat_tree")
+    calls = (src, dst)  # what route() is asked
+    src, dst = np.where(other, 0, src), np.where(other, 0, dst)
     ends, dom = topo._endpoint_links, topo.domains
     per = topo.spec.gpus_per_node
     same = dom[src] == dom[dst]
@@ -27,7 +33,7 @@ def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     hops = {"nv": (ends["up_nv"][src], ends["down_nv"][dst]), "pre": (ends["up_nv"][src], ends["down_nv"][relay]),
             "nic": (ends["up_nic"][relay], ends["up_ib"][relay]), "last": (ends["down_ib"][dst], ends["down_nic"][dst])}
     broken = {k: (a < 0) | (b < 0) for k, (a, b) in hops.items()}
-    slow = np.where(same, broken["nv"], (valid & broken["pre"]) | broken["nic"] | broken["last"])
+    slow = np.where(same, broken["nv"], (valid & broken["pre"]) | broken["nic"] | broken["last"]) | other
     if topo.spec.routing == "ecmp":
         slow |= ~same
     core = np.full(len(src), -1, dtype=np.int64)  # per pair crossing the fabric: its leaf pair's row in ``table``
@@ -39,12 +45,13 @@ def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
         table = spine_hops(topo, uniq // len(topo._leaf_nodes), uniq % len(topo._leaf_nodes))
         core[cross] = inverse.reshape(-1)
         slow[cross[table[1][core[cross]] < 0]] = True  # leaf pairs without two-hop paths
-    return _assemble(topo, src, dst, same & ~slow, valid, slow, core, table, hops)
+    return _assemble(topo, calls, same & ~slow, valid, slow, core, table, hops)
 
 
-def _assemble(topo, src, dst, near, relayed, slow, core, table, hops):
+def _assemble(topo, calls, near, relayed, slow, core, table, hops):
     """Concatenate the routes: matrices per shape (same domain; across the fabric by
-    relayed and spine count), then the pairs ``route()`` took."""
+    relayed and spine count), then the pairs ``route()`` took (``calls``: (src, dst))."""
+    src, dst = calls
     n = len(src)
     far = ~near & ~slow
     k = np.zeros(n, dtype=np.int64)

@@ -19,8 +19,10 @@ import zlib
 import networkx as nx
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
-from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset  # noqa: F401 (doctests)
+from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
+from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data
@@ -41,6 +43,10 @@ class FatTreeSpec:
     nic_gbps: float | None = None  # GB/s per NIC; default from the GPU
     routing: str = "spray"  # "spray": IB adaptive routing over equal paths | "ecmp": hash one
     max_gpus: int | None = None  # the most GPUs this system has (None: grows as asked)
+    builder: str = "fat_tree"  # "rail_only": no switch joins two rails (Wang et al. 2023)
+    planes: int = 1  # > 1: every NIC splits over this many independent switch planes
+    sharp: bool = False  # the IB switches reduce in the network (SHARP; NCCL CollNet)
+    nvls: bool = True  # the NVSwitches reduce and multicast (NVLink SHARP) where the GPU can
 
 
 def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
@@ -56,20 +62,27 @@ def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
     """
     nvlink = (spec.nvlink_gbps * GB) if spec.nvlink_gbps else gpu.nvlink_bw
     nic = (spec.nic_gbps * GB) if spec.nic_gbps else gpu.nic_bw
-    g = nx.Graph(name=spec.name)
-    _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw)
-    _add_fabric(g, num_gpus, spec, nic)
-    g.graph["connected_with"] = g.number_of_edges()  # built connected: Topology re-checks if links go
+    g = nx.Graph(name=spec.name, gpu=gpu.name)
+    _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw, nvlink_efficiency(gpu.name))
+    if spec.builder == "fat_tree" and spec.planes == 1:
+        _add_fabric(g, num_gpus, spec, nic)
+        g.graph["connected_with"] = g.number_of_edges()  # built connected: Topology re-checks if links go
+    else:  # rail-only or multi-plane (sim/hardware/switching.py)
+        from .switching import add_railed_fabric
+
+        add_railed_fabric(g, num_gpus, spec, nic)
     return g
 
 
-def _add_domains(g: nx.Graph, num_gpus: int, spec: FatTreeSpec, nvlink: float, pcie: float) -> None:
+def _add_domains(g: nx.Graph, num_gpus: int, spec: FatTreeSpec, nvlink: float, pcie: float,
+                 nvlink_eff: float = FABRIC_EFFICIENCY["nvlink"]) -> None:
+    eff = None if nvlink_eff == FABRIC_EFFICIENCY["nvlink"] else nvlink_eff  # NVLink5 differs
     for i in range(num_gpus):
         domain, node = i // spec.gpus_per_domain, i // spec.gpus_per_node
         g.add_node(("gpu", i), kind="gpu", domain=domain, node=node)
         g.add_node(("nvsw", domain), kind="nvswitch")
         g.add_node(("nic", i), kind="nic")
-        _link(g, ("gpu", i), ("nvsw", domain), nvlink, "nvlink")
+        _link(g, ("gpu", i), ("nvsw", domain), nvlink, "nvlink", eff)
         _link(g, ("gpu", i), ("nic", i), pcie, "pcie")
 
 
@@ -89,8 +102,11 @@ def _add_fabric(g: nx.Graph, num_gpus: int, spec: FatTreeSpec, nic: float) -> No
                     _link(g, ("leaf", su, rail), ("spine", s), uplink, "ib")
 
 
-def _link(g: nx.Graph, u, v, bw: float, kind: str) -> None:
+def _link(g: nx.Graph, u, v, bw: float, kind: str, eff: float | None = None) -> None:
+    """A full-duplex link; ``eff`` overrides FABRIC_EFFICIENCY[kind] (NVLink5)."""
     g.add_edge(u, v, bw=bw, kind=kind, latency=LINK_LATENCY[kind])
+    if eff is not None:
+        g.edges[u, v]["eff"] = eff
 
 
 def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
@@ -102,27 +118,43 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
         known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
         raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(key, f"{path}: malformed TOML ({exc})") from None
+        data = tomllib.loads(bounds.read_text(path, key))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return _spec_from_dict(data, path, key)
 
 
-def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
-    builder = data.pop("builder", "fat_tree")
-    if builder != "fat_tree":
-        raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: fat_tree")
+# Bounds of a spec's numeric fields (sim/bounds.py says why each ends where it does)
+FIELD_BOUNDS = {"gpus_per_domain": bounds.DOMAIN, "gpus_per_node": bounds.DOMAIN,
+                "nodes_per_su": bounds.NODES_PER_SU, "spines": bounds.SPINES,
+                "oversubscription": bounds.OVERSUBSCRIPTION, "nvlink_gbps": bounds.LINK_GBPS,
+                "nic_gbps": bounds.LINK_GBPS, "max_gpus": bounds.GPUS, "planes": bounds.PLANES}
+
+
+def check_field(key: str, field: str, value, where: str = ""):
+    """A spec field's value, checked as a topology file's (``where``: the file, for the
+    message); InputError(key) for an unknown field, a wrong type or a value out of bounds."""
     fields = FatTreeSpec.__dataclass_fields__
-    for k, v in data.items():
-        if k not in fields:
-            raise InputError(f"{key}.{k}", f"{path}: unknown key; known: {', '.join(fields)}")
-        if k in ("name", "gpu", "routing"):
-            expected = (str,)
-        else:  # counts must be whole; bandwidths and ratios may be fractional
-            expected = (int, float) if "float" in str(fields[k].type) else (int,)
-        if not isinstance(v, expected) or isinstance(v, bool) or (expected != (str,) and v <= 0):
-            what = {(str,): "a string", (int,): "a positive integer"}.get(expected, "a positive number")
-            raise InputError(f"{key}.{k}", f"{path}: expected {what}, got {v!r}")
+    if field not in fields:
+        raise InputError(key, f"{where}unknown key; known: {', '.join(fields)}")
+    kind = str(fields[field].type)
+    if field in ("name", "gpu", "routing", "builder") or kind.startswith(("bool", "<class 'bool'>")):
+        expected = str if "bool" not in kind else bool
+        if not isinstance(value, expected):
+            raise InputError(key, f"{where}expected a {expected.__name__}, got {value!r}")
+        return value
+    bound = FIELD_BOUNDS.get(field, bounds.Bound(1e-9, bounds.EXACT_INT, "a positive finite number"))
+    try:  # counts must be whole; bandwidths and ratios may be fractional
+        return bound.check(key, value, whole="float" not in kind)
+    except InputError as exc:
+        raise InputError(key, where + exc.reason) from None
+
+
+def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
+    builder = data.get("builder", "fat_tree")
+    if not isinstance(builder, str) or builder not in BUILDERS:
+        raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: {', '.join(BUILDERS)}")
+    data = {k: check_field(f"{key}.{k}", k, v, f"{path}: ") for k, v in data.items()}
     data.setdefault("name", path.stem)
     spec = FatTreeSpec(**data)
     if spec.routing not in ("spray", "ecmp"):
@@ -142,7 +174,7 @@ class Route:
     latency: float
 
 
-class Topology:
+class Topology(SwitchRoutes):
     """A graph indexed for the network model.
 
     ``caps[l]`` is the usable bandwidth (bytes/s) of directed link ``l`` after the fabric
@@ -163,7 +195,7 @@ class Topology:
         for u, v, d in graph.edges(data=True):
             for a, b in ((u, v), (v, u)):
                 self._link_id[(a, b)] = len(caps)
-                caps.append(d["bw"] * FABRIC_EFFICIENCY[d["kind"]])
+                caps.append(d["bw"] * d.get("eff", FABRIC_EFFICIENCY[d["kind"]]))
                 lats.append(d["latency"])
                 kinds.append(d["kind"])
         self.caps, self.latency = np.array(caps), np.array(lats)
@@ -202,7 +234,7 @@ class Topology:
         key = (a, b)
         found = self._routes.get(key)
         if found is None:
-            hops = self._fast_route(a, b)
+            hops = self._fast_route(a, b) if a >= 0 and b >= 0 else self._switch_hops(a, b)
             if hops is None:  # a fault removed a link of the usual path: search the graph
                 hops = self._graph_route(("gpu", a), ("gpu", b), key)
             found = self._routes[key] = self._to_route(hops)
@@ -211,7 +243,8 @@ class Topology:
     def _to_route(self, hops: list[tuple[int, float]]) -> Route:
         links = np.array([h[0] for h in hops], dtype=np.int64)
         weights = np.array([h[1] for h in hops])
-        return Route(links, weights, float((self.latency[links] * weights).sum()))
+        # (a weight above 1 is an in-switch reduction's slower use of one link, not more hops)
+        return Route(links, weights, float((self.latency[links] * np.minimum(weights, 1.0)).sum()))
 
     def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
         ends = self._endpoint_links
@@ -219,6 +252,8 @@ class Topology:
             hops = [ends["up_nv"][a], ends["down_nv"][b]]
             return None if min(hops) < 0 else [(h, 1.0) for h in hops]
         relay, prefix = self._rail_relay(a, b)
+        if self.spec.planes > 1 or self.spec.builder != "fat_tree":
+            return self._railed_hops(a, b, relay, prefix)  # sim/hardware/switching.py
         first = prefix + [ends["up_nic"][relay], ends["up_ib"][relay]]
         last = [ends["down_ib"][b], ends["down_nic"][b]]
         if min(first + last) < 0:

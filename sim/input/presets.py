@@ -1,12 +1,19 @@
 """Model presets and Hugging Face config import.
 
-Each preset cites its source. Fields follow :class:`sim.input.scenario.Model`.
+Each preset cites its source. Fields follow :class:`sim.input.scenario.Model`. The
+Hugging Face configs shipped in ``sim/input/hf_configs/`` (Llama 3.1, Mixtral, Qwen3,
+Qwen3-MoE, DeepSeek-V2-Lite/V3, Nemotron-4; each names its source in ``"_source"``) are
+presets too, under their file names; the key mapping lives in :mod:`sim.input.hf`.
 """
 
 import json
 from pathlib import Path
 
+from .. import bounds
 from ..errors import InputError
+from . import hf
+
+HF_CONFIG_DIR = Path(__file__).resolve().parent / "hf_configs"
 
 MODELS: dict[str, dict] = {}
 
@@ -36,16 +43,17 @@ _register("mcore-gpt-462b", layers=112, hidden=18432, heads=144, ffn_hidden=7372
 _register("llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256, mlp="swiglu")
 _register("llama3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, mlp="swiglu")
 _register("llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256, mlp="swiglu")
-# Mixtral 8x7B: Jiang et al. 2024 and its HF config (32 layers, 4096, 32/8 heads,
-# 8 experts top-2 of ffn 14336, vocab 32000).
-_register("mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000,
-          mlp="swiglu", moe={"experts": 8, "top_k": 2, "capacity_factor": 1.25, "routing": "token_choice"})
-# DeepSeek-V3-like: DeepSeek-AI 2024 (61 layers, hidden 7168, 128 heads, 256 routed
-# experts top-8 of ffn 2048 + 1 shared, first 3 layers dense with ffn 18432, vocab 129280).
-# MLA attention is approximated by standard multi-head attention of the same width.
-_register("deepseek-v3", layers=61, hidden=7168, heads=128, ffn_hidden=18432, vocab=129280, mlp="swiglu",
-          moe={"experts": 256, "top_k": 8, "capacity_factor": 1.0, "routing": "token_choice",
-               "expert_ffn_hidden": 2048, "shared_experts": 1, "dense_layers": 3})
+
+
+def _register_hf_configs() -> None:
+    """Every shipped ``hf_configs/NAME.json`` as preset NAME (mixtral-8x7b, deepseek-v3, ...)."""
+    for file in sorted(HF_CONFIG_DIR.glob("*.json")):
+        fields = hf.model_fields(json.loads(file.read_text()), file.name)
+        fields.pop("name")
+        _register(file.stem, **fields)
+
+
+_register_hf_configs()
 
 
 def model_preset(name: str) -> dict:
@@ -55,27 +63,22 @@ def model_preset(name: str) -> dict:
     return dict(MODELS[name])
 
 
-_HF_KEYS = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-            "num_key_value_heads": "kv_heads", "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
-            "n_layer": "layers", "n_embd": "hidden", "n_head": "heads", "n_inner": "ffn_hidden"}
-
-
 def hf_config(path: str, base: Path | None = None) -> dict:
-    """Model fields from a Hugging Face ``config.json`` (Llama, Mistral/Mixtral, GPT-2 styles)."""
+    """Model fields from a Hugging Face ``config.json`` (see :mod:`sim.input.hf`)."""
     file = Path(path) if base is None or Path(path).is_absolute() else base / path
+    cfg = read_json_object(file, "model.hf_config")
+    return hf.model_fields(cfg, str(file))
+
+
+def read_json_object(file: Path, key: str) -> dict:
+    """A JSON object from a regular file within the size and depth limits of sim/bounds.py."""
+    if not file.exists():
+        raise InputError(key, f"cannot read {file}: no such file")
     try:
-        cfg = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError("model.hf_config", f"cannot read {file}: {exc}") from None
-    fields = {ours: cfg[theirs] for theirs, ours in _HF_KEYS.items() if cfg.get(theirs) is not None}
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu")))
-    fields["mlp"] = "swiglu" if act in ("silu", "swiglu") else "gelu"
-    fields["name"] = str(cfg.get("_name_or_path") or cfg.get("model_type") or file.stem)
-    fields["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-    if cfg.get("num_local_experts"):
-        fields["moe"] = {"experts": cfg["num_local_experts"], "top_k": cfg.get("num_experts_per_tok", 2),
-                         "routing": "token_choice"}
-    missing = {"layers", "hidden", "heads", "vocab"} - fields.keys()
-    if missing:
-        raise InputError("model.hf_config", f"{file} lacks {', '.join(sorted(missing))}")
-    return fields
+        cfg = json.loads(bounds.read_text(file, key))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(key, f"cannot read {file}: {exc or 'nested too deeply'}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(key, f"{file}: expected a JSON object, got a JSON {type(cfg).__name__}")
+    bounds.check_depth(cfg, key)
+    return cfg

@@ -3,11 +3,22 @@
 ``load_scenario(path, overrides)`` reads TOML (CONTRACT.md), applies ``--set key=value``
 overrides, resolves presets, checks every cross-field rule with one clear message, and
 returns a frozen :class:`Scenario`. Inside the simulator the data is trusted.
+
+Convention for every field (new keys too): declare it with a strict, bounded type of
+sim/input/fields.py -- ``count(B.X)`` for whole numbers, ``real(B.X)`` for finite
+numbers, ``Flag`` for booleans, ``Text`` for free strings, ``Literal[...]`` for choices --
+where ``B.X`` is a :class:`sim.bounds.Bound` with its one-line reason (add one there if
+none fits; CONTRACT.md lists them). Then ``true`` is never a count, ``1.5`` never a
+count, ``nan``/``inf`` never a number, and a value past physics or representability is
+exit 2 naming the key. Cross-field rules live in sim/input/load.py.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .. import bounds as B
+from .fields import Flag, PathText, Text, count, real
 
 
 class _Section(BaseModel):
@@ -17,69 +28,89 @@ class _Section(BaseModel):
 class MoE(_Section):
     """Mixture of experts in every MLP (except the first ``dense_layers``)."""
 
-    experts: int = Field(8, ge=1)
-    top_k: int = Field(2, ge=1)
-    capacity_factor: float = Field(1.25, gt=0)
+    experts: count(B.EXPERTS) = 8
+    top_k: count(B.EXPERTS) = 2
+    capacity_factor: real(B.CAPACITY) = 1.25
     routing: Literal["token_choice", "expert_choice", "token_drop", "uniform"] = "uniform"
-    skew: float = Field(0.0, ge=0)  # Zipf-like exponent of router preference (0: balanced)
-    expert_ffn_hidden: int | None = Field(None, ge=1)  # default: the model's ffn_hidden
-    shared_experts: int = Field(0, ge=0)  # always-on experts (DeepSeek)
-    dense_layers: int = Field(0, ge=0)  # leading layers with a dense MLP (DeepSeek-V3: 3)
+    skew: real(B.SKEW) = 0.0  # Zipf-like exponent of router preference (0: balanced)
+    expert_ffn_hidden: count(B.FFN) | None = None  # default: the model's ffn_hidden
+    shared_experts: count(B.EXPERTS._replace(lo=0)) = 0  # always-on experts (DeepSeek)
+    dense_layers: count(B.LAYERS._replace(lo=0)) = 0  # leading layers with a dense MLP (DeepSeek-V3: 3)
+    # token_drop: every expert's buffer holds exactly its capacity (GShard / Switch static
+    # shapes; Megatron --moe-pad-expert-input-to-capacity): compute and all-to-all carry the
+    # padding. Default: true for token_drop (the only routing with a capacity to pad to).
+    pad_to_capacity: Flag | None = None
 
     @model_validator(mode="after")
     def _k(self):
         if self.top_k > self.experts:
             raise ValueError(f"top_k = {self.top_k} exceeds experts = {self.experts}")
+        if self.pad_to_capacity and self.routing != "token_drop":
+            raise ValueError(f"pad_to_capacity needs routing = 'token_drop' (a capacity to pad to), "
+                             f"got routing = {self.routing!r}")
         return self
+
+    @property
+    def padded(self) -> bool:
+        """Whether expert buffers are padded to capacity (see ``pad_to_capacity``)."""
+        return self.routing == "token_drop" and self.pad_to_capacity is not False
 
 
 class Model(_Section):
     """A decoder-only transformer. Either ``preset``, ``hf_config`` or the fields."""
 
-    preset: str | None = None
-    hf_config: str | None = None
-    name: str = "custom"
-    layers: int = Field(None, ge=1)
-    hidden: int = Field(None, ge=1)
-    heads: int = Field(None, ge=1)
-    kv_heads: int | None = Field(None, ge=1)  # default: heads (GQA when smaller)
-    ffn_hidden: int | None = Field(None, ge=1)  # default: 4 * hidden
-    vocab: int = Field(None, ge=1)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
-    tied_embeddings: bool = False
+    preset: Text | None = None
+    hf_config: PathText | None = None
+    name: Text = "custom"
+    layers: count(B.LAYERS) = None
+    hidden: count(B.HIDDEN) = None
+    heads: count(B.HEADS) = None
+    kv_heads: count(B.HEADS) | None = None  # default: heads (GQA when smaller)
+    ffn_hidden: count(B.FFN) | None = None  # default: 4 * hidden
+    vocab: count(B.VOCAB) = None
+    mlp: Literal["gelu", "swiglu", "relu2"] = "gelu"  # relu2: squared ReLU, two matrices (Nemotron-4)
+    head_dim: count(B.HEAD_DIM) | None = None  # default: hidden / heads (Qwen3: 128)
+    # Multi-head latent attention (DeepSeek-V2/V3), with the Hugging Face names of its ranks.
+    attention: Literal["mha", "mla"] = "mha"  # mha: multi-head, GQA when kv_heads < heads
+    q_lora_rank: count(B.LORA_RANK) | None = None  # None: queries projected from hidden
+    kv_lora_rank: count(B.LORA_RANK) | None = None
+    qk_nope_head_dim: count(B.HEAD_DIM) | None = None
+    qk_rope_head_dim: count(B.HEAD_DIM) | None = None
+    v_head_dim: count(B.HEAD_DIM) | None = None
+    tied_embeddings: Flag = False
     moe: MoE | None = None
 
 
 class Training(_Section):
     """What one optimizer step processes and how."""
 
-    seq_len: int = Field(ge=1)
-    global_batch: int = Field(ge=1)  # sequences per optimizer step
-    micro_batch: int = Field(1, ge=1)  # sequences per micro-batch
+    seq_len: count(B.SEQ_LEN)
+    global_batch: count(B.BATCH)  # sequences per optimizer step
+    micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
-    flash_attention: bool = True  # False: attention scores are stored (Korthikanti's 5as/h term)
-    grad_bucket_mb: float = Field(25.0, gt=0)  # DDP gradient bucket, MiB (PyTorch default 25)
-    fsdp_prefetch: bool = True  # all-gather layer l+1 while layer l computes
+    flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
+    grad_bucket_mb: real(B.BUCKET_MB) = 25.0  # DDP gradient bucket, MiB (PyTorch default 25)
+    fsdp_prefetch: Flag = True  # all-gather layer l+1 while layer l computes
 
 
 class Straggler(_Section):
     """Ranks (or whole nodes) whose compute is slower, optionally from ``start_s`` on."""
 
-    ranks: list[int] = []
-    nodes: list[int] = []
-    slowdown: float = Field(1.0, ge=1.0)
-    start_s: float = Field(0.0, ge=0)  # thermal throttling: slow only after this time
+    ranks: list[count(B.RANK)] = Field([], max_length=B.GPUS.hi)
+    nodes: list[count(B.RANK)] = Field([], max_length=B.GPUS.hi)
+    slowdown: real(B.SLOWDOWN) = 1.0
+    start_s: real(B.START_S) = 0.0  # thermal throttling: slow only after this time
 
 
 class Jitter(_Section):
     """Seeded random slowdown of every compute op on every rank."""
 
-    sigma: float = Field(0.0, ge=0)  # relative std dev per op
+    sigma: real(B.JITTER_SIGMA) = 0.0  # relative std dev per op
     distribution: Literal["lognormal", "normal"] = "lognormal"
-    floor: float = Field(1.0, gt=0)  # normal: multiplier never below this
+    floor: real(B.JITTER_FLOOR) = 1.0  # normal: multiplier never below this
     mode: Literal["auto", "exact", "sampled"] = "auto"  # auto: exact up to 1,024 GPUs (sim/parallel/jitter.py)
-    sample_ranks: int = Field(512, ge=1)  # sampled mode: ranks simulated (whole replicas, at least 4)
+    sample_ranks: count(B.JITTER_SAMPLE) = 512  # sampled mode: ranks simulated (whole replicas, at least 4)
 
     @model_validator(mode="after")
     def _sampled_only(self):
@@ -91,40 +122,43 @@ class Jitter(_Section):
 class LinkFault(_Section):
     """A degraded (factor < 1) or failed (factor = 0) link: a GPU's NIC, or a named edge."""
 
-    gpu_nic: int | None = Field(None, ge=0)  # the NIC uplink of this GPU
-    node_nics: int | None = Field(None, ge=0)  # every NIC of this server
-    spine: int | None = Field(None, ge=0)  # every uplink into this spine
-    factor: float = Field(0.5, ge=0, le=1)
+    gpu_nic: count(B.RANK) | None = None  # the NIC uplink of this GPU
+    node_nics: count(B.RANK) | None = None  # every NIC of this server
+    spine: count(B.SPINES._replace(lo=0)) | None = None  # every uplink into this spine
+    factor: real(B.FAULT_FACTOR._replace(lo=0.0)) = 0.5  # 0: failed; else at least FAULT_FACTOR.lo (load.py)
 
 
 class Cluster(_Section):
     """Hardware: a GPU preset on a topology."""
 
-    gpu: str | None = None  # default: the topology's GPU
-    topology: str = "dgx-h100"
-    nodes: int | None = Field(None, ge=1)
-    gpus: int | None = Field(None, ge=1)
-    gpus_per_node: int | None = Field(None, ge=1)  # default from the topology
-    topology_overrides: dict[str, float | int | str] = {}
-    faults: list[LinkFault] = []
+    gpu: Text | None = None  # default: the topology's GPU
+    topology: PathText = "dgx-h100"
+    nodes: count(B.GPUS) | None = None
+    gpus: count(B.GPUS) | None = None
+    gpus_per_node: count(B.DOMAIN) | None = None  # default from the topology
+    topology_overrides: dict[Text, Any] = {}  # values checked as a topology file's (load.py)
+    faults: list[LinkFault] = Field([], max_length=B.FAULTS.hi)
 
 
 class Parallel(_Section):
     """How ranks split the work; tp * pp * dp * cp must equal the GPU count."""
 
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
-    cp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    virtual_stages: int = Field(1, ge=1)
-    stage_layers: list[int] | None = None
-    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
-    zero: Literal[0, 1, 2, 3] = 0
-    sequence_parallel: bool = False
-    order: str = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
-    dp_algo: Literal["auto", "ring", "tree", "hierarchical"] = "auto"
-    fold: bool = True  # simulate one rank per class of identical ranks
+    tp: count(B.GPUS) = 1
+    pp: count(B.GPUS) = 1
+    dp: count(B.GPUS) = 1
+    cp: count(B.GPUS) = 1
+    ep: count(B.GPUS) = 1
+    virtual_stages: count(B.LAYERS) = 1
+    stage_layers: list[count(B.LAYERS._replace(lo=0))] | None = Field(None, max_length=B.LAYERS.hi)
+    schedule: Literal["gpipe", "1f1b", "interleaved"] | None = None  # default: interleaved when virtual_stages > 1, else 1f1b
+    zero: count(B.ZERO) = 0
+    sequence_parallel: Flag = False
+    tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
+    ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
+    expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
+    order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
+    dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
+    fold: Flag = True  # simulate one rank per class of identical ranks
 
     @field_validator("order")
     @classmethod
@@ -134,14 +168,42 @@ class Parallel(_Section):
         return order
 
 
+class RLLengths(_Section):
+    """Response lengths of the RL loop: lognormal per prompt, capped (``clustersim rl``)."""
+
+    mean: real(B.RL_LENGTH_MEAN)  # tokens, mean response length at step 0
+    sigma: real(B.RL_LENGTH_SIGMA) = 0.0  # tokens, standard deviation at step 0 (0: every response = mean)
+    growth: real(B.RL_GROWTH) = 0.0  # relative growth of mean and sigma per training step
+    max: count(B.RL_TOKENS)  # tokens: responses stop here (the generation cap)
+
+
+class RL(_Section):
+    """An RL loop on one cluster: generator GPUs (inference engines) and trainer GPUs (the
+    ``[parallel]`` layout). ``clustersim rl SCENARIO``; see docs/rl.md."""
+
+    mode: Literal["sync", "async", "pipeline"] = "sync"
+    generator_gpus: count(B.GPUS)
+    trainer_gpus: count(B.GPUS)
+    generator_tp: count(B.DOMAIN) = 1  # tensor parallel GPUs per inference engine
+    max_staleness: count(B.RL_STALENESS) | None = None  # async / pipeline: steps of run-ahead (default 1)
+    steps: count(B.RL_STEPS)  # training steps simulated
+    prompt_tokens: count(B.RL_TOKENS) = 512  # tokens per prompt (prefill)
+    max_seqs: count(B.RL_SEQS) = 256  # sequences an engine runs at once, at most (vLLM max_num_seqs)
+    memory_fraction: real(B.RL_MEMORY_FRACTION) = 0.9  # HBM share for weights + KV cache (vLLM gpu_memory_utilization)
+    weight_route: Literal["broadcast", "p2p"] = "broadcast"  # trainer -> generators (docs/rl.md)
+    weight_sync: Literal["blocking", "overlapped"] = "blocking"  # overlapped: the next step trains meanwhile
+    lengths: RLLengths
+
+
 class Scenario(_Section):
     """A whole scenario. ``model`` holds resolved fields after loading."""
 
-    name: str = "scenario"
-    seed: int = Field(0, ge=0)  # numpy seeds every random draw: a non-negative integer
+    name: Text = "scenario"
+    seed: count(B.SEED) = 0  # numpy seeds every random draw: a non-negative integer
     model: Model
     training: Training
     cluster: Cluster = Cluster()
     parallel: Parallel = Parallel()
-    stragglers: list[Straggler] = []
+    stragglers: list[Straggler] = Field([], max_length=B.FAULTS.hi)
     jitter: Jitter = Jitter()
+    rl: RL | None = None  # an RL loop (clustersim rl); [parallel] is then the trainer pool's layout

@@ -29,10 +29,10 @@ entirely: acc + x == acc); plus ``swamped_additions`` (share of additions lost).
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -229,7 +229,6 @@ def plot(rows: list[dict], path: str) -> None:
     fig.suptitle("Gradient all-reduce in a low-precision accumulator vs the exact sum "
                  "(clustersim numerics --plot)", fontsize=11)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -258,6 +257,7 @@ def validate(args) -> None:
         raise InputError("--dtype", f"unknown dtype {args.dtype!r}; known: {', '.join(DTYPES)}")
     if args.algo not in ALGOS:
         raise InputError("--algo", f"unknown algorithm {args.algo!r}; known: {', '.join(ALGOS)}")
+    bounds.SEED.check("--seed", args.seed, whole=True)
     if not 1 <= args.ranks <= 65536:
         raise InputError("--ranks", f"expected 1..65536, got {args.ranks}")
     if not 1 <= args.elements <= 1 << 22:
@@ -271,8 +271,10 @@ def validate(args) -> None:
         raise InputError("--kahan", "choose --kahan or --accumulate, not both")
     if args.kahan and args.algo != "ring":
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
-    if args.plot and not args.plot.endswith(".png"):
-        raise InputError("--plot", f"expected a .png path, got {args.plot!r}")
+    if args.plot:
+        from ..outputs.paths import output_file
+
+        output_file(args.plot, "--plot", (".png",))
 
 
 def run(args) -> int:

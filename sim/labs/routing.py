@@ -28,10 +28,12 @@ and causality is untouched, because the bias is a parameter, not a function of t
 """
 
 import json
-import math
+import os
+import stat
 
 import numpy as np
 
+from .. import bounds
 from ..errors import InputError
 from ..model.routing import DROP_ORDERS, POLICIES, aux_loss, draw, learn_bias, random_scores, route
 
@@ -90,6 +92,7 @@ def add_parser(sub) -> None:
 
 def _scores(args) -> np.ndarray:
     if args.scores:
+        _check_file(args.scores)
         try:
             scores = np.load(args.scores, allow_pickle=False)
         except (OSError, ValueError) as exc:
@@ -109,6 +112,7 @@ def _scores(args) -> np.ndarray:
         raise InputError("--tokens", f"expected 1..{1 << 20}, got {tokens}")
     if experts < 1 or experts > 4096:
         raise InputError("--experts", f"expected 1..4096, got {experts}")
+    bounds.ROUTER_SCORES.check("--tokens" if tokens >= experts else "--experts", tokens * experts)
     return random_scores(tokens, experts, args.seed, args.skew)
 
 
@@ -118,10 +122,9 @@ def validate(args) -> None:
         raise InputError("--policy", f"unknown policy {args.policy!r}; known: {', '.join(POLICIES)}")
     if args.drop_order not in DROP_ORDERS:
         raise InputError("--drop-order", f"expected one of {', '.join(DROP_ORDERS)}, got {args.drop_order!r}")
-    if not (args.capacity_factor > 0 and math.isfinite(args.capacity_factor)):
-        raise InputError("--capacity-factor", f"must be a positive number, got {args.capacity_factor}")
-    if not (args.skew >= 0 and math.isfinite(args.skew)):
-        raise InputError("--skew", f"must be >= 0, got {args.skew}")
+    bounds.LAB_CAPACITY.check("--capacity-factor", args.capacity_factor)
+    bounds.SKEW.check("--skew", args.skew)
+    bounds.SEED.check("--seed", args.seed, whole=True)
     if args.check < 0:
         raise InputError("--check", f"must be >= 0, got {args.check}")
     if args.aux_loss and args.policy != "token_choice":
@@ -133,6 +136,7 @@ def run(args) -> int:
     validate(args)
     scores = _scores(args)
     tokens, experts = scores.shape
+    _check_work(args, tokens, experts)
     if not 1 <= args.top_k <= experts:
         raise InputError("--top-k", f"expected 1..{experts} (the expert count), got {args.top_k}")
     bias = learn_bias(np.random.default_rng([args.seed, 2]), tokens, experts, args.top_k, args.skew) \
@@ -161,3 +165,21 @@ def _print(out: dict) -> None:
         print(f"{k:<{width}}  {v}")
     if out["causality_violations"]:
         print("-> token n's routing depends on later tokens: training sees the future, inference cannot.")
+
+
+def _check_file(path: str) -> None:
+    """A .npy of scores must be a regular file no larger than the scores the lab may route."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise InputError("--scores", f"cannot read {path!r}: {exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("--scores", f"{path!r} is not a regular file")
+    if info.st_size > 8 * bounds.ROUTER_SCORES.hi + 4096:  # float64 scores plus the .npy header
+        raise InputError("--scores", f"{path!r} has {info.st_size:,} bytes, more than "
+                                     f"{bounds.ROUTER_SCORES.hi:,} scores ({bounds.ROUTER_SCORES.why})")
+
+
+def _check_work(args, tokens: int, experts: int) -> None:
+    """Routing sorts tokens x experts scores once, and once more per checked token."""
+    bounds.ROUTING_WORK.check("--check", tokens * experts * (min(args.check, tokens) + 1))

@@ -1,28 +1,77 @@
-"""Compute time of one rank's kernels: a roofline with a size-dependent GEMM efficiency.
+"""Compute time of one rank's kernels: a roofline with size-dependent tensor-core efficiency.
 
-time(kernel) = launch + max(FLOPs / (peak * efficiency(shape)), bytes / (HBM bw * 0.8))
+time(kernel) = launch + max(FLOPs / (peak * efficiency), bytes / (HBM bw * 0.8))
 
-One efficiency model per GPU type (:data:`GEMM_EFFICIENCY`): large GEMMs reach
-``e_max`` of peak; a GEMM whose smallest dimension is x reaches e_max * x / (x + 128),
-since small tiles leave SMs idle. ``e_max`` is fitted once per GPU type to every
-published run in ``sim/data/published_runs.csv`` together (``clustersim validate
---fit``), never per row.
+One efficiency model per GPU type, three kinds of tensor-core work:
+
+- BF16 GEMMs reach ``e_max * x / (x + 128)`` of the dense BF16 peak, x the GEMM's smallest
+  dimension (small tiles leave SMs idle). ``e_max`` (:data:`GEMM_EFFICIENCY`) is what a
+  large GEMM reaches *in training*: the cuBLAS kernel's share of peak (:data:`GEMM_KERNEL`,
+  cited) times one **sustained factor** per GPU type (:data:`SUSTAINED`), the only fitted
+  constant: the share of its datasheet rate a GPU keeps through a training step (clocks
+  under the sustained power limit, launch gaps, framework work between kernels). It is
+  fitted once per GPU type on every published run shipped in sim/data together
+  (``clustersim validate --fit``), never per row.
+- FP8 GEMMs (Transformer Engine linears under ``training.precision = "fp8"``) reach the
+  same sustained factor times the FP8 kernel's share of the dense FP8 peak, with a doubled
+  half-size (:data:`FP8_GEMM_HALF_SIZE`).
+- Flash attention (forward and backward kernels, BF16 also under FP8) follows its own
+  measured curve in the keys each query attends (:data:`ATTENTION_KERNEL`), times the same
+  sustained factor.
+
+So one fitted number per GPU type scales every kind of tensor-core work; the ratios
+between kinds are kernel benchmarks, cited where they are defined.
 """
 
 from typing import NamedTuple
 
 from ..hardware.gpus import GPU
 
-# Large-GEMM efficiency per GPU family (share of dense bf16 peak, end to end in training).
-# a100-80gb: `clustersim validate --rows N21 --fit` -> 0.693 (mean |log error| over all 8
-#   Narayanan et al. 2021 rows at once, sim/data/published_runs.csv); cuBLAS reaches ~0.8
-#   of peak on large bf16 GEMMs (NVIDIA A100 whitepaper), whole training kernels less.
-# h100-sxm: `clustersim validate --rows MH --fit` -> 0.685 (mean |log error| over all 5
-#   Megatron-LM README rows at once). h200 shares Hopper's tensor cores.
-#   Blackwell parts (b200, gb200, b300) have no published rows here: Hopper's value is
-#   assumed until measurements exist.
-GEMM_EFFICIENCY = {"a100-80gb": 0.693, "h100-sxm": 0.685, "h200": 0.685, "b200": 0.685, "gb200": 0.685, "b300": 0.685}
+# Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
+# a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
+#   TFLOP/s).
+# h100-sxm bf16: 8192^3 ~797 of 989 TFLOP/s = 0.806 (github zzc0721/torch-performance-test-
+#   data issue 79). fp8: the same share of the FP8 peak: cuBLASLt FP8 E4M3 8192^3 1,599-1,630
+#   of 1,979 TFLOP/s on 16 H100 GPUs (0.81; gitea d-robotics test_gpu_scripts
+#   reports_cublaslt_fp8_crosscheck_20260524.md); M=N=8192, K=16384 ~1,523 on H800 (0.77,
+#   github tile-ai/tilelang benchmark/matmul_fp8/README.md).
+# h200 shares Hopper's tensor cores. Blackwell parts (b200, gb200, b300): no published
+#   kernel or training rows here; Hopper's shares are assumed until measurements exist.
+_HOPPER = {"bf16": 0.806, "fp8": 0.806}
+GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER, "b200": _HOPPER,
+               "gb200": _HOPPER, "b300": _HOPPER}
+
+# The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of
+# that GPU at once (sim/data/published_runs.csv and modern_runs.csv), mean |log error|.
+# a100-80gb: the 8 Narayanan et al. 2021 rows. h100-sxm: the 5 Megatron-LM README rows and
+#   the 16 NeMo DGX-Cloud rows (BF16 and FP8). Others: Hopper's value, until rows exist.
+SUSTAINED = {"a100-80gb": 0.866, "h100-sxm": 0.850}
+for _gpu in ("h200", "b200", "gb200", "b300"):
+    SUSTAINED[_gpu] = SUSTAINED["h100-sxm"]
+
+# Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
+GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}
 GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
+# FP8 size dependence: a tile's fixed cost (prologue, epilogue, wave tail) does not shrink when
+#   the MMA runs twice as fast, so the half-efficiency size doubles. Measured: fitting
+#   e*K/(K+c) to the tilelang FP8 K-sweep gives c ~ 380 (M=N=8192, K=256..16384) where the
+#   BF16 sm_90 cuBLAS table of XLA (tensorflow/tensorflow third_party/xla/xla/service/gpu/
+#   model/matmul_interpolator_data.h, m=n=4096, k=256..4096) gives c ~ 215: a ratio of ~1.8.
+FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
+
+# Flash attention, kernel level: (share of the BF16 peak at long sequences, keys at which half
+# of it is reached) for the forward and the backward kernel; efficiency(L) = max * L / (L + half)
+# with L the keys a query attends (causal: half the sequence on average).
+# h100-sxm: cuDNN fused attention (what Transformer Engine runs in NeMo / Megatron-Core),
+#   head dim 128, BF16, H100 80GB SXM5 (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+#   figures "Attention forward / backward speed, head dim 128"): forward 497, 574, 617, 609,
+#   600, 595 TFLOP/s and backward 305, 408, 465, 499, 518, 516 at 512..16k -> forward
+#   (0.61, 90), backward (0.53, 350) fit every point within 7%.
+# a100-80gb: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691: forward up to 73% and
+#   backward up to 63% of peak); the sequence dependence is taken from the H100 fit.
+_HOPPER_ATTN = ((0.61, 90.0), (0.53, 350.0))
+ATTENTION_KERNEL = {"a100-80gb": ((0.73, 90.0), (0.63, 350.0)), "h100-sxm": _HOPPER_ATTN,
+                    "h200": _HOPPER_ATTN, "b200": _HOPPER_ATTN, "gb200": _HOPPER_ATTN, "b300": _HOPPER_ATTN}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
@@ -35,15 +84,27 @@ class Kernel(NamedTuple):
     min_dim: float = 1e9  # smallest of m, n, k (GEMMs); attention: head dim
     bytes: float = 0.0
     count: int = 1  # kernel launches it stands for
-    bwd: float = 2.0  # backward work / forward work (dgrad + wgrad; flash attention 2.5)
+    bwd: float = 2.0  # backward work / forward work: FLOPs (dgrad + wgrad; flash attention 2.5),
+    #                   bytes for a memory-bound kernel (FLOPs 0)
+    fp8: bool = False  # runs on the FP8 tensor cores (dense FP8 peak, FP8 efficiency)
+    attn: int = 0  # flash attention: 1 forward, 2 backward kernel (ATTENTION_KERNEL), 0 not
+    keys: float = 0.0  # flash attention: keys a query attends (the efficiency curve's variable)
+    tp: int = 0  # role under tensor parallelism: 0 local (the sequence shard, or whole weights),
+    #              1 reads the TP-gathered input (column-parallel), 2 writes the partial sums TP
+    #              reduces (row-parallel); sim/parallel/tp_overlap.py chunks 1 and 2
 
     def backward(self) -> "Kernel":
-        """The kernel's backward pass."""
-        return Kernel(self.flops * self.bwd, self.min_dim, self.bytes * 2, self.count * 2, self.bwd)
+        """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
+        nbytes = self.bytes * (2 if self.flops else self.bwd)
+        return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8,
+                      2 if self.attn else 0, self.keys, self.tp)
 
 
-def gemm(m: float, n: float, k: float, elem: int = 2) -> Kernel:
-    """An (m x k) @ (k x n) GEMM in ``elem``-byte precision."""
+def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False) -> Kernel:
+    """An (m x k) @ (k x n) GEMM in ``elem``-byte precision (``fp8``: operands in FP8, one
+    byte each, output BF16)."""
+    if fp8:
+        return Kernel(2 * m * n * k, min(m, n, k), m * k + k * n + 2 * m * n, fp8=True)
     return Kernel(2 * m * n * k, min(m, n, k), elem * (m * k + k * n + m * n))
 
 
@@ -53,16 +114,43 @@ def elementwise(nbytes: float, count: int = 1) -> Kernel:
 
 
 class ComputeModel:
-    """Times kernels on one GPU type."""
+    """Times kernels on one GPU type. ``e_max``: the training large-BF16-GEMM efficiency
+    (default :data:`GEMM_EFFICIENCY`); FP8 GEMMs and flash attention follow it through
+    their kernel benchmarks (the same sustained factor). ``e_max_fp8`` overrides the FP8
+    large-GEMM efficiency (tests)."""
 
-    def __init__(self, gpu: GPU, e_max: float | None = None):
+    def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None):
         self.gpu = gpu
+        kernel = GEMM_KERNEL[gpu.name]
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
+        self.sustained = self.e_max / kernel["bf16"]
+        self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get("fp8", 0.0)
+        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name])
         self._memo: dict[tuple, float] = {}
 
     def efficiency(self, min_dim: float) -> float:
         """Share of peak a GEMM with this smallest dimension reaches."""
         return self.e_max * min_dim / (min_dim + GEMM_HALF_SIZE)
+
+    def fp8_efficiency(self, min_dim: float) -> float:
+        """Share of the dense FP8 peak an FP8 GEMM with this smallest dimension reaches."""
+        return self.e_max_fp8 * min_dim / (min_dim + FP8_GEMM_HALF_SIZE)
+
+    def attention_efficiency(self, direction: int, keys: float) -> float:
+        """Share of the BF16 peak a flash-attention kernel (1 forward, 2 backward) reaches
+        when each query attends ``keys`` keys."""
+        top, half = self.attention[direction - 1]
+        return top * keys / (keys + half)
+
+    def flop_time(self, k: Kernel) -> float:
+        """Seconds of ``k``'s FLOPs alone, at the tensor-core rate of its precision."""
+        if not k.flops:
+            return 0.0
+        if k.fp8:
+            return k.flops / (self.gpu.fp8_flops * self.fp8_efficiency(k.min_dim))
+        if k.attn:
+            return k.flops / (self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys))
+        return k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim))
 
     def time(self, kernels: list[Kernel] | tuple[Kernel, ...]) -> float:
         """Seconds for a sequence of kernels (memoized: a step repeats the same lists)."""
@@ -75,7 +163,7 @@ class ComputeModel:
     def _time(self, kernels: tuple[Kernel, ...]) -> float:
         total = 0.0
         for k in kernels:
-            flop_time = k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim)) if k.flops else 0.0
+            flop_time = self.flop_time(k)
             mem_time = k.bytes / (self.gpu.hbm_bw * HBM_EFFICIENCY)
             total += LAUNCH_S * k.count + max(flop_time, mem_time)
         return total

@@ -4,6 +4,30 @@ A rank computes ``tokens = micro_batch * seq_len / cp`` tokens with 1/tp of ever
 weight matrix (Megatron column/row split); with sequence parallelism the norms,
 dropouts and residuals work on tokens/tp. FLOPs per GEMM are 2mnk; memory-bound
 kernels are counted by the HBM bytes they move (bf16 activations).
+
+Kernel roles (the parallel layer's TP-communication overlap relies on them): every linear
+layer's kernels (its FP8 cast and its GEMM) carry their role under tensor parallelism in
+``Kernel.tp``: 1 for the column-parallel GEMMs that read the sequence-parallel gathered
+input (QKV, MLA's up projections, FC1), 2 for the row-parallel GEMM whose output TP reduces
+(the attention output projection, FC2), 0 for everything local (norms, MLA's duplicated
+down projections and latent norms, which Megatron runs on the sequence shard before
+gathering the latents: :func:`entry_width` is the width that is gathered). A sublayer's
+kernels are in execution order, so each role forms one run.
+
+Attention: MHA/GQA projects Q, K, V in one GEMM; MLA (Megatron-Core
+multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projections,
+TELayerNormColumnParallelLinear up projections, TERowParallelLinear output) runs
+q down -> q norm -> q up and kv down (+ the shared rotary key) -> kv norm -> kv up, then
+the core with d_qk = qk_nope + qk_rope and d_v = v_head_dim. MLPs: gelu and relu2 (squared
+ReLU, Nemotron-4) read and write f activations per token, swiglu reads 2f and writes f;
+all are memory-bound, their arithmetic hidden under the traffic.
+
+FP8 (``training.precision = "fp8"``; Transformer Engine's delayed-scaling recipe,
+transformer_engine/pytorch/module/linear.py): every linear layer of the transformer
+layers runs its forward, dgrad and wgrad GEMMs in FP8; the attention core (flash
+attention), router and output layer stay BF16. Each FP8 linear costs a memory-bound cast
+kernel (:func:`fp8_cast`); weights are cast once per step (``is_first_microbatch``
+caching) in :func:`optimizer`; amax is produced by the cast kernels themselves.
 """
 
 from dataclasses import dataclass
@@ -25,6 +49,7 @@ class Shard:
     tp: int
     sp: bool  # sequence parallelism: norms/dropouts on tokens/tp
     flash: bool  # flash attention: causal half of the scores, no stored scores
+    fp8: bool = False  # linear layers in FP8 (training.precision = "fp8")
 
     @property
     def norm_tokens(self) -> float:
@@ -32,49 +57,98 @@ class Shard:
         return self.tokens / self.tp if self.sp else self.tokens
 
 
+def fp8_cast(n_in: float, n_out: float, fused: bool) -> Kernel:
+    """The casts around one FP8 GEMM with ``n_in`` input and ``n_out`` output elements.
+    Forward: TE's fp8_cast_transpose_fused reads BF16 and writes FP8 plus the transpose
+    the wgrad GEMM needs (Hopper FP8 GEMMs take only TN layouts): 4 bytes per input
+    element; when the preceding norm already emits FP8 (TE LayerNormLinear) only the
+    transpose is left (read 1, write 1). Backward: fp8_cast_transpose_bgrad_fused on the
+    output gradient, 4 bytes per output element."""
+    fwd = (2 if fused else 4) * n_in
+    return Kernel(bytes=fwd, bwd=4 * n_out / fwd)
+
+
+def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int = 0) -> list[Kernel]:
+    """A linear layer on ``m`` tokens, k -> n features: one BF16 GEMM, or under FP8 its
+    cast kernel and an FP8 GEMM (``fused``: the input comes from a norm that emits FP8);
+    ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
+    if not sh.fp8:
+        return [gemm(m, n, k)._replace(tp=tp)]
+    return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
+
+
 def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
     nbytes = ELEM * sh.norm_tokens * d.h
     return [elementwise(3 * nbytes), elementwise(5 * nbytes)]  # layernorm; dropout + residual add
 
 
+def entry_width(d: Dims) -> int:
+    """Elements per token the attention sublayer all-gathers under sequence parallelism:
+    hidden for MHA; MLA gathers its latents instead (the q latent, or hidden when queries
+    come straight from hidden, the kv latent and the rotary key)."""
+    return (d.q_lora or d.h) + d.kv_lora + d.qk_rope if d.mla else d.h
+
+
 def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
-    """QK^T and AV over ``kv_share`` of the keys: 4 * tokens * seq * h / tp FLOPs (the
-    contract's 12*L*h*s term is 3x this); flash attention skips the causal upper half."""
+    """QK^T and AV over ``kv_share`` of the keys: 2 * tokens * seq * heads * (d_qk + d_v) / tp
+    FLOPs (the contract's attention term is 3x this); flash attention skips the causal
+    upper half and runs at the flash-attention efficiency of the keys each query attends
+    (:data:`sim.model.compute.ATTENTION_KERNEL`); without it the scores are batched GEMMs
+    with the head dimension as their inner size. BF16 under FP8 too."""
     causal = 0.5 if sh.flash else 1.0
-    flops = 4 * sh.tokens * sh.seq * kv_share * d.h / sh.tp * causal
-    io = ELEM * sh.tokens * (2 * d.h + 2 * d.g * d.d) / sh.tp
+    keys = sh.seq * kv_share * causal
+    flops = 4 * sh.tokens * keys * d.attn_width / sh.tp
+    io = ELEM * sh.tokens * (d.a * (d.dq + d.dv) + d.kv_width) / sh.tp
     if not sh.flash:  # scores, mask, softmax, dropout written and read back (Megatron 2021)
         io += 4 * ELEM * sh.micro * d.a / sh.tp * (sh.tokens / sh.micro) * sh.seq * kv_share
-    return Kernel(flops, d.d, io, 1, 2.5 if sh.flash else 2.0)
+        return Kernel(flops, min(d.dq, d.dv), io, 1, 2.0)
+    return Kernel(flops, min(d.dq, d.dv), io, 1, 2.5, attn=1, keys=keys)
+
+
+def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
+    """MLA's down projections (whole weights, on the sequence shard), latent norms and
+    TP-split up projections."""
+    nt = sh.norm_tokens
+    down = linear(nt, d.q_lora, d.h, sh) if d.q_lora else []
+    down += linear(nt, d.kv_lora + d.qk_rope, d.h, sh)
+    norms = [elementwise(3 * ELEM * nt * (d.q_lora + d.kv_lora))]  # q_a_layernorm, kv_a_layernorm
+    up = linear(sh.tokens, d.a * d.dq / sh.tp, d.q_lora or d.h, sh, fused=bool(d.q_lora), tp=1)
+    up += linear(sh.tokens, d.a * (d.qk_nope + d.dv) / sh.tp, d.kv_lora, sh, fused=True, tp=1)
+    return down + norms + up
 
 
 @lru_cache(maxsize=None)
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
-    """Norm and QKV projection."""
-    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, (d.h + 2 * d.g * d.d) / sh.tp, d.h)])
+    """Norm and the Q, K, V projections (MLA: down, norm, up)."""
+    norm = _norm_and_residual(d, sh)[:1]
+    if d.mla:
+        return tuple(norm + _mla_projections(d, sh))
+    return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1))
 
 
 @lru_cache(maxsize=None)
 def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
     """Output projection, dropout and residual."""
-    return tuple([gemm(sh.tokens, d.h, d.h / sh.tp)] + _norm_and_residual(d, sh)[1:])
+    return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh, tp=2) + _norm_and_residual(d, sh)[1:])
 
 
-def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None) -> list[Kernel]:
-    """Dense MLP (gelu: 2 matrices, swiglu: 3) on ``tokens`` (default: the shard's)."""
+def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
+        fused: bool = False) -> list[Kernel]:
+    """MLP (gelu, relu2: 2 matrices, swiglu: 3) on ``tokens`` (default: the shard's);
+    ``fused``: its input comes from a norm that emits FP8 (the dense MLP's FC1)."""
     f, t = ffn or d.f, sh.tokens if tokens is None else tokens
     if t <= 0:
         return []
-    up = gemm(t, (d.mats - 1) * f / sh.tp, d.h)
-    act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu: read f, write f; swiglu: 2f, f
-    return [up, act, gemm(t, d.h, f / sh.tp)]
+    up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
+    act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; swiglu: 2f, f
+    return up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2)
 
 
 @lru_cache(maxsize=None)
 def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, dense MLP, dropout and residual."""
     nr = _norm_and_residual(d, sh)
-    return tuple(nr[:1] + mlp(d, sh) + nr[1:])
+    return tuple(nr[:1] + mlp(d, sh, fused=True) + nr[1:])
 
 
 @lru_cache(maxsize=None)
@@ -101,7 +175,8 @@ def embedding(d: Dims, sh: Shard) -> list[Kernel]:
 
 @lru_cache(maxsize=None)
 def logits(d: Dims, sh: Shard) -> list[Kernel]:
-    """Final norm, output projection over vocab/tp and fp32 cross-entropy."""
+    """Final norm, output projection over vocab/tp and fp32 cross-entropy (BF16 under FP8:
+    Megatron's output layer is not a Transformer Engine module)."""
     return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
                  + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])
 
@@ -116,7 +191,13 @@ def _backward(kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
     return tuple(k.backward() for k in kernels)
 
 
-def optimizer(params: float) -> list[Kernel]:
+def optimizer(params: float, fp8_weights: float = 0.0) -> list[Kernel]:
     """Adam on ``params`` local parameters: read and write fp32 master, m, v, read the
-    gradient, write bf16 weights: ~32 bytes per parameter (memory-bound)."""
-    return [elementwise(32 * params, count=4)]
+    gradient, write bf16 weights: ~32 bytes per parameter (memory-bound). Under FP8,
+    Transformer Engine casts each of the ``fp8_weights`` weights the rank computes with to
+    FP8 and its transpose once per step (read 2, write 1 + 1 bytes; later micro-batches
+    reuse the copies), and updates the amax history and scales in one fused kernel."""
+    kernels = [elementwise(32 * params, count=4)]
+    if fp8_weights:
+        kernels.append(elementwise(4 * fp8_weights, count=2))
+    return kernels

@@ -70,6 +70,39 @@ def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
 
 
+def critical_rank(per_rank: pd.DataFrame) -> pd.Series:
+    """The rank held longest by its own work: compute plus exposed communication (ties: lowest rank)."""
+    return per_rank.assign(held=per_rank.compute_s + per_rank.exposed_comm_s).sort_values(
+        ["held", "rank"], ascending=[False, True]).iloc[0]
+
+
+PHASES = (("optimizer", "optimizer"), ("recompute", "_recompute"), ("backward", "_bwd"), ("forward", ""))
+
+
+def rank_breakdown(spans: pd.DataFrame, rank: int, step: float) -> dict:
+    """Where one rank's step went, in seconds: compute by phase (forward, backward,
+    recompute, optimizer), communication exposed (not under compute) per axis, and idle
+    time with nothing running (the bubble). Axes' exposed times can overlap one another;
+    ``exposed_comm`` is their union."""
+    mine = spans[spans["rank"] == rank]
+    comp = mine[mine.category == "compute"]
+    phase = np.full(len(comp), "forward", dtype=object)
+    names = comp["name"].to_numpy()
+    for label, marker in PHASES[:-1]:
+        hit = np.array([marker in n for n in names], dtype=bool) & (phase == "forward")
+        phase[hit] = label
+    iv = comp[["start_s", "end_s"]].to_numpy()
+    busy = union(iv)
+    out = {f"compute_{label}": float((iv[:, 1] - iv[:, 0])[phase == label].sum()) for label, _ in PHASES}
+    comm = mine[mine.category != "compute"]
+    for axis in AXES:
+        sel = comm[comm.category == axis][["start_s", "end_s"]].to_numpy()
+        out[f"exposed_{axis}"] = length(subtract(union(sel), busy))
+    exposed = length(subtract(union(comm[["start_s", "end_s"]].to_numpy()), busy))
+    out.update(exposed_comm=exposed, compute=length(busy), idle=max(step - length(busy) - exposed, 0.0))
+    return out
+
+
 def rank_mean(ctx):
     """Mean over every rank of a per-simulated-rank Series: each simulated rank counts for
     the ranks it stands for (folded classes differ in size once a perturbation splits them)."""
@@ -92,8 +125,7 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
     t, n = scenario.training, scenario.cluster.gpus
     step = max(float(spans.end_s.max()) if len(spans) else 0.0, folded_end or 0.0)
     per_rank = rank_times(spans, step)
-    critical = per_rank.assign(held=per_rank.compute_s + per_rank.exposed_comm_s).sort_values(
-        ["held", "rank"], ascending=[False, True]).iloc[0]
+    critical = critical_rank(per_rank)
     flops = model_flops_per_token(ctx.dims, t.seq_len) * t.global_batch * t.seq_len
     tflops = flops / step / n / 1e12 if step > 0 else 0.0
     mean = rank_mean(ctx)

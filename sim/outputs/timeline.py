@@ -17,7 +17,6 @@ in seconds; spans narrower than a pixel are widened to one so short collectives 
 visible.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,8 +27,9 @@ from .metrics import length, subtract, union
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
           "forward2": "#C4D6EF", "backward2": "#5E80B8",  # a rank's second model chunk (interleaved)
           "tp": "#DD8452", "cp": "#8C8C3C", "dp": "#55A868", "pp": "#8172B3", "ep": "#937860",
-          "idle": "#BBBBBB", "exposed": "#D62728"}
-KIND_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "idle")
+          "idle": "#BBBBBB", "exposed": "#D62728",
+          "tail": "#E8A33D", "weights": "#17BECF"}  # RL (clustersim rl): underfull batches, weight sync
+KIND_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "tail", "weights", "idle")
 MAX_ROWS = 24  # beyond this, fewer ranks are shown
 LANE_OVERLAP = (0.10, 0.005)  # streams of one kind get their own rows when they overlap by more
                               # than this share of the shorter one's busy time and of the step
@@ -399,6 +399,5 @@ def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None 
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

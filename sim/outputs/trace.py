@@ -202,7 +202,6 @@ def write_trace(result, path: str, ranks_text: str | None = None) -> dict:
     if not str(path).endswith(".json"):
         raise InputError("--trace", f"expected a .json path, got {path!r}")
     trace = chrome_trace(result, select_ranks(result, ranks_text))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         json.dump(trace, f, separators=(",", ":"))
     events = len(trace["traceEvents"])

@@ -16,9 +16,10 @@ def _group(b):
 
 
 def kv_bytes(b) -> float:
-    """K and V of this rank's sequence chunk (its tp share of the kv heads)."""
+    """K and V of this rank's sequence chunk (its tp share of the kv heads; MLA: the
+    up-projected per-head keys and values)."""
     d, sh = b.ctx.dims, b.ctx.shard
-    return ELEM * sh.tokens * 2 * d.g * d.d / sh.tp
+    return ELEM * sh.tokens * d.kv_width / sh.tp
 
 
 def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:

@@ -3,12 +3,30 @@
 Experts are sharded over the ep ranks of an expert group. Per MoE layer: router, an
 all-to-all dispatching every token to the ranks holding its top-k experts, the local
 experts' GEMMs sized by the tokens each expert actually received, and an all-to-all
-combining the results. Both all-to-alls are on the critical path. When the routing
-policy loads experts unevenly, the ranks holding hot experts compute longer and every
-other rank of the group waits for them at the combine.
+combining the results. Both all-to-alls are on the critical path (unless
+``parallel.ep_comm_overlap`` runs them under another micro-batch's compute, see
+:mod:`.ep_overlap`). When the routing policy loads experts unevenly, the ranks holding
+hot experts compute longer and every other rank of the group waits for them at the
+combine.
+
+Two layouts (:mod:`.layout`):
+
+- expert_tp = tp (default): the tp group gathers its tokens before the MoE MLP (plain
+  TP collectives around it); every tp rank routes them and holds 1/tp of its experts'
+  weights.
+- MoE parallel folding (expert_tp != tp), as Megatron-Core's alltoall token dispatcher
+  (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher: A2A(EP)
+  -> AG(expert TP) -> experts -> RS(expert TP) -> A2A(EP)): each rank routes its own
+  sequence-parallel shard (tokens/tp) over an ep group that may span tp ranks, the
+  expert-tp group gathers the dispatched tokens, each rank holds 1/expert_tp of its
+  experts' weights. Shared experts stay on the attention's tp group (gathered before,
+  reduce-scattered after; megatron/core/transformer/moe/shared_experts.py).
 """
 
-from ..model.layers import ELEM, backward, experts, router
+from dataclasses import replace
+
+from ..model.layers import ELEM, backward, experts, mlp, router
+from . import tp
 
 AXIS = "ep"
 
@@ -17,13 +35,18 @@ def _group(b):
     return b.ctx.layout.ep_group(b.rank)
 
 
+def tokens(b) -> float:
+    """Tokens this rank routes per micro-batch (:meth:`.layout.Layout.moe_tokens`)."""
+    return b.ctx.layout.moe_tokens(b.ctx.shard.tokens)
+
+
 def dispatch_bytes(b, layer: int) -> float:
     """Per-rank all-to-all buffer: the token-expert assignments the router kept (each
     rank's tokens x top_k when nothing is dropped), a hidden vector each."""
-    d, sh = b.ctx.dims, b.ctx.shard
+    d = b.ctx.dims
     loads = b.ctx.expert_loads.get(layer)
     if loads is None:
-        return ELEM * sh.tokens * d.top_k * d.h
+        return ELEM * tokens(b) * d.top_k * d.h
     return ELEM * float(loads.sum()) / b.ctx.layout.ep * d.h
 
 
@@ -36,7 +59,7 @@ def shares(b, layer: int, combine: bool) -> tuple | None:
         return None
     group, ep = _group(b), b.ctx.layout.ep
     per = len(loads) // ep
-    held = [float(loads[j * per:(j + 1) * per].sum()) for j in (b.ctx.layout.dc_index(r) % ep for r in group)]
+    held = [float(loads[j * per:(j + 1) * per].sum()) for j in (b.ctx.layout.ep_index(r) for r in group)]
     f = tuple(x / sum(held) for x in held)
     n = len(group)
     if combine:
@@ -49,25 +72,73 @@ def local_loads(b, layer: int) -> tuple[float, ...]:
     loads = b.ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
     ep = b.ctx.layout.ep
     per = len(loads) // ep
-    j = b.ctx.layout.dc_index(b.rank) % ep
+    j = b.ctx.layout.ep_index(b.rank)
     return tuple(float(x) for x in loads[j * per:(j + 1) * per])
+
+
+def _kernels(kernels, direction: str):
+    return kernels if direction == "fwd" else backward(kernels)
+
+
+def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+    """The router (folded: on this rank's own tokens, then the shared experts on the
+    attention's tp group)."""
+    d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
+    if not layout.folded_experts:
+        return b.compute(f"router_{direction}{tag}", _kernels(router(d, sh), direction), deps, layer, mb)
+    own = replace(sh, tokens=tokens(b), tp=1, sp=False)
+    x = b.compute(f"router_{direction}{tag}", _kernels(router(d, own), direction), deps, layer, mb)
+    name = f"shared_experts_{direction}{tag}"
+    kernels = _kernels(experts(d, sh, ()), direction)  # no routed tokens: shared experts + residual
+    if d.shared == 0:  # the block's dropout and residual only, on the shard
+        return b.compute(name, kernels, x, layer, mb)
+    if direction == "fwd":  # plain TP collectives: Megatron's shared experts bypass userbuffers
+        x = tp.enter(b, "shared", layer, mb, x, tag=(direction + tag,))
+        return tp.exit(b, "shared", layer, mb, b.compute(name, kernels, x, layer, mb), tag=(direction + tag,))
+    x = tp.enter_backward(b, "shared", layer, mb, x)
+    return tp.exit_backward(b, "shared", layer, mb, b.compute(name, kernels, x, layer, mb))
+
+
+def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+    """The first all-to-all (backward too: it carries gradients of tokens to the experts)."""
+    if b.ctx.layout.ep == 1:
+        return deps
+    return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
+                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
+
+
+def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+    """The second all-to-all, back to the tokens' ranks."""
+    if b.ctx.layout.ep == 1:
+        return deps
+    return b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
+                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
+
+
+def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+    """The local experts' GEMMs (folded with expert_tp > 1: between an all-gather and a
+    reduce-scatter of the dispatched tokens over the expert-tp group)."""
+    d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
+    name = f"experts_{direction}{tag}"
+    if not layout.folded_experts:
+        return b.compute(name, _kernels(experts(d, sh, local_loads(b, layer)), direction), deps, layer, mb)
+    etp, loads = layout.etp, local_loads(b, layer)
+    routed = tuple(k for load in loads for k in mlp(d, replace(sh, tp=etp), d.f_expert, load * etp))
+    if etp == 1:
+        return b.compute(name, _kernels(routed, direction), deps, layer, mb)
+    nbytes = etp * ELEM * sum(loads) * d.h  # every expert-tp rank's dispatched tokens
+    group_of = layout.expert_tp_group
+    x = b.collective(f"etp_ag_{direction}{tag}", tp.AXIS, "all_gather", group_of(b.rank), nbytes, deps,
+                     layer=layer, mb=mb, group_of=group_of)
+    x = b.compute(name, _kernels(routed, direction), x, layer, mb)
+    return b.collective(f"etp_rs_{direction}{tag}", tp.AXIS, "reduce_scatter", group_of(b.rank), nbytes, x,
+                        layer=layer, mb=mb, group_of=group_of)
 
 
 def moe_mlp(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
     """Router -> dispatch -> experts -> combine (backward: the same in reverse); ``tag``
     tells a recomputation apart from the forward pass."""
-    d, sh, ep = b.ctx.dims, b.ctx.shard, b.ctx.layout.ep
-    route_k = router(d, sh)
-    expert_k = experts(d, sh, local_loads(b, layer))
-    if direction != "fwd":
-        route_k, expert_k = backward(route_k), backward(expert_k)
-    first = b.compute(f"router_{direction}{tag}", route_k, deps, layer, mb)
-    if ep == 1:
-        return b.compute(f"experts_{direction}{tag}", expert_k, first, layer, mb)
-    nbytes = dispatch_bytes(b, layer)
-    # backward too, the first all-to-all carries (gradients of) tokens to the experts' ranks
-    sent = b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, "all_to_all", _group(b), nbytes, first,
-                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
-    done = b.compute(f"experts_{direction}{tag}", expert_k, sent, layer, mb)
-    return b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), nbytes, done,
-                        layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
+    x = route(b, layer, mb, deps, direction, tag)
+    x = dispatch(b, layer, mb, x, direction, tag)
+    x = compute_experts(b, layer, mb, x, direction, tag)
+    return combine(b, layer, mb, x, direction, tag)

@@ -36,7 +36,9 @@ Labels (what the perturbations change):
   jitter mode; see :mod:`sim.parallel.jitter` for the sampled mode).
 
 Group types (:func:`group_tables`): tp, cp, dp (cp x dp), the pipeline (pp), the expert
-group and the expert-data-parallel group, each read from the layout's own functions.
+group, the expert-data-parallel group and the expert-tensor-parallel group (the expert
+mesh of ``parallel.expert_tp``, :mod:`sim.parallel.layout`), each read from the layout's
+own functions.
 Every collective of a program runs over one of them or over a sub-tuple of one (a
 send/recv pair of a pipeline); tests/test_folding.py checks it for every collective.
 
@@ -69,7 +71,7 @@ import numpy as np
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..engine.core import SiblingGroups
 
-GROUP_TYPES = ("tp", "cp", "dp", "ep", "edp", "pp")  # pp last: its sub-tuples are send/recv pairs
+GROUP_TYPES = ("tp", "cp", "dp", "ep", "edp", "etp", "pp")  # pp last: its sub-tuples are send/recv pairs
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def group_tables(layout) -> dict[str, GroupTable]:
     groups another type already has (expert-dp = dp when ep = 1) shares its table."""
     fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
            "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
-           "ep": layout.ep_group, "edp": layout.expert_dp_group}
+           "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
     out: dict[str, GroupTable] = {}
     for name in GROUP_TYPES:
         if len(fns[name](0)) < 2:

@@ -1,9 +1,19 @@
 """Where ranks sit: coordinates on the tp / cp / dp / pp axes and the process groups.
 
 Megatron order by default: tp innermost (inside an NVLink domain), then cp, dp, and pp
-outermost (across IB); ``parallel.order`` overrides it. Expert parallelism shards
-experts over ``ep`` consecutive ranks of the combined dp*cp axis (Megatron's
-expert-model-parallel groups live inside data parallelism).
+outermost (across IB); ``parallel.order`` overrides it.
+
+Expert layers have a mesh of their own (Megatron-Core's MoE parallel folding,
+megatron/core/parallel_state.py: ``initialize_model_parallel`` builds a second
+``RankGenerator`` with ``tp=expert_tensor_parallel_size, ep=expert_model_parallel_size,
+dp=expert_data_parallel_size, cp=1`` over the same ranks and pipeline groups, order
+tp-ep-dp-pp). Here: the tp*cp*dp ranks of one pipeline stage, numbered tp fastest,
+then cp, then dp (position q), are re-split as expert_tp fastest, then ep, then
+expert-dp: ``etp = q % expert_tp``, ``ep = q // expert_tp % ep``, ``edp = q //
+(expert_tp * ep)``, so expert_tp * ep * expert_dp = tp * cp * dp. An all-to-all group
+varies ``ep`` (it may span tp ranks when expert_tp < tp), expert gradients reduce over
+``edp``. With the default expert_tp = tp, the ep ranks are consecutive on the combined
+cp*dp axis at one tp index: the groups of Megatron's unfolded MoE.
 """
 
 from dataclasses import dataclass
@@ -26,16 +36,18 @@ class Group(tuple):
 
 @dataclass(frozen=True)
 class Layout:
-    """Rank <-> (tp, cp, dp, pp) coordinates for one parallel section."""
+    """Rank <-> (tp, cp, dp, pp) coordinates for one parallel section, and the expert mesh."""
 
     sizes: dict
     order: tuple[str, ...]
     ep: int
+    expert_tp: int | None = None  # None: tp (no folding)
 
     @classmethod
     def from_parallel(cls, p: Parallel) -> "Layout":
         """The layout of a parallel section (its ``order`` was checked at load)."""
-        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep)
+        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep,
+                   p.expert_tp)
 
     @cached_property
     def strides(self) -> dict:
@@ -82,16 +94,70 @@ class Layout:
         c = self.coords(rank)
         return c["cp"] + self.sizes["cp"] * c["dp"]
 
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (default: tp)."""
+        return self.expert_tp or self.sizes["tp"]
+
+    @property
+    def folded_experts(self) -> bool:
+        """Whether expert layers have a layout of their own (expert_tp != tp)."""
+        return self.etp != self.sizes["tp"]
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks of one stage holding the same expert shard: tp*cp*dp / (expert_tp*ep)."""
+        return self.sizes["tp"] * self.sizes["cp"] * self.sizes["dp"] // (self.etp * self.ep)
+
+    def _stage_position(self, rank: int) -> int:
+        """q: place of ``rank`` among its stage's tp*cp*dp ranks (tp fastest, then cp, dp)."""
+        c = self.coords(rank)
+        return c["tp"] + self.sizes["tp"] * self.dc_index(rank)
+
+    def _at_position(self, rank: int, q: int) -> int:
+        """The rank at stage position ``q`` in ``rank``'s pipeline stage."""
+        tp, cp = self.sizes["tp"], self.sizes["cp"]
+        return self.rank(tp=q % tp, cp=q // tp % cp, dp=q // (tp * cp), pp=self.coords(rank)["pp"])
+
+    def expert_coords(self, rank: int) -> tuple[int, int, int]:
+        """(expert_tp, ep, expert_dp) indices of ``rank`` on the expert mesh."""
+        q, etp = self._stage_position(rank), self.etp
+        return q % etp, q // etp % self.ep, q // (etp * self.ep)
+
+    def ep_index(self, rank: int) -> int:
+        """Which ep slice of the experts ``rank`` holds."""
+        return self.expert_coords(rank)[1]
+
+    def _expert_group(self, rank: int, axis: int) -> tuple[int, ...]:
+        key = (rank, "expert", axis)
+        found = self._groups.get(key)
+        if found is None:
+            coords, etp = list(self.expert_coords(rank)), self.etp
+            sizes = (etp, self.ep, self.expert_dp)
+            members = []
+            for i in range(sizes[axis]):
+                coords[axis] = i
+                members.append(self._at_position(rank, coords[0] + etp * (coords[1] + self.ep * coords[2])))
+            found = self._groups[key] = Group(members)
+        return found
+
     def ep_group(self, rank: int) -> tuple[int, ...]:
-        """The ``ep`` ranks that share one set of experts' tokens (same tp and pp)."""
-        grad = self.group(rank, "cp", "dp")
-        start = self.dc_index(rank) // self.ep * self.ep
-        return Group(grad[start:start + self.ep])
+        """The ``ep`` ranks that exchange one set of experts' tokens (all-to-all group)."""
+        return self._expert_group(rank, 1)
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same experts: gradients of expert weights reduce over these."""
-        grad = self.group(rank, "cp", "dp")
-        return Group(grad[self.dc_index(rank) % self.ep::self.ep])
+        return self._expert_group(rank, 2)
+
+    def expert_tp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks splitting the same experts' weights (expert tensor parallelism)."""
+        return self._expert_group(rank, 0)
+
+    def moe_tokens(self, tokens: float) -> float:
+        """Tokens a rank routes per micro-batch: all ``tokens`` of its tp group when expert
+        layers share the attention's tp (the tp group gathers them first), its own
+        sequence-parallel shard tokens/tp when folded (Megatron's alltoall dispatcher)."""
+        return tokens / self.sizes["tp"] if self.folded_experts else tokens
 
     def stage_rank(self, rank: int, stage: int) -> int:
         """The rank at pipeline stage ``stage`` with the other coordinates of ``rank``."""

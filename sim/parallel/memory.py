@@ -4,7 +4,10 @@ Mixed-precision Adam holds 16 bytes per parameter (ZeRO paper, Rajbhandari et al
 section 3.1): 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master weights, momentum,
 variance). ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 also the weights,
 over the data-parallel ranks. Activations follow Korthikanti et al. 2022 for the
-micro-batches a schedule keeps in flight (counted from the schedule itself).
+micro-batches a schedule keeps in flight (counted from the schedule itself). Under FP8,
+Transformer Engine keeps an FP8 copy of each weight and of its transpose (1 + 1 bytes per
+parameter, transformer_engine/pytorch/module/linear.py: weight_fp8, weight_t_fp8) beside
+the BF16 weights, and saves FP8 linear-layer inputs (sim/model/transformer.py).
 """
 
 from dataclasses import dataclass
@@ -40,10 +43,11 @@ def stage_memory(ctx, stage: int) -> Memory:
     p, zero = ctx.scenario.parallel, ctx.scenario.parallel.zero
     dense, expert = rank_params(ctx, stage)
     nd = p.dp * p.cp
-    ne = max(1, nd // ctx.layout.ep)
+    ne = ctx.layout.expert_dp
     sharded = dense / nd + expert / ne
     full = dense + expert
-    return Memory(stage, 2 * (sharded if zero >= 3 else full), 2 * (sharded if zero >= 2 else full),
+    weights = 2 * (sharded if zero >= 3 else full) + (2 * full if ctx.shard.fp8 and zero < 3 else 0)
+    return Memory(stage, weights, 2 * (sharded if zero >= 2 else full),
                   12 * (sharded if zero >= 1 else full), activations(ctx, stage), gathered(ctx, stage))
 
 
@@ -51,27 +55,29 @@ def activations(ctx, stage: int) -> float:
     """Stored activations of the micro-batches in flight, plus the fp32 logits on the last stage."""
     t, pl = ctx.scenario.training, ctx.scenario.parallel
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
-                                           pl.sequence_parallel, t.recompute, t.flash_attention)
+                                           pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
     chunks = range(stage, len(ctx.stage_layers), pl.pp)
     layers = sum(len(ctx.stage_layers[vs]) for vs in chunks) / len(chunks)
-    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage))
+    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage,
+                                   pl.ep_comm_overlap))
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
-                                            pl.sequence_parallel, "none", t.flash_attention)
+                                            pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)
     if len(ctx.stage_layers) - 1 in chunks:
         total += 4 * ctx.shard.tokens * ctx.dims.v / pl.tp  # fp32 logits of one micro-batch
     return total
 
 
 def gathered(ctx, stage: int) -> float:
-    """FSDP: the full weights and gradients of the two layers in use (current + prefetched)."""
+    """FSDP: the full weights and gradients of the two layers in use (current + prefetched),
+    plus their FP8 copies (weight and transpose) under FP8."""
     if ctx.scenario.parallel.zero < 3:
         return 0.0
     ids = [l for vs in range(stage, len(ctx.stage_layers), ctx.layout.sizes["pp"])
            for l in stage_layer_ids(ctx, vs)]
     biggest = max(sum(layer_params(ctx, l)) for l in ids)
-    return 2 * 2 * biggest * ELEM
+    return 2 * biggest * (2 * ELEM + (2 if ctx.shard.fp8 else 0))
 
 
 def peak_memory(ctx) -> Memory:

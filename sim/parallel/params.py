@@ -1,10 +1,11 @@
-"""Which parameters a rank holds: its tp share of its stage's layers, 1/ep of the experts.
+"""Which parameters a rank holds: its tp share of its stage's layers, and of the routed
+experts 1/ep of them split over expert_tp ranks (the expert mesh of :mod:`.layout`).
 
 Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over the
 ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
-from ..model.transformer import attention_params, is_moe_layer, mlp_params
+from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
 
 
 EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the output layer
@@ -12,16 +13,17 @@ EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the
 
 def layer_params(ctx, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of ``layer`` on one rank (pseudo layers: embedding, output)."""
-    d, tp, ep = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep
+    d, tp, ep, etp = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep, ctx.layout.etp
     if layer == EMBEDDING:
         return d.v * d.h / tp, 0.0
     if layer == d.layers:
         return (0.0 if ctx.scenario.model.tied_embeddings else d.v * d.h / tp) + d.h, 0.0
+    whole = attention_replicated_params(d) * (1 - 1 / tp)  # MLA's down projections sit whole on every TP rank
     if is_moe_layer(d, layer):
         routed = d.experts * d.mats * d.h * d.f_expert
         dense = attention_params(d) + mlp_params(d, layer, active=False) - routed
-        return dense / tp, routed / (tp * ep)
-    return (attention_params(d) + mlp_params(d, layer, active=False)) / tp, 0.0
+        return dense / tp + whole, routed / (etp * ep)
+    return (attention_params(d) + mlp_params(d, layer, active=False)) / tp + whole, 0.0
 
 
 def stage_layer_ids(ctx, virtual_stage: int) -> list[int]:

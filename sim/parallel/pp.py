@@ -35,20 +35,42 @@ def _even_counts(layers: int, chunks: int) -> list[int]:
     return counts
 
 
-def order(schedule: str, p: int, v: int, m: int, stage: int) -> list[tuple[str, int, int]]:
-    """The (direction 'F'|'B', micro-batch, chunk) sequence stage ``stage`` executes."""
+def order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[tuple[str, int, int]]:
+    """The (direction 'F'|'B', micro-batch, chunk) sequence stage ``stage`` executes.
+    ``combined``: one more warm-up forward, so that each steady-state forward is
+    independent of the backward it is paired with (EP all-to-all overlap, :func:`steps`)."""
     if schedule == "gpipe":
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     total = m * v
-    if schedule == "interleaved":
-        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
-    else:
-        warmup = min(p - stage - 1, m)
+    warmup = _warmup(schedule, p, v, m, stage, combined)
     seq = [("F", k) for k in range(warmup)]
     for k in range(total - warmup):
         seq += [("F", k + warmup), ("B", k)]
     seq += [("B", k) for k in range(total - warmup, total)]
     return [(d, *_mb_chunk(d, k, p, v)) for d, k in seq]
+
+
+def _warmup(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> int:
+    """Forwards before the first backward (Megatron-LM schedules.py; +1 when combined, as
+    its ``overlap_moe_expert_parallel_comm`` path does)."""
+    if schedule == "interleaved":
+        return min((p - stage - 1) * 2 + (v - 1) * p + combined, m * v)
+    return min(p - stage - 1 + combined, m)
+
+
+def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> list[tuple]:
+    """The schedule as steps of one (direction, micro-batch, chunk) each or, when
+    ``combined``, steady-state pairs (forward, backward) that run as one step
+    (Megatron-Core combined 1F1B, megatron/core/pipeline_parallel/combined_1f1b.py: with
+    pp = 1 the first forward and the last backward run alone, every other forward
+    together with the previous micro-batch's backward)."""
+    seq = order(schedule, p, v, m, stage, combined)
+    if not combined:
+        return [(item,) for item in seq]
+    warmup = _warmup(schedule, p, v, m, stage, combined)
+    steady = len(seq) - 2 * warmup
+    return ([(item,) for item in seq[:warmup]] + [(seq[i], seq[i + 1]) for i in range(warmup, warmup + steady, 2)]
+            + [(item,) for item in seq[warmup + steady:]])
 
 
 def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:

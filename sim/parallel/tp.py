@@ -4,12 +4,57 @@ parallelism (Korthikanti et al. 2022).
 Each sublayer (attention, MLP) needs the activations of the whole hidden dimension:
 without SP, one all-reduce of the output in forward and one of the input gradient in
 backward; with SP, an all-gather before and a reduce-scatter after, in both directions.
-These sit on the critical path: the next compute op depends on them.
+These sit on the critical path: the next compute op depends on them (with
+``parallel.tp_comm_overlap``, :mod:`.tp_overlap` pipelines them with GEMM chunks instead).
 """
 
-from ..model.layers import ELEM
+from dataclasses import dataclass
+
+from ..model.layers import ELEM, backward, entry_width
 
 AXIS = "tp"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Positions of a sublayer's kernels by TP role (``Kernel.tp``, sim/model/layers.py):
+    head (local, before the gather), consumers (column-parallel, read the gathered input),
+    middle, producer (row-parallel, write the partial sums), tail (local, after)."""
+
+    head: slice
+    consumers: slice
+    middle: slice
+    producer: slice
+    tail: slice
+
+
+def _run(kernels, role: int) -> tuple[int, int] | None:
+    """(first, one past the last) of the kernels with TP role ``role``, or None."""
+    found = [i for i, k in enumerate(kernels) if k.tp == role]
+    return (found[0], found[-1] + 1) if found else None
+
+
+def roles(kernels, gather: bool, scatter: bool) -> Roles:
+    """Split a sublayer's kernel list by role; consumers only with ``gather``, a producer
+    only with ``scatter``."""
+    n = len(kernels)
+    cons = _run(kernels, 1) if gather else None
+    start, end = cons if cons else (0, 0)
+    prod = _run(kernels, 2) if scatter else None
+    first, last = prod if prod and prod[0] >= end else (n, n)
+    return Roles(slice(0, start), slice(start, end), slice(end, first), slice(first, last), slice(last, n))
+
+
+def half(kernel):
+    """One of the two GEMMs of a GEMM's backward (dgrad, wgrad): half its backward work."""
+    bk = kernel.backward()
+    return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=kernel.count)
+
+
+def compute_op(b, name, kernels, deps, layer, mb):
+    """A compute op of ``kernels``, or ``deps`` itself when there are none."""
+    kernels = tuple(kernels)
+    return b.compute(name, kernels, deps, layer, mb) if kernels else deps
 
 
 def _group(b):
@@ -25,29 +70,88 @@ def activation_bytes(b) -> float:
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM
 
 
-def enter(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
-    """Before a sublayer (SP only): all-gather the sequence-sharded input."""
+def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
+    """Bytes of one TP collective of a dense sublayer's Transformer Engine linears:
+    tokens x width x element. ``entry``: the sublayer's input side (its gather forward, the
+    reduction of its input gradient backward), ``sublayer.entry_width`` wide (MLA gathers
+    its latents, :func:`sim.model.layers.entry_width`); the output side is hidden wide.
+    Under FP8 an all-gather moves one byte per element: TE quantizes before gathering
+    (transformer_engine/pytorch/module/layernorm_linear.py, ``gather_along_first_dim(...,
+    quantizer=...)``); reductions stay BF16."""
+    d = b.ctx.dims
+    width = entry_width(d) if entry and sublayer == "attn" else d.h
+    return b.ctx.shard.tokens * width * (1 if gather and b.ctx.shard.fp8 else ELEM)
+
+
+def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
+    """Before a sublayer (SP only): all-gather the sequence-sharded input (``nbytes``,
+    default :func:`activation_bytes`)."""
     if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
-    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), activation_bytes(b), deps,
+    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
-def exit(b, sublayer: str, layer: int, mb: int, deps, tag=()) -> int | tuple:
+def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
     if b.ctx.layout.sizes["tp"] == 1:
         return deps
     op = "reduce_scatter" if b.ctx.scenario.parallel.sequence_parallel else "all_reduce"
     name = "rs" if op == "reduce_scatter" else "ar"
-    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), activation_bytes(b), deps,
+    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
-def enter_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+def enter_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of exit: SP all-gathers the output gradient; without SP nothing."""
-    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
 
 
-def exit_backward(b, sublayer: str, layer: int, mb: int, deps) -> int | tuple:
+def exit_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
-    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",))
+    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
+
+
+def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps, tag: str,
+                     gather: bool = False, scatter: bool = False) -> int | tuple:
+    """Compute op ``name`` (kernels ``kernels_fn(dims, shard)``), after the all-gather of its
+    input (``gather``, SP only) and before the reduction of its output (``scatter``);
+    :func:`.tp_overlap.forward_sublayer` is the overlapped version."""
+    x = enter(b, sublayer, layer, mb, deps, (tag,), sublayer_bytes(b, sublayer, True, True)) if gather else deps
+    x = b.compute(name, kernels_fn(b.ctx.dims, b.ctx.shard), x, layer, mb)
+    return exit(b, sublayer, layer, mb, x, (tag,), sublayer_bytes(b, sublayer, False, False)) if scatter else x
+
+
+def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps,
+                      gathered: bool = False, scattered: bool = False) -> int | tuple:
+    """Backward of :func:`forward_sublayer`: the gradient of a reduced output is gathered
+    first (``scattered``); the input side runs as :func:`split_backward`."""
+    kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
+    x = enter_backward(b, sublayer, layer, mb, deps, sublayer_bytes(b, sublayer, True, False)) if scattered else deps
+    if not gathered or b.ctx.layout.sizes["tp"] == 1:  # nothing to reduce: one op
+        return b.compute(name, backward(kernels), x, layer, mb)
+    r = roles(kernels, True, False)
+    x = compute_op(b, name, backward(kernels[r.consumers.stop:]), x, layer, mb)
+    return split_backward(b, sublayer, name, kernels, r, x, layer, mb)
+
+
+def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb: int) -> int | tuple:
+    """The input side of a sublayer's backward, from the column-parallel GEMMs down, as
+    Megatron-Core runs it (megatron/core/tensor_parallel/layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication.backward; TE's Linear and
+    LayerNormLinear alike): under SP the saved sequence-sharded input is all-gathered
+    asynchronously while the dgrad GEMM runs (the wgrad needs it whole); the input gradient
+    is reduce-scattered (SP) or all-reduced asynchronously while the wgrad GEMM runs; the
+    head's backward (the norm) waits for both."""
+    consumers = kernels[r.consumers]
+    if not consumers or b.ctx.layout.sizes["tp"] == 1:
+        x = compute_op(b, name, backward(consumers), x, layer, mb)
+        return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
+    gather = None
+    if b.ctx.scenario.parallel.sequence_parallel:
+        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
+                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
+    dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb)
+    reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
+    wgrad = compute_op(b, name, [half(k) for k in consumers], (dgrad, gather), layer, mb)
+    return compute_op(b, name, backward(kernels[r.head]), (reduce, wgrad), layer, mb)

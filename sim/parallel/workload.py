@@ -1,7 +1,9 @@
 """Scenario -> rank programs. Reads top to bottom like torchtitan's ``parallelize_llama``:
-a pipeline schedule drives forward/backward passes over each rank's layers; each layer
-is compute wrapped by TP (and CP, EP) collectives; FSDP gathers layers around it; DP or
-ZeRO reduce gradients in buckets; the optimizer closes the step.
+a pipeline schedule drives forward/backward passes over each rank's layers
+(:mod:`.passes`: each layer is compute wrapped by TP (and CP, EP) collectives; FSDP
+gathers layers around it); with ``ep_comm_overlap`` a steady-state forward and backward
+run as one step (:mod:`.ep_overlap`); DP or ZeRO reduce gradients in buckets; the
+optimizer closes the step.
 
 Folding: ranks whose timelines are provably identical (same stage, same compute scale,
 same link conditions, interchangeable peers in every group) are simulated once; the
@@ -15,12 +17,12 @@ from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import FatTreeSpec
-from ..model.layers import Shard, attention_post, attention_pre, backward, embedding, logits, mlp_block
-from . import cp, dp, ep, fsdp, pp, tp, zero
+from ..model.layers import Shard
+from . import copies, dp, ep_overlap, jitter, pp, zero
+from .folding import Folding, fold, unfolded
 from .layout import Layout
-from .params import EMBEDDING, rank_params, stage_layer_ids
-from . import copies, jitter
-from .folding import fold, unfolded
+from .params import rank_params, stage_layer_ids
+from .passes import Pass
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
@@ -34,19 +36,16 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention)
+                  t.flash_attention, t.precision == "fp8")
     ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max), domains,
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
-    uneven = uneven_experts(s, layout)
-    folding = None
-    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
-        folding = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
-    elif can_fold(s, fabric):
-        folding = fold(s, layout, fabric, domains, uneven)
-    ctx.folding = folding or unfolded(layout, uneven)
+    uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in ctx.expert_loads.values())
+    if len(domains) < layout.world:  # (callers that only account memory pass no domains)
+        domains = np.arange(layout.world) // fabric.gpus_per_domain
+    ctx.folding = folding(s, layout, fabric, domains, uneven)
     ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
     return ctx
 
@@ -54,16 +53,26 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
 def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
     """Folding applies unless switched off or every rank draws its own jitter (stragglers,
     faults and skewed experts only split the classes: :mod:`sim.parallel.folding`), or a
-    perturbed step runs on an oversubscribed fabric, where a late or slowed flow changes
-    what its leaf's other flows get (folding's exactness argument needs a non-blocking tree)."""
+    perturbed step runs on a fabric other than a non-blocking rail-optimised fat tree: an
+    oversubscribed one, where a late or slowed flow changes what its leaf's other flows
+    get, or a rail-only or multi-plane one, whose routes the link labels do not describe
+    (folding's exactness argument needs the first)."""
     perturbed = bool(s.stragglers or s.cluster.faults)
-    return s.parallel.fold and s.jitter.sigma == 0 and not (perturbed and fabric.oversubscription > 1)
+    plain = fabric.oversubscription <= 1 and fabric.builder == "fat_tree" and fabric.planes == 1
+    return s.parallel.fold and s.jitter.sigma == 0 and (plain or not perturbed)
 
 
-def uneven_experts(s: Scenario, layout: Layout) -> bool:
-    """Whether routing loads experts unevenly, so ranks of an expert group differ."""
-    moe = s.model.moe
-    return moe is not None and layout.ep > 1 and (moe.routing != "uniform" or moe.skew > 0)
+def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: bool) -> Folding:
+    """Which ranks are simulated and whose timeline each rank shares: classes under the
+    perturbations (:func:`sim.parallel.folding.fold`), the sampled jitter mode
+    (:func:`sim.parallel.jitter.sampled`), or every rank on its own. ``uneven``: the
+    experts' loads differ, so expert-group positions build different programs."""
+    found = None
+    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
+        found = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
+    elif can_fold(s, fabric):
+        found = fold(s, layout, fabric, domains, uneven)
+    return found or unfolded(layout, uneven)
 
 
 def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.ndarray]:
@@ -71,12 +80,14 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
     moe = s.model.moe
     if moe is None:
         return {}
-    tokens = shard.tokens * layout.ep
+    tokens = layout.moe_tokens(shard.tokens) * layout.ep
+    from ..model.routing import capacity, expert_loads as route
+
     if moe.routing == "uniform" and moe.skew == 0:
         base = np.full(d.experts, tokens * d.top_k / d.experts)
+    elif moe.padded:  # every expert computes and exchanges exactly its capacity
+        base = np.full(d.experts, float(capacity(tokens, d.experts, d.top_k, moe.capacity_factor)))
     else:
-        from ..model.routing import expert_loads as route
-
         policy = "token_choice" if moe.routing == "uniform" else moe.routing
         base = np.asarray(route(policy, tokens, d.experts, d.top_k, moe.capacity_factor, s.seed, moe.skew), float)
     rng = np.random.default_rng(s.seed)
@@ -93,106 +104,49 @@ def build_programs(ctx: Context) -> list:
 def build_rank(ctx: Context, rank: int) -> RankBuilder:
     """One rank's step: pipeline schedule, gradient sync, optimizer."""
     b = RankBuilder(ctx, rank)
-    p, v = ctx.layout.sizes["pp"], ctx.scenario.parallel.virtual_stages
+    par = ctx.scenario.parallel
+    p, v = ctx.layout.sizes["pp"], par.virtual_stages
     chunks = {c: stage_layer_ids(ctx, c * p + b.stage) for c in range(v)}
     param_waits = zero.gather_params(b, [l for c in range(v) for l in chunks[c]]) if zero.enabled(b) else {}
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
-    syncs = {c: sync_cls(b) for c in range(v)} if ctx.scenario.parallel.zero < 3 else {}
-    last_vs, final = p * v - 1, []
-    for direction, mb, chunk in pp.order(ctx.scenario.parallel.schedule, p, v, ctx.micro_batches, b.stage):
-        vs = chunk * p + b.stage
-        if direction == "F":
-            deps = pp.transfer(b, "F", mb, vs - 1, vs, (), sending=False) if vs > 0 else ()
-            out = forward_pass(b, chunks[chunk], mb, deps, param_waits)
-            if vs < last_vs:
-                pp.transfer(b, "F", mb, vs, vs + 1, out, sending=True)
+    syncs = {c: sync_cls(b) for c in range(v)} if par.zero < 3 else {}
+    final = []
+    for step in pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap):
+        passes = [open_pass(b, chunks, syncs, param_waits, item) for item in step]
+        if len(passes) == 2:
+            ep_overlap.interleave(*passes)
         else:
-            deps = pp.transfer(b, "B", mb, vs + 1, vs, (), sending=False) if vs < last_vs else ()
-            last = mb == ctx.micro_batches - 1
-            out, rs_ops = backward_pass(b, chunks[chunk], mb, deps, syncs.get(chunk) if last else None, last)
-            final += rs_ops
-            if vs > 0:
-                pp.transfer(b, "B", mb, vs, vs - 1, out, sending=True)
+            passes[0].run()
+        for ps, (direction, mb, chunk) in zip(passes, step):
+            final += close_pass(b, ps, chunk * p + b.stage)
     final += [op for s in syncs.values() for op in s.issued]
     optimizer_step(b, final)
     return b
 
 
-def forward_pass(b, layer_ids: list[int], mb: int, deps, param_waits: dict) -> int:
-    """Forward of one chunk for one micro-batch, FSDP-gathering layers ahead."""
-    gather = fsdp.Gatherer(b, layer_ids, mb, "fwd")
-    x = deps
-    for layer in layer_ids:
-        x = layer_forward(b, layer, mb, (x, gather.before(layer), param_waits.get(layer)))
-        gather.after(layer, x)
-    return x
+def open_pass(b, chunks: dict, syncs: dict, param_waits: dict, item: tuple) -> Pass:
+    """Receive a chunk's input (activations or gradients) and set up its pass."""
+    direction, mb, chunk = item
+    p = b.ctx.layout.sizes["pp"]
+    vs, last_vs = chunk * p + b.stage, len(b.ctx.stage_layers) - 1
+    if direction == "F":
+        deps = pp.transfer(b, "F", mb, vs - 1, vs, (), sending=False) if vs > 0 else ()
+        return Pass(b, chunks[chunk], mb, deps, "F", param_waits=param_waits)
+    deps = pp.transfer(b, "B", mb, vs + 1, vs, (), sending=False) if vs < last_vs else ()
+    last = mb == b.ctx.micro_batches - 1
+    return Pass(b, chunks[chunk], mb, deps, "B", sync=syncs.get(chunk) if last else None, last_mb=last)
 
 
-def backward_pass(b, layer_ids: list[int], mb: int, deps, sync, last_mb: bool) -> tuple[int, list[int]]:
-    """Backward of one chunk (recomputing the forward first under full recompute)."""
-    order = layer_ids[::-1]
-    gather = fsdp.Gatherer(b, order, mb, "bwd")
-    x, rs_ops = deps, []
-    for layer in order:
-        x = (x, gather.before(layer))
-        if b.ctx.scenario.training.recompute == "full" and EMBEDDING < layer < b.ctx.dims.layers:
-            x = layer_forward(b, layer, mb, x, recompute=True)
-        x = layer_backward(b, layer, mb, x)
-        gather.after(layer, x)
-        if last_mb:
-            rs = fsdp.reduce_scatter(b, layer, mb, x)
-            rs_ops += [rs] if rs is not None else []
-        if sync is not None:
-            sync.add(layer, x)
-    if sync is not None:
-        sync.flush(x)
-    return x, rs_ops
-
-
-def layer_forward(b, layer: int, mb: int, deps, recompute: bool = False) -> int:
-    """Embedding, output layer, or a transformer layer: attention then MLP."""
-    d, sh, tag = b.ctx.dims, b.ctx.shard, "recompute" if recompute else "fwd"
-    if layer == EMBEDDING:
-        x = b.compute("embedding_fwd", embedding(d, sh), deps, layer, mb)
-        return tp.exit(b, "embed", layer, mb, x)
-    if layer == d.layers:
-        x = tp.enter(b, "logits", layer, mb, deps, tag=(tag,))
-        return b.compute(f"logits_{tag}", logits(d, sh), x, layer, mb)
-    x = tp.enter(b, "attn", layer, mb, deps, tag=(tag,))
-    x = b.compute(f"attn_pre_{tag}", attention_pre(d, sh), x, layer, mb)
-    x = cp.attention(b, layer, mb, x, "fwd", "" if tag == "fwd" else "_recompute")
-    x = b.compute(f"attn_post_{tag}", attention_post(d, sh), x, layer, mb)
-    x = tp.exit(b, "attn", layer, mb, x, tag=(tag,))
-    x = tp.enter(b, "mlp", layer, mb, x, tag=(tag,))
-    if model_costs.is_moe_layer(d, layer):
-        x = ep.moe_mlp(b, layer, mb, x, "fwd", "" if tag == "fwd" else "_recompute")
-    else:
-        x = b.compute(f"mlp_{tag}", mlp_block(d, sh), x, layer, mb)
-    return tp.exit(b, "mlp", layer, mb, x, tag=(tag,))
-
-
-def layer_backward(b, layer: int, mb: int, deps) -> int:
-    """Backward of one layer, mirror image of :func:`layer_forward`."""
-    d, sh = b.ctx.dims, b.ctx.shard
-    if layer == EMBEDDING:
-        x = tp.enter_backward(b, "embed", layer, mb, deps)
-        return b.compute("embedding_bwd", backward(embedding(d, sh)), x, layer, mb)
-    if layer == d.layers:
-        x = b.compute("logits_bwd", backward(logits(d, sh)), deps, layer, mb)
-        return tp.exit_backward(b, "logits", layer, mb, x)
-    x = tp.enter_backward(b, "mlp", layer, mb, deps)
-    if model_costs.is_moe_layer(d, layer):
-        x = ep.moe_mlp(b, layer, mb, x, "bwd")
-    else:
-        x = b.compute("mlp_bwd", backward(mlp_block(d, sh)), x, layer, mb)
-    x = tp.exit_backward(b, "mlp", layer, mb, x)
-    x = tp.enter_backward(b, "attn", layer, mb, x)
-    x = b.compute("attn_post_bwd", backward(attention_post(d, sh)), x, layer, mb)
-    if b.ctx.scenario.training.recompute == "selective":
-        x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
-    x = cp.attention(b, layer, mb, x, "bwd")
-    x = b.compute("attn_pre_bwd", backward(attention_pre(d, sh)), x, layer, mb)
-    return tp.exit_backward(b, "attn", layer, mb, x)
+def close_pass(b, ps: Pass, vs: int) -> list[int]:
+    """Send a chunk's output on; returns the FSDP reduce-scatters the optimizer waits for."""
+    if ps.direction == "F":
+        if vs < len(b.ctx.stage_layers) - 1:
+            pp.transfer(b, "F", ps.mb, vs, vs + 1, ps.x, sending=True)
+        return []
+    ps.finish()
+    if vs > 0:
+        pp.transfer(b, "B", ps.mb, vs, vs - 1, ps.x, sending=True)
+    return ps.rs_ops
 
 
 def optimizer_step(b, deps: list[int]) -> int:
@@ -200,7 +154,8 @@ def optimizer_step(b, deps: list[int]) -> int:
     from ..model.layers import optimizer
 
     dense, expert = rank_params(b.ctx, b.stage)
+    fp8_weights = dense + expert if b.ctx.shard.fp8 else 0.0  # TE casts the full local weights
     if b.ctx.scenario.parallel.zero >= 1:
         dense /= len(b.ctx.layout.group(b.rank, "cp", "dp"))
         expert /= len(b.ctx.layout.expert_dp_group(b.rank))
-    return b.compute("optimizer", optimizer(dense + expert), tuple(deps))
+    return b.compute("optimizer", optimizer(dense + expert, fp8_weights), tuple(deps))

@@ -5,7 +5,7 @@ writes ``plots/study-NAME.png``, its table ``plots/study-NAME.csv`` and a per-cu
 summary ``plots/study-NAME-summary.csv``, and prints both tables.
 
 A study is a module with ``TITLE``, ``points(quick)`` (labelled override dicts swept over
-``scenarios/studies/NAME.toml``), ``analyze(rows)`` and ``plot(table, summary, path)``;
+``sim/studies/scenarios/NAME.toml``), ``analyze(rows)`` and ``plot(table, summary, path)``;
 :func:`sim.studies.base.run_study` drives them.
 """
 
@@ -26,6 +26,8 @@ _register("fsdp-crossover", "sim.studies.fsdp_crossover")
 _register("domain-size", "sim.studies.domain_size")
 _register("batch-floor", "sim.studies.batch_floor")
 _register("pipeline-bubbles", "sim.studies.pipeline_bubbles")
+_register("goodput-vs-scale", "sim.campaign.study")  # a capability's study: imported by name only
+_register("rl-stragglers", "sim.rl.study")  # whole RL runs, not steps: the module drives its points
 
 
 def get(name: str):

@@ -16,10 +16,11 @@ from ..hardware import topology
 from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from ..input.load import scenario_from_dict
 from ..model.transformer import dims, non_embedding_params, total_params
+from ..outputs.paths import make_dir, output_dir
 from .sweeps import point_key, sweep
 from ..units import GB
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "studies"  # repo top level
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"  # package data
 
 
 @dataclass
@@ -34,17 +35,23 @@ class Report:
 
 
 def scenario_path(name: str) -> Path:
-    """The study's bundled scenario, ``scenarios/studies/NAME.toml``."""
+    """The study's bundled scenario, ``sim/studies/scenarios/NAME.toml``."""
     return SCENARIO_DIR / f"{name}.toml"
 
 
 def run_study(name: str, module, out_dir: Path, quick: bool = False, workers=None, dask=None,
               quiet: bool = False) -> Report:
-    """Sweep the study's points, analyse, write table + summary CSVs and the plot."""
-    rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
+    """Sweep the study's points, analyse, write table + summary CSVs and the plot into
+    ``out_dir`` (checked before the sweep; created, that one level, if missing). A study
+    whose points are not training steps (``rl-stragglers``: whole RL runs) runs them with
+    its own ``run_points(quick, workers, dask, quiet)``."""
+    output_dir(out_dir, "--out-dir")
+    if hasattr(module, "run_points"):
+        rows = module.run_points(quick, workers, dask, quiet)
+    else:
+        rows = sweep_points(scenario_path(name), module.points(quick), workers, dask, quiet)
     table, summary, notes = module.analyze(rows)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_dir(out_dir, "--out-dir")
     paths = {"table": out_dir / f"study-{name}.csv", "summary": out_dir / f"study-{name}-summary.csv",
              "plot": out_dir / f"study-{name}.png"}
     table.to_csv(paths["table"], index=False)

@@ -1,6 +1,6 @@
 """Study: the FSDP batch-size floor, and what adding PP, CP or TP buys beyond it.
 
-Run ``clustersim study batch-floor [--quick]`` (scenario: scenarios/studies/batch-floor.toml).
+Run ``clustersim study batch-floor [--quick]`` (scenario: sim/studies/scenarios/batch-floor.toml).
 
 The seeds: FSDP is data parallel, each GPU needs at least one whole sequence (attention
 cannot easily be split), so a 10M-token batch of 10k-token sequences caps FSDP at ~1k

@@ -1,6 +1,6 @@
 """Study: where the FSDP crossover moves as the NVLink domain grows from 8 to 72 to 256 GPUs.
 
-Run ``clustersim study domain-size [--quick]`` (scenario: scenarios/studies/domain-size.toml).
+Run ``clustersim study domain-size [--quick]`` (scenario: sim/studies/scenarios/domain-size.toml).
 
 The seeds: FSDP communication = 3 x total params x 2 bytes / (domain size x IB bandwidth),
 so N* should grow in proportion to the domain ("TPUs excel with bigger domains"). That

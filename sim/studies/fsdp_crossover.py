@@ -1,6 +1,6 @@
 """Study: FSDP's MFU vs GPU count at a fixed global batch, against the seeds' crossover N*.
 
-Run ``clustersim study fsdp-crossover [--quick]`` (scenario: scenarios/studies/fsdp-crossover.toml).
+Run ``clustersim study fsdp-crossover [--quick]`` (scenario: sim/studies/scenarios/fsdp-crossover.toml).
 
 The seeds (Dwarkesh, "Notes on pretraining parallelisms"): compute time per step
 = 6 x tokens x active params / (N x FLOP/s_eff) falls as 1/N while FSDP's communication
@@ -10,7 +10,9 @@ at the smallest GPU count, where communication hides under compute, so compute(N
 compute(N0) x N0 / N exactly and N* = compute(N0) x N0 / comm. Curves: the bundled
 scenario; the same with hierarchical collectives; a 4x larger batch (N* moves right);
 Mixtral 8x7B, 13B of 47B parameters active (N* moves left: comm grows with total params,
-compute only with active ones).
+compute only with active ones); the bundled scenario on IB switches that reduce (SHARP),
+where NCCL's tuner (``auto``) takes CollNet all-gathers and reduce-scatters: a handful of
+steps through the switches instead of a ring's N-1, the same bytes per NIC.
 """
 
 import numpy as np
@@ -21,11 +23,13 @@ from .base import crater, hardware, human, scenario_path, text_table, valid
 TITLE = "FSDP crossover: MFU vs GPUs at a fixed global batch, simulated vs the seeds' N*"
 NAME = "fsdp-crossover"
 MIXTRAL = {"model.preset": "mixtral-8x7b", "model.moe.routing": "uniform"}
+SHARP = {"cluster.topology_overrides.sharp": True}  # IB switches that reduce; NCCL's tuner picks (auto)
 CURVES = (  # label, overrides, global batch (sequences of 1,024 tokens)
     ("Llama-3-8B, 2M-token batch (ring)", {}, 2048),
     ("Llama-3-8B, 2M-token batch, hierarchical", {"parallel.dp_algo": "hierarchical"}, 2048),
     ("Llama-3-8B, 8M-token batch (ring)", {}, 8192),
     ("Mixtral-8x7B, 2M-token batch (ring)", MIXTRAL, 2048),
+    ("Llama-3-8B, 2M-token batch, NVLS + SHARP switches", SHARP, 2048),
 )
 QUICK_GPUS = (8, 64, 256, 512, 1024, 2048)
 CRATER = 0.9  # "cratered": MFU below 90% of its small-N plateau
@@ -109,6 +113,14 @@ def notes(summary: pd.DataFrame) -> list[str]:
                f"the simulated communication is ~{base.comm_s_sim_at_max * 1e3:.0f} ms. Hierarchical collectives "
                f"shorten the rings (N/8 hops across domains) but move the full layer through each GPU's NVLink "
                f"after the IB phase instead of alongside it.")
+    sharp = summary[summary["curve"].str.contains("SHARP")]
+    if len(sharp) and sharp.iloc[0].n_crater_sim:
+        out.append(f"With SHARP switches the all-gathers and reduce-scatters no longer pay N-1 ring steps: the "
+                   f"simulator craters at N ~ {human(sharp.iloc[0].n_crater_sim)} instead of "
+                   f"{human(base.n_crater_sim)}; the bytes per NIC, and so the seeds' N*, stay the same.")
+    elif len(sharp):
+        out.append(f"With SHARP switches the all-gathers and reduce-scatters no longer pay N-1 ring steps: no "
+                   f"crater up to {human(sharp.iloc[0].gpus_max)} GPUs (ring: {human(base.n_crater_sim)}).")
     out.append(f"Crossover in tokens per GPU = FLOP/s_eff / (domain x IB bandwidth) ~ "
                f"{base.tokens_per_gpu_at_n_star:,.0f}: with 4k-token sequences the batch floor (one sequence per "
                f"GPU) comes before N* on H100, which is why these curves use 1k-token sequences.")
@@ -135,7 +147,7 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, path) -> None:
     fig, (ax, bx) = plotting.figure(2, width=15)
     for (label, group), s, color in zip(table.groupby("curve", sort=False), summary.itertuples(), plotting.COLORS):
         plotting.sim_line(ax, group["gpus"], group["mfu_sim"], group["fits_in_memory"], color, label)
-        if "hierarchical" not in label:
+        if "hierarchical" not in label and "SHARP" not in label:  # (same hardware as the base curve)
             n = np.geomspace(group["gpus"].min(), group["gpus"].max(), 200)
             ax.plot(n, s.mfu_plateau * np.minimum(1, s.n_star_seeds / n), ":", color=color, lw=1.5)
             ax.plot([s.n_star_seeds], [s.mfu_plateau], "v", color=color, ms=10, mec="black", mew=0.5)

@@ -1,6 +1,6 @@
 """The plots/ gallery: ``python -m sim.studies.gallery [--out plots]`` regenerates every picture
-from the bundled scenarios (scenarios/gallery/*.toml, scenarios/straggler-dp.toml) in
-a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
+from the bundled scenarios (sim/studies/gallery_scenarios/*.toml and the example
+scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
 
 - ``gallery-fsdp-prefetch.png``: FSDP with and without prefetching the next layer's
   all-gather: compute/communication overlap, and the exposed gathers without it.
@@ -17,8 +17,11 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # repo top level
-SCENARIOS = ROOT / "scenarios"
+from ..errors import InputError
+from ..input.bundled import EXAMPLES
+from ..outputs.paths import make_dir
+
+SCENARIOS = Path(__file__).resolve().parent / "gallery_scenarios"  # package data
 
 
 def _run(path: Path, overrides=(), record_links=False):
@@ -32,7 +35,7 @@ def fsdp_prefetch(out: Path) -> list[str]:
     """Two panels: prefetch on / off."""
     from ..outputs.timeline import plot_panels
 
-    path = SCENARIOS / "gallery" / "fsdp-prefetch.toml"
+    path = SCENARIOS / "fsdp-prefetch.toml"
     on, off = _run(path), _run(path, ["training.fsdp_prefetch=false"])
     plot_panels([(on, "prefetch on"), (off, "prefetch off")], out / "gallery-fsdp-prefetch.png",
                 suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only with prefetch")
@@ -45,7 +48,7 @@ def pipeline_schedules(out: Path) -> list[str]:
     """Three panels: GPipe, 1F1B, interleaved 1F1B (v = 2)."""
     from ..outputs.timeline import plot_panels
 
-    path = SCENARIOS / "gallery" / "pipeline.toml"
+    path = SCENARIOS / "pipeline.toml"
     runs = [("GPipe", _run(path, ["parallel.schedule=gpipe"])),
             ("1F1B", _run(path, ["parallel.schedule=1f1b"])),
             ("interleaved 1F1B, v=2", _run(path, ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]))]
@@ -60,7 +63,7 @@ def straggler(out: Path) -> list[str]:
     """One slow rank in pure DP."""
     from ..outputs.timeline import plot_panels
 
-    r = _run(SCENARIOS / "straggler-dp.toml")
+    r = _run(EXAMPLES / "straggler-dp.toml")
     plot_panels([(r, "rank 3 computes 1.5x slower")], out / "gallery-straggler.png", ranks="0-5",
                 suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
     return [f"straggler: step {r.summary['step_time_s'] * 1e3:.1f} ms, straggler cost "
@@ -92,7 +95,7 @@ def hierarchical(out: Path) -> list[str]:
     """Flat ring vs hierarchical all-reduce across NVLink domains. Rows 1-2: one 3.4 GB
     all-reduce (1.7B bf16 gradients) over 2 DGX H100 nodes, how busy NVLink and InfiniBand
     are over time, with 400 and with 100 Gb/s NICs. Row 3: the training step of
-    scenarios/gallery/hierarchical.toml (100 Gb/s NICs) with ``parallel.dp_algo`` ring vs
+    sim/studies/gallery_scenarios/hierarchical.toml (100 Gb/s NICs) with ``parallel.dp_algo`` ring vs
     hierarchical. Also prints both algorithms over 4 nodes."""
     import matplotlib
 
@@ -139,7 +142,7 @@ def hierarchical(out: Path) -> list[str]:
         for algo in ("ring", "hierarchical"):
             t, _ = collective_log(topo, algo, tuple(range(32)), nbytes)
             lines.append(f"{label}, 4 nodes, {algo}: {t * 1e3:.1f} ms")
-    path = SCENARIOS / "gallery" / "hierarchical.toml"
+    path = SCENARIOS / "hierarchical.toml"
     steps = [(algo, _run(path, [f"parallel.dp_algo={algo}"])) for algo in ("ring", "hierarchical")]
     end = max(float(r.spans.end_s.max()) for _, r in steps)
     features = []
@@ -171,11 +174,16 @@ PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical)
 
 def main(argv=None) -> int:
     """Regenerate every picture; print what each shows."""
-    parser = argparse.ArgumentParser(prog="python -m sim.studies.gallery", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "plots"), help="output folder (default: plots/)")
+    parser = argparse.ArgumentParser(prog="python -m sim.studies.gallery",
+                                     description="Regenerate plots/gallery-*.png from the bundled scenarios and "
+                                                 "print the figures each picture shows.")
+    parser.add_argument("--out", default="plots", help="output folder, created if missing (its parent must exist; "
+                                                       "default: plots/ in the current folder)")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = make_dir(args.out, "--out")
+    except InputError as exc:
+        parser.exit(2, f"{parser.prog}: {exc}\n")
     for picture in PICTURES:
         for line in picture(out):
             print(line)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..input.load import scenario_from_dict
+from ..outputs.paths import make_dir
 
 BASE = {
     "name": "jitter-scaling",
@@ -96,7 +97,7 @@ def main(out: str = "plots/jitter-vs-gpus.png", sigma: float = 0.05) -> None:
     for r in rows:
         print(f"{r['gpus']:>6} {r['clean_s'] * 1e3:>9.2f} {r['jitter_s'] * 1e3:>10.2f} {r['ratio']:>7.4f} "
               f"{r['expected_ratio']:>8.4f}")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    make_dir(Path(out).parent, "out")
     plot(rows, out, sigma)
     print(f"wrote {out}")
 

@@ -8,6 +8,8 @@ and all_to_all, 1 for broadcast.
 
 from dataclasses import dataclass
 
+from .. import collectives
+from ..collectives import tuner
 from ..hardware import topology
 from ..engine.core import Collective, Engine, Op, RankProgram
 from ..errors import InputError
@@ -72,12 +74,43 @@ def time_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: in
     return run_collective(topo, op, algo, group, nbytes, simulate_all).env.now
 
 
-def measure(topo, op: str, algo: str, gpus: int, sizes: list[int]) -> list[Measurement]:
+def algorithm(topo, op: str, algo: str, proto: str | None, group: tuple[int, ...], nbytes: float) -> str:
+    """The schedule's algorithm name for ``--algo``/``--proto`` at this size: ``auto``
+    leaves to NCCL's tuner what is not given; an explicit algorithm runs Simple unless a
+    protocol is given (``auto``: the tuner's best protocol for that algorithm)."""
+    if op in collectives.DIRECT_OPS or (algo != "auto" and proto in (None, "simple")):
+        return "direct" if algo == "auto" else algo
+    if algo != "auto" and proto != "auto":
+        return f"{algo}:{proto}"
+    domains = tuple(int(d) for d in topo.domains[list(group)])
+    return tuner.pick(op, nbytes, domains, topo.fabric, algo=None if algo == "auto" else algo,
+                      proto=None if proto in (None, "auto") else proto).name
+
+
+def group_of(op: str, gpus: int) -> tuple[int, ...]:
+    """The benchmark's group: the first ``gpus`` GPUs (send_recv: first and last)."""
+    return tuple(range(gpus)) if op != "send_recv" else (0, gpus - 1)
+
+
+def measure(topo, op: str, algo: str, gpus: int, sizes: list[int], proto: str | None = None) -> list[Measurement]:
     """One Measurement per size on the first ``gpus`` GPUs of ``topo``."""
-    group = tuple(range(gpus)) if op != "send_recv" else (0, gpus - 1)
+    group = group_of(op, gpus)
     rows = []
     for size in sizes:
-        t = time_collective(topo, op, algo, group, size)
+        t = time_collective(topo, op, algorithm(topo, op, algo, proto, group, size), group, size)
         algbw = size / t / 1e9 if t > 0 else float("inf")
         rows.append(Measurement(size, t * 1e6, algbw, algbw * bus_factor(op, len(group))))
     return rows
+
+
+def explain(topo, op: str, gpus: int, size: int) -> list[dict]:
+    """Every (algorithm, protocol) NCCL's tuner weighs for one size: its predicted latency,
+    bandwidth and time, and the time this simulator gives it; the first row is the pick."""
+    group = group_of(op, gpus)
+    domains = tuple(int(d) for d in topo.domains[list(group)])
+    found = tuner.candidates(op, size, domains, topo.fabric)
+    best = tuner.pick(op, size, domains, topo.fabric)
+    rows = [{"algo": c.name, "chosen": c is best or c == best, "nccl_latency_us": c.latency_s * 1e6,
+             "nccl_algbw_GBps": c.algbw / 1e9, "nccl_time_us": c.time_s * 1e6,
+             "sim_time_us": time_collective(topo, op, c.name, group, size) * 1e6} for c in found]
+    return sorted(rows, key=lambda r: (not r["chosen"], r["nccl_time_us"]))

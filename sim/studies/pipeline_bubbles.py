@@ -1,7 +1,7 @@
 """Study: pipeline bubble fraction vs micro-batches per step, GPipe / 1F1B / interleaved,
 against the closed forms.
 
-Run ``clustersim study pipeline-bubbles [--quick]`` (scenario: scenarios/studies/pipeline-bubbles.toml).
+Run ``clustersim study pipeline-bubbles [--quick]`` (scenario: sim/studies/scenarios/pipeline-bubbles.toml).
 
 The seeds: at the start of a step the last stages wait, at the end the first ones do,
 and the gap cannot be filled from the next step (the optimizer must run first). Closed

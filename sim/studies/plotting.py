@@ -32,7 +32,7 @@ def gpu_axis(ax, label: str = "GPUs (log scale)") -> None:
     """Log2 x axis ticked at readable GPU counts."""
     ax.set_xscale("log", base=2)
     lo, hi = ax.get_xlim()
-    ticks = [t for t in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+    ticks = [t for t in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
              if lo <= t <= hi]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())

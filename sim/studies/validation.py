@@ -1,34 +1,71 @@
-"""Predicted vs published training throughput (``clustersim validate``).
+"""Predicted vs published training step times (``clustersim validate``).
 
-Every row of ``sim/data/published_runs.csv`` becomes a scenario by the same rules (no
-per-row tuning), is simulated, and its step time is converted to the row's own FLOPs
-convention so predicted and published figures compare like for like.
+Two tables ship in ``sim/data`` (sources in sim/data/README.md), both made into scenarios by
+fixed rules, never tuned per row:
 
-Rules, applied to every row alike:
-- model: the row's layers, hidden, heads, ffn_hidden, vocab; GELU MLP; no GQA.
-- micro-batch 1. N21 rows (2021 Megatron-LM): full recompute, no flash attention, DDP
-  gradient all-reduce (no distributed optimizer yet). MH rows (Megatron-Core): selective
-  recompute, flash attention, sequence parallelism when tp > 1, distributed optimizer (ZeRO-1).
-- pipeline: interleaved when the row says so (N21 Table 1) or for Megatron-Core with pp > 1,
-  with v = the smallest divisor > 1 of layers/pp (else plain 1F1B).
-- cluster: dgx-a100 or dgx-h100 topology with the row's GPU count.
+- ``published_runs.csv`` (Narayanan et al. 2021 on A100; the Megatron-LM README on H100):
+  a row gives TFLOP/s per GPU in its own FLOPs convention, converted to a step time with
+  step = F / (TFLOP/s * 1e12 * GPUs). Rules for every row: the row's layers, hidden, heads,
+  ffn_hidden, vocab; GELU MLP; micro-batch 1. N21 rows (Megatron-LM 2021): full recompute,
+  no flash attention, DDP all-reduce. MH rows (Megatron-Core): selective recompute, flash
+  attention, sequence parallelism when tp > 1, distributed optimizer (ZeRO-1). Pipelines
+  are interleaved where the row says so (N21 Table 1) or for Megatron-Core with pp > 1,
+  with v = the smallest divisor > 1 of layers/pp (else plain 1F1B). Id: ``N21-T1-1.7B-32``.
+- ``modern_runs.csv`` (NVIDIA DGX Cloud benchmarking recipes, NeMo on DGX H100): written in
+  the scenario vocabulary itself, one column per scenario key (empty = the key's default),
+  ``published_step_s`` the published seconds per step. Id: the row's ``id``.
+
+Every row runs on the GPU's DGX topology with the row's GPU count.
 """
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..hardware.gpus import gpu_preset
-from ..input.load import scenario_from_dict
+from ..input.load import parse_value, scenario_from_dict
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "published_runs.csv"
-TOPOLOGY = {"a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100"}
+DATA = Path(__file__).resolve().parents[1] / "data"
+TOPOLOGY = {"a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100", "h200": "dgx-h100"}
 
 
-def load_rows(path: Path = DATA) -> list[dict]:
-    """Rows of the published-runs table."""
-    with open(path, newline="") as f:
+@dataclass(frozen=True)
+class Row:
+    """One published run as a scenario and the step time it measured."""
+
+    id: str
+    source: str
+    model: str
+    gpu: str
+    num_gpus: int
+    precision: str
+    published_step_s: float
+    scenario: dict = field(repr=False)
+
+    @property
+    def layout(self) -> str:
+        """``tp/pp/dp`` (and cp, ep where used) as a short label."""
+        p = self.scenario["parallel"]
+        text = f"{p.get('tp', 1)}/{p.get('pp', 1)}/{p.get('dp', 1)}"
+        extra = [f"{k}{p[k]}" for k in ("cp", "ep") if p.get(k, 1) != 1]
+        return text + (" " + " ".join(extra) if extra else "")
+
+
+def load_rows() -> list[Row]:
+    """Every shipped row: the 2021/Megatron-LM table, then the modern NeMo runs."""
+    return legacy_rows() + modern_rows()
+
+
+def _read(name: str) -> list[dict]:
+    with open(DATA / name, newline="") as f:
         return list(csv.DictReader(f))
+
+
+# --- published_runs.csv ------------------------------------------------------------------------
+
+def legacy_rows() -> list[Row]:
+    """Rows of ``published_runs.csv``."""
+    return [_legacy(r) for r in _read("published_runs.csv")]
 
 
 def step_flops(row: dict) -> float:
@@ -45,8 +82,15 @@ def published_tflops(row: dict) -> float:
     return value * gpu_preset(row["gpu"]).peak_flops / 1e12 if row["metric"] == "mfu" else value
 
 
-def scenario_dict(row: dict) -> dict:
-    """The scenario the rules above make of a row."""
+def _legacy(row: dict) -> Row:
+    gpus = int(row["num_gpus"])
+    step = step_flops(row) / (published_tflops(row) * 1e12 * gpus)
+    return Row(f"{row['source']}-{row['params']}-{gpus}", row["source"], f"{row['model']} {row['params']}",
+               row["gpu"], gpus, "bf16", step, legacy_scenario(row))
+
+
+def legacy_scenario(row: dict) -> dict:
+    """The scenario the rules of the module docstring make of a published_runs.csv row."""
     mcore = row["source"] == "MH"
     layers, pp, tp = int(row["layers"]), int(row["pp"]), int(row["tp"])
     micro = int(row["global_batch_seqs"]) // int(row["dp"])
@@ -71,32 +115,93 @@ def _virtual_stages(layers: int, pp: int, micro: int) -> int:
     return divisors[0] if divisors and micro % pp == 0 else 1
 
 
+# --- modern_runs.csv ---------------------------------------------------------------------------
+
+SECTIONS = {  # column -> (section, scenario key)
+    **{k: ("model", k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
+                                  "mlp", "attention")},
+    **{k: ("model.moe", k) for k in ("experts", "top_k", "shared_experts", "dense_layers", "capacity_factor",
+                                      "routing")},
+    "expert_ffn": ("model.moe", "expert_ffn_hidden"),
+    **{k: ("training", k) for k in ("seq_len", "global_batch", "micro_batch", "precision", "recompute",
+                                     "flash_attention")},
+    **{k: ("parallel", k) for k in ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "stage_layers",
+                                     "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap")},
+}
+
+
+def modern_rows() -> list[Row]:
+    """Rows of ``modern_runs.csv``."""
+    return [_modern(r) for r in _read("modern_runs.csv")]
+
+
+def _cell(text: str):
+    """A CSV cell as a scenario value: True/False, numbers, [lists] or a;b;c lists, text."""
+    text = text.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    if ";" in text and "=" not in text:
+        return [parse_value(x) for x in text.split(";")]
+    return parse_value(text)
+
+
+def modern_scenario(row: dict) -> dict:
+    """The scenario a modern_runs.csv row spells out (empty cells keep the key's default)."""
+    data = {"name": f"{row['id']} {row['model']}", "model": {"name": row["model"]}, "training": {},
+            "parallel": {}, "cluster": {"gpu": row["gpu"], "topology": TOPOLOGY[row["gpu"]],
+                                        "gpus": int(row["num_gpus"])}}
+    for column, (section, key) in SECTIONS.items():
+        if row.get(column, "").strip():
+            node = data
+            for part in section.split("."):
+                node = node.setdefault(part, {})
+            node[key] = _cell(row[column])
+    for pair in filter(None, row.get("mla", "").split(";")):  # MLA ranks, Hugging Face names
+        key, _, value = pair.partition("=")
+        data["model"][key.strip()] = parse_value(value.strip())
+    return data
+
+
+def _modern(row: dict) -> Row:
+    return Row(row["id"], row["source"], row["model"], row["gpu"], int(row["num_gpus"]),
+               row.get("precision") or "bf16", float(row["published_step_s"]), modern_scenario(row))
+
+
+# --- comparing ---------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class Comparison:
-    """One row: published vs predicted TFLOP/s per GPU in the row's convention."""
+    """One row simulated: published vs predicted step time, or why it could not run."""
 
-    row: dict
-    published: float
-    predicted: float
-    sim_wall_s: float
+    row: Row
+    predicted_step_s: float | None
+    sim_wall_s: float = 0.0
+    failure: str = ""  # why the row could not be expressed or simulated
+    result: object = field(default=None, repr=False, compare=False)
 
     @property
-    def error(self) -> float:
-        """Signed relative error of the prediction."""
-        return self.predicted / self.published - 1
+    def error(self) -> float | None:
+        """Signed relative error of the predicted step time (None when it did not run)."""
+        if self.predicted_step_s is None:
+            return None
+        return self.predicted_step_s / self.row.published_step_s - 1
 
 
-def compare(row: dict, e_max: float | None = None) -> Comparison:
-    """Simulate one row."""
+def compare(row: Row, e_max: float | None = None, keep: bool = False) -> Comparison:
+    """Simulate one row (``keep``: hold on to the Result, for --explain)."""
+    from ..errors import InputError
     from ..step import simulate
 
-    scenario = scenario_from_dict(scenario_dict(row))
+    try:
+        scenario = scenario_from_dict(row.scenario)
+    except InputError as exc:
+        return Comparison(row, None, failure=str(exc))
     result = simulate(scenario, e_max=e_max)
-    step = result.summary["step_time_s"]
-    predicted = step_flops(row) / (step * int(row["num_gpus"])) / 1e12
-    return Comparison(row, published_tflops(row), predicted, result.summary["sim_wall_s"])
+    return Comparison(row, result.summary["step_time_s"], result.summary["sim_wall_s"],
+                      result=result if keep else None)
 
 
 def mape(comparisons: list[Comparison]) -> float:
-    """Mean absolute percentage error."""
-    return sum(abs(c.error) for c in comparisons) / len(comparisons)
+    """Mean absolute relative error of the rows that ran."""
+    errors = [abs(c.error) for c in comparisons if c.error is not None]
+    return sum(errors) / len(errors) if errors else float("nan")

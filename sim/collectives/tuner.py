@@ -1,0 +1,224 @@
+"""What ``auto`` means: NCCL's tuner, with this cluster's bandwidths.
+
+NCCL picks an algorithm and a protocol per collective, size and communicator by a cost
+model, time = latency + bytes / bandwidth, over the (algorithm, protocol) pairs the
+system supports, taking the smallest (NVIDIA/nccl src/graph/tuning.cc,
+``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``, master at commit 5067397c). This module
+is that model: NCCL's latencies (``baseLatencies``, ``hwLatencies``, the network
+overheads), its per-protocol and per-algorithm bandwidth refinements and caps
+(``llMaxBws``, ``perChMax*Bws``, ``nvlsEfficiency``, the tree correction factors), and
+its enable rules (NVLS needs NVSwitches that reduce; NVLS across nodes and CollNet need
+SHARP; NVLS_TREE needs several nodes; PAT needs one GPU per node). What NCCL measures by
+its topology search (bandwidth per channel inside a node and across nodes) comes from
+the cluster instead: W_nvlink per GPU, and k x W_nic across nodes for k GPUs per node
+(one NIC each). A "node" is an NVLink domain (NCCL's MNNVL treats an NVL72 rack as one).
+
+Simplifications, as documented in docs/collectives.md: 16 channels for rings and trees
+(the caps they scale never bind on these systems), x86 CPUs for the LL caps across
+nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only.
+Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
+"""
+
+from dataclasses import dataclass
+import math
+
+from .protocols import PROTOCOLS
+
+US, GBS = 1e-6, 1e9
+ORDER = ("tree", "ring", "collnet", "nvls", "nvls_tree", "pat")  # NCCL's algorithm order
+N_CHANNELS = 16
+NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several); transport/nvls.cc
+BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet": (0, 0, 0), "nvls": (0, 0, 0),
+        "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)}  # baseLatencies, us (LL, LL128, Simple)
+HW = {"nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet": (0, 0, 3.7),
+                 "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
+      "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet": (0, 0, 31),
+              "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)}}  # hwLatencies, us
+ARCHS = ("volta", "ampere", "hopper", "blackwell")
+LL_MAX = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))  # llMaxBws
+RING_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7,) * 3, (40.0,) * 3)  # perChMaxRingLL128Bws
+TREE_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))  # perChMaxTreeLL128Bws
+TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))  # perChMaxTreeBws
+NVLS_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))  # perChMaxNVLSTreeBws
+TREE_CORRECTION = (  # treeCorrectionFactor[protocol][log2(bytes / 64)]
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9))
+NVLS_EFF = {"hopper": 0.85, "blackwell": 0.74}  # tuning.cc nvlsEfficiency (as sim.hardware.gpus)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (algorithm, protocol) NCCL's model considers, with what it predicts."""
+
+    algo: str
+    proto: str
+    latency_s: float
+    algbw: float  # bytes/s
+    time_s: float
+
+    @property
+    def name(self) -> str:
+        """The schedule's algorithm name: Simple is the bare algorithm."""
+        return self.algo if self.proto == "simple" else f"{self.algo}:{self.proto}"
+
+
+@dataclass(frozen=True)
+class Comm:
+    """NCCL's view of one communicator on this fabric."""
+
+    op: str
+    ranks: int
+    nodes: int
+    ppn: float  # ranks per node, as NCCL's float nRanks / nNodes
+    local: int  # the most ranks in one node (NICs a ring spreads over)
+    fabric: object
+
+    @property
+    def arch(self) -> int:
+        return ARCHS.index(self.fabric.arch) if self.fabric.arch in ARCHS else 1
+
+    @property
+    def nsteps(self) -> int:
+        n = self.ranks
+        return 2 * (n - 1) if self.op == "all_reduce" else n - 1 if self.op in ("all_gather", "reduce_scatter") else n
+
+    @property
+    def index2(self) -> int:
+        return self.nodes - 1 if self.nodes <= 2 else 2
+
+
+def comm_of(op: str, domains: tuple, fabric) -> Comm:
+    """Ranks, nodes (NVLink domains) and ranks per node of a group."""
+    counts: dict[int, int] = {}
+    for d in domains:
+        counts[d] = counts.get(d, 0) + 1
+    return Comm(op, len(domains), len(counts), len(domains) / len(counts), max(counts.values()), fabric)
+
+
+def enabled(c: Comm, algo: str, proto: str) -> bool:
+    """NCCL's rules for which (algorithm, protocol) may run this collective here."""
+    f, op = c.fabric, c.op
+    if op == "broadcast":
+        return algo == "ring"
+    if op in ("all_gather", "reduce_scatter") and algo not in ("pat", "ring", "nvls", "collnet"):
+        return False  # (CollNet's: the SHARP plugin's iallgather / ireducescatter, one NIC per GPU)
+    if (op == "all_reduce" and algo == "pat") or (algo not in ("ring", "tree") and proto != "simple"):
+        return False
+    if algo in ("nvls", "nvls_tree"):
+        multi_ok = c.nodes == 1 or (algo == "nvls_tree") or (f.sharp and op == "all_reduce")
+        return f.nvls > 0 and c.local >= 2 and multi_ok and not (algo == "nvls_tree" and c.nodes == 1)
+    if algo == "collnet":
+        return f.sharp and c.nodes > 1 and f.nvlink_w > 0
+    if algo == "pat":
+        return c.nodes == c.ranks
+    return True
+
+
+def bus_bandwidth(c: Comm, algo: str, proto: str) -> float:
+    """NCCL's bus bandwidth (bytes/s) of one (algorithm, protocol), before conversion."""
+    f = c.fabric
+    intra, inter = f.nvlink_w, c.local * f.nic_w
+    if algo in ("nvls", "nvls_tree"):
+        return _nvls_bus(c, algo, intra, inter)
+    if algo == "pat":
+        return inter * 0.75
+    if algo == "collnet" and c.op in ("all_gather", "reduce_scatter"):
+        return c.local * min(intra / c.local, 0.9 * f.nic_w)  # ppn x min(bwIntra, 0.9 bwInter) per head
+    one = c.nodes == 1
+    if algo == "ring":
+        bw = intra if one else min(intra, inter)
+    elif algo == "collnet":
+        bw = min(intra, 2 * inter) * (0.85 if c.arch >= 2 else 1.0)
+    else:  # tree: two nodes may run the intra-node part at twice the network's speed
+        bw = intra if one else min(intra, 2 * inter if c.nodes <= 2 else inter)
+    ll_max = LL_MAX[c.arch if one else 0][c.index2] * GBS
+    ch = N_CHANNELS * GBS
+    if algo == "ring" and proto == "ll":
+        bw = min(ll_max, bw * 0.5)
+    elif algo == "ring" and proto == "ll128":
+        bw = min(bw * 0.92, ch * RING_LL128[c.arch][c.index2])
+    elif algo == "tree":
+        bw = min(bw * 0.92, ch * TREE[c.arch][c.index2])
+        if proto == "ll":
+            bw = min(bw / 3.8, ll_max)
+        elif proto == "ll128":
+            bw = min(bw * (7 / 9 if one else 120 / 128), ch * TREE_LL128[c.arch][c.index2])
+    return bw
+
+
+def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
+    n_ch = NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
+    per_ch = intra / n_ch * NVLS_EFF.get(c.fabric.arch, 0.0) * (n_ch - 1) / n_ch
+    per_ch *= 2 if c.op == "all_reduce" else (c.ppn - 1) / c.ppn
+    limits = [per_ch]
+    if c.nodes > 1:
+        limits.append(inter / n_ch * (2 if c.nodes <= 2 and algo == "nvls_tree" else 1))
+    if algo == "nvls_tree":
+        limits.append(NVLS_TREE[c.arch][c.index2] * GBS)
+    return n_ch * min(limits)
+
+
+def algo_bandwidth(c: Comm, algo: str, proto: str) -> float:
+    """Bus bandwidth converted to bytes of the collective per second (tuning.cc)."""
+    bus = bus_bandwidth(c, algo, proto)
+    if algo != "ring" and c.op in ("all_gather", "reduce_scatter"):
+        return bus
+    return bus * (c.ranks / c.nsteps if algo in ("ring", "nvls", "nvls_tree") else 0.5)
+
+
+def latency(c: Comm, algo: str, proto: str) -> float:
+    """NCCL's latency (seconds) of one (algorithm, protocol)."""
+    p = PROTOCOLS.index(proto)
+    intra = HW["nvlink"][algo][p]
+    inter = HW["net"]["tree" if c.ppn == 1 else algo][p]
+    base, log_nodes, local = BASE[algo][p], int(math.log2(c.nodes)), int(c.ranks // c.nodes)
+    if algo == "ring":
+        if c.op == "broadcast":
+            return (base + HW["nvlink" if c.nodes == 1 else "net"]["ring"][p]) * US
+        overhead = (3.0 if proto == "simple" else 1.0) if c.nodes > 1 else 0.0
+        n_inter = 0 if c.nodes == 1 else (2 if c.op == "all_reduce" else 1) * (c.nodes - 1)
+        return (base + (c.nsteps - n_inter) * max(intra, overhead) + n_inter * inter) * US
+    if algo == "tree":
+        return (base + 2 * ((local - 1) * intra + log_nodes * inter)) * US
+    if algo == "collnet":
+        return (base + 2 * (min(1, local - 1) * intra + (local - 1) * 0.4) + inter) * US
+    if algo == "nvls":
+        return (intra + (inter if c.nodes > 1 else 0.0)) * US
+    if algo == "nvls_tree":
+        return (base + intra + 2 * log_nodes * inter) * US
+    return (base + log_nodes * inter / 3.5 + c.ranks * 2.8) * US  # pat
+
+
+def predicted(c: Comm, algo: str, proto: str, nbytes: float) -> Candidate:
+    """``ncclTopoGetAlgoTime``: latency + bytes / bandwidth, with NCCL's corrections."""
+    bw, lat = algo_bandwidth(c, algo, proto), latency(c, algo, proto)
+    log_size = int(math.log2(max(int(nbytes) >> 6, 1))) if int(nbytes) >> 6 else -1
+    if algo == "tree" and c.op == "all_reduce" and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
+    if algo == "ring" and proto == "simple" and c.nodes > 1 and c.op == "all_reduce" \
+            and nbytes / (N_CHANNELS * c.ranks) >= 64:
+        lat *= 1.9 if c.arch < 1 else 1.4  # "plateau effect of ring"
+    return Candidate(algo, proto, lat, bw, lat + nbytes / bw)
+
+
+def candidates(op: str, nbytes: float, domains: tuple, fabric) -> list[Candidate]:
+    """Every enabled (algorithm, protocol) with NCCL's predicted time, in NCCL's order."""
+    c = comm_of(op, domains, fabric)
+    return [predicted(c, a, p, nbytes) for a in ORDER for p in PROTOCOLS
+            if enabled(c, a, p) and bus_bandwidth(c, a, p) > 0]
+
+
+def pick(op: str, nbytes: float, domains: tuple, fabric, algo: str | None = None,
+         proto: str | None = None) -> Candidate:
+    """The fastest candidate (the first on ties, as NCCL's loop keeps a strict minimum),
+    among those of ``algo`` and ``proto`` when given (NCCL_ALGO, NCCL_PROTO)."""
+    found = [x for x in candidates(op, nbytes, domains, fabric)
+             if (algo is None or x.algo == algo) and (proto is None or x.proto == proto)]
+    if not found:
+        raise ValueError(f"no enabled {algo or 'algorithm'}/{proto or 'protocol'} for {op} here")
+    best = found[0]
+    for x in found[1:]:
+        if x.time_s < best.time_s:
+            best = x
+    return best

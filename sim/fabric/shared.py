@@ -1,0 +1,154 @@
+"""Several training jobs on one cluster: each job's step, and its slowdown from the others.
+
+``clustersim run A.toml B.toml --shared-fabric [--placement packed|spread|nodes:0-3/4-7]``
+places every job on whole nodes of one cluster (:mod:`.placement`), builds each job's
+rank programs as if alone, relabels them onto the job's GPUs (rank ids, collective
+groups and keys, so that calls of different jobs never meet), and runs all of them in
+one Engine on one Network: where the jobs' traffic crosses the same links (a shared
+spine, a NIC) max-min fairness splits them. Each job is then run alone at the same
+place; its slowdown is its shared step time over that.
+
+Every rank is simulated (folding is off): folding assumes the ranks of a stage see the
+same network, which another job's traffic breaks. Jobs must agree on the cluster
+(topology, GPU, overrides, GPUs per node); the cluster is the first job's, with
+``--cluster-nodes`` nodes (default: as many as the jobs need).
+"""
+
+from dataclasses import dataclass, replace
+import time
+
+from .. import collectives
+from ..engine.core import Collective, Engine, RankProgram
+from ..errors import InputError
+from ..hardware.faults import compute_scale
+from ..hardware import topology
+from ..input.scenario import Scenario
+from ..outputs.metrics import summarize
+from ..outputs.result import spans_frame
+from ..parallel import workload
+from ..parallel.memory import peak_memory
+from ..step import build_topology
+from .placement import gpu_map, node_lists
+
+
+@dataclass
+class Job:
+    """One job of a shared run: its scenario, nodes, programs and how it went."""
+
+    scenario: Scenario
+    nodes: list[int]
+    gpus: list[int]  # job rank -> cluster GPU
+    ctx: object = None
+    programs: list = None
+    summary: dict = None
+    alone_step_s: float = 0.0
+
+    def report(self) -> dict:
+        """The job's summary (CONTRACT.md keys) with its place and slowdown."""
+        shared = self.summary["step_time_s"]
+        return {"name": self.scenario.name, "nodes": self.nodes, "summary": self.summary,
+                "alone_step_time_s": self.alone_step_s, "slowdown": shared / self.alone_step_s}
+
+
+def run_shared(scenarios: list[Scenario], placement: str = "packed", cluster_nodes: int | None = None) -> dict:
+    """Simulate the jobs together and each alone; the report of every job."""
+    t0 = time.perf_counter()
+    per_node = _check_cluster(scenarios)
+    needs = [_nodes_needed(s, per_node, i) for i, s in enumerate(scenarios)]
+    total = cluster_nodes if cluster_nodes is not None else sum(needs)
+    if total < 1:
+        raise InputError("--cluster-nodes", f"expected a positive number of nodes, got {total}")
+    first = scenarios[0]
+    topo = build_topology(first.model_copy(update={"cluster": first.cluster.model_copy(
+        update={"gpus": total * per_node, "nodes": None})}))
+    jobs = [Job(s, nodes, gpu_map(nodes, per_node)) for s, nodes in zip(scenarios, node_lists(placement, needs, total))]
+    for j, job in enumerate(jobs):
+        _build(job, j, topo)
+    engine = Engine(topo, [p for job in jobs for p in job.programs], _scale(jobs, topo))
+    engine.run()
+    spans = spans_frame(engine)
+    for job in jobs:
+        job.summary = _summary(job, spans[spans["rank"].isin(job.gpus)])
+        alone = Engine(topo, job.programs, _scale([job], topo))
+        alone.run()
+        job.alone_step_s = float(spans_frame(alone).end_s.max())
+    return {"num_gpus": topo.num_gpus, "placement": placement, "jobs": [job.report() for job in jobs],
+            "sim_events": engine.events, "sim_wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def _check_cluster(scenarios: list[Scenario]) -> int:
+    """GPUs per node; every job must describe the same cluster."""
+    def cluster_of(s):
+        c = s.cluster
+        return (c.topology, c.gpu, dict(c.topology_overrides), c.gpus_per_node)
+
+    first = cluster_of(scenarios[0])
+    for s in scenarios[1:]:
+        if cluster_of(s) != first:
+            raise InputError("cluster", f"job {s.name!r} describes another cluster ({cluster_of(s)}) than "
+                                        f"{scenarios[0].name!r} ({first}); jobs of a shared fabric share one")
+    c = scenarios[0].cluster
+    return c.gpus_per_node or int(c.topology_overrides.get("gpus_per_node", topology.load_spec(c.topology).gpus_per_node))
+
+
+def _nodes_needed(s: Scenario, per_node: int, i: int) -> int:
+    if s.cluster.gpus % per_node:
+        raise InputError("--placement", f"job {i} ({s.name}) has {s.cluster.gpus} GPUs, not whole nodes of {per_node}")
+    return s.cluster.gpus // per_node
+
+
+def _build(job: Job, j: int, topo) -> None:
+    """The job's programs, built as if alone (every rank simulated) and moved onto its GPUs."""
+    s = job.scenario.model_copy(update={"parallel": job.scenario.parallel.model_copy(update={"fold": False})})
+    job.scenario = s
+    gpu_name = s.cluster.gpu or topo.spec.gpu
+    job.ctx = workload.make_context(s, [int(topo.domains[g]) for g in job.gpus], gpu_name, None, topo.spec)
+    programs = workload.build_programs(job.ctx)
+    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:
+        _check_algorithms(programs, job, topo)
+    job.programs = [relabel(p, job.gpus, j) for p in programs]
+
+
+def _check_algorithms(programs, job: Job, topo) -> None:
+    try:
+        collectives.check_programs([relabel(p, job.gpus, 0) for p in programs], topo, "parallel.dp_algo")
+    except InputError as exc:
+        raise InputError(exc.key, f"job {job.scenario.name!r}: {exc.reason}") from None
+
+
+def relabel(prog: RankProgram, gpus: list[int], job: int) -> RankProgram:
+    """A job's rank program moved onto cluster GPUs ``gpus`` (rank r -> gpus[r]); its
+    collectives' keys carry the job, so two jobs' calls never meet."""
+    calls: dict[int, Collective] = {}
+    ops = []
+    for op in prog.ops:
+        c = op.comm
+        if c is not None:
+            moved = calls.get(id(c))
+            if moved is None:
+                moved = calls[id(c)] = Collective(("job", job) + c.key, c.op, tuple(gpus[g] for g in c.group),
+                                                  c.nbytes, c.algo, tuple(tuple(gpus[g] for g in s) for s in c.siblings),
+                                                  c.shares)
+            op = replace(op, comm=moved)
+        ops.append(op)
+    return RankProgram(gpus[prog.rank], ops)
+
+
+def _scale(jobs: list[Job], topo):
+    """compute slowdown(gpu, now) of every job's stragglers, on cluster GPU ids."""
+    rules = {}
+    for job in jobs:
+        fn = compute_scale(job.scenario, topo)
+        if fn is not None:
+            rules.update({g: (fn, r) for r, g in enumerate(job.gpus)})
+    if not rules:
+        return None
+    return lambda gpu, now: rules[gpu][0](rules[gpu][1], now) if gpu in rules else 1.0
+
+
+def _summary(job: Job, spans) -> dict:
+    """The job's CONTRACT.md summary from its own spans (ranks back to job ranks)."""
+    back = {g: r for r, g in enumerate(job.gpus)}
+    spans = spans.assign(rank=spans["rank"].map(back))
+    gpu = job.ctx.compute.gpu
+    return summarize(job.scenario, job.ctx, spans, peak_memory(job.ctx), gpu.hbm_bytes, gpu.peak_flops)

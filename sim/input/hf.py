@@ -1,0 +1,109 @@
+"""Hugging Face ``config.json`` -> model fields: the key mapping only (presets.py reads files).
+
+Architectures covered (transformers key names): Llama 3.x and Mistral (``hidden_act`` silu:
+SwiGLU), Mixtral (``num_local_experts``), Qwen3 (``head_dim`` 128 with hidden 4096 and 64
+heads) and Qwen3-MoE (``num_experts``, ``moe_intermediate_size``), DeepSeek-V2/V3
+(``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, and MLA:
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+``v_head_dim``), Nemotron (``hidden_act`` relu2) and GPT-2 (``n_layer``, ``n_embd``, ...).
+Keys that change no cost here (rope_theta, norm eps, ...) are ignored, and so is
+DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``), which is not
+part of the main model. A layer pattern the simulator cannot express (MoE only every n-th
+layer, dense layers in the middle) is an InputError, never a silent approximation.
+
+    python -c "from sim.input.presets import model_preset; print(model_preset('qwen3-235b-a22b'))"
+"""
+
+from ..errors import InputError
+
+KEY = "model.hf_config"
+
+_CORE = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+         "num_key_value_heads": "kv_heads", "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
+         "n_layer": "layers", "n_embd": "hidden", "n_head": "heads", "n_inner": "ffn_hidden"}
+_MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# hidden_act -> mlp. Ungated two-matrix MLPs (gelu, relu, relu2) move the same bytes; silu
+# in these architectures is SwiGLU (gate, up, down projections).
+_ACTS = {"silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu", "relu2": "relu2", "gelu": "gelu",
+         "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "quick_gelu": "gelu",
+         "relu": "gelu"}
+_GATED = ("gemma", "gemma2", "gemma3_text")  # GeGLU: three matrices, like SwiGLU
+
+
+def model_fields(cfg: dict, origin: str) -> dict:
+    """Model-section fields of a parsed ``config.json`` (``origin`` names it in errors)."""
+    if not isinstance(cfg, dict):
+        raise InputError(KEY, f"{origin}: expected a JSON object, got {type(cfg).__name__}")
+    fields = {ours: cfg[theirs] for theirs, ours in _CORE.items() if cfg.get(theirs) is not None}
+    missing = {"layers", "hidden", "heads", "vocab"} - fields.keys()
+    if missing:
+        raise InputError(KEY, f"{origin} lacks {', '.join(sorted(missing))}")
+    fields.update(attention_fields(cfg, origin))
+    fields["mlp"] = mlp_kind(cfg, origin)
+    fields["name"] = str(cfg.get("_name_or_path") or cfg.get("model_type") or origin)
+    fields["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    moe = moe_fields(cfg, origin)
+    if moe:
+        fields["moe"] = moe
+    return fields
+
+
+def attention_fields(cfg: dict, origin: str) -> dict:
+    """``head_dim`` for multi-head attention; ``attention = "mla"`` and its ranks when the
+    config has a key/value latent (DeepSeek-V2/V3, whose ``head_dim``, if any, is not ours)."""
+    if cfg.get("kv_lora_rank") is None:
+        return {"head_dim": cfg["head_dim"]} if cfg.get("head_dim") is not None else {}
+    absent = [k for k in _MLA[1:] if cfg.get(k) is None]
+    if absent:
+        raise InputError(KEY, f"{origin} has kv_lora_rank (MLA) but lacks {', '.join(absent)}")
+    return {"attention": "mla", **{k: cfg.get(k) for k in _MLA}}
+
+
+def mlp_kind(cfg: dict, origin: str) -> str:
+    """``mlp`` from ``hidden_act`` (GPT-2: ``activation_function``; default gelu)."""
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu")))
+    if act not in _ACTS:
+        raise InputError(KEY, f"{origin}: hidden_act {act!r} is not one of {', '.join(sorted(_ACTS))}")
+    return "swiglu" if cfg.get("model_type") in _GATED else _ACTS[act]
+
+
+def moe_fields(cfg: dict, origin: str) -> dict:
+    """The ``[model.moe]`` table, or {} for a dense model."""
+    experts = next((cfg[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), 0)
+    if not experts:
+        return {}
+    _check_layer_pattern(cfg, origin)
+    moe = {"experts": experts, "top_k": cfg.get("num_experts_per_tok", 2), "routing": "token_choice"}
+    if cfg.get("moe_intermediate_size") is not None:
+        moe["expert_ffn_hidden"] = cfg["moe_intermediate_size"]
+    shared = shared_experts(cfg, origin)
+    if shared:
+        moe["shared_experts"] = shared
+    if cfg.get("first_k_dense_replace"):
+        moe["dense_layers"] = cfg["first_k_dense_replace"]
+    return moe
+
+
+def shared_experts(cfg: dict, origin: str) -> int:
+    """DeepSeek's ``n_shared_experts``, or Qwen2-MoE's one shared expert of
+    ``shared_expert_intermediate_size`` as that many routed-expert widths."""
+    if cfg.get("n_shared_experts"):
+        return cfg["n_shared_experts"]
+    size, unit = cfg.get("shared_expert_intermediate_size"), cfg.get("moe_intermediate_size")
+    if not size:
+        return 0
+    if not unit or size % unit:
+        raise InputError(KEY, f"{origin}: shared_expert_intermediate_size = {size} is not a multiple of "
+                              f"moe_intermediate_size = {unit} (shared experts are modelled at the expert width)")
+    return size // unit
+
+
+def _check_layer_pattern(cfg: dict, origin: str) -> None:
+    """MoE in every layer after the first ``first_k_dense_replace``: nothing else."""
+    for key, every in (("moe_layer_freq", 1), ("decoder_sparse_step", 1)):
+        if cfg.get(key, every) != every:
+            raise InputError(KEY, f"{origin}: {key} = {cfg[key]} (MoE only every few layers) is not modelled; "
+                                  "MoE layers must follow the leading dense ones without gaps")
+    if cfg.get("mlp_only_layers"):
+        raise InputError(KEY, f"{origin}: mlp_only_layers = {cfg['mlp_only_layers']} (dense layers among MoE "
+                              "layers) is not modelled")

@@ -1,0 +1,169 @@
+"""Forward and backward passes of one pipeline chunk for one micro-batch: each layer is
+compute wrapped in TP (and CP, EP) collectives, FSDP gathers layers around it, and the
+backward hands each layer's gradients to the DP / ZeRO buckets.
+
+A transformer layer is four pieces, Megatron-Core's split for EP all-to-all overlap
+(megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan):
+forward = attention (and the router), dispatch, MLP (experts), combine; backward =
+combine, MLP, dispatch, attention. A pass runs them in order; :mod:`.ep_overlap`
+interleaves the pieces of a forward and a backward pass. A dense layer's dispatch and
+combine are empty; the embedding and the output layer are one piece.
+"""
+
+from ..model import transformer as model_costs
+from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block
+from . import cp, ep, fsdp, tp, tp_overlap
+from .params import EMBEDDING
+
+PIECES = 4
+
+
+def _same(x):
+    return x
+
+
+def _tp(b):
+    """The TP sublayer functions: overlapped (TE userbuffers) or plain collectives."""
+    return tp_overlap if b.ctx.scenario.parallel.tp_comm_overlap else tp
+
+
+class Pass:
+    """One chunk's forward ('F') or backward ('B') of one micro-batch; ``x`` is the op the
+    next piece depends on."""
+
+    def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: str, param_waits: dict | None = None,
+                 sync=None, last_mb: bool = False):
+        self.b, self.mb, self.direction, self.x = b, mb, direction, deps
+        self.layers = layer_ids if direction == "F" else layer_ids[::-1]
+        self.gather = fsdp.Gatherer(b, self.layers, mb, "fwd" if direction == "F" else "bwd")
+        self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
+
+    def _fns(self, layer: int) -> tuple:
+        b, mb = self.b, self.mb
+        return forward_pieces(b, layer, mb) if self.direction == "F" else backward_pieces(b, layer, mb)
+
+    def pieces(self, layer: int) -> list:
+        """Thunks running ``layer``'s pieces in order, each advancing ``x``."""
+        steps = [lambda f=f: setattr(self, "x", f(self.x)) for f in self._fns(layer)]
+        return [lambda: (self._begin(layer), steps[0]())] + steps[1:-1] + [lambda: (steps[-1](), self._end(layer))]
+
+    def _begin(self, layer: int) -> None:
+        if self.direction == "F":
+            self.x = (self.x, self.gather.before(layer), self.param_waits.get(layer))
+            return
+        self.x = (self.x, self.gather.before(layer))
+        if self.b.ctx.scenario.training.recompute == "full" and EMBEDDING < layer < self.b.ctx.dims.layers:
+            self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
+
+    def _end(self, layer: int) -> None:
+        self.gather.after(layer, self.x)
+        if self.direction == "F":
+            return
+        if self.last_mb:
+            rs = fsdp.reduce_scatter(self.b, layer, self.mb, self.x)
+            self.rs_ops += [rs] if rs is not None else []
+        if self.sync is not None:
+            self.sync.add(layer, self.x)
+
+    def run(self, layers=None) -> None:
+        """Run ``layers`` (default: all of the chunk's) piece after piece."""
+        for layer in self.layers if layers is None else layers:
+            self._begin(layer)
+            for fn in self._fns(layer):
+                self.x = fn(self.x)
+            self._end(layer)
+
+    def finish(self) -> None:
+        """Backward: flush the last gradient bucket."""
+        if self.direction == "B" and self.sync is not None:
+            self.sync.flush(self.x)
+
+
+def forward_pass(b, layer_ids: list[int], mb: int, deps, param_waits: dict) -> int:
+    """Forward of one chunk for one micro-batch, FSDP-gathering layers ahead."""
+    p = Pass(b, layer_ids, mb, deps, "F", param_waits=param_waits)
+    p.run()
+    return p.x
+
+
+def backward_pass(b, layer_ids: list[int], mb: int, deps, sync, last_mb: bool) -> tuple[int, list[int]]:
+    """Backward of one chunk (recomputing each layer's forward first under full recompute)."""
+    p = Pass(b, layer_ids, mb, deps, "B", sync=sync, last_mb=last_mb)
+    p.run()
+    p.finish()
+    return p.x, p.rs_ops
+
+
+def layer_forward(b, layer: int, mb: int, deps, recompute: bool = False) -> int:
+    """Embedding, output layer, or a transformer layer: attention then MLP."""
+    x = deps
+    for piece in forward_pieces(b, layer, mb, recompute):
+        x = piece(x)
+    return x
+
+
+def forward_pieces(b, layer: int, mb: int, recompute: bool = False) -> tuple:
+    """The forward pieces of ``layer``: functions deps -> op."""
+    d, tag = b.ctx.dims, "recompute" if recompute else "fwd"
+    if layer == EMBEDDING:
+        return (lambda x: tp.exit(b, "embed", layer, mb, b.compute("embedding_fwd", embedding(d, b.ctx.shard), x,
+                                                                   layer, mb)),) + (_same,) * (PIECES - 1)
+    if layer == d.layers:
+        return (lambda x: b.compute(f"logits_{tag}", logits(d, b.ctx.shard),
+                                    tp.enter(b, "logits", layer, mb, x, tag=(tag,)), layer, mb),) + (_same,) * 3
+    if not model_costs.is_moe_layer(d, layer):
+        mlp = lambda x: _tp(b).forward_sublayer(b, "mlp", f"mlp_{tag}", mlp_block, layer, mb, x, tag, True, True)
+        return lambda x: attention_forward(b, layer, mb, x, tag), _same, mlp, _same
+    etag, folded = "" if tag == "fwd" else "_recompute", b.ctx.layout.folded_experts
+
+    def pre(x):
+        x = attention_forward(b, layer, mb, x, tag)
+        return ep.route(b, layer, mb, x if folded else tp.enter(b, "mlp", layer, mb, x, tag=(tag,)), "fwd", etag)
+
+    def post(x):
+        x = ep.combine(b, layer, mb, x, "fwd", etag)
+        return x if folded else tp.exit(b, "mlp", layer, mb, x, tag=(tag,))
+
+    return (pre, lambda x: ep.dispatch(b, layer, mb, x, "fwd", etag),
+            lambda x: ep.compute_experts(b, layer, mb, x, "fwd", etag), post)
+
+
+def attention_forward(b, layer: int, mb: int, x, tag: str):
+    """Norm and QKV (after the SP all-gather), attention core, output projection."""
+    x = _tp(b).forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
+    x = cp.attention(b, layer, mb, x, "fwd", "" if tag == "fwd" else "_recompute")
+    return _tp(b).forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
+
+
+def backward_pieces(b, layer: int, mb: int) -> tuple:
+    """The backward pieces of ``layer`` (mirror image of :func:`forward_pieces`)."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    if layer == EMBEDDING:
+        return (lambda x: b.compute("embedding_bwd", backward(embedding(d, sh)),
+                                    tp.enter_backward(b, "embed", layer, mb, x), layer, mb),) + (_same,) * 3
+    if layer == d.layers:
+        return (lambda x: tp.exit_backward(b, "logits", layer, mb, b.compute(
+            "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
+    if not model_costs.is_moe_layer(d, layer):
+        mlp = lambda x: _tp(b).backward_sublayer(b, "mlp", "mlp_bwd", mlp_block, layer, mb, x, True, True)
+        return _same, mlp, _same, lambda x: attention_backward(b, layer, mb, x)
+    folded = b.ctx.layout.folded_experts
+
+    def first(x):
+        x = ep.route(b, layer, mb, x if folded else tp.enter_backward(b, "mlp", layer, mb, x), "bwd")
+        return ep.dispatch(b, layer, mb, x, "bwd")
+
+    def last(x):
+        return attention_backward(b, layer, mb, x if folded else tp.exit_backward(b, "mlp", layer, mb, x))
+
+    return (first, lambda x: ep.compute_experts(b, layer, mb, x, "bwd"),
+            lambda x: ep.combine(b, layer, mb, x, "bwd"), last)
+
+
+def attention_backward(b, layer: int, mb: int, x):
+    """Backward of :func:`attention_forward` (recomputing the core under selective recompute)."""
+    x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
+    if b.ctx.scenario.training.recompute == "selective":
+        x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
+    x = cp.attention(b, layer, mb, x, "bwd")
+    return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)

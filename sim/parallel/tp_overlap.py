@@ -1,0 +1,139 @@
+"""TP communication overlap: Megatron's ``--tp-comm-overlap`` (TransformerEngine userbuffers).
+
+With sequence parallelism every TE linear layer of a transformer layer pipelines its TP
+collective with chunks of its GEMM, as TransformerEngine does (transformer_engine/common/
+comm_gemm_overlap/comm_gemm_overlap.cpp; the method per GEMM is TE's default in
+transformer_engine/pytorch/module/base.py ``initialize_ub``, which NVIDIA's H100 recipes
+keep, nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py):
+
+- all-gather + GEMM (qkv_fprop, fc1_fprop, and in backward proj_dgrad, fc2_dgrad):
+  **ring exchange** (``split_overlap_ag`` of CommOverlapP2PBase). The gathered input is
+  tp chunks of tokens/tp; GEMM chunk 0 runs on the local shard while it is sent to the
+  next rank; chunk i waits for the chunk received in step i-1; tp-1 point-to-point
+  steps in all. Copy-engine sends: no SMs taken from the GEMM.
+- GEMM + reduce-scatter (proj_fprop, fc2_fprop): **pipelined** (``split_overlap_rs`` of
+  CommOverlapBase): the GEMM in :data:`RS_SPLITS` token chunks, chunk i's partial sums
+  reduce-scattered while chunk i+1 computes; the last chunk's reduce-scatter is exposed.
+  Its reduce kernels run on :data:`COMM_SM_SHARE` of the SMs, which cuBLAS leaves free
+  (``set_sm_margin``), so these GEMM chunks are slower by 1 / (1 - COMM_SM_SHARE).
+- backward of the column-parallel GEMMs (qkv_dgrad/wgrad, fc1_dgrad/wgrad): **bulk**
+  overlaps: the all-gather of the saved sequence-sharded input (needed by the wgrad)
+  runs beside the dgrad GEMM, and the reduce-scatter of the dgrad output beside the wgrad
+  GEMM (:func:`.tp.split_backward`, which Megatron runs with async NCCL even without
+  userbuffers). (Bulk comm kernels share SMs without a margin; not modelled.)
+
+What stays exposed emerges from streams and dependencies: the last reduce-scatter
+chunk, plus any chunk whose communication outlasts its GEMM. The MoE MLP (its TP traffic
+lives in the token dispatcher), the embedding and the output layer keep plain
+collectives, as in Megatron.
+
+How a sublayer's kernels are split (the roles of :mod:`sim.model.layers`, ``Kernel.tp``):
+the kernels before the first column-parallel one run on the local shard before the
+gather (the norm; MLA's down projections and latent norms); the column-parallel run
+(GEMMs and their FP8 casts) consumes the gathered input; the row-parallel run produces
+the partial sums that are reduce-scattered; the kernels after it (dropout, residual)
+follow the reduce-scatter. A token chunk of a GEMM is
+1/chunks of its work at the whole GEMM's efficiency, one launch each: TE issues
+consecutive chunks on up to three compute streams (``_stream_compute[i % size]``,
+NVTE_COMM_OVERLAP_MAX_STREAMS = 3), where independent chunks fill each other's tail
+waves, so the GPU sees the whole GEMM's tiles. (Timing each chunk as a GEMM of
+tokens/chunks rows on its own would cost GPT-3 175B at tp 4 about 5% of its compute.)
+
+Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, tp > 1).
+"""
+
+from ..model.layers import backward as backward_of
+from . import tp
+from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
+
+AXIS = "tp"
+RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
+# SMs the pipelined reduce-scatter's kernels take from the GEMM: TE initialize_ub's default
+# num_sm=16 for "pipeline" (NeMo's H100 configs use 8-24), with set_sm_margin cuBLAS runs on
+# the rest; of the 132 SMs of an H100 SXM (NVIDIA H100 whitepaper). One constant for every GPU.
+COMM_SM_SHARE = 16 / 132
+
+
+def _group(b):
+    return b.ctx.layout.group(b.rank, "tp")
+
+
+def _group_of(b):
+    return lambda r: b.ctx.layout.group(r, "tp")
+
+
+def _chunk(kernel, chunks: int):
+    """One of ``chunks`` token chunks of a GEMM (see the module docstring)."""
+    return kernel._replace(flops=kernel.flops / chunks, bytes=kernel.bytes / chunks)
+
+
+def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool) -> int:
+    """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i."""
+    tp = b.ctx.layout.sizes["tp"]
+    nbytes = sublayer_bytes(b, sub, True, entry) / tp
+    shift, x = None, deps
+    for i in range(tp):
+        nxt = None
+        if i < tp - 1:
+            nxt = b.collective(f"{sub}_ag", AXIS, "ring_shift", _group(b), nbytes, deps if shift is None else shift,
+                               layer=layer, mb=mb, tag=tag + ("ring", i), group_of=_group_of(b))
+        x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb)
+        shift = nxt
+    return x
+
+
+def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag) -> tuple:
+    """GEMM in RS_SPLITS chunks on the SMs the reduce kernels leave; each chunk's partial
+    sums reduce-scattered while the next computes. Returns the reduce-scatters."""
+    slowed = tuple(k._replace(flops=k.flops / (1 - COMM_SM_SHARE)) for k in chunk_kernels)
+    nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
+    for i in range(RS_SPLITS):
+        x = b.compute(name, slowed, x, layer, mb)
+        done.append(b.collective(f"{sub}_rs", AXIS, "reduce_scatter", _group(b), nbytes, x, layer=layer, mb=mb,
+                                 tag=tag + ("pipe", i), group_of=_group_of(b)))
+    return tuple(done)
+
+
+def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: str, gather: bool = False,
+                     scatter: bool = False):
+    """:func:`.tp.forward_sublayer` with its all-gather and/or reduce-scatter overlapped."""
+    kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
+    r = roles(kernels, gather, scatter)
+    x = deps
+    if gather:
+        x = _compute(b, name, kernels[r.head], x, layer, mb)
+        if r.consumers.stop > r.consumers.start:
+            tp_size = b.ctx.layout.sizes["tp"]
+            x = ring_gather(b, sub, name, [_chunk(k, tp_size) for k in kernels[r.consumers]], x, layer, mb, (tag,),
+                            entry=True)
+        else:
+            x = tp.enter(b, sub, layer, mb, x, (tag,), sublayer_bytes(b, sub, True, True))
+    x = _compute(b, name, kernels[r.middle], x, layer, mb)
+    if scatter:
+        if r.producer.stop == r.producer.start:
+            return tp.exit(b, sub, layer, mb, x, (tag,), sublayer_bytes(b, sub, False, False))
+        chunks = [_chunk(k, RS_SPLITS) for k in kernels[r.producer]]
+        x = pipelined_scatter(b, sub, name, chunks, x, layer, mb, (tag,))
+    return _compute(b, name, kernels[r.tail], x, layer, mb)
+
+
+def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathered: bool = False,
+                      scattered: bool = False):
+    """The backward of :func:`forward_sublayer`: ring-exchange all-gather of the output
+    gradient under the producer's dgrad chunks; bulk input all-gather beside the
+    consumers' dgrad, bulk reduce-scatter of the input gradient beside their wgrad."""
+    kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
+    r = roles(kernels, gathered, scattered)
+    x = deps
+    if scattered:
+        x = _compute(b, name, backward_of(kernels[r.tail]), x, layer, mb)
+        if r.producer.stop == r.producer.start:
+            x = tp.enter_backward(b, sub, layer, mb, x, sublayer_bytes(b, sub, True, False))
+        else:
+            halves = [_half(k) for k in kernels[r.producer]]
+            dgrad = [_chunk(k, b.ctx.layout.sizes["tp"]) for k in halves]
+            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False)
+            x = _compute(b, name, halves, x, layer, mb)
+    x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
+    return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
+        _compute(b, name, backward_of(kernels[r.head]), x, layer, mb)

@@ -1,0 +1,162 @@
+"""Timelines of an RL run: spans of both pools for the existing trace and PNG exports.
+
+``clustersim rl SCENARIO --trace t.json --timeline t.png`` (or :func:`spans`, :func:`write_trace`,
+:func:`plot`). The spans table has the shape of :mod:`sim.outputs.result`'s, aggregated so
+long runs stay small:
+
+- trainer rank 0, per training step: ``train_fwd`` then ``train_bwd`` then ``train_optimizer``
+  blocks in the shares of forward, backward and other compute of the simulated step
+  (the step's own timeline is ``clustersim run`` of the trainer pool), labelled with the
+  step number; its ``weights`` row holds each transfer to the generators;
+- the first GPU of each generator engine (31 at most, evenly picked): ``generate_fwd``
+  blocks, one per contiguous stretch of generation with one weights version (labelled
+  with it), a ``tail`` row where the engine runs underfull with nothing it may start
+  (the stragglers' long tail), and a ``weights`` row: the transfers it receives and its
+  pauses (pipeline) or swaps (async).
+
+Gaps on a compute row are idle time, hatched by the timeline.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..engine.core import Op, RankProgram, SPAN_COLUMNS
+from ..outputs.result import Result
+
+MAX_ENGINES = 31  # engines shown (plus the trainer): the trace's default-selection size
+
+
+class PoolLayout:
+    """What the trace and timeline ask of a layout: the rank count, no parallel axes."""
+
+    sizes = {"tp": 1, "cp": 1, "dp": 1, "pp": 1}
+
+    def __init__(self, world: int):
+        self.world = world
+
+    def coords(self, rank: int) -> dict:
+        """Every coordinate 0: ranks are labelled by number."""
+        return dict.fromkeys(self.sizes, 0)
+
+
+def _merge(rows: list[tuple]) -> list[tuple]:
+    """Join (start, end, key) rows with the same key that touch."""
+    out = []
+    for a, b, key in sorted(rows):
+        if out and out[-1][2] == key and a <= out[-1][1] + 1e-12:
+            out[-1] = (out[-1][0], max(out[-1][1], b), key)
+        else:
+            out.append((a, b, key))
+    return out
+
+
+def _row(rank, stream, name, category, start, end, step=-1) -> dict:
+    return {"rank": rank, "stream": stream, "name": name, "category": category, "start_s": start,
+            "end_s": end, "layer": -1, "micro_batch": step, "stage": -1, "bytes": 0.0}
+
+
+def _trainer_rows(res) -> list[dict]:
+    fwd, bwd = res.loop.trainer.phase_shares()
+    rows = []
+    for st in res.loop.steps:
+        t, d = st.start, st.end - st.start
+        for name, share in (("train_fwd", fwd), ("train_bwd", bwd), ("train_optimizer", 1 - fwd - bwd)):
+            if share > 0:
+                rows.append(_row(0, "compute", name, "compute", t, t + d * share, st.step))
+                t += d * share
+        if st.transfer:
+            rows.append(_row(0, "weights", "send_weights", "weights", *st.transfer, st.step + 1))
+    return rows
+
+
+def _engine_rows(g, wall: float, transfers: list[tuple]) -> list[dict]:
+    rank, gen, tail, weights = g.gpus[0], [], [], []
+    for start, end, kind, running, version in g.segments:
+        end = wall if end is None else min(end, wall)
+        if end <= start:
+            continue
+        if kind == "generate":
+            gen.append((start, end, version))
+            if running < g.cost.slots:
+                tail.append((start, end, 0))
+        elif kind == "weights":
+            weights.append((start, end, "pause" if g.mode == "pipeline" else "swap"))
+    rows = [_row(rank, "compute", "generate_fwd", "compute", a, b, v) for a, b, v in _merge(gen)]
+    rows += [_row(rank, "tail", "underfull", "tail", a, b) for a, b, _ in _merge(tail)]
+    rows += [_row(rank, "weights", name, "weights", a, b) for a, b, name in _merge(weights)]
+    rows += [_row(rank, "weights", "receive_weights", "weights", a, b) for a, b in transfers]
+    return rows
+
+
+def shown_engines(generators) -> list:
+    """At most :data:`MAX_ENGINES` engines, evenly picked."""
+    if len(generators) <= MAX_ENGINES:
+        return list(generators)
+    idx = np.unique(np.linspace(0, len(generators) - 1, MAX_ENGINES).round().astype(int))
+    return [generators[i] for i in idx]
+
+
+def spans(res) -> pd.DataFrame:
+    """The spans table of an :class:`~sim.rl.run.RLResult` (SPAN_COLUMNS; ``op`` numbers
+    each rank's rows in time order)."""
+    wall = res.summary["wall_s"]
+    transfers = [st.transfer for st in res.loop.steps if st.transfer]
+    rows = _trainer_rows(res)
+    for g in shown_engines(res.loop.generators):
+        rows += _engine_rows(g, wall, transfers)
+    df = pd.DataFrame(rows).sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)
+    df["op"] = df.groupby("rank").cumcount().astype(np.int64)
+    return df[list(SPAN_COLUMNS)]
+
+
+def as_result(res) -> Result:
+    """A :class:`~sim.outputs.result.Result` the trace and timeline modules draw."""
+    sp = spans(res)
+    programs = [RankProgram(int(r), [Op(row.name, row.category, row.stream, micro_batch=int(row.micro_batch))
+                                     for row in g.itertuples()]) for r, g in sp.groupby("rank")]
+    s = res.summary
+    summary = {"name": s["name"], "num_gpus": s["num_gpus"], "step_time_s": s["step_time_s"],
+               "mfu": s["trainer_mfu"]}
+    info = {"topology": res.topology, "programs": programs, "layout": PoolLayout(s["num_gpus"]),
+            "simulated_ranks": list(range(s["num_gpus"])), "held_by": {},
+            "link_log": res.info.get("link_log"), "link_bytes": res.info.get("link_bytes")}
+    return Result(summary, sp, res.scenario, None, info)
+
+
+def title(res) -> str:
+    """Which rank is what, for the timeline's heading."""
+    ranks = [g.gpus[0] for g in shown_engines(res.loop.generators)]
+    return (f"{res.summary['mode']} RL: rank 0 = trainer pool (step n), ranks {ranks[0]}..{ranks[-1]} = generator "
+            f"engines (weights version); MFU is the trainer pool's")
+
+
+def write_trace(res, path: str) -> dict:
+    """Chrome / Perfetto trace of both pools (busiest links too when the run recorded them)."""
+    from ..outputs.trace import chrome_trace
+
+    result = as_result(res)
+    trace = chrome_trace(result, sorted(result.spans["rank"].unique().tolist()))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(trace, f, separators=(",", ":"))
+    return trace
+
+
+def plot(res, path: str) -> None:
+    """PNG timeline of both pools."""
+    from ..outputs.timeline import plot_timeline
+
+    result = as_result(res)
+    plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
+
+
+def plot_modes(results: list, path: str) -> None:
+    """Several runs of one scenario (e.g. sync and pipeline) stacked on one time axis."""
+    from ..outputs.timeline import plot_panels
+
+    items = [(as_result(r), title(r)) for r in results]
+    ranks = sorted(set().union(*(set(res.spans["rank"].unique().tolist()) for res, _ in items)))
+    plot_panels(items, path, ranks=ranks)

@@ -1,0 +1,258 @@
+"""Where sweep rows are kept: a CSV file, a Parquet file with its journal, or memory; and
+the lock that keeps a second sweep away from an output file in use.
+
+Durability (docs/sweeps.md): every finished row is appended and fsynced before the next
+is taken, so a killed sweep loses at most the row being written. The lock is ``flock`` on
+a sidecar file ``.OUT.lock`` beside ``OUT``, held for the whole sweep; the kernel drops it
+when the sweep's process dies, however it dies. Run by :func:`sim.studies.sweeps.sweep`.
+"""
+
+import csv
+from contextlib import contextmanager
+import io
+import json
+import os
+from pathlib import Path
+import time
+
+from ..errors import InputError
+from ..outputs.paths import output_file
+
+JOURNAL_SUFFIX = ".partial.jsonl"  # Parquet outputs: the durable row-by-row record
+
+
+# ---------------------------------------------------------------- sinks
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, str):
+        return v.replace("\r", " ").replace("\n", " ")  # one physical line per row
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically: write a temporary file, fsync, rename over."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class _Sink:
+    """Rows by point key, in memory; subclasses also keep them in a file."""
+
+    def __init__(self, columns: list[str]):
+        self.columns, self.rows = list(columns), {}
+
+    def _extend(self, row: dict) -> bool:
+        extra = [k for k in row if k not in self.columns]
+        self.columns += extra
+        return bool(extra)
+
+    def add(self, row: dict) -> None:
+        self._extend(row)
+        self.rows[row["point"]] = row
+
+    def finish(self, order: list[str]) -> None:
+        """All points are done: put the rows in grid order."""
+        rank = {k: i for i, k in enumerate(order)}
+        self.rows = dict(sorted(self.rows.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+class CsvSink(_Sink):
+    """A CSV file, one physical line per row, appended and fsynced row by row. A torn last
+    line (a killed writer) is cut off on open; only that point is simulated again."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        super().__init__([])
+        self.path = path
+        if path.exists():
+            self._load()
+        self._extend(dict.fromkeys(columns))
+        self._rewrite()
+
+    def _load(self) -> None:
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            raw = raw[:raw.rfind(b"\n") + 1]  # the torn row; the rewrite below drops it
+        lines = raw.decode("utf-8", errors="replace").split("\n")[:-1]
+        if not lines:
+            return
+        rows = list(csv.reader(lines))
+        header = rows[0]
+        if "point" not in header:
+            raise InputError("--out", f"{self.path} exists and is not a sweep output (no 'point' column)")
+        self.columns = header
+        for n, cells in enumerate(rows[1:], start=2):
+            if len(cells) != len(header):
+                raise InputError("--out", f"{self.path}:{n}: {len(cells)} fields, the header has {len(header)}")
+            row = dict(zip(header, cells))
+            self.rows[row["point"]] = row
+
+    def _line(self, row: dict) -> str:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([_cell(row.get(c)) for c in self.columns])
+        return buf.getvalue()
+
+    def _rewrite(self) -> None:
+        text = self._line({c: c for c in self.columns}) + "".join(self._line(r) for r in self.rows.values())
+        _fsync_write(self.path, text.encode())
+
+    def add(self, row: dict) -> None:
+        if self._extend(row):  # a new column: rewrite the file with the wider header
+            self.rows[row["point"]] = row
+            self._rewrite()
+            return
+        self.rows[row["point"]] = row
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(self._line(row))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def finish(self, order: list[str]) -> None:
+        super().finish(order)
+        self._rewrite()
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.read_csv(self.path, keep_default_na=True)
+
+
+class ParquetSink(_Sink):
+    """A Parquet file kept durable by a JSON-lines journal beside it (``OUT.partial.jsonl``,
+    appended and fsynced row by row); the Parquet file is rewritten atomically at most once
+    a second and at the end, when the journal is removed."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        super().__init__(columns)
+        self.path, self.journal = path, path.with_name(path.name + JOURNAL_SUFFIX)
+        self._written = 0.0
+        if path.exists():
+            self._load_parquet()
+        if self.journal.exists():
+            self._load_journal()
+
+    def _load_parquet(self) -> None:
+        import pandas as pd
+
+        df = pd.read_parquet(self.path)
+        if "point" not in df.columns:
+            raise InputError("--out", f"{self.path} exists and is not a sweep output (no 'point' column)")
+        self._extend(dict.fromkeys(df.columns))
+        for rec in df.to_dict("records"):
+            self.rows[rec["point"]] = {k: _from_frame(v) for k, v in rec.items()}
+
+    def _load_journal(self) -> None:
+        raw = self.journal.read_bytes()
+        good = raw[:raw.rfind(b"\n") + 1]  # drop a torn last line
+        for line in good.decode("utf-8", errors="replace").splitlines():
+            row = json.loads(line)
+            self._extend(row)
+            self.rows[row["point"]] = row
+        if len(good) < len(raw):
+            _fsync_write(self.journal, good)
+
+    def add(self, row: dict) -> None:
+        super().add(row)
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if time.monotonic() - self._written > 1.0:
+            self._write_parquet()
+
+    def _write_parquet(self) -> None:
+        buf = io.BytesIO()
+        _for_arrow(self._frame_from_rows()).to_parquet(buf, index=False)
+        _fsync_write(self.path, buf.getvalue())
+        self._written = time.monotonic()
+
+    def _frame_from_rows(self):
+        import pandas as pd
+
+        return pd.DataFrame([[r.get(c) for c in self.columns] for r in self.rows.values()], columns=self.columns)
+
+    def finish(self, order: list[str]) -> None:
+        super().finish(order)
+        self._write_parquet()
+        self.journal.unlink(missing_ok=True)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.read_parquet(self.path)
+
+
+class MemorySink(_Sink):
+    """No file: rows only in memory (``out=None``)."""
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([[r.get(c) for c in self.columns] for r in self.rows.values()], columns=self.columns)
+
+
+def _from_frame(v):
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return None if isinstance(v, float) and v != v else v
+
+
+def _for_arrow(df):
+    """Columns holding values of several kinds (e.g. strings and lists) become JSON text."""
+    for col in df.columns[df.dtypes == object]:
+        kinds = {type(v) for v in df[col] if v is not None}
+        if len(kinds - {int, float}) > 1 or (kinds & {str} and kinds & {int, float}):
+            df[col] = [None if v is None else json.dumps(v) for v in df[col]]
+    return df
+
+
+def open_sink(out, columns: list[str]) -> _Sink:
+    """The sink for ``out``: .csv, .parquet, or None (memory)."""
+    if out is None:
+        return MemorySink(columns)
+    path = output_file(out, "--out", (".csv", ".parquet"))
+    return CsvSink(path, columns) if path.suffix == ".csv" else ParquetSink(path, columns)
+
+
+# ---------------------------------------------------------------- the lock
+def lock_path(path: Path) -> Path:
+    """The sidecar lock file of an output: ``.NAME.lock`` in the same folder."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextmanager
+def exclusive(path: Path):
+    """Hold an exclusive lock on output ``path`` for the block; InputError naming the file
+    if another sweep holds it. The lock file is removed on release, which is safe because
+    a taker checks, once locked, that the file it locked is still the one at the path."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (docs/sweeps.md)
+        yield
+        return
+    side = lock_path(path)
+    while True:
+        fd = os.open(side, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError("--out", f"{path} is being written by another sweep (it holds {side}); wait for "
+                                      "it to finish or give another --out") from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(side).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the previous holder removed it between our open and our lock: take the new one
+    try:
+        yield
+    finally:
+        side.unlink(missing_ok=True)
+        os.close(fd)

@@ -1,0 +1,171 @@
+"""The work a simulation will do, estimated before anything big is built.
+
+:func:`estimate` counts, from the scenario alone, what drives a run's time and memory:
+the ops of the simulated ranks (:mod:`sim.parallel.census` asks the workload how many
+ranks it simulates and counts a rank's ops), the GPUs (graph nodes, routes, the traffic
+of folded ranks), the fabric's leaf-spine links, the router scores drawn (tokens x
+experts) and the expert kernels timed. Each is priced with a constant measured on this
+machine by ``python bench/work.py`` (CPU seconds and bytes per unit; wall time is CPU
+time on an idle machine). :func:`check` refuses a scenario whose estimate exceeds the
+budget with an InputError naming the key that drives the cost (exit 2); ``--force`` on
+``clustersim run`` / ``plot`` (``simulate(..., force=True)``) runs it anyway.
+
+Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+import math
+import signal
+import threading
+
+from . import bounds
+from .errors import InputError, SimulationError
+from .hardware.faults import perturbed
+from .input.load import clean_copy, topology_spec
+from .parallel import census
+
+# Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
+# probe isolating each; estimate / measured for it in brackets after the change):
+OP_S, OP_BYTES = 25e-6, 1.5e3  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
+#                                jitter-dp-1k, every rank simulated, 17 us, 1.2 KB) [1.6x, 1.3-2.1x]
+GPU_S, GPU_BYTES = 130e-6, 11e3  # per GPU of the cluster (llama3-70b FSDP on 16k: 114 us, 10.6 KB) [1.2x, 1.1x]
+LINK_S, LINK_BYTES = 20e-6, 1.6e3  # per leaf-spine link (2,048 spines: 17 us, 1.6 KB) [1.1x, 1.1x]
+SCORE_S, SCORE_BYTES = 170e-9, 16.0  # per router score sorted (token choice 0.1 us; expert choice, whole batch
+#                                      at once, 0.17 us), bytes per score held at once [1.7x, 1.1x]
+CROWD_RANKS, CROWD_EXP = 1024, 0.6  # per-op cost grows as (ranks simulated / 1024)^0.6 past 1,024 ranks
+#   (more transfers in flight share each max-min solve; jitter-dp-1k at 4,096 GPUs: 39 us per op) [1.5x]
+JITTER_DRAW_BYTES = 32.0  # a jittered rank draws its multipliers 4,096 at a time, as Python floats
+KERNEL_S = 170e-9  # per expert kernel timed: the compute-time memo hashes each op's kernel list (0.14 us) [1.2x]
+BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and pydantic loaded (124 MiB)
+
+BUDGET_S = 300.0  # five minutes of CPU: past it, say so and let --force decide
+BUDGET_BYTES = 4 * 2**30  # 4 GiB: this machine's 24 GiB are shared by eight users
+WATCHDOG_FACTOR, WATCHDOG_MIN_S = 20.0, 120.0  # a run past 20x its estimate (and 2 min) of CPU is stuck
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one ``simulate()`` will do, and what it will cost (estimated)."""
+
+    ranks: int  # ranks simulated (the perturbed run's, when stragglers/jitter/faults fold nothing)
+    ops: int  # ops of every simulated program, the clean baseline's included
+    events: int  # SimPy events (~3 per op, bench/work.py)
+    gpus: int
+    fabric_links: int  # leaf-spine links
+    scores: int  # router scores drawn per step (tokens x experts)
+    expert_kernels: int
+    seconds: float  # CPU seconds, estimated
+    bytes: float  # peak memory, estimated
+    driver: str  # the key that drives the larger share of the cost
+
+    def describe(self) -> str:
+        """One line: the estimate and its parts."""
+        return (f"~{self.seconds:,.0f} s of CPU and {self.bytes / 2**30:,.1f} GiB ({self.ranks:,} ranks x "
+                f"{self.ops // max(self.ranks, 1):,} ops, {self.gpus:,} GPUs, {self.fabric_links:,} fabric links, "
+                f"{self.scores:,} router scores, {self.expert_kernels:,} expert kernels)")
+
+
+def estimate(s) -> Work:
+    """The work of ``simulate(s)`` for a checked scenario (sim.load_scenario's result)."""
+    ranks, per_rank = census.simulated_ranks(s), census.ops_per_rank(s)
+    ops = ranks * per_rank
+    if perturbed(s):  # the clean baseline
+        ops += census.simulated_ranks(clean_copy(s)) * per_rank
+    gpus, links = s.cluster.gpus, _fabric_links(s)
+    scores, held = census.routed_scores(s)
+    kernels = census.expert_kernels(s) * ranks
+    crowd = max(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
+    draws = ranks * max(per_rank, 4096) * JITTER_DRAW_BYTES if s.jitter.sigma > 0 else 0.0
+    parts = {"ops": (ops * OP_S * crowd, ops * OP_BYTES + draws), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
+             "links": (links * LINK_S, links * LINK_BYTES), "scores": (scores * SCORE_S, held * SCORE_BYTES),
+             "kernels": (kernels * KERNEL_S, 0.0)}
+    seconds = sum(t for t, _ in parts.values())
+    nbytes = BASE_BYTES + sum(b for _, b in parts.values())
+    share = {name: t / BUDGET_S + b / BUDGET_BYTES for name, (t, b) in parts.items()}
+    return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, seconds, nbytes,
+                _driver(s, max(share, key=share.get), ranks))
+
+
+def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -> Work:
+    """The estimate, or InputError naming the key that drives the cost when it exceeds
+    the budget (default :data:`BUDGET_S`, :data:`BUDGET_BYTES`)."""
+    work = estimate(s)
+    budget_s = BUDGET_S if budget_s is None else budget_s
+    budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
+    if work.seconds > budget_s or work.bytes > budget_bytes:
+        raise InputError(work.driver, f"this scenario would need {work.describe()}, past this machine's budget "
+                                      f"of {budget_s:,.0f} s and {budget_bytes / 2**30:,.1f} GiB; "
+                                      "--force runs it anyway")
+    return work
+
+
+def watchdog_seconds(w: Work) -> float:
+    """CPU seconds after which a simulation estimated at ``w`` counts as stuck."""
+    return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * w.seconds)
+
+
+@contextmanager
+def watchdog(name: str, seconds: float | None):
+    """Abort the body with a SimulationError (an internal error, exit 1, naming the
+    scenario) once the process has spent ``seconds`` of CPU in it: whatever stops a
+    simulation from progressing -- a livelock no guard knows of, an estimate wrong by
+    20x -- ends as an error, never a spin. A CPU timer (SIGVTALRM), so a busy machine
+    does not trip it; only in the main thread (signals), and not under ``--force``."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum, _frame):
+        raise SimulationError(f"scenario {name!r}: still simulating after {seconds:,.0f} s of CPU, "
+                              f"{WATCHDOG_FACTOR:g}x its work estimate (sim/work.py): the estimate or the "
+                              "engine is wrong; --force runs without this watchdog")
+
+    previous = signal.signal(signal.SIGVTALRM, expire)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
+
+
+def check_gpus(key: str, gpus: int, runs: int = 1, force: bool = False) -> None:
+    """For commands that build a cluster of ``gpus`` GPUs and run ``runs`` collectives on
+    all of them (``clustersim collective``): the GPU bound, then the work budget."""
+    bounds.GPUS.check(key, gpus, whole=True)
+    seconds, nbytes = gpus * GPU_S * (1 + runs), BASE_BYTES + gpus * GPU_BYTES
+    if not force and (seconds > BUDGET_S or nbytes > BUDGET_BYTES):
+        raise InputError(key, f"{gpus:,} GPUs would need ~{seconds:,.0f} s of CPU and {nbytes / 2**30:,.1f} GiB, "
+                              f"past this machine's budget of {BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB")
+
+
+def _fabric_links(s) -> int:
+    """Leaf-spine links of the fat tree (sim.hardware.topology.fat_tree builds them)."""
+    spec = topology_spec(s)
+    servers_per_su = spec.gpus_per_node * spec.nodes_per_su
+    leaves = math.ceil(s.cluster.gpus / servers_per_su) * min(spec.gpus_per_node, s.cluster.gpus)
+    return leaves * spec.spines
+
+
+def _driver(s, part: str, ranks: int) -> str:
+    """The key behind the costliest part: the factor furthest past a typical value."""
+    p, t = s.parallel, s.training
+    gpus_key = "cluster.nodes" if s.cluster.nodes else "cluster.gpus"
+    if part == "gpus":
+        return gpus_key
+    if part == "links":
+        spec = topology_spec(s)
+        return "cluster.topology_overrides.spines" if spec.spines > 64 else gpus_key
+    if part in ("scores", "kernels"):
+        tokens = t.micro_batch * t.seq_len // p.cp
+        factors = {"model.moe.experts": s.model.moe.experts / 256, "training.seq_len": tokens / 8192}
+        if part == "kernels":
+            factors = {"model.moe.experts": s.model.moe.experts / 256,
+                       "training.global_batch": census.micro_batches(s) / 64}
+        return max(factors, key=factors.get)
+    factors = {"training.global_batch": census.micro_batches(s) / 64,
+               "model.layers": census.layers_per_rank(s) / 32,
+               "parallel.cp": p.cp / 8,
+               gpus_key: ranks / 64}
+    return max(factors, key=factors.get)

@@ -1,0 +1,111 @@
+"""``auto`` is NCCL's tuner: its cost model, and its picks where published runs show them.
+
+Run ``python -m pytest -q tests/test_tuner.py``.
+"""
+
+import dataclasses
+
+import pytest
+
+from conftest import spec_topology
+from sim.collectives import tuner
+from sim.hardware import topology
+from sim.hardware.gpus import gpu_preset
+
+
+def fabric(name: str, gpus: int, **changes):
+    spec = dataclasses.replace(topology.load_spec(name), **changes)
+    topo = topology.build(spec, gpus, gpu_preset(spec.gpu))
+    return topo.fabric, tuple(int(d) for d in topo.domains)
+
+
+def pick(op, nbytes, domains, f):
+    return tuner.pick(op, nbytes, domains, f).name
+
+
+# --- the cost model: NCCL's own numbers ------------------------------------------------
+
+def test_latencies_are_nccls_for_one_h100_node():
+    f, doms = fabric("dgx-h100", 8)
+    c = tuner.comm_of("all_reduce", doms, f)
+    assert tuner.latency(c, "ring", "ll") == pytest.approx((6.6 + 14 * 0.6) * 1e-6)
+    assert tuner.latency(c, "ring", "simple") == pytest.approx((8.4 + 14 * 3.4) * 1e-6)
+    assert tuner.latency(c, "tree", "ll") == pytest.approx((6.8 + 2 * 7 * 0.6) * 1e-6)
+    assert tuner.latency(c, "nvls", "simple") == pytest.approx(25e-6)
+
+
+def test_bandwidths_follow_tuning_cc_for_one_h100_node():
+    f, doms = fabric("dgx-h100", 8)
+    c = tuner.comm_of("all_reduce", doms, f)
+    w = 370e9
+    assert tuner.algo_bandwidth(c, "ring", "simple") == pytest.approx(w * 8 / 14)
+    assert tuner.algo_bandwidth(c, "ring", "ll") == pytest.approx(141e9 * 8 / 14)  # llMaxBw caps LL
+    assert tuner.algo_bandwidth(c, "nvls", "simple") == pytest.approx(w * 0.85 * 15 / 16 * 2 * 8 / 14)
+
+
+def test_ring_latency_counts_network_steps_across_nodes():
+    f, doms = fabric("dgx-h100", 32)  # 4 nodes x 8
+    c = tuner.comm_of("all_gather", doms, f)
+    # 31 steps, 3 of them across the network; Simple pays max(3.4, 3 x 1.0 net overhead) inside
+    assert tuner.latency(c, "ring", "simple") == pytest.approx((8.4 + 28 * 3.4 + 3 * 14) * 1e-6)
+
+
+# --- what NCCL picks, where published runs show it ------------------------------------
+
+@pytest.mark.parametrize("nbytes,expected", [(8, "ring:ll"), (65536, "ring:ll"), (2**20, "ring:ll"),
+                                             (2**21, "nvls"), (2**30, "nvls"), (2**34, "nvls")])
+def test_one_h100_node_all_reduce_ring_ll_then_nvls(nbytes, expected):
+    """nccl-tests issue 309 (8 H100 + 8 NICs, NCCL_DEBUG_SUBSYS=TUNING): "8B~1MB uses
+    Algo RING proto LL; 2MB~16GB uses Algo NVLS proto SIMPLE"."""
+    f, doms = fabric("dgx-h100", 8)
+    assert pick("all_reduce", nbytes, doms, f) == expected
+
+
+def test_one_h100_node_keeps_rings_for_reduce_scatter():
+    """NCCL issue 1083 (S. Jeaugey): NVLS reduce-scatter sends S and receives S/N, slower
+    than a ring, so large reduce-scatters stay on rings."""
+    f, doms = fabric("dgx-h100", 8)
+    assert pick("reduce_scatter", 2**30, doms, f) == "ring"
+    assert pick("all_gather", 2**30, doms, f) == "ring"
+
+
+@pytest.mark.parametrize("name,expected", [("dgx-h100", "nvls_tree"), ("dgx-a100", "tree")])
+def test_two_nodes_all_reduce_uses_trees(name, expected):
+    """nccl-tests issue 196 (S. Jeaugey): "On two nodes, NCCL uses the tree (or nvlstree)
+    algorithm which can indeed go beyond the network bottleneck"."""
+    f, doms = fabric(name, 16)
+    assert pick("all_reduce", 2**30, doms, f) == expected
+
+
+def test_nvls_off_gb200_rack_runs_rings():
+    """coreweave/nccl-tests GB200 runs (NCCL_NVLS_ENABLE=0): 72 and 144 GPUs, 4-16 GiB."""
+    for gpus, nbytes in ((72, 2**32), (144, 2**34)):
+        f, doms = fabric("gb200-nvl72", gpus, nvls=False)
+        assert pick("all_reduce", nbytes, doms, f) == "ring"
+    f, doms = fabric("gb200-nvl72", 72)
+    assert pick("all_reduce", 2**32, doms, f) == "nvls"  # NCCL's default on the rack
+
+
+def test_pat_for_small_gathers_at_scale_with_one_gpu_per_node():
+    """NCCL 2.23.4 release notes: PAT, "logarithmic number of network steps for small sizes
+    at scale. Only supports one rank per node at the moment"."""
+    topo = spec_topology(256 * 8)
+    f = topo.fabric
+    one_per_node = tuple(range(256))  # 256 nodes' rail-0 GPUs: domains 0..255
+    assert pick("all_gather", 2**20, one_per_node, f) == "pat"
+    assert pick("reduce_scatter", 2**20, one_per_node, f) == "pat"
+    assert pick("all_gather", 2**28, tuple(range(16)), f) == "ring"  # large sizes: bandwidth wins
+    eight_per_node = tuple(d for d in range(32) for _ in range(8))
+    assert all(not c.algo == "pat" for c in tuner.candidates("all_gather", 2**20, eight_per_node, f))
+
+
+def test_in_network_algorithms_only_where_the_switches_reduce():
+    """CollNet and NVLS across nodes need SHARP (NCCL disables them when collnet is off)."""
+    for sharp in (False, True):
+        f, doms = fabric("dgx-h100", 64, sharp=sharp)
+        names = {c.algo for c in tuner.candidates("all_reduce", 2**30, doms, f)}
+        assert ("collnet" in names) is sharp and ("nvls" in names) is sharp
+        assert "nvls_tree" in names
+    f, doms = fabric("dgx-a100", 64, sharp=True)
+    names = {c.algo for c in tuner.candidates("all_reduce", 2**30, doms, f)}
+    assert "collnet" in names and not names & {"nvls", "nvls_tree"}  # A100 NVSwitches cannot reduce

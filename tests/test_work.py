@@ -1,0 +1,177 @@
+"""The work estimate (sim/work.py, sim/parallel/census.py), the result invariants
+(sim/outputs/invariants.py) and the network's progress guard.
+
+Run: ``python -m pytest tests/test_work.py``
+"""
+
+import json
+import signal
+
+import numpy as np
+import pytest
+import simpy
+
+import sim
+from conftest import REPO, spec_topology
+from forked_cli import run_cli
+from sim import work
+from sim.collectives.schedule import chains_phase
+from sim.engine import network
+from sim.errors import InputError, SimulationError
+from sim.outputs import invariants
+from sim.parallel import census, workload
+from sim.step import build_topology, simulate
+
+SMALL = ["gallery/fsdp-prefetch", "gallery/pipeline", "gpt-1.7b-ptd-interleaved-a100", "llama3-8b-fsdp-h100",
+         "mixtral-small-ep-h100", "straggler-dp", "llama3-8b-cp-128k-h100"]
+VARIANTS = [[], ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=true"],
+            ["training.recompute='selective'", "parallel.cp=4", "parallel.dp=16"],
+            ["training.recompute='full'", "parallel.zero=1"], ["parallel.pp=4", "parallel.dp=16"],
+            ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
+            ["parallel.tp=8", "parallel.dp=8", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
+            ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=true", "training.precision='fp8'"]]
+
+
+def _path(name):
+    if name.startswith("gallery/"):
+        return REPO / "sim" / "studies" / "gallery_scenarios" / f"{name[len('gallery/'):]}.toml"
+    return REPO / "scenarios" / f"{name}.toml"
+
+
+def _load(name, overrides=()):
+    return sim.load_scenario(_path(name), list(overrides))
+
+
+def _programs(s):
+    topo = build_topology(s)
+    ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu)
+    return workload.build_programs(ctx)
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_census_counts_the_ranks_and_bounds_the_ops_of_built_programs(name):
+    for overrides in VARIANTS if name == "llama3-8b-fsdp-h100" else [[]]:
+        s = _load(name, overrides)
+        programs = _programs(s)
+        actual = max(len(p.ops) for p in programs)
+        assert census.simulated_ranks(s) == len(programs) or s.stragglers
+        assert actual <= census.ops_per_rank(s) <= 2 * actual, (overrides, actual, census.ops_per_rank(s))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["training.global_batch=10000000"], "training.global_batch"),
+    (["cluster.nodes=125000", "parallel.dp=1000000", "training.global_batch=1000000"], "cluster.nodes"),
+    (["cluster.topology='generic'", "cluster.topology_overrides.spines=2048", "cluster.topology_overrides.nodes_per_su=1",
+      "cluster.nodes=1024", "parallel.dp=8192", "training.global_batch=8192"], "cluster.topology_overrides.spines"),
+    (["model.moe={experts = 16384, top_k = 2, routing = 'expert_choice'}", "training.seq_len=1000000"],
+     "training.seq_len"),
+    (["model.layers=1024", "training.global_batch=65536"], "model.layers"),  # 32x typical depth, 16x batches
+])
+def test_past_the_budget_is_an_input_error_naming_the_key_that_drives_the_cost(overrides, key):
+    s = _load("llama3-8b-fsdp-h100", overrides)
+    with pytest.raises(InputError) as info:
+        work.check(s)
+    assert info.value.key == key and "--force" in info.value.reason
+
+
+def test_force_runs_past_the_budget(monkeypatch):
+    s = _load("gallery/fsdp-prefetch")
+    monkeypatch.setattr(work, "BUDGET_S", 1e-6)
+    with pytest.raises(InputError):
+        simulate(s)
+    assert simulate(s, force=True).summary["step_time_s"] > 0
+
+
+def test_bundled_scenarios_are_within_the_budget_and_estimated_above_their_ops():
+    paths = [*(REPO / "scenarios").glob("*.toml"), *(REPO / "sim" / "studies").rglob("*.toml")]
+    for path in sorted(p for p in paths if "rl" not in p.stem):
+        w = work.check(sim.load_scenario(path))
+        assert w.seconds < work.BUDGET_S / 4 and w.ops >= w.ranks
+
+
+GOOD = {"step_time_s": 1.0, "mfu": 0.4, "tokens_per_s": 1e5, "tflops_per_gpu": 400.0, "memory_per_gpu_bytes": 5e10,
+        "bubble_fraction": 0.1, "exposed_comm_s": 0.2, "comm_bytes_per_gpu": {"dp": 1e9, "tp": 0.0}}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"mfu": 2.28}, "mfu"), ({"mfu": 0.0}, "mfu"), ({"step_time_s": 1.7e100 * float("inf")}, "step_time_s"),
+    ({"step_time_s": float("nan")}, "step_time_s"), ({"step_time_s": 0.5}, "compute-only floor"),
+    ({"bubble_fraction": 1.5}, "bubble"), ({"exposed_comm_s": 2.0}, "exposed"),
+    ({"comm_bytes_per_gpu": {"dp": -1.0}}, "comm_bytes"), ({"memory_per_gpu_bytes": float("inf")}, "memory"),
+    ({"straggler_cost_s": float("nan")}, "straggler_cost"),
+])
+def test_impossible_summaries_are_caught(change, words):
+    assert invariants.violations(GOOD, 0.9) == []
+    found = invariants.violations({**GOOD, **change}, 0.9)
+    assert found and words in found[0]
+
+
+def test_compute_floor_counts_the_straggler_slowdown_and_the_step_respects_it():
+    s = _load("straggler-dp")
+    r = simulate(s)
+    slow = invariants.compute_floor(r.info["programs"], {3: 1.5})
+    assert slow > invariants.compute_floor(r.info["programs"], {}) and r.summary["step_time_s"] >= slow
+
+
+def test_an_impossible_result_is_exit_1_and_never_printed(monkeypatch):
+    import sim.step
+
+    real = sim.step.summarize
+    monkeypatch.setattr(sim.step, "summarize", lambda *a: {**real(*a), "mfu": 2.28})
+    got = run_cli(["run", str(_path("gallery/fsdp-prefetch")), "--json"], timeout=120)
+    assert got.code == 1 and got.stdout == ""
+    assert "internal error" in got.stderr and "gallery-fsdp-prefetch" in got.stderr and "mfu = 2.28" in got.stderr
+    monkeypatch.undo()
+    assert json.loads(run_cli(["run", str(_path("gallery/fsdp-prefetch")), "--json"]).stdout)
+
+
+def _alarm(seconds):
+    def fail(*_):
+        raise TimeoutError("the network spun instead of raising")
+    signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+
+
+def _big_transfers(start_s: float, nbytes: float):
+    """Two overlapping ring phases on 8 GPUs, started late in simulated time."""
+    topo = spec_topology(8)
+    env = simpy.Environment(initial_time=start_s)
+    net = network.Network(env, topo)
+    ring = [[(i, (i + 1) % 8) for i in range(8)]]
+    env.process(net.run(chains_phase(ring, np.array([nbytes]), 7)))
+    env.process(net.run(chains_phase([[(0, 4), (4, 0)]], np.array([nbytes / 3]), 1)))
+    return env, net
+
+
+def test_huge_transfers_late_in_time_finish():
+    """seq_len = 1e7 livelocked here: residues the float clock cannot resolve."""
+    _alarm(60)
+    try:
+        for start in (0.0, 2.0**20 + 0.1234567, 3.3e6):
+            env, _ = _big_transfers(start, 1e15)
+            env.run()
+            assert env.now > start
+    finally:
+        signal.alarm(0)
+
+
+def test_a_network_that_makes_no_progress_raises_instead_of_spinning(monkeypatch):
+    monkeypatch.setattr(network.Network, "_horizon", staticmethod(lambda act: 0.0))  # wake-ups never advance
+    env, _ = _big_transfers(0.0, 1e12)
+    _alarm(60)
+    try:
+        with pytest.raises(SimulationError, match="no progress"):
+            env.run()
+    finally:
+        signal.alarm(0)
+
+
+def test_a_run_far_past_its_estimate_is_stopped_as_an_internal_error(monkeypatch):
+    """The watchdog: whatever keeps a run from ending, it ends as a SimulationError."""
+    monkeypatch.setattr(work, "WATCHDOG_MIN_S", 0.05)
+    monkeypatch.setattr(work, "WATCHDOG_FACTOR", 0.0)
+    s = _load("gpt-1.7b-ptd-interleaved-a100")
+    with pytest.raises(SimulationError, match="still simulating after"):
+        simulate(s)
+    assert simulate(s, force=True).summary["step_time_s"] > 0  # --force: no watchdog
+    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)  # the timer is cleared
