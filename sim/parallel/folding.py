@@ -88,12 +88,18 @@ class GroupTable:
 def group_tables(layout) -> dict[str, GroupTable]:
     """The group types of :data:`GROUP_TYPES` that have more than one member, as arrays,
     built through the layout's own group functions (one call per group); a type whose
-    groups another type already has (expert-dp = dp when ep = 1) shares its table."""
+    groups another type already has shares its table (expert-dp = dp when ep = 1 and
+    expert-tp = tp when expert_tp = tp, by the layout's construction: not built again)."""
     fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
            "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
+    alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
     out: dict[str, GroupTable] = {}
     for name in GROUP_TYPES:
+        if name in alias:
+            if alias[name] in out:
+                out[name] = out[alias[name]]
+            continue
         if len(fns[name](0)) < 2:
             continue  # singletons never meet
         table = _table(name, fns[name], layout.world)
@@ -130,6 +136,10 @@ def row_ids(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64)
     radix = int(rows.max()) + 1 if rows.size else 1
     chunk = max(1, int(62 // max(np.log2(radix), 1)))
+    if rows.shape[1] > 16 * chunk and len(rows) <= rows.shape[1]:  # few wide rows (one group of 10^6 ranks)
+        keys = [row.astype(">i8").tobytes() for row in rows]  # big-endian: bytes order = lexicographic order
+        order = {k: i for i, k in enumerate(sorted(set(keys)))}
+        return np.array([order[k] for k in keys], dtype=np.int64)
     ids = np.zeros(len(rows), dtype=np.int64)
     for start in range(0, rows.shape[1], chunk):
         part = rows[:, start:start + chunk]
