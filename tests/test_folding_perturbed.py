@@ -51,6 +51,13 @@ CASES = {
     "relayed-degraded-nic": {"parallel": {"dp": 4, "pp": 4}, "training": {**TRAIN, "global_batch": 16},
                              "cluster": {**CLUSTER, "gpus": 16, "faults": [{"gpu_nic": 0, "factor": 0.2}]}},
     "fsdp-straggler": {"parallel": {"dp": 32, "zero": 3}, "stragglers": [{"ranks": [17], "slowdown": 1.3}]},
+    # the expert mesh of its own (expert_tp 1 under tp 2: ep groups span tp ranks) with
+    # skewed loads, a straggler and a degraded NIC
+    "expert-tp-skew": {"model": MOE, "parallel": {"tp": 2, "dp": 16, "ep": 4, "expert_tp": 1,
+                                                  "sequence_parallel": True},
+                       "training": {"seq_len": 1024, "global_batch": 16},
+                       "cluster": {**CLUSTER, "faults": [{"gpu_nic": 26, "factor": 0.5}]},
+                       "stragglers": [{"ranks": [6], "slowdown": 1.25}]},
 }
 _runs: dict = {}
 
@@ -143,3 +150,68 @@ def test_a_rank_relaying_through_a_degraded_nic_is_labelled():
     codes = link_codes(s, group_tables(layout), 24, load_spec("dgx-h100"), np.arange(24) // 8)
     assert set(np.flatnonzero(codes).tolist()) == {0, 4}
     assert codes[0] != codes[4]
+
+
+TINY = {"layers": 2, "hidden": 512, "heads": 8, "vocab": 512}
+
+
+def pure_dp(gpus: int, stragglers: list) -> object:
+    """Pure data parallelism, one sequence per GPU, one gradient bucket (nothing overlaps
+    the all-reduce), on ``gpus`` H100s."""
+    return scenario_from_dict({"name": f"pure-dp-{gpus}", "model": TINY, "stragglers": stragglers,
+                               "training": {"seq_len": 512, "global_batch": gpus, "grad_bucket_mb": 1000},
+                               "cluster": {"topology": "dgx-h100", "gpus": gpus}, "parallel": {"dp": gpus}})
+
+
+@pytest.fixture(scope="module")
+def straggler_at_16k():
+    return simulate(pure_dp(16384, [{"ranks": [12345], "slowdown": 1.5}]))
+
+
+def test_a_straggler_costs_its_extra_compute_at_128_and_at_16k_gpus(straggler_at_16k):
+    """Pure DP, one bucket: everyone waits in the all-reduce for the slow rank, which then
+    runs its optimizer last, so the step grows by exactly its extra compute, 0.5x its
+    compute ops, whatever the cluster's size (the ring's own time is the clean run's)."""
+    costs = {}
+    for gpus, result in ((128, simulate(pure_dp(128, [{"ranks": [77], "slowdown": 1.5}]))),
+                         (16384, straggler_at_16k)):
+        slow = {p.rank: p for p in result.info["programs"]}[77 if gpus == 128 else 12345]
+        extra = 0.5 * sum(op.duration for op in slow.ops if op.comm is None)
+        assert result.summary["straggler_cost_s"] == pytest.approx(extra, rel=1e-9)
+        assert len(result.info["simulated_ranks"]) == 2  # the straggler and one for everyone else
+        costs[gpus] = result.summary["straggler_cost_s"]
+    assert costs[16384] == pytest.approx(costs[128], rel=1e-9)
+
+
+def test_report_and_timeline_name_the_straggler_of_a_folded_16k_run(straggler_at_16k):
+    """``--report`` names the slow rank as what held the step; the timeline's default
+    ranks show it, labelled SLOW, though one simulated rank stands for the 16,383 others."""
+    from sim.outputs.attribution import report
+    from sim.outputs.rank_selection import default_ranks
+    from sim.outputs.timeline import _fit_ranks, _layout_rows
+
+    text = report(straggler_at_16k)
+    assert "rank 12345" in text.splitlines()[1] and "(straggler, 1.5x compute)" in text
+    shown = _fit_ranks(straggler_at_16k, default_ranks(straggler_at_16k))
+    assert 12345 in shown
+    labels = _layout_rows(straggler_at_16k, shown)[1]
+    assert labels[(12345, "compute", 0)].endswith("SLOW  compute")
+
+
+@pytest.mark.parametrize("sizes, order, ep", [({"tp": 2, "cp": 2, "dp": 4, "pp": 2}, "tp-cp-dp-pp", 1),
+                                              ({"tp": 4, "cp": 1, "dp": 4, "pp": 2}, "tp-dp-cp-pp", 1),
+                                              ({"tp": 2, "cp": 1, "dp": 8, "pp": 2}, "dp-tp-cp-pp", 4)])
+def test_expert_tables_shared_without_building_are_the_layouts_groups(sizes, order, ep):
+    """expert-dp = dp (ep 1) and expert-tp = tp (expert_tp = tp) share a table unbuilt (a
+    10^6-GPU census would build a million-member group rank by rank): they must be the
+    layout's own expert groups, row for row."""
+    from sim.parallel.folding import _table, group_tables
+    from sim.parallel.layout import Layout
+
+    layout = Layout(sizes, tuple(order.split("-")), ep)
+    tables = group_tables(layout)
+    for name, fn in (("edp", layout.expert_dp_group), ("etp", layout.expert_tp_group)):
+        if name in tables:
+            np.testing.assert_array_equal(tables[name].rows, _table(name, fn, layout.world).rows)
+        else:
+            assert len(fn(0)) == 1
