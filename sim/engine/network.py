@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from ..errors import SimulationError
-from ..hardware.paths import routes
+from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
 _EPS = 1e-9
@@ -72,30 +72,22 @@ def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_ch
 
 @dataclass
 class CompiledPhase:
-    """A phase mapped onto the topology's links (bytes-independent, so cacheable)."""
+    """A phase mapped onto the topology's links (bytes-independent, so cacheable): entry
+    i puts ``entry_weight[i]`` times chain ``entry_chain[i]``'s rate on link
+    ``links[link_index[i]]``."""
 
     entry_chain: np.ndarray
-    entry_link: np.ndarray
     entry_weight: np.ndarray  # share of the chain's rate on that link (spraying splits it)
     n_chains: int
     step_latency: float  # seconds: the longest hop's path latency
     key: int  # identifies the link structure, for the rate cache
+    links: np.ndarray  # the distinct links it uses, ascending
+    link_index: np.ndarray  # per entry: the position of its link in ``links``
 
     @property
-    def links(self) -> np.ndarray:
-        """The distinct links the phase uses."""
-        return self._unique()[0]
-
-    @property
-    def link_index(self) -> np.ndarray:
-        """Per entry: the position of its link in :attr:`links`."""
-        return self._unique()[1]
-
-    def _unique(self) -> tuple[np.ndarray, np.ndarray]:
-        found = self.__dict__.get("_unique_links")
-        if found is None:
-            found = self.__dict__["_unique_links"] = np.unique(self.entry_link, return_inverse=True)
-        return found
+    def entry_link(self) -> np.ndarray:
+        """Per entry: its link."""
+        return self.links[self.link_index]
 
 
 @dataclass(eq=False, slots=True)
@@ -139,6 +131,7 @@ class Network:
         self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
+        self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
@@ -175,17 +168,30 @@ class Network:
         return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
-        entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst)
+        """Route ``phase``'s hops; or, when an earlier phase had the same hops a whole number
+        of scalable units away, move its links (:func:`sim.hardware.paths.translate`:
+        the same entries, shared, on the moved links)."""
+        shape = _shape_key(phase)
+        template = self._templates.get(shape) if shape is not None else None
+        if template is not None:
+            base, found = template
+            links = translate(self.topo, found.links, int(phase.src[0]) - base)
+            if links is not None and (len(links) < 2 or bool((np.diff(links) > 0).all())):
+                return CompiledPhase(found.entry_chain, found.entry_weight, found.n_chains, found.step_latency,
+                                     serial, links, found.link_index)
+        stats: dict = {}
+        entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst, stats)
         if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
             entry_weight = entry_weight * phase.wire
-        compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
-                                 phase.n_chains, float(latency.max()) if len(latency) else 0.0, serial)
         used = np.zeros(len(self.topo.caps), dtype=bool)  # its distinct links, without sorting the entries
         used[entry_link] = True
         links = np.flatnonzero(used)
         position = np.empty(len(used), dtype=np.int64)
         position[links] = np.arange(len(links))
-        compiled.__dict__["_unique_links"] = (links, position[entry_link])
+        compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_weight, phase.n_chains,
+                                 float(latency.max()) if len(latency) else 0.0, serial, links, position[entry_link])
+        if shape is not None and not stats["slow"]:
+            self._templates.setdefault(shape, (int(phase.src[0]), compiled))
         return compiled
 
     def run(self, phase):
@@ -375,3 +381,11 @@ def _mask_key(remaining: np.ndarray) -> bytes:
     else the live mask. Always bytes, so keys of two copies of one phase compare."""
     live = remaining > 0
     return b"" if live.all() else live.tobytes()
+
+
+def _shape_key(phase) -> tuple | None:
+    """A phase's hops relative to its first source (GPU endpoints only), for translation."""
+    if not len(phase.src) or phase.src.min() < 0 or phase.dst.min() < 0:
+        return None
+    base = phase.src[0]
+    return (phase.chain.tobytes(), (phase.src - base).tobytes(), (phase.dst - base).tobytes(), phase.wire)

@@ -14,9 +14,11 @@ rail-only or multi-plane fabric still go through ``route()``. The result is the 
 import numpy as np
 
 
-def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(links, weights, lengths, latencies): the routes of every pair src[i] -> dst[i]
-    concatenated in pair order, each route's hop count, and each route's latency."""
+    concatenated in pair order, each route's hop count, and each route's latency.
+    ``stats["slow"]``, if given: how many pairs went through ``route()``."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     # hops ending at a switch (in-switch reduction: negative ids) and every hop of a
     # rail-only or multi-plane fabric (sim/hardware/switching.py) go through route()
@@ -45,6 +47,8 @@ def routes(topo, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
         table = spine_hops(topo, uniq // len(topo._leaf_nodes), uniq % len(topo._leaf_nodes))
         core[cross] = inverse.reshape(-1)
         slow[cross[table[1][core[cross]] < 0]] = True  # leaf pairs without two-hop paths
+    if stats is not None:
+        stats["slow"] = int(slow.sum())
     return _assemble(topo, calls, same & ~slow, valid, slow, core, table, hops)
 
 
@@ -147,4 +151,87 @@ def leaf_ids(topo) -> np.ndarray:
                     nodes.append(leaf)
         topo.__dict__["_leaf_nodes"] = nodes
         found = topo.__dict__["_leaf_ids"] = out
+    return found
+
+
+# Translation: on a clean rail-optimised fat tree of whole scalable units, moving every
+# endpoint of a set of hops by a whole number of units (``off`` GPUs) moves each hop's
+# route link for link: the same kinds of links of the moved GPUs and leaves, the same
+# spines. A folded run meets the same collective shape once per pipeline stage (their
+# ranks ``off`` apart), so the network routes it once and translates its link set.
+ENDPOINTS = ("up_nv", "down_nv", "up_nic", "down_nic", "up_ib", "down_ib")
+
+
+def translatable(topo, off: int) -> bool:
+    """Whether ``translate`` applies: spraying over a plain fat tree built of whole units
+    and never cut since (link faults that only slow a link change no route), ``off`` a
+    multiple of the unit and of the NVLink domain."""
+    spec = topo.spec
+    unit = spec.gpus_per_node * spec.nodes_per_su
+    plain = topo.__dict__.get("_translatable")
+    if plain is None:  # (counting a graph's edges walks every node: once per topology)
+        plain = topo.__dict__["_translatable"] = (
+            spec.routing == "spray" and spec.planes == 1 and spec.builder == "fat_tree"
+            and topo.graph.graph.get("connected_with") == topo.graph.number_of_edges()
+            and topo.num_gpus % unit == 0 and spine_table(topo)[2] is None)
+    return plain and off % unit == 0 and off % spec.gpus_per_domain == 0
+
+
+def translate(topo, links: np.ndarray, off: int) -> np.ndarray | None:
+    """The links a route uses ``off`` GPUs further on, link for link (None when some link
+    is of no kind a batched route uses, or ``translatable`` says no)."""
+    if not translatable(topo, off):
+        return None
+    cls, idx = link_owners(topo)
+    c, i = cls[links], idx[links]
+    if (c < 0).any():
+        return None
+    out = np.full(len(links), -1, dtype=np.int64)
+    ends = topo._endpoint_links
+    for k, name in enumerate(ENDPOINTS):
+        sel = c == k
+        if sel.any():
+            gpu = i[sel] + off
+            if gpu.min() < 0 or gpu.max() >= topo.num_gpus:
+                return None
+            out[sel] = ends[name][gpu]
+    up, down, _ = spine_table(topo)
+    switches = up.shape[1]
+    leaf, switch = i // switches, i % switches
+    for k, table in ((len(ENDPOINTS), up), (len(ENDPOINTS) + 1, down.T)):
+        sel = c == k
+        if sel.any():
+            gpu = leaf_gpus(topo)[leaf[sel]] + off
+            if gpu.min() < 0 or gpu.max() >= topo.num_gpus:
+                return None
+            out[sel] = table[leaf_ids(topo)[gpu], switch[sel]]
+    return out if (out >= 0).all() else None
+
+
+def link_owners(topo) -> tuple[np.ndarray, np.ndarray]:
+    """Per link (cached): its kind among :data:`ENDPOINTS` (index: the GPU), leaf -> switch
+    or switch -> leaf (index: leaf * switches + switch), or -1."""
+    found = topo.__dict__.get("_link_owners")
+    if found is None:
+        kind, index = np.full(len(topo.caps), -1, np.int64), np.full(len(topo.caps), -1, np.int64)
+        for k, name in enumerate(ENDPOINTS):
+            ids = topo._endpoint_links[name]
+            ok = ids >= 0
+            kind[ids[ok]], index[ids[ok]] = k, np.flatnonzero(ok)
+        up, down, _ = spine_table(topo)
+        for k, table in ((len(ENDPOINTS), up), (len(ENDPOINTS) + 1, down.T)):
+            ok = table >= 0
+            kind[table[ok]], index[table[ok]] = k, np.flatnonzero(ok.reshape(-1))
+        found = topo.__dict__["_link_owners"] = (kind, index)
+    return found
+
+
+def leaf_gpus(topo) -> np.ndarray:
+    """Per leaf id: the first GPU whose NIC plugs into it (cached)."""
+    found = topo.__dict__.get("_leaf_gpus")
+    if found is None:
+        ids = leaf_ids(topo)
+        first = np.full(len(topo._leaf_nodes), -1, np.int64)
+        first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # the smallest GPU wins (written last)
+        found = topo.__dict__["_leaf_gpus"] = first
     return found
