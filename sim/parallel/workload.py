@@ -67,12 +67,24 @@ def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: b
     perturbations (:func:`sim.parallel.folding.fold`), the sampled jitter mode
     (:func:`sim.parallel.jitter.sampled`), or every rank on its own. ``uneven``: the
     experts' loads differ, so expert-group positions build different programs."""
+    domains = np.asarray(domains)
+    key = (fabric, uneven, layout)
+    kept = _FOLDINGS.get(id(s))
+    if kept is not None and kept[0] is s and kept[1] == key and np.array_equal(kept[2], domains):
+        return kept[3]  # (the work census of sim.work asked first, for the same scenario)
     found = None
     if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
         found = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
     elif can_fold(s, fabric):
         found = fold(s, layout, fabric, domains, uneven)
-    return found or unfolded(layout, uneven)
+    found = found or unfolded(layout, uneven)
+    if len(_FOLDINGS) >= 4:
+        _FOLDINGS.pop(next(iter(_FOLDINGS)))
+    _FOLDINGS[id(s)] = (s, key, domains, found)  # (holding ``s``: its id is not reused meanwhile)
+    return found
+
+
+_FOLDINGS: dict[int, tuple] = {}  # the last few foldings, by scenario: a run reuses its census's
 
 
 def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.ndarray]:
