@@ -20,6 +20,9 @@ from sim import work
 PROBES = [  # (what it isolates, scenario, overrides, the unit count's name in Work)
     ("ops", "scenarios/gpt3-175b-ptd.toml", [], "ops"),
     ("ops, every rank", "scenarios/jitter-dp-1k.toml", [], "ops"),
+    ("ops, folded", "scenarios/llama3-405b-16k-h100.toml",  # a straggler splits the classes: 64 ranks
+     ["stragglers=[{ranks = [1234], slowdown = 1.2}]"], "ops"),
+    ("ops, sampled", "scenarios/llama3-405b-16k-h100.toml", ["jitter.sigma=0.05"], "ops"),  # 512 ranks
     ("GPUs", "scenarios/llama3-70b-fsdp-1k-h100.toml",
      ["cluster.nodes=2048", "parallel.dp=16384", "training.global_batch=16384"], "gpus"),
     ("fabric links", "scenarios/llama3-8b-fsdp-h100.toml",
@@ -31,7 +34,7 @@ PROBES = [  # (what it isolates, scenario, overrides, the unit count's name in W
      ["model.moe.experts=16384", "parallel.ep=1", "model.layers=32", "training.global_batch=256"],
      "expert_kernels"),
 ]
-QUICK_SKIPS = ("ops", "router scores")
+QUICK_SKIPS = ("ops", "ops, sampled", "router scores")
 
 
 def measure(scenario: str, overrides: list[str]) -> tuple[float, float, float]:

@@ -69,6 +69,8 @@ JITTER_SIGMA = Bound(0.0, 1.0, "relative std dev per op; measured kernel jitter 
                                "beyond 1 a mean-one draw is mostly far faster than the GPU's peak")
 JITTER_FLOOR = Bound(0.7, 100.0, "an op's multiplier below 0.7 would beat the GPU's peak (the roofline "
                                  "is calibrated at ~0.69 of peak)")
+JITTER_SAMPLE = Bound(1, GPUS.hi, "ranks a sampled jitter run simulates: at most every rank of the largest "
+                                   "cluster (sim/parallel/jitter.py)")
 FAULTS = Bound(0, 4096, "entries in [[stragglers]] or [[cluster.faults]] (one entry names any number of ranks)")
 
 # --- the model ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from . import collectives
 from . import work
 from .hardware import topology
 from .parallel import workload
-from .engine.core import Engine
+from .engine.core import Engine, cycle_collector_paused
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
@@ -18,7 +18,7 @@ from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, spans_frame
 from .hardware.faults import perturbed
-from .input.load import topology_spec
+from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
 
 
@@ -54,16 +54,17 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
 
 
 def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
-    topo = build_topology(s)
-    gpu_name = s.cluster.gpu or topo.spec.gpu
-    gpu = gpu_preset(gpu_name)
-    from .hardware.faults import compute_scale, jitter_fn
+    with cycle_collector_paused():  # (building a 131k-GPU graph and programs allocates millions of objects)
+        topo = build_topology(s)
+        gpu_name = s.cluster.gpu or topo.spec.gpu
+        gpu = gpu_preset(gpu_name)
+        from .hardware.faults import compute_scale
 
-    ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, jitter_fn(s))
-    programs = workload.build_programs(ctx)
+        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
+        programs = workload.build_programs(ctx)
     if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # NVLS, SHARP, PAT: can this cluster run it?
         collectives.check_programs(programs, topo, "parallel.dp_algo")
-    engine = Engine(topo, programs, compute_scale(s, topo))
+    engine = Engine(topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
@@ -74,18 +75,32 @@ def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bo
     spans = spans_frame(engine)
     wall = time.perf_counter() - t0
     memory = peak_memory(ctx)
-    summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops)
+    arrivals = ctx.folding.arrivals  # sampled jitter: the folded ranks' own end of step
+    folded_end = arrivals.step_end(spans.groupby("rank").end_s.max()) if arrivals is not None else None
+    summary = summarize(s, ctx, spans, memory, gpu.hbm_bytes, gpu.peak_flops, folded_end)
     summary.update(sim_events=engine.events, sim_wall_s=round(wall, 3))
+    if s.jitter.sigma > 0:
+        summary.update(jitter_summary(ctx))
     if baseline and perturbed(s):
         clean = simulate(clean_copy(s), baseline=False, e_max=e_max, force=True)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
     invariants.check(summary, invariants.compute_floor(programs, slow_from_start(s, topo.spec.gpus_per_node)),
                      s.name)
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
+            "folding": ctx.folding,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
             "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
             "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
     return Result(summary, spans, s, memory, info)
+
+
+def jitter_summary(ctx) -> dict:
+    """Which jitter mode ran (sim/parallel/jitter.py): every rank exact, or a sample."""
+    sample = ctx.folding.sample
+    if sample is None:
+        return {"jitter_mode": "exact"}
+    return {"jitter_mode": "sampled", "jitter_sampled_replicas": sample["replicas"],
+            "jitter_replicas": sample["of"], "jitter_sampled_ranks": sample["ranks"]}
 
 
 def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
@@ -99,11 +114,3 @@ def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
             for r in straggler_ranks(st, per_node):
                 slow[r] = max(slow.get(r, 1.0), st.slowdown)
     return slow
-
-
-def clean_copy(s: Scenario) -> Scenario:
-    """The same scenario without stragglers, jitter or faults."""
-    from .input.scenario import Jitter
-
-    return s.model_copy(update={"stragglers": [], "jitter": Jitter(),
-                                "cluster": s.cluster.model_copy(update={"faults": []})})

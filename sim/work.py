@@ -22,13 +22,16 @@ import threading
 from . import bounds
 from .errors import InputError, SimulationError
 from .hardware.faults import perturbed
-from .input.load import topology_spec
+from .input.load import clean_copy, topology_spec
 from .parallel import census
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
 # probe isolating each; estimate / measured for it in brackets after the change):
-OP_S, OP_BYTES = 25e-6, 1.5e3  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
-#                                jitter-dp-1k, every rank simulated, 17 us, 1.2 KB) [1.6x, 1.3-2.1x]
+OP_S, OP_BYTES = 25e-6, 900.0  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
+#                                jitter-dp-1k, every rank simulated, 17 us, 1.2 KB) [1.6x, 1.3-2.1x]; since
+#   programs are built once per stage and copied (sim/parallel/copies.py): gpt3-175b-ptd 7.4 us, 549 B;
+#   jitter-dp-1k 10.5 us, 872 B; 405B on 16k GPUs with a straggler (64 ranks) 10.1 us, 925 B with its
+#   16,384 GPUs; with sampled jitter (512 ranks) 6.3 us, 453 B [CPU 2.4-4.1x, memory 1.6-2.2x]
 GPU_S, GPU_BYTES = 130e-6, 11e3  # per GPU of the cluster (llama3-70b FSDP on 16k: 114 us, 10.6 KB) [1.2x, 1.1x]
 LINK_S, LINK_BYTES = 20e-6, 1.6e3  # per leaf-spine link (2,048 spines: 17 us, 1.6 KB) [1.1x, 1.1x]
 SCORE_S, SCORE_BYTES = 170e-9, 16.0  # per router score sorted (token choice 0.1 us; expert choice, whole batch
@@ -70,9 +73,8 @@ def estimate(s) -> Work:
     """The work of ``simulate(s)`` for a checked scenario (sim.load_scenario's result)."""
     ranks, per_rank = census.simulated_ranks(s), census.ops_per_rank(s)
     ops = ranks * per_rank
-    if perturbed(s):  # the clean baseline folds
-        ops += len(census.workload.simulated_ranks(
-            s, census.Layout.from_parallel(s.parallel), folded=s.parallel.fold)) * per_rank
+    if perturbed(s):  # the clean baseline
+        ops += census.simulated_ranks(clean_copy(s)) * per_rank
     gpus, links = s.cluster.gpus, _fabric_links(s)
     scores, held = census.routed_scores(s)
     kernels = census.expert_kernels(s) * ranks

@@ -15,6 +15,8 @@ Run: ``python -m pytest tests/test_pipeline.py``
 import numpy as np
 import pytest
 
+from sim.model.compute import ATTENTION_KERNEL
+
 from conftest import assert_input_error, clustersim
 
 from sim.input.load import scenario_from_dict
@@ -84,7 +86,10 @@ def test_gpipe_bubbles_sit_where_the_seeds_say():
     stage = {s: passes(result, s) for s in range(p)}  # rank s is stage s (tp = dp = 1)
     t_f = stage[1][(0, "F")][1] - stage[1][(0, "F")][0]
     t_b = stage[1][(0, "B")][1] - stage[1][(0, "B")][0]
-    assert 2 * t_f <= t_b <= 2.5 * t_f  # GEMMs: dgrad + wgrad = 2x; flash attention 2.5x
+    # GEMMs: dgrad + wgrad = 2x; flash attention 2.5x the FLOPs at the backward kernel's
+    # lower efficiency (ATTENTION_KERNEL: at most the ratio of the curves' maxima)
+    (fwd, _), (bwd, _) = ATTENTION_KERNEL["h100-sxm"]
+    assert 2 * t_f <= t_b <= 2.5 * fwd / bwd * t_f
     # start of the step: stage s waits s forward passes; the last stages idle
     for s in range(p):
         assert stage[s][(0, "F")][0] == pytest.approx(s * t_f, rel=0.02, abs=1e-12)

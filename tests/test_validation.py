@@ -105,3 +105,40 @@ def test_cli_explain_accounts_for_the_whole_step():
 def test_cli_explain_unknown_row_is_exit_2():
     p = clustersim("validate", "--explain", "no-such-row")
     assert p.returncode == 2 and "--explain" in p.stderr and "no such" not in p.stdout
+
+
+# --- the modern NeMo rows (issue 13): each within 20%, all 29 rows 8% MAPE --------------------
+
+MODERN = [r for r in ROWS if r not in LEGACY]
+MODERN_ROW_ERROR = 0.20
+ALL_ROWS_MAPE = 0.08
+# rows that simulate in a few seconds each (CPU measured with validation.compare); the rest are slow
+FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
+# a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
+KNOWN_GAPS = {"dg-dsv3-1024": "EP all-to-all era MoE cost the model lacks (published MFU 16.5%)"}
+
+
+def _modern_param(r):
+    marks = [] if r.id in FAST_MODERN else [pytest.mark.slow]
+    if r.id in KNOWN_GAPS:
+        marks.append(pytest.mark.xfail(reason=KNOWN_GAPS[r.id], strict=True))
+    return pytest.param(r, id=r.id, marks=marks)
+
+
+@pytest.mark.parametrize("row", [_modern_param(r) for r in MODERN])
+def test_each_modern_row_within_20_percent(row):
+    c = compared(row)
+    assert c.failure == ""
+    assert abs(c.error) <= MODERN_ROW_ERROR, f"{row.id}: predicted {c.predicted_step_s:.3f} s vs {row.published_step_s:.3f} s"
+
+
+def test_fast_modern_rows_cover_fp8_cp_and_pp():
+    fast = [r for r in MODERN if r.id in FAST_MODERN]
+    par = [r.scenario["parallel"] for r in fast]
+    assert len(fast) == len(FAST_MODERN) and any(r.precision == "fp8" for r in fast)
+    assert any(p.get("cp", 1) > 1 for p in par) and any(p.get("pp", 1) > 1 for p in par)
+
+
+@pytest.mark.slow
+def test_mape_over_all_rows():
+    assert validation.mape([compared(r) for r in ROWS]) <= ALL_ROWS_MAPE

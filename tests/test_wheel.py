@@ -103,8 +103,8 @@ def test_a_bundled_example_runs_by_name_outside_the_checkout(installed):
 def test_validate_runs_from_the_shipped_tables(installed):
     proc = run(installed, "clustersim", "validate", "--rows", "MH", "--no-pp", "--json")
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)["rows"]
-    assert [r["params"] for r in rows] == ["1.7B", "16B"] and all(abs(r["error"]) < 0.2 for r in rows)
+    rows = json.loads(proc.stdout)
+    assert [r["id"] for r in rows] == ["MH-1.7B-48", "MH-16B-192"] and all(abs(r["error"]) < 0.2 for r in rows)
 
 
 def test_study_and_gallery_scenarios_load_from_the_wheel(installed):

@@ -43,8 +43,9 @@ def _load(name, overrides=()):
 
 
 def _programs(s):
+    s = s.model_copy()  # (a copy: the run must not reuse the census's folding of s, workload.folding)
     topo = build_topology(s)
-    ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu)
+    ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu, None, topo.spec)
     return workload.build_programs(ctx)
 
 
@@ -54,8 +55,23 @@ def test_census_counts_the_ranks_and_bounds_the_ops_of_built_programs(name):
         s = _load(name, overrides)
         programs = _programs(s)
         actual = max(len(p.ops) for p in programs)
-        assert census.simulated_ranks(s) == len(programs) or s.stragglers
+        assert census.simulated_ranks(s) == len(programs)
         assert actual <= census.ops_per_rank(s) <= 2 * actual, (overrides, actual, census.ops_per_rank(s))
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("llama3-8b-fsdp-h100", ["stragglers=[{ranks = [5], slowdown = 1.3}]"]),
+    ("gpt-1.7b-ptd-interleaved-a100", ["stragglers=[{nodes = [1], slowdown = 1.2, start_s = 0.01}]"]),
+    ("gpt-1.7b-ptd-interleaved-a100", ["cluster.faults=[{gpu_nic = 9, factor = 0.5}]"]),
+    ("llama3-8b-fsdp-h100", ["cluster.faults=[{gpu_nic = 3, factor = 0.0}]"]),
+    ("mixtral-small-ep-h100", ["model.moe.routing='token_choice'", "model.moe.skew=0.5"]),
+    ("llama3-8b-fsdp-h100", ["jitter.sigma=0.05", "jitter.mode='sampled'", "jitter.sample_ranks=8"]),
+])
+def test_census_folds_perturbed_scenarios_as_the_run_does(name, overrides):
+    """The census asks the workload's own folding (sim/parallel/folding.py, sim/parallel/
+    jitter.py) on the topology spec, before anything is built: as many ranks as the run."""
+    s = _load(name, overrides)
+    assert census.simulated_ranks(s) == len(_programs(s)) < s.cluster.gpus
 
 
 @pytest.mark.parametrize("overrides, key", [

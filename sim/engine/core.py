@@ -14,9 +14,10 @@ joins them with the ops into the spans table. ``python bench/collectives.py`` me
 its events per second against a bare SimPy loop.
 
 Folding: a workload may simulate only one rank per class of identical ranks; members of
-a group that are not simulated are taken to arrive with the simulated ones, and a
-collective may carry ``siblings`` (the identical groups of the folded ranks) so their
-traffic still loads the network.
+a group that are not simulated are taken to arrive with the simulated ones (or, with
+``folded_arrival``, when that hook says: sampled jitter, :mod:`sim.parallel.jitter`),
+and a collective may carry ``siblings`` (the identical groups of the folded ranks) so
+their traffic still loads the network.
 """
 
 from contextlib import contextmanager
@@ -28,9 +29,26 @@ import numpy as np
 import simpy
 
 from .. import collectives
-from ..collectives.schedule import Schedule, merge
+from ..collectives.schedule import Phase, Schedule, merge
 from .network import Network
 from ..hardware.topology import Topology
+
+
+class SiblingGroups:
+    """Groups of folded ranks whose copy of a collective rides with a simulated one: an
+    array of rows (one group each, sorted), compared and hashed by identity (the workload
+    hands out one object per simulated group, so schedule caches key on it cheaply)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return (tuple(int(r) for r in row) for row in self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +60,7 @@ class Collective:
     group: tuple[int, ...]
     nbytes: float
     algo: str = "auto"
-    siblings: tuple[tuple[int, ...], ...] = ()
+    siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 
 
@@ -171,14 +189,17 @@ class Engine:
     """Executes rank programs; ``run()`` returns the spans as a list of tuples."""
 
     def __init__(self, topo: Topology, programs: list[RankProgram],
-                 compute_scale: Callable[[int, float], float] | None = None):
+                 compute_scale: Callable[[int, float], float] | None = None,
+                 folded_arrival: Callable[[Collective, list, Callable], float | None] | None = None):
         self.env = simpy.Environment()
         self.topo = topo
         self.net = Network(self.env, topo)
         self.programs = programs
         self.compute_scale = compute_scale
+        self.folded_arrival = folded_arrival  # when a group's folded members arrive, if not with the simulated
         self.simulated = {p.rank for p in programs}
         self.times = {p.rank: OpTimes(len(p.ops)) for p in programs}  # rank -> when each op ran
+        self._programs = {p.rank: p for p in programs}
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
         self._met: list[list] = []  # members of complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
@@ -234,10 +255,24 @@ class Engine:
         meeting.members.append((rank, index, self.env._now))
         if len(meeting.members) == meeting.expected:
             del self._rendezvous[call.key]
-            meeting.start = self.env.now
-            self.collectives_run += 1
-            self._run_phases(self.schedule_of(call).phases, 0, meeting)
+            late = self.folded_arrival(call, meeting.members, self.ready) if self.folded_arrival is not None else None
+            if late is not None and late > self.env._now:  # folded members still on their way
+                self.env.timeout(late - self.env._now).callbacks.append(lambda _ev: self._begin(call, meeting))
+            else:
+                self._begin(call, meeting)
         return meeting
+
+    def ready(self, rank: int, index: int) -> float:
+        """When op ``index`` of ``rank`` had its dependencies done (0 without any): when it
+        could have started had its stream been free."""
+        deps = self._programs[rank].ops[index].deps
+        end = self.times[rank].end
+        return max((end[d] for d in deps), default=0.0)
+
+    def _begin(self, call: Collective, meeting: Meeting) -> None:
+        meeting.start = self.env.now
+        self.collectives_run += 1
+        self._run_phases(self.schedule_of(call).phases, 0, meeting)
 
     def _expected_members(self, group: tuple[int, ...]) -> int:
         n = self._expected.get(group)
@@ -274,7 +309,7 @@ class Engine:
         found = self._schedules.get(key)
         if found is None:
             found = self._schedules[key] = merged_schedule(
-                call.op, call.algo, (call.group,) + call.siblings, call.nbytes, self.topo, call.shares)
+                call.op, call.algo, call.group, call.siblings, call.nbytes, self.topo, call.shares)
         return found
 
 
@@ -298,13 +333,50 @@ def cycle_collector_paused():
             gc.enable()
 
 
-def merged_schedule(op: str, algo: str, groups: tuple, nbytes: float, topo: Topology,
+def merged_schedule(op: str, algo: str, group: tuple, siblings, nbytes: float, topo: Topology,
                     shares: tuple | None = None) -> Schedule:
-    """One schedule running the same collective on several groups at once."""
-    doms = tuple(tuple(int(d) for d in topo.domains[list(g)]) for g in groups)
-    parts = [collectives.schedule(op, algo, g, nbytes, d, shares, topo.fabric) for g, d in zip(groups, doms)]
-    phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
-    return Schedule(parts[0].op, parts[0].algo, phases)
+    """One schedule running the same collective on ``group`` and each of ``siblings`` at
+    once, phase by phase, groups in that order. Siblings whose members share NVLink
+    domains as ``group``'s do (the same pattern, position by position) get ``group``'s
+    schedule with the members renamed: every algorithm depends on the group only through
+    its order and that pattern (tests/test_merged_schedule.py checks it); a schedule with
+    hops to or from a switch (in-switch reduction: switch ids are the group's own) is
+    built group by group."""
+    rows = np.vstack([np.asarray(group, dtype=np.int64)[None, :]]
+                     + ([siblings.rows] if isinstance(siblings, SiblingGroups) else
+                        [np.asarray(siblings, dtype=np.int64).reshape(-1, len(group))]))
+    doms = topo.domains[rows]
+    first = collectives.schedule(op, algo, tuple(group), nbytes, tuple(int(d) for d in doms[0]), shares,
+                                 topo.fabric)
+    if len(rows) == 1:
+        return Schedule(first.op, first.algo, tuple(merge([p]) for p in first.phases))
+    switched = any((p.src < 0).any() or (p.dst < 0).any() for p in first.phases)
+    if switched or not same_domain_pattern(doms).all():
+        parts = [collectives.schedule(op, algo, tuple(int(r) for r in g), nbytes, tuple(int(d) for d in d_),
+                                      shares, topo.fabric) for g, d_ in zip(rows, doms)]
+        phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
+        return Schedule(first.op, first.algo, phases)
+    return Schedule(first.op, first.algo, tuple(_renamed(p, group, rows) for p in first.phases))
+
+
+def same_domain_pattern(doms: np.ndarray) -> np.ndarray:
+    """Per row of ``doms`` (the NVLink domain of each member of a group): whether its
+    members share domains exactly as the first row's do, position by position."""
+    _, firsts, inverse = np.unique(doms[0], return_index=True, return_inverse=True)
+    ok = (doms == doms[:, firsts[inverse.reshape(-1)]]).all(axis=1)
+    distinct = np.sort(doms[:, firsts], axis=1)
+    return ok & (np.diff(distinct, axis=1) != 0).all(axis=1)
+
+
+def _renamed(phase: Phase, group: tuple, rows: np.ndarray) -> Phase:
+    """``phase`` of ``group`` run by every row of ``rows`` (the first is ``group``)."""
+    where = {int(r): i for i, r in enumerate(group)}
+    src = np.array([where[int(r)] for r in phase.src], dtype=np.int64)
+    dst = np.array([where[int(r)] for r in phase.dst], dtype=np.int64)
+    k, n = len(rows), phase.n_chains
+    chain = (phase.chain[None, :] + (np.arange(k, dtype=np.int64) * n)[:, None]).reshape(-1)
+    return Phase(rows[:, src].reshape(-1), rows[:, dst].reshape(-1), chain, np.tile(phase.nbytes, k),
+                 phase.steps, phase.label, phase.latency_scale, phase.overhead, phase.wire)
 
 
 def bare_simpy_rate(n: int = 200_000) -> float:

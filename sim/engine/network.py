@@ -22,6 +22,7 @@ import numpy as np
 import simpy
 
 from ..errors import SimulationError
+from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
 _EPS = 1e-9
@@ -44,51 +45,49 @@ def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int
     """
     weight = np.ones(len(entry_chain)) if entry_weight is None else entry_weight
     links, local = np.unique(entry_link, return_inverse=True)
-    remaining = caps[links].astype(float)
+    return fill(entry_chain, local, caps[links].astype(float), n_chains, weight)
+
+
+def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_chains: int,
+         weight: np.ndarray) -> np.ndarray:
+    """Progressive filling of :func:`max_min_rates` with links numbered 0..len(remaining)-1
+    (``local``) and their capacities ``remaining`` (consumed)."""
+    n_links = len(remaining)
     rates = np.zeros(n_chains)
-    frozen = np.zeros(n_chains, dtype=bool)
-    live = np.ones(len(entry_chain), dtype=bool)
-    while live.any():
-        load = np.bincount(local[live], weights=weight[live], minlength=len(links))
+    while len(entry_chain):  # the entries of chains not yet frozen, in their original order
+        load = np.bincount(local, weights=weight, minlength=n_links)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, np.maximum(remaining, 0) / load, np.inf)
         level = share.min()
         tight = share <= level * (1 + _EPS)
-        hit = np.unique(entry_chain[live & tight[local]])
+        hit = np.zeros(n_chains, dtype=bool)
+        hit[entry_chain[tight[local]]] = True
         rates[hit] = level
-        frozen[hit] = True
-        newly = live & frozen[entry_chain]
-        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=len(links)) * level
-        live &= ~newly
+        newly = hit[entry_chain]
+        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=n_links) * level
+        keep = ~newly
+        entry_chain, local, weight = entry_chain[keep], local[keep], weight[keep]
     return rates
 
 
 @dataclass
 class CompiledPhase:
-    """A phase mapped onto the topology's links (bytes-independent, so cacheable)."""
+    """A phase mapped onto the topology's links (bytes-independent, so cacheable): entry
+    i puts ``entry_weight[i]`` times chain ``entry_chain[i]``'s rate on link
+    ``links[link_index[i]]``."""
 
     entry_chain: np.ndarray
-    entry_link: np.ndarray
     entry_weight: np.ndarray  # share of the chain's rate on that link (spraying splits it)
     n_chains: int
     step_latency: float  # seconds: the longest hop's path latency
     key: int  # identifies the link structure, for the rate cache
+    links: np.ndarray  # the distinct links it uses, ascending
+    link_index: np.ndarray  # per entry: the position of its link in ``links``
 
     @property
-    def links(self) -> np.ndarray:
-        """The distinct links the phase uses."""
-        return self._unique()[0]
-
-    @property
-    def link_index(self) -> np.ndarray:
-        """Per entry: the position of its link in :attr:`links`."""
-        return self._unique()[1]
-
-    def _unique(self) -> tuple[np.ndarray, np.ndarray]:
-        found = self.__dict__.get("_unique_links")
-        if found is None:
-            found = self.__dict__["_unique_links"] = np.unique(self.entry_link, return_inverse=True)
-        return found
+    def entry_link(self) -> np.ndarray:
+        """Per entry: its link."""
+        return self.links[self.link_index]
 
 
 @dataclass(eq=False, slots=True)
@@ -132,6 +131,7 @@ class Network:
         self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
+        self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
@@ -168,17 +168,31 @@ class Network:
         return out
 
     def _compile(self, phase, serial: int) -> CompiledPhase:
-        routes = [self.topo.route(int(s), int(d)) for s, d in zip(phase.src, phase.dst)]
-        lengths = np.array([len(r.links) for r in routes], dtype=np.int64)
-        if routes:
-            entry_link = np.concatenate([r.links for r in routes])
-            entry_weight = np.concatenate([r.weights for r in routes])
-        else:
-            entry_link, entry_weight = np.zeros(0, dtype=np.int64), np.zeros(0)
+        """Route ``phase``'s hops; or, when an earlier phase had the same hops a whole number
+        of scalable units away, move its links (:func:`sim.hardware.paths.translate`:
+        the same entries, shared, on the moved links)."""
+        shape = _shape_key(phase)
+        template = self._templates.get(shape) if shape is not None else None
+        if template is not None:
+            base, found = template
+            links = translate(self.topo, found.links, int(phase.src[0]) - base)
+            if links is not None and (len(links) < 2 or bool((np.diff(links) > 0).all())):
+                return CompiledPhase(found.entry_chain, found.entry_weight, found.n_chains, found.step_latency,
+                                     serial, links, found.link_index)
+        stats: dict = {}
+        entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst, stats)
         if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
             entry_weight = entry_weight * phase.wire
-        return CompiledPhase(np.repeat(phase.chain, lengths), entry_link, entry_weight,
-                             phase.n_chains, max((r.latency for r in routes), default=0.0), serial)
+        used = np.zeros(len(self.topo.caps), dtype=bool)  # its distinct links, without sorting the entries
+        used[entry_link] = True
+        links = np.flatnonzero(used)
+        position = np.empty(len(used), dtype=np.int64)
+        position[links] = np.arange(len(links))
+        compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_weight, phase.n_chains,
+                                 float(latency.max()) if len(latency) else 0.0, serial, links, position[entry_link])
+        if shape is not None and not stats["slow"]:
+            self._templates.setdefault(shape, (int(phase.src[0]), compiled))
+        return compiled
 
     def run(self, phase):
         """SimPy generator: latency, then the bytes. Returns when every chain is done."""
@@ -266,15 +280,34 @@ class Network:
             self._record(act, act.rates)
 
     def _max_min(self, order: list[_Active]) -> list[np.ndarray]:
-        chains, links, weights, offset = [], [], [], 0
+        """Joint max-min rates of ``order``'s live chains. Links are numbered over the union
+        of the phases' own (cached) link sets, not by sorting every entry each time: the
+        same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
+        if len(order) == 1:
+            union, position = order[0].phase.links, None
+        else:  # (a mask over every link: np.unique of the concatenation is far slower at scale)
+            used = np.zeros(len(self.topo.caps), dtype=bool)
+            for act in order:
+                used[act.phase.links] = True
+            union = np.flatnonzero(used)
+            position = np.empty(len(used), dtype=np.int64)  # (only the union's entries are read)
+            position[union] = np.arange(len(union))
+        chains, locals_, weights, offset = [], [], [], 0
         for act in order:
-            live = act.remaining[act.phase.entry_chain] > 0
-            chains.append(act.phase.entry_chain[live] + offset)
-            links.append(act.phase.entry_link[live])
-            weights.append(act.phase.entry_weight[live])
-            offset += act.phase.n_chains
-        rates = max_min_rates(np.concatenate(chains), np.concatenate(links), offset,
-                              self.topo.caps, np.concatenate(weights))
+            ph = act.phase
+            where = ph.link_index if position is None else position[ph.links][ph.link_index]
+            if act.mask == b"":  # every chain live (the usual case): no masking
+                chains.append(ph.entry_chain + offset if offset else ph.entry_chain)
+                locals_.append(where)
+                weights.append(ph.entry_weight)
+            else:
+                live = act.remaining[ph.entry_chain] > 0
+                chains.append(ph.entry_chain[live] + offset)
+                locals_.append(where[live])
+                weights.append(ph.entry_weight[live])
+            offset += ph.n_chains
+        rates = fill(np.concatenate(chains), np.concatenate(locals_), self.topo.caps[union].astype(float), offset,
+                     np.concatenate(weights))
         out, offset = [], 0
         for act in order:
             out.append(rates[offset:offset + act.phase.n_chains])
@@ -348,3 +381,11 @@ def _mask_key(remaining: np.ndarray) -> bytes:
     else the live mask. Always bytes, so keys of two copies of one phase compare."""
     live = remaining > 0
     return b"" if live.all() else live.tobytes()
+
+
+def _shape_key(phase) -> tuple | None:
+    """A phase's hops relative to its first source (GPU endpoints only), for translation."""
+    if not len(phase.src) or phase.src.min() < 0 or phase.dst.min() < 0:
+        return None
+    base = phase.src[0]
+    return (phase.chain.tobytes(), (phase.src - base).tobytes(), (phase.dst - base).tobytes(), phase.wire)

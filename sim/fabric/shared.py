@@ -20,7 +20,7 @@ import time
 from .. import collectives
 from ..engine.core import Collective, Engine, RankProgram
 from ..errors import InputError
-from ..hardware.faults import compute_scale, jitter_fn
+from ..hardware.faults import compute_scale
 from ..hardware import topology
 from ..input.scenario import Scenario
 from ..outputs.metrics import summarize
@@ -102,7 +102,7 @@ def _build(job: Job, j: int, topo) -> None:
     s = job.scenario.model_copy(update={"parallel": job.scenario.parallel.model_copy(update={"fold": False})})
     job.scenario = s
     gpu_name = s.cluster.gpu or topo.spec.gpu
-    job.ctx = workload.make_context(s, [int(topo.domains[g]) for g in job.gpus], gpu_name, None, jitter_fn(s))
+    job.ctx = workload.make_context(s, [int(topo.domains[g]) for g in job.gpus], gpu_name, None, topo.spec)
     programs = workload.build_programs(job.ctx)
     if s.parallel.dp_algo in collectives.NEEDS_FABRIC:
         _check_algorithms(programs, job, topo)

@@ -42,31 +42,38 @@ def compute_scale(s, topo):
     return scale
 
 
+def jitter_draws(s, rank: int, n: int) -> np.ndarray:
+    """The first ``n`` compute multipliers of ``rank`` (index i belongs to the rank's op i):
+    drawn in blocks of 4,096 from the rank's own generator seeded by (seed, rank), so a draw
+    depends only on the seed, the rank and the op, and a whole program's draws are one
+    vectorized call."""
+    rng = np.random.default_rng((s.seed, rank))
+    blocks = [_draws(rng, s.jitter, JITTER_BLOCK) for _ in range(-(-n // JITTER_BLOCK))]
+    return np.concatenate(blocks)[:n] if blocks else np.zeros(0)
+
+
+JITTER_BLOCK = 4096  # draws per generator call (the block size fixes which draw an op gets)
+
+
 def jitter_fn(s):
-    """callable(rank, op_index) -> multiplier, or None. Each rank draws its multipliers in
-    op order from its own generator seeded by (seed, rank), so a draw depends only on the
-    seed, the rank and the op."""
-    j = s.jitter
-    if j.sigma <= 0:
+    """callable(rank, op_index) -> multiplier (:func:`jitter_draws` one at a time), or None."""
+    if s.jitter.sigma <= 0:
         return None
-    streams: dict[int, tuple[np.random.Generator, list]] = {}
+    drawn: dict[int, np.ndarray] = {}
 
     def draw(rank: int, index: int) -> float:
-        found = streams.get(rank)
-        if found is None:
-            found = streams[rank] = (np.random.default_rng((s.seed, rank)), [])
-        rng, drawn = found
-        while len(drawn) <= index:
-            drawn.extend(_draws(rng, j, 4096))
-        return drawn[index]
+        found = drawn.get(rank)
+        if found is None or len(found) <= index:
+            found = drawn[rank] = jitter_draws(s, rank, (index // JITTER_BLOCK + 1) * JITTER_BLOCK)
+        return float(found[index])
 
     return draw
 
 
-def _draws(rng: np.random.Generator, j, n: int) -> list[float]:
+def _draws(rng: np.random.Generator, j, n: int) -> np.ndarray:
     if j.distribution == "lognormal":  # mean-one lognormal
-        return rng.lognormal(-j.sigma**2 / 2, j.sigma, n).tolist()
-    return np.maximum(j.floor, rng.normal(1.0, j.sigma, n)).tolist()
+        return rng.lognormal(-j.sigma**2 / 2, j.sigma, n)
+    return np.maximum(j.floor, rng.normal(1.0, j.sigma, n))
 
 
 def apply_faults(graph, faults, spec) -> None:
@@ -88,6 +95,18 @@ def nic_ranks(f, per_node: int) -> list[int]:
     out = [f.gpu_nic] if f.gpu_nic is not None else []
     if f.node_nics is not None:
         out += range(f.node_nics * per_node, (f.node_nics + 1) * per_node)
+    return out
+
+
+def nic_factors(faults, per_node: int, world: int) -> dict[int, float]:
+    """GPU -> the factor its NIC's bandwidth is scaled by (0: failed), for every GPU a
+    ``gpu_nic`` or ``node_nics`` fault names; entries naming one NIC twice multiply, as
+    :func:`apply_faults` scales the link once per entry."""
+    out: dict[int, float] = {}
+    for f in faults:
+        for g in nic_ranks(f, per_node):
+            if g < world:
+                out[g] = out.get(g, 1.0) * f.factor
     return out
 
 

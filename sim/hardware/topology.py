@@ -66,6 +66,7 @@ def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
     _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw, nvlink_efficiency(gpu.name))
     if spec.builder == "fat_tree" and spec.planes == 1:
         _add_fabric(g, num_gpus, spec, nic)
+        g.graph["connected_with"] = g.number_of_edges()  # built connected: Topology re-checks if links go
     else:  # rail-only or multi-plane (sim/hardware/switching.py)
         from .switching import add_railed_fabric
 
@@ -182,7 +183,8 @@ class Topology(SwitchRoutes):
 
     def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
         gpus = [n for n, d in graph.nodes(data=True) if d["kind"] == "gpu"]
-        if gpus and not nx.node_connected_component(graph, gpus[0]).issuperset(gpus):
+        unchanged = graph.graph.get("connected_with") == graph.number_of_edges()
+        if gpus and not unchanged and not nx.node_connected_component(graph, gpus[0]).issuperset(gpus):
             # (a switch left without links, e.g. a failed spine, isolates no GPU: fine)
             parts = sum(1 for c in nx.connected_components(graph) if any(n in c for n in gpus))
             raise InputError("cluster.topology", f"the network is disconnected ({parts} parts hold GPUs)")
@@ -221,7 +223,8 @@ class Topology(SwitchRoutes):
     @cached_property
     def domains(self) -> np.ndarray:
         """Array: NVLink domain of every GPU."""
-        return np.array([self.graph.nodes[("gpu", i)]["domain"] for i in range(self.num_gpus)])
+        node = self.graph._node
+        return np.array([node[("gpu", i)]["domain"] for i in range(self.num_gpus)])
 
     def route(self, a: int, b: int) -> Route:
         """The path a -> b (cached). Same domain: through the NVSwitch. Otherwise through a
@@ -292,24 +295,24 @@ class Topology(SwitchRoutes):
     @cached_property
     def _endpoint_links(self) -> dict[str, np.ndarray]:
         """Per GPU: the link ids of its first and last hops (-1 where a fault removed one)."""
-        pairs = {"up_nv": lambda i: (("gpu", i), ("nvsw", self.domains[i])),
-                 "up_nic": lambda i: (("gpu", i), ("nic", i)),
-                 "up_ib": lambda i: (("nic", i), self._leaves[i])}
+        n, get = self.num_gpus, self._link_id.get
+        gpus, nics = [("gpu", i) for i in range(n)], [("nic", i) for i in range(n)]
+        pairs = {"up_nv": zip(gpus, [("nvsw", d) for d in self.domains.tolist()]),
+                 "up_nic": zip(gpus, nics), "up_ib": zip(nics, self._leaves)}
         out = {}
-        for name, pair in pairs.items():
-            fwd = [self._link_id.get(pair(i), -1) for i in range(self.num_gpus)]
-            back = [self._link_id.get(pair(i)[::-1], -1) for i in range(self.num_gpus)]
-            out[name] = np.array(fwd)
-            out[name.replace("up_", "down_")] = np.array(back)
+        for name, ends in pairs.items():
+            ends = list(ends)
+            out[name] = np.array([get(pair, -1) for pair in ends], dtype=np.int64)
+            out[name.replace("up_", "down_")] = np.array([get((b, a), -1) for a, b in ends], dtype=np.int64)
         return out
 
     @cached_property
     def _leaves(self) -> list:
         """Per GPU: the IB switch its NIC plugs into (None if the NIC is cut off)."""
-        g, out = self.graph, []
+        adj, node = self.graph._adj, self.graph._node  # (NetworkX's own dicts: 131k lookups)
+        out = []
         for i in range(self.num_gpus):
-            nic = ("nic", i)
-            leaves = [n for n in g.neighbors(nic) if g.nodes[n]["kind"] == "switch"] if nic in g else []
+            leaves = [x for x in adj.get(("nic", i), ()) if node[x]["kind"] == "switch"]
             out.append(leaves[0] if leaves else None)
         return out
 

@@ -168,6 +168,15 @@ def topology_spec(s: Scenario) -> topology.FatTreeSpec:
     return dataclasses.replace(spec, **overrides)
 
 
+def clean_copy(s: Scenario) -> Scenario:
+    """The same scenario without stragglers, jitter or link faults (what sim.step prices
+    ``straggler_cost_s`` against)."""
+    from .scenario import Jitter
+
+    return s.model_copy(update={"stragglers": [], "jitter": Jitter(),
+                                "cluster": s.cluster.model_copy(update={"faults": []})})
+
+
 def _check_topology_overrides(s: Scenario, spec) -> dict:
     """Override values obey the same rules and bounds as a topology file's (a zero, NaN
     or negative bandwidth or count would divide by zero or never finish); returns them

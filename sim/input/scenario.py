@@ -109,6 +109,14 @@ class Jitter(_Section):
     sigma: real(B.JITTER_SIGMA) = 0.0  # relative std dev per op
     distribution: Literal["lognormal", "normal"] = "lognormal"
     floor: real(B.JITTER_FLOOR) = 1.0  # normal: multiplier never below this
+    mode: Literal["auto", "exact", "sampled"] = "auto"  # auto: exact up to 1,024 GPUs (sim/parallel/jitter.py)
+    sample_ranks: count(B.JITTER_SAMPLE) = 512  # sampled mode: ranks simulated (whole replicas, at least 4)
+
+    @model_validator(mode="after")
+    def _sampled_only(self):
+        if self.mode == "exact" and "sample_ranks" in self.model_fields_set:
+            raise ValueError("sample_ranks applies to sampled mode, but mode is 'exact'")
+        return self
 
 
 class LinkFault(_Section):

@@ -103,15 +103,33 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, step: float) -> dict:
     return out
 
 
-def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float) -> dict:
-    """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s)."""
+def rank_mean(ctx):
+    """Mean over every rank of a per-simulated-rank Series: each simulated rank counts for
+    the ranks it stands for (folded classes differ in size once a perturbation splits them)."""
+    folding = getattr(ctx, "folding", None)
+
+    def mean(values: pd.Series) -> float:
+        if folding is None:
+            return float(values.mean())
+        w = folding.weights(values.index.to_numpy())
+        return float(values.mean()) if (w == w[0]).all() else float(np.dot(values.to_numpy(), w) / w.sum())
+
+    return mean
+
+
+def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float,
+              folded_end: float | None = None) -> dict:
+    """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s).
+    ``folded_end``: when ranks that were not simulated finish, if that can be later than
+    every simulated one (sampled jitter)."""
     t, n = scenario.training, scenario.cluster.gpus
-    step = float(spans.end_s.max()) if len(spans) else 0.0
+    step = max(float(spans.end_s.max()) if len(spans) else 0.0, folded_end or 0.0)
     per_rank = rank_times(spans, step)
     critical = critical_rank(per_rank)
     flops = model_flops_per_token(ctx.dims, t.seq_len) * t.global_batch * t.seq_len
     tflops = flops / step / n / 1e12 if step > 0 else 0.0
-    bubble = float(per_rank.idle_s.mean() / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
+    mean = rank_mean(ctx)
+    bubble = float(mean(per_rank.set_index("rank").idle_s) / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
     sent = spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
     return {
         "name": scenario.name,
@@ -122,7 +140,7 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
         "mfu": tflops * 1e12 / peak_flops,
         "bubble_fraction": bubble,
         "exposed_comm_s": float(critical.exposed_comm_s),
-        "comm_bytes_per_gpu": {a: float(sent[a].mean()) if a in sent else 0.0 for a in AXES},
+        "comm_bytes_per_gpu": {a: float(mean(sent[a])) if a in sent else 0.0 for a in AXES},
         "memory_per_gpu_bytes": float(memory.total),
         "fits_in_memory": bool(memory.total <= hbm_bytes),
     }

@@ -5,11 +5,12 @@ a run with few simulated ranks shows them all and a large run shows representati
 (one rank per pipeline stage, a neighbour on each parallel axis, the busiest ranks) plus
 every rank a straggler or a fault names.
 
-Folded runs simulate one rank per class of identical ranks (per pipeline stage, or per
-expert-group member when expert loads are uneven: ``result.info["simulated_ranks"]``).
-A rank that was not simulated is shown as the simulated rank whose timeline it shares,
-its *representative* (:func:`representative`): ``--trace-ranks 8191`` on the 16k-GPU
-Llama 3 run shows stage 7's simulated rank.
+Folded runs simulate one rank per class of identical ranks (per pipeline stage in a clean
+run; a straggler, a faulty NIC or skewed experts split the classes, see
+:mod:`sim.parallel.folding`; ``result.info["simulated_ranks"]``). A rank that was not
+simulated is shown as the simulated rank whose timeline it shares, its *representative*
+(:func:`representative`): ``--trace-ranks 8191`` on the 16k-GPU Llama 3 run shows stage
+7's simulated rank.
 """
 
 from ..errors import InputError
@@ -41,15 +42,17 @@ def parse_ranks(text: str, world: int, key: str = "--trace-ranks") -> list[int]:
 
 def representative(result, rank: int) -> int:
     """The simulated rank whose timeline ``rank`` shares (itself when simulated): the
-    simulated rank of the same pipeline stage and, when whole expert groups were
-    simulated (uneven expert loads), the same position in its expert group."""
-    from ..parallel.program import representative as same_work, simulated_by_stage
-
-    simulated, layout = result.info["simulated_ranks"], result.info["layout"]
-    if rank in set(simulated):
+    smallest simulated rank of its class (:mod:`sim.parallel.folding`)."""
+    folding = result.info.get("folding")
+    if folding is None:
         return rank
-    found = same_work(layout, (), simulated_by_stage(layout, simulated), rank)
-    return simulated[0] if found is None else found
+    return int(folding.representative[rank])
+
+
+def stands_for(result, rank: int) -> int:
+    """How many ranks a simulated rank's timeline stands for (1 when nothing is folded)."""
+    folding = result.info.get("folding")
+    return 1 if folding is None else int(round(folding.weight(rank)))
 
 
 def straggler_ranks(result) -> set[int]:
@@ -101,7 +104,7 @@ def default_ranks(result) -> list[int]:
     if len(comp):
         busy = (comp.end_s - comp.start_s).groupby(comp["rank"]).sum()
         picked.update(int(r) for r in busy.nlargest(2).index)
-    picked.update(r for r in flagged_ranks(result) if r in sim_set)
+    picked.update(representative(result, r) for r in flagged_ranks(result))  # a folded one: its class's
     return sorted(picked)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from .rank_selection import parse_ranks, representative, select_ranks
+from .rank_selection import parse_ranks, representative, select_ranks, stands_for
 
 __all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
            "parse_ranks", "select_ranks"]  # the selector lives in rank_selection; re-exported
@@ -69,12 +69,11 @@ def chrome_trace(result, ranks=None) -> dict:
     for node, members in sorted(nodes.items()):
         events.append({"ph": "M", "name": "process_name", "pid": node, "args": {"name": f"node {node}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
-    world, n_sim = result.info["layout"].world, len(result.info["simulated_ranks"])
-    stands = f" (stands for {world // n_sim:,} identical ranks)" if n_sim < world else ""
     for (rank, stream), tid in tids.items():
-        pid = topo.server(rank)
+        pid, n = topo.server(rank), stands_for(result, rank)
+        stands = f" (stands for {n:,} identical ranks)" if n > 1 and stream == "compute" else ""
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                       "args": {"name": f"rank {rank} {stream}" + (stands if stream == "compute" else "")}})
+                       "args": {"name": f"rank {rank} {stream}" + stands}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     sends, recvs = {}, {}
     rows = sp.itertuples(index=False)

@@ -7,18 +7,36 @@ fsdp.py's gathers; per micro-batch pp.py's sends and receives; per step dp.py's 
 zero.py's buckets). It is an upper estimate (every layer of the busiest rank is counted
 with the embedding and output pseudo layers as full layers, every bucket as a layer):
 tests/test_work.py checks it against built programs. :func:`simulated_ranks` asks the
-workload's own folding rule. sim/work.py turns both into the work estimate.
+workload's own folding rule (:func:`sim.parallel.workload.folding`). sim/work.py turns
+both into the work estimate.
 
 Run ``python bench/work.py`` to see estimates next to measured runs.
 """
 
+import numpy as np
+
 from . import workload
 from .layout import Layout
+from ..input.load import topology_spec
 
 
 def simulated_ranks(s) -> int:
-    """How many ranks the workload simulates (its own folding decision)."""
-    return len(workload.simulated_ranks(s, Layout.from_parallel(s.parallel), folded=workload.can_fold(s)))
+    """How many ranks the workload simulates: its own folding decision
+    (:func:`workload.folding`: classes under stragglers and faults, sampled jitter) on the
+    cluster's topology spec, before any graph or program is built. Expert loads count as
+    uneven whenever the routing can make them so (:func:`uneven_routing`), without drawing
+    them: an upper estimate where they come out even."""
+    layout = Layout.from_parallel(s.parallel)
+    spec = topology_spec(s)
+    domains = np.arange(layout.world) // spec.gpus_per_domain  # (as topology.fat_tree places GPUs)
+    return int(workload.folding(s, layout, spec, domains, uneven_routing(s, layout)).simulated.sum())
+
+
+def uneven_routing(s, layout: Layout) -> bool:
+    """Whether routing may load an expert group's ranks unevenly (balanced routing and
+    buffers padded to capacity never do; expert choice draws even loads but is counted)."""
+    moe = s.model.moe
+    return moe is not None and layout.ep > 1 and not (moe.routing == "uniform" and moe.skew == 0) and not moe.padded
 
 
 def micro_batches(s) -> int:

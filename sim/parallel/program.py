@@ -6,7 +6,6 @@ the sibling groups whose traffic must still load the network.
 """
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from ..model.compute import ComputeModel, Kernel
 from ..engine.core import Collective, Op, RankProgram
@@ -30,61 +29,45 @@ class Context:
     micro_batches: int
     stage_layers: list[range]  # layers of each virtual stage
     expert_loads: dict = field(default_factory=dict)  # layer -> tokens per expert
-    jitter: object = None  # callable(rank, index) -> multiplier, or None
+    folding: object = None  # sim.parallel.folding.Folding when ranks are folded
     _siblings: dict = field(default_factory=dict)
 
     def siblings(self, axis: str, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
         """Groups that run the same collective at the same time on folded (not simulated)
-        ranks. Only needed when the group leaves its NVLink domain: inside a domain, every
+        ranks, each riding with exactly one simulated copy (:mod:`sim.parallel.folding`).
+        Only needed when the group leaves its NVLink domain: inside a domain, every
         GPU has its own NVSwitch link, so copies never share one."""
         key = (axis, group)
         found = self._siblings.get(key)
         if found is None:
             found = ()
             if len(self.simulated) < self.layout.world and len({self.domains[r] for r in group}) > 1:
-                same_stage = self.layout.group(group[0], "tp", "cp", "dp")
-                others, covered = [], set(group)
-                for r in same_stage:  # groups partition the stage: one group_of call per group
-                    if r not in covered:
-                        g = group_of(r)
-                        covered.update(g)
-                        if not self.simulated.intersection(g):
-                            others.append(g)
-                # each folded group rides with the one simulated copy of it
-                others = [g for g in others if self.representative(g[0]) == group[0]]
-                found = tuple(sorted(others))
+                found = self.folding.siblings(group)
+                if found is None:  # a group of no type the folding knows: search the stage
+                    found = self._search_siblings(group, group_of)
             self._siblings[key] = found
         return found
 
-    @cached_property
-    def _stage_simulated(self) -> dict[int, list[int]]:
-        return simulated_by_stage(self.layout, self.simulated)
+    def _search_siblings(self, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
+        """The siblings of ``group`` found by asking ``group_of`` for every group of its stage."""
+        classes, simulated = self.folding.classes, self.simulated
+        want = [classes[r] for r in group]
+        same_stage = self.layout.group(group[0], "tp", "cp", "dp")
+        alike, covered = [], set(group)
+        for r in same_stage:  # groups partition the stage: one group_of call per group
+            if r not in covered:
+                g = group_of(r)
+                covered.update(g)
+                if [classes[x] for x in g] == want:
+                    alike.append(tuple(g))
+        carriers = sorted([tuple(group)] + [g for g in alike if simulated.intersection(g)])
+        if carriers[0] != tuple(group):
+            return ()  # another simulated copy carries them
+        return tuple(sorted(g for g in alike if not simulated.intersection(g)))
 
     def representative(self, rank: int) -> int:
-        """The simulated rank doing ``rank``'s work (see :func:`representative`)."""
-        found = representative(self.layout, self.simulated, self._stage_simulated, rank)
-        return rank if found is None else found
-
-
-def simulated_by_stage(layout: Layout, simulated) -> dict[int, list[int]]:
-    """Pipeline stage -> its simulated ranks, ascending."""
-    out: dict[int, list[int]] = {}
-    for r in sorted(simulated):
-        out.setdefault(layout.coords(r)["pp"], []).append(r)
-    return out
-
-
-def representative(layout: Layout, simulated, by_stage: dict[int, list[int]], rank: int) -> int | None:
-    """The simulated rank doing ``rank``'s work: itself when simulated, else the simulated
-    rank of its stage at the same expert-group position (uneven routing simulates whole
-    expert groups) or the stage's one simulated rank; None if its stage has none."""
-    if rank in simulated:
-        return rank
-    same = by_stage.get(layout.coords(rank)["pp"], [])
-    if len(same) > 1 and layout.ep > 1:
-        slot = layout.ep_index(rank)
-        same = [r for r in same if layout.ep_index(r) == slot] or same
-    return same[0] if same else None
+        """The simulated rank whose timeline ``rank`` shares (itself when simulated)."""
+        return int(self.folding.representative[rank])
 
 
 class RankBuilder:
@@ -98,9 +81,7 @@ class RankBuilder:
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1) -> int:
         """A compute op timed by the compute model; returns its index."""
-        duration = self.ctx.compute.time(kernels)
-        if self.ctx.jitter is not None:
-            duration *= self.ctx.jitter(self.rank, len(self.program.ops))
+        duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
         return self.program.add(Op(name, "compute", "compute", duration, None, _deps(deps),
                                    layer, mb, self.stage))
 

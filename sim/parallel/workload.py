@@ -5,9 +5,10 @@ gathers layers around it); with ``ep_comm_overlap`` a steady-state forward and b
 run as one step (:mod:`.ep_overlap`); DP or ZeRO reduce gradients in buckets; the
 optimizer closes the step.
 
-Folding: with no stragglers, jitter or faults, ranks at the same pipeline stage do
-identical work, so only one per stage is simulated (all ep ranks of one expert group
-when routing is uneven); the others' traffic is still put on the network (siblings).
+Folding: ranks whose timelines are provably identical (same stage, same compute scale,
+same link conditions, interchangeable peers in every group) are simulated once; the
+others' traffic is still put on the network (siblings). :mod:`sim.parallel.folding`
+says which ranks those are under stragglers, faults and skewed experts.
 """
 
 import numpy as np
@@ -15,8 +16,10 @@ import numpy as np
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from ..hardware.gpus import gpu_preset
+from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard
-from . import dp, ep_overlap, pp, zero
+from . import copies, dp, ep_overlap, jitter, pp, zero
+from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import rank_params, stage_layer_ids
 from .passes import Pass
@@ -25,8 +28,10 @@ from ..input.scenario import Scenario
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
-                 jitter=None) -> Context:
-    """Resolve everything the builders share."""
+                 fabric: FatTreeSpec | None = None) -> Context:
+    """Resolve everything the builders share. ``fabric``: the cluster's topology spec
+    (servers, scalable units: what straggling nodes and NIC faults reach; default: the
+    spec's defaults with the scenario's ``cluster.gpus_per_node``)."""
     p, t = s.parallel, s.training
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
@@ -34,27 +39,52 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
                   t.flash_attention, t.precision == "fp8")
     ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max), domains,
                   frozenset(), t.global_batch // (p.dp * t.micro_batch),
-                  pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), jitter=jitter)
+                  pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)
-    ctx.simulated = simulated_ranks(s, layout, folded=jitter is None and can_fold(s),
-                                    uneven=any(np.ptp(x) > 0 for x in ctx.expert_loads.values()))
+    fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
+    uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in ctx.expert_loads.values())
+    if len(domains) < layout.world:  # (callers that only account memory pass no domains)
+        domains = np.arange(layout.world) // fabric.gpus_per_domain
+    ctx.folding = folding(s, layout, fabric, domains, uneven)
+    ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
     return ctx
 
 
-def can_fold(s: Scenario) -> bool:
-    """Folding is exact only while every rank of a stage does the same work."""
-    return s.parallel.fold and not s.stragglers and s.jitter.sigma == 0 and not s.cluster.faults
+def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
+    """Folding applies unless switched off or every rank draws its own jitter (stragglers,
+    faults and skewed experts only split the classes: :mod:`sim.parallel.folding`), or a
+    perturbed step runs on a fabric other than a non-blocking rail-optimised fat tree: an
+    oversubscribed one, where a late or slowed flow changes what its leaf's other flows
+    get, or a rail-only or multi-plane one, whose routes the link labels do not describe
+    (folding's exactness argument needs the first)."""
+    perturbed = bool(s.stragglers or s.cluster.faults)
+    plain = fabric.oversubscription <= 1 and fabric.builder == "fat_tree" and fabric.planes == 1
+    return s.parallel.fold and s.jitter.sigma == 0 and (plain or not perturbed)
 
 
-def simulated_ranks(s: Scenario, layout: Layout, folded: bool, uneven: bool = False) -> frozenset[int]:
-    """One rank per stage when folded (a whole expert group when the experts' loads are
-    uneven: its ranks then do different work), else all."""
-    if not folded:
-        return frozenset(range(layout.world))
-    reps = {layout.rank(tp=0, cp=0, dp=0, pp=st) for st in range(layout.sizes["pp"])}
-    if uneven and layout.ep > 1:
-        reps |= {r for rep in reps for r in layout.ep_group(rep)}
-    return frozenset(reps)
+def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: bool) -> Folding:
+    """Which ranks are simulated and whose timeline each rank shares: classes under the
+    perturbations (:func:`sim.parallel.folding.fold`), the sampled jitter mode
+    (:func:`sim.parallel.jitter.sampled`), or every rank on its own. ``uneven``: the
+    experts' loads differ, so expert-group positions build different programs."""
+    domains = np.asarray(domains)
+    key = (fabric, uneven, layout)
+    kept = _FOLDINGS.get(id(s))
+    if kept is not None and kept[0] is s and kept[1] == key and np.array_equal(kept[2], domains):
+        return kept[3]  # (the work census of sim.work asked first, for the same scenario)
+    found = None
+    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
+        found = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
+    elif can_fold(s, fabric):
+        found = fold(s, layout, fabric, domains, uneven)
+    found = found or unfolded(layout, uneven)
+    if len(_FOLDINGS) >= 4:
+        _FOLDINGS.pop(next(iter(_FOLDINGS)))
+    _FOLDINGS[id(s)] = (s, key, domains, found)  # (holding ``s``: its id is not reused meanwhile)
+    return found
+
+
+_FOLDINGS: dict[int, tuple] = {}  # the last few foldings, by scenario: a run reuses its census's
 
 
 def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.ndarray]:
@@ -78,8 +108,9 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
 
 
 def build_programs(ctx: Context) -> list:
-    """The program of every simulated rank."""
-    return [build_rank(ctx, r).program for r in sorted(ctx.simulated)]
+    """The program of every simulated rank: one built per stage (and expert position), the
+    other ranks' copies of it with their own groups and jitter (:mod:`sim.parallel.copies`)."""
+    return copies.programs(ctx, lambda r: build_rank(ctx, r).program)
 
 
 def build_rank(ctx: Context, rank: int) -> RankBuilder:
