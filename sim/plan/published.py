@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from .. import work
 from ..input.load import scenario_from_dict
 from ..step import simulate
 from .driver import search
@@ -61,11 +62,13 @@ KNOBS = ("zero", "recompute", "micro_batch")  # what a 2021 run could not choose
 
 
 def place(row, budget: float, workers=None) -> Placement:
-    """Plan one published row (``validation.Row``) and place its layout."""
+    """Plan one published row (``validation.Row``) and place its layout; InputError when
+    the published layout's own simulation is past the work budget (sim/work.py)."""
     t0 = time.perf_counter()
+    s = scenario_from_dict(row.scenario)
+    work.check(s)  # before the search: the published layout must be simulated to be placed
     req = request_of({k: v for k, v in row.scenario.items() if k != "name"} | {"name": row.id})
     plan = search(req, top=10, budget=budget, workers=workers, quiet=True)
-    s = scenario_from_dict(row.scenario)
     published = simulate(s).summary["step_time_s"]
     table = plan.table
     knobs = {"zero": s.parallel.zero, "recompute": s.training.recompute, "micro_batch": s.training.micro_batch}
