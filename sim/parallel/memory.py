@@ -58,8 +58,7 @@ def activations(ctx, stage: int) -> float:
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
     chunks = range(stage, len(ctx.stage_layers), pl.pp)
     layers = sum(len(ctx.stage_layers[vs]) for vs in chunks) / len(chunks)
-    flight = pp.in_flight(pp.order(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage,
-                                   pl.ep_comm_overlap))
+    flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,

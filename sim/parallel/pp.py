@@ -82,6 +82,16 @@ def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
+def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> int:
+    """``in_flight(order(...))`` without building the order: GPipe holds all m micro-batches;
+    1F1B and interleaved 1F1B hold their warm-up forwards plus the one whose backward comes
+    next, at most all m * v chunks (the memory of every pipeline stage, and the planner's
+    thousands of layouts, need only this)."""
+    if schedule == "gpipe":
+        return m
+    return min(_warmup(schedule, p, v, m, stage, combined) + 1, m * v)
+
+
 def in_flight(seq: list[tuple[str, int, int]]) -> int:
     """Most (micro-batch, chunk) activations held at once under a schedule."""
     held = peak = 0

@@ -82,9 +82,9 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _worker(conn, parent_pid: int) -> None:
-    """A worker's life: take a (key, scenario), send back (key, run_point(scenario)), until
-    the pipe closes or says None."""
+def _worker(conn, parent_pid: int, point_fn=None) -> None:
+    """A worker's life: take a (key, scenario), send back (key, run_point(scenario)) (or
+    ``point_fn``'s result), until the pipe closes or says None."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the sweep handles it
     while True:
@@ -95,18 +95,18 @@ def _worker(conn, parent_pid: int) -> None:
         if task is None:
             return
         key, scenario = task
-        conn.send((key, run_point(scenario)))
+        conn.send((key, (point_fn or run_point)(scenario)))
 
 
 class _Worker:
-    def __init__(self):
+    def __init__(self, point_fn=None):
         # Fork while this process has a single thread (fast, and scripts without a __main__
         # guard work); with other threads alive (a progress bar, an in-process dask cluster)
         # forking is unsafe, so spawn.
         method = "fork" if threading.active_count() == 1 and os.name == "posix" else "spawn"
         ctx = multiprocessing.get_context(method)
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, os.getpid()), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, os.getpid(), point_fn), daemon=True)
         self.proc.start()
         child.close()
         self.key, self.started = None, 0.0
@@ -125,10 +125,11 @@ class _Worker:
 class LocalPool:
     """``with LocalPool(4, point_timeout=60) as pool: for key, result in pool.run(tasks)``:
     ``tasks`` are (key, scenario) pairs; results come as points finish. Leaving the block,
-    normally or not (Ctrl-C), kills every worker at once."""
+    normally or not (Ctrl-C), kills every worker at once. ``point_fn`` (a module-level
+    function scenario -> (row, error), like :func:`run_point`) replaces run_point."""
 
-    def __init__(self, workers: int, point_timeout: float | None = None):
-        self.size, self.timeout = workers, point_timeout
+    def __init__(self, workers: int, point_timeout: float | None = None, point_fn=None):
+        self.size, self.timeout, self.point_fn = workers, point_timeout, point_fn
         self.idle: list[_Worker] = []
         self.busy: dict = {}  # conn -> _Worker
         self.pending: deque = deque()  # (key, scenario) not yet given to a worker
@@ -142,7 +143,7 @@ class LocalPool:
 
     def start(self, n: int) -> None:
         """Start ``n`` workers now (before a progress bar's thread makes forking unsafe)."""
-        self.idle += [_Worker() for _ in range(min(n, self.size))]
+        self.idle += [_Worker(self.point_fn) for _ in range(min(n, self.size))]
 
     def run(self, tasks):
         self.pending = deque(tasks)
@@ -191,7 +192,7 @@ class LocalPool:
             if worker.proc.is_alive():
                 return worker
             worker.kill()  # it sent its last result and died: reap it
-        return _Worker()
+        return _Worker(self.point_fn)
 
     def _wait_s(self) -> float | None:
         if self.timeout is None:
@@ -216,14 +217,14 @@ def _exit_text(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def run_in_process(tasks):
+def run_in_process(tasks, point_fn=None):
     """The points one after another in this process (``workers=1`` without a time limit)."""
     for key, scenario in tasks:
-        yield key, run_point(scenario)
+        yield key, (point_fn or run_point)(scenario)
 
 
 # ---------------------------------------------------------------- dask
-def run_dask(tasks, dask):
+def run_dask(tasks, dask, point_fn=None):
     """Yield (key, result) as points finish on a dask.distributed cluster: ``dask`` is a
     scheduler address, a Client, or a cluster object (e.g. LocalCluster). Points not yet
     finished are cancelled when the caller stops early (Ctrl-C)."""
@@ -236,7 +237,7 @@ def run_dask(tasks, dask):
         raise InputError("--dask", f"cannot connect to {dask!r}: {exc}") from None
     futures = {}
     try:
-        futures = {client.submit(run_point, s, pure=False): key for key, s in tasks}
+        futures = {client.submit(point_fn or run_point, s, pure=False): key for key, s in tasks}
         for future in dask_completed(list(futures), loop=client.loop):
             yield futures[future], future.result()
     finally:

@@ -120,17 +120,18 @@ class _Fingerprints:
     and overrides applied) and the topology file it names; for a point the loader rejects,
     the scenario data and the overrides."""
 
-    def __init__(self, data: dict):
+    def __init__(self, data: dict, point_fn: str | None = None):
         self.data, self.specs = data, {}
+        self.extra = {} if point_fn is None else {"point_fn": point_fn}
 
     def valid(self, s: Scenario) -> str:
         name = s.cluster.topology
         if name not in self.specs:
             self.specs[name] = dataclasses.asdict(load_spec(name))
-        return fingerprint({"scenario": s.model_dump(mode="json"), "topology": self.specs[name]})
+        return fingerprint({"scenario": s.model_dump(mode="json"), "topology": self.specs[name], **self.extra})
 
     def invalid(self, overrides: dict) -> str:
-        return fingerprint({"data": self.data, "overrides": overrides})
+        return fingerprint({"data": self.data, "overrides": overrides, **self.extra})
 
 
 def stale_reason(row: dict | None, fp: str) -> str | None:
@@ -161,7 +162,8 @@ def _scenario_data(scenario) -> tuple[dict, Path | None]:
 
 
 def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overrides=None,
-          quiet: bool = False, stats: dict | None = None, point_timeout: float | None = None):
+          quiet: bool = False, stats: dict | None = None, point_timeout: float | None = None,
+          point_fn=None, label: str = "sweep"):
     """Simulate every point of ``grid`` over ``scenario`` (a path, a bundled example's name
     or a scenario dict) and return one row per point as a pandas DataFrame, in grid order.
 
@@ -175,6 +177,10 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
     becomes an error row (local processes only).
     ``stats``: if given, filled as the sweep goes with counts: points, resumed, recomputed,
     stale (reason -> count), invalid, simulated, failed, timed_out.
+    ``point_fn``: a module-level function scenario -> (row dict, None) or (None, error text)
+    run for each point instead of :func:`.sweep_pool.run_point` (``clustersim plan`` adds
+    its breakdown columns); its name enters every fingerprint, so rows of another point
+    function are never reused. ``label``: the progress line's name.
     """
     data, base = _scenario_data(scenario)
     points, columns = _points(grid, _fixed(overrides))
@@ -186,8 +192,9 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
         if out is not None:
             held.enter_context(exclusive(output_file(out, "--out", (".csv", ".parquet"))))
         sink = open_sink(out, columns)
-        tasks = _plan(sink, data, base, points, counts)
-        _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet)
+        tasks = _plan(sink, data, base, points, counts, _fn_name(point_fn))
+        _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet,
+                 point_fn, label)
         sink.finish(list(points))
     df = sink.frame()
     df = df[df["point"].isin(set(points))]
@@ -218,10 +225,14 @@ def _check_limits(workers, point_timeout, dask) -> None:
                                             "cluster's own limits, or local workers")
 
 
-def _plan(sink, data: dict, base, points: dict, counts: dict) -> list[tuple]:
+def _fn_name(point_fn) -> str | None:
+    return None if point_fn is None else f"{point_fn.__module__}.{point_fn.__qualname__}"
+
+
+def _plan(sink, data: dict, base, points: dict, counts: dict, point_fn: str | None = None) -> list[tuple]:
     """Validate every point (an invalid one becomes an error row at once), reuse the rows
     whose fingerprint matches, and return (key, scenario, fingerprint) of the points to run."""
-    prints, tasks = _Fingerprints(data), []
+    prints, tasks = _Fingerprints(data, point_fn), []
     for key, p in points.items():
         try:
             s = scenario_from_dict(data, p, base)
@@ -245,20 +256,20 @@ def _plan(sink, data: dict, base, points: dict, counts: dict) -> list[tuple]:
 
 
 def _execute(sink, tasks: list[tuple], points: dict, counts: dict, workers: int, dask, point_timeout,
-             quiet: bool) -> None:
+             quiet: bool, point_fn=None, label: str = "sweep") -> None:
     """Run the points where asked, adding each row as it finishes."""
     prints = {key: fp for key, _, fp in tasks}
     jobs = [(key, s) for key, s, _ in tasks]
     with contextlib.ExitStack() as running:  # leaving it, however, stops every worker at once
         if dask is not None:
-            results = running.enter_context(contextlib.closing(run_dask(jobs, dask)))
+            results = running.enter_context(contextlib.closing(run_dask(jobs, dask, point_fn)))
         elif point_timeout is None and (workers <= 1 or len(jobs) <= 1):
-            results = run_in_process(jobs)
+            results = run_in_process(jobs, point_fn)
         else:
-            pool = running.enter_context(LocalPool(workers, point_timeout))
+            pool = running.enter_context(LocalPool(workers, point_timeout, point_fn))
             pool.start(len(jobs))
             results = pool.run(jobs)
-        progress = running.enter_context(Progress("sweep", len(jobs), quiet))
+        progress = running.enter_context(Progress(label, len(jobs), quiet))
         for key, (summary, error) in results:
             kind = "simulated" if error is None else "timed_out" if error.startswith(TIMEOUT_PREFIX) else "failed"
             counts[kind] += 1

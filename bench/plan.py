@@ -1,0 +1,71 @@
+"""The planner's three searches of issue 16, each timed whole (its own process, as a user
+runs it): how many layouts it covers, how many it rejects, estimates and simulates, the
+winner, the estimate's rank correlation with the simulations, and the wall time.
+
+Run: ``python bench/plan.py`` (``--only 70b`` to run one; ``--workers N``). Targets: >= 1,000
+candidate layouts each, <= 5 minutes each on this 2-core machine, every reported layout
+fits memory.
+
+- Llama 3.1 70B on 1,024 H100 (seq 8192, 1,024 sequences: 8M tokens)
+- Llama 3.1 405B on 16,384 H100 (seq 8192, 16M-token batch, as Meta trained it)
+- DeepSeek-V3 on 2,048 H100 (seq 4096, 16M-token batch; routing uniform: DeepSeek-V3's
+  auxiliary-loss-free balancing keeps experts balanced, arXiv 2412.19437 section 2.1.2)
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+CASES = {
+    "70b": ["llama3.1-70b", "--gpus", "1024", "--seq-len", "8192", "--global-batch-tokens", "8388608"],
+    "405b": ["llama3.1-405b", "--gpus", "16384", "--seq-len", "8192", "--global-batch-tokens", "16777216"],
+    "dsv3": ["deepseek-v3", "--gpus", "2048", "--seq-len", "4096", "--global-batch-tokens", "16777216",
+             "--set", "model.moe.routing=uniform"],
+}
+TARGET_S, MIN_LAYOUTS = 300, 1000
+
+
+def run(name: str, extra: list[str]) -> dict:
+    """One search in a fresh interpreter: its JSON and its wall time."""
+    argv = [sys.executable, "-m", "sim", "plan", *CASES[name], "--topology", "dgx-h100", "--json", "--quiet",
+            "--top", "5", *extra]
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    return {**json.loads(out.stdout), "wall_s": wall}
+
+
+def show(name: str, r: dict) -> None:
+    best = r["layouts"][0]
+    fits = all(layout["fits_in_memory"] for layout in r["layouts"])
+    ok = r["wall_s"] <= TARGET_S and r["candidates"] >= MIN_LAYOUTS and fits
+    rho = "n/a" if r["rank_correlation"] is None else f"{r['rank_correlation']:.2f}"
+    front = "n/a" if r["rank_correlation_front"] is None else f"{r['rank_correlation_front']:.2f}"
+    print(f"{name}: {r['candidates']:,} layouts, {sum(r['rejected'].values()):,} rejected "
+          f"({', '.join(f'{k} {v:,}' for k, v in r['rejected'].items())}), {r['evaluated']:,} estimated, "
+          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall (rules {r['seconds']['rules']:.1f} s, estimate "
+          f"{r['seconds']['estimate']:.1f} s, simulations {r['seconds']['simulate']:.0f} s); target <= {TARGET_S} s, "
+          f">= {MIN_LAYOUTS:,} layouts, all fit: {'OK' if ok else 'MISSED'}")
+    print(f"  best: tp {best['tp']} pp {best['pp']} (v {best['virtual_stages']}, {best['schedule']}) dp {best['dp']} "
+          f"cp {best['cp']} ep {best['ep']} etp {best['expert_tp']}, zero {best['zero']}, {best['recompute']}, "
+          f"mb {best['micro_batch']}, tp overlap {best['tp_comm_overlap']}, ep overlap {best['ep_comm_overlap']}: "
+          f"{best['step_time_s']:.3f} s, MFU {best['mfu']:.1%}, {best['memory_per_gpu_bytes'] / 2**30:.1f} GiB, "
+          f"{'simulated' if best['simulated'] else 'estimated'}, limited by {best['limit']}")
+    print(f"  estimate vs simulation: Spearman {rho} over {r['simulated']} simulated ({front} over the best-estimated); "
+          f"estimate scale {r['estimate_scale']:.3f}; predicted simulation {r['predicted_simulation_s']:.0f} s of "
+          f"{r['budget_s']:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(CASES), action="append")
+    parser.add_argument("--workers", default="2")
+    args = parser.parse_args()
+    for name in args.only or list(CASES):
+        show(name, run(name, ["--workers", args.workers]))
+
+
+if __name__ == "__main__":
+    main()

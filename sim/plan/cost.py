@@ -1,0 +1,82 @@
+"""What a full simulation of a candidate costs, predicted, to budget the planner's
+simulations (:mod:`.select`) deterministically.
+
+A folded simulation runs one rank per pipeline stage (whole expert groups when routing
+loads experts unevenly, sim/parallel/workload.py ``simulated_ranks``), so its work is the
+ops of those ranks. But a collective whose group leaves its NVLink domain also carries the
+traffic of every folded copy of it (``Context.siblings``): all ranks of the stage put
+flows on the network, and the max-min fair solver re-rates them. An all-to-all leaving
+the domain costs about the same whatever its size (its flows are solved together). So
+
+    seconds = SECONDS_PER_GPU * GPUs + SECONDS_PER_OP * ops
+              + SECONDS_PER_FLOW * flows * max(1, ranks / CROWD_RANKS)^2
+              + SECONDS_PER_CP_FLOW * CP flows + SECONDS_PER_A2A * cross-domain all-to-alls
+
+with ``flows`` the stage's ranks for every cross-domain gather, reduction and send, and
+``CP flows`` those of the CP ring's K/V shifts across domains. A flow costs more as more
+run at once (every one re-rates the others; sim/work.py's crowd factor on ops): FSDP over
+4,096 ranks (405B, dp 512 x cp 2 x tp 4) measured ~20x the per-flow seconds of 1,024.
+CP rings across domains are far costlier still (a K/V shift per attention chunk overlapped
+with compute: 405B with cp 4 x tp 8 ran past 240 s where the flow term predicted 8 s). Groups
+are Megatron's (tp-cp-dp-pp from rank 0), so whether one leaves its domain is arithmetic:
+the tp*cp ranks of a CP ring, the tp*cp*dp of a data-parallel group, ep * stride of an
+all-to-all. The constants are a least-squares fit (relative error) to the CPU seconds of
+16 full points (scenario load, simulation, breakdown: what a planner worker runs) of the
+70B, 405B and DeepSeek-V3 searches and the dg-l405-512 and dg-grok-512 published rows,
+measured on the 2-core VM: predicted / measured 0.5-1.5x (docs/plan.md); the crowd and
+CP terms from the two 405B points above (the CP one a lower bound). Only the budget uses
+them; a simulation the predictor underrates stops at the planner's point time limit.
+"""
+
+import numpy as np
+
+SECONDS_PER_GPU = 2.3e-4  # building the topology and the groups, per GPU (fit: 2.28e-4)
+SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
+SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
+SECONDS_PER_A2A = 2.5e-3  # one all-to-all leaving the NVLink domain (fit: 2.50e-3)
+SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
+CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
+RS_OPS = 8  # a pipelined reduce-scatter: 4 GEMM chunks and 4 collectives (sim/parallel/tp_overlap.py)
+
+
+def counts(c, d, s, domain: int) -> tuple[np.ndarray, ...]:
+    """(ops, flows, CP flows, cross-domain all-to-alls, GPUs per stage) of one step's
+    simulation of every candidate of table ``c`` (with its ``micro`` column:
+    micro-batches per step)."""
+    tp, cp, dp, ep, etp, pp, v, micro = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
+                                                                    "virtual_stages", "micro"))
+    rec, tpov, zero = c["recompute"].to_numpy(), c["tp_comm_overlap"].to_numpy(dtype=bool), c["zero"].to_numpy()
+    ranks = tp * cp * dp  # GPUs of one stage: the copies a cross-domain collective carries
+    cross_cp, cross_dp, cross_pp = tp * cp > domain, ranks > domain, ranks >= domain
+    cross_ep = np.where(etp == tp, tp, etp) * ep > domain
+    shifts = 2 * (cp - 1) + np.where(rec != "none", cp - 1, 0)
+    fwd = 3 + cp + np.where(tp > 1, 4, 0) + np.where(tpov, 4 * (tp + RS_OPS), 0)
+    per_layer = 2.3 * fwd + shifts + np.where(rec == "full", fwd, 0)
+    moe_layers = (d.layers - d.dense_layers) if d.experts else 0
+    a2a = np.where(rec == "full", 6, 4)
+    fsdp = np.where(zero == 3, 3, 0)
+    ops = micro * (d.layers * (per_layer + fsdp) + moe_layers * (4 + a2a + np.where(tp > 1, 4, 0)))
+    flows = (micro * d.layers * fsdp * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
+    cp_flows = micro * d.layers * shifts * cross_cp * ranks
+    a2a_out = micro * moe_layers * a2a * cross_ep  # cross-domain all-to-alls of the simulated rank
+    if uneven(s):
+        ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
+    return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
+
+
+def uneven(s) -> bool:
+    """Whether routing loads experts unevenly, so the workload simulates whole expert groups
+    (sim/parallel/workload.py: uniform routing without skew, padded token dropping and
+    expert choice, which gives every expert its capacity, load them evenly and fold)."""
+    moe = s.model.moe
+    if moe is None:
+        return False
+    return not ((moe.routing == "uniform" and moe.skew == 0) or moe.padded or moe.routing == "expert_choice")
+
+
+def sim_cost(c, d, s, domain: int) -> np.ndarray:
+    """Predicted seconds of one full simulation of each candidate on one core."""
+    ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain)
+    crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
+    return (SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
+            + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A * a2a)

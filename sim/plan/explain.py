@@ -1,0 +1,74 @@
+"""What limits a layout: the largest loss of its step, from the simulated spans when the
+layout was simulated, else from the estimate's components.
+
+A simulated layout's critical rank (:func:`sim.outputs.metrics.critical_rank`: the rank
+held longest by its own compute and exposed communication) is broken down by
+:func:`sim.outputs.metrics.rank_breakdown`: compute by phase, communication exposed per
+axis (not under any compute), idle time (the pipeline bubble and waits). Its losses are
+everything but forward and backward compute: idle ("bubble"), exposed TP / CP / EP / PP
+/ DP communication, recomputation and the optimizer. The largest is what limits the
+layout; under :data:`COMPUTE_BOUND` of the step it is "compute".
+
+:func:`simulate_point` is what the sweep's workers run for the planner: the step, its
+summary and this breakdown as columns (``crit.*``), so nothing but numbers crosses
+between processes.
+"""
+
+from ..errors import InputError
+from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
+from ..studies.sweep_pool import flatten, one_line
+
+COMPUTE_BOUND = 0.05  # a loss below this share of the step does not limit it
+LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP", "exposed_ep"),
+          ("PP", "exposed_pp"), ("DP", "exposed_dp"), ("recompute", "compute_recompute"),
+          ("optimizer", "compute_optimizer"))
+ESTIMATED = {"bubble": "est_bubble_s", "TP": "est_tp_s", "CP": "est_cp_s", "EP": "est_ep_s", "PP": "est_pp_s",
+             "DP": "est_dp_s", "recompute": "est_recompute_s", "optimizer": "est_optimizer_s"}
+
+
+def simulate_point(scenario) -> tuple[dict | None, str | None]:
+    """Simulate one layout: (summary + ``crit.*`` breakdown columns, None) or (None, error)."""
+    from .. import step
+
+    try:
+        result = step.simulate(scenario)
+    except InputError as exc:
+        return None, one_line(str(exc))
+    except Exception as exc:  # a failed point is a row, not the end of the search
+        return None, one_line(f"internal error: {type(exc).__name__}: {exc}")
+    row = flatten(result.summary)
+    row.update({f"crit.{k}": v for k, v in breakdown(result.spans, result.summary["step_time_s"]).items()})
+    return row, None
+
+
+def breakdown(spans, step: float) -> dict:
+    """The critical rank's step in seconds (``rank_breakdown``'s keys) and its id."""
+    crit = critical_rank(rank_times(spans, step))
+    return {"rank": int(crit["rank"]), **rank_breakdown(spans, int(crit["rank"]), step)}
+
+
+def limit(losses: dict, step: float) -> str:
+    """``"bubble 18%"``: the largest loss (the first of :data:`LOSSES` on a tie) and its share
+    of the step, or ``"compute"``."""
+    name, value = max(losses.items(), key=lambda kv: kv[1])
+    if step <= 0 or value < COMPUTE_BOUND * step:
+        return "compute"
+    return f"{name} {value / step:.0%}"
+
+
+def estimated_limits(frame, scale: float = 1.0) -> list[str]:
+    """:func:`limit` of every row of a frame of estimate columns (``est_*_s``, ``estimate_s``)."""
+    names = [name for name, _ in LOSSES]
+    losses = frame[[ESTIMATED[n] for n in names]].to_numpy()
+    steps = frame["estimate_s"].to_numpy()
+    return [limit(dict(zip(names, row)), step) for row, step in zip(losses, steps)]
+
+
+def simulated_losses(row) -> dict:
+    """Loss name -> seconds from a simulated row's ``crit.*`` columns."""
+    return {name: float(row[f"crit.{key}"]) for name, key in LOSSES}
+
+
+def estimated_losses(row) -> dict:
+    """Loss name -> seconds from the estimate's components."""
+    return {name: float(row[col]) for name, col in ESTIMATED.items()}

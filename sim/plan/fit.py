@@ -1,0 +1,98 @@
+"""The memory rule: a candidate fits when the simulator's peak memory per GPU stays below
+HBM less a headroom.
+
+The peak is :func:`sim.parallel.memory.peak_memory`'s (weights, gradients, Adam state,
+activations of the micro-batches in flight, FSDP's gathered layers, 1 GiB runtime), for a
+whole candidate table at once: the per-stage pieces come from the simulator's own
+functions (:mod:`.stages`), and :func:`peak` composes them exactly as
+``memory.stage_memory`` does, stage by stage, keeping the fullest stage.
+tests/test_plan.py checks that it equals ``peak_memory`` on every candidate of small
+cases (dense, MoE, FP8).
+
+Headroom (:data:`HEADROOM`): PyTorch's caching allocator rounds blocks (2 MiB small, 20 MiB
+large segments) and cannot always reuse freed memory whose gaps are too small (the
+PyTorch docs' "CUDA memory management" notes on fragmentation and
+``expandable_segments``; NVIDIA's NeMo memory-tuning guide: "OOM failures often stem
+from memory fragmentation rather than raw capacity"). A layout the estimate puts within
+the last 5% of HBM is rejected; ``--headroom`` changes the share.
+"""
+
+import numpy as np
+import pandas as pd
+
+from ..model.layers import ELEM
+from ..model.transformer import activation_bytes_per_layer
+from ..parallel.memory import RUNTIME_BYTES
+
+HEADROOM = 0.05  # share of HBM kept free for allocator fragmentation
+
+
+def capacity(hbm_bytes: float, headroom: float = HEADROOM) -> float:
+    """Bytes a layout may use: HBM less the headroom."""
+    return hbm_bytes * (1 - headroom)
+
+
+def peak(c: pd.DataFrame, stages, scenario) -> np.ndarray:
+    """Peak memory per GPU (bytes) of every candidate in ``c`` (valid ones: micro-batches whole)."""
+    out = np.zeros(len(c))
+    act = _activations(c, stages, scenario)
+    for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
+        out[idx] = _shape_peak(c.iloc[idx], pp, v, stages, scenario, act[idx])
+    return out
+
+
+def lookup(g: pd.DataFrame, keys: list[str], fn) -> np.ndarray:
+    """``fn(*key)`` for every distinct combination of ``keys`` in ``g``, one row per row of
+    ``g`` (computed once per combination)."""
+    combined = np.zeros(len(g), dtype=np.int64)
+    for k in keys:
+        codes, uniques = pd.factorize(g[k], sort=True)
+        combined = combined * len(uniques) + codes
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    columns = [g[k].to_numpy() for k in keys]
+    values = np.array([fn(*(_plain(col[i]) for col in columns)) for i in first])
+    return values[inverse]
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
+    """Per candidate: (bytes per layer and micro-batch, a layer's full activations during its
+    recompute (0 unless full recompute), fp32 logits of the last stage)."""
+    t, d = scenario.training, stages.dims
+    fp8 = t.precision == "fp8"
+
+    def one(tp, cp, mb, rec):
+        tokens = mb * t.seq_len // cp
+        layer = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, rec, t.flash_attention, fp8)
+        whole = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, "none", t.flash_attention, fp8) \
+            if rec == "full" else 0.0
+        return layer, whole, 4 * tokens * d.v / tp
+
+    return lookup(c, ["tp", "cp", "micro_batch", "recompute"], one)
+
+
+def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndarray) -> np.ndarray:
+    """``memory.stage_memory`` for every stage (columns) of every candidate (rows) of one
+    pipeline shape (pp, v)."""
+    params = lookup(g, ["tp", "expert_tp", "ep"], lambda tp, etp, ep: np.stack(stages.params(tp, etp, ep, pp, v)))
+    dense, expert, biggest = params[:, 0], params[:, 1], params[:, 2]
+    split = stages.split(pp, v)
+    flight = lookup(g.assign(micro=scenario.training.global_batch // (g["dp"] * g["micro_batch"])),
+                    ["schedule", "micro", "ep_comm_overlap"],
+                    lambda sched, micro, combined: stages.in_flight(sched, pp, v, micro, bool(combined)))
+    fp8 = scenario.training.precision == "fp8"
+    zero = g["zero"].to_numpy()[:, None]
+    nd = (g["dp"] * g["cp"]).to_numpy()[:, None]
+    ne = (g["tp"] * g["cp"] * g["dp"] // (g["expert_tp"] * g["ep"])).to_numpy()[:, None]
+    sharded = dense / nd + expert / ne
+    full = dense + expert
+    weights = 2 * np.where(zero >= 3, sharded, full) + np.where(zero < 3, 2 * full if fp8 else 0.0, 0.0)
+    gradients = 2 * np.where(zero >= 2, sharded, full)
+    optimizer = 12 * np.where(zero >= 1, sharded, full)
+    activations = act[:, :1] * split.layers_mean * flight + act[:, 1:2] + act[:, 2:3] * split.output
+    gathered = np.where(zero >= 3, 2 * biggest * (2 * ELEM + (2 if fp8 else 0)), 0.0)
+    total = weights + gradients + optimizer + activations + gathered + RUNTIME_BYTES
+    return total.max(axis=1)

@@ -1,0 +1,84 @@
+"""The planner on the published runs: for each run shipped with ``clustersim validate``
+(sim/studies/validation.py: Narayanan et al. 2021, the Megatron-LM README, NVIDIA's DGX
+Cloud NeMo recipes), plan the same model, batch and cluster, simulate the published
+layout as ``validate`` does, and say where it ranks among the layouts the planner
+evaluated and whether the planner's best is at least as fast. The knobs of a published
+run were those of its time (Narayanan et al. 2021 recompute every layer and shard no
+optimizer state), so the rank among the layouts sharing its ZeRO stage, recompute and
+micro-batch (``knob_rank``) says how good its mesh was with the knobs it chose.
+
+Run ``python bench/plan_published.py`` (docs/plan.md has the measured table).
+"""
+
+from dataclasses import dataclass
+import time
+
+import numpy as np
+
+from .. import work
+from ..input.load import scenario_from_dict
+from ..step import simulate
+from .driver import search
+from .inputs import request_of
+from .report import describe
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One published run against its plan."""
+
+    id: str
+    model: str
+    gpus: int
+    published_layout: str
+    published_s: float  # the published layout, simulated (what validate predicts)
+    best_s: float  # the planner's best (simulated unless no simulation fitted the budget)
+    best_layout: str
+    best_simulated: bool
+    rank: int  # 1 + evaluated layouts faster than the published one
+    evaluated: int
+    knob_rank: int  # the same among the layouts with the published ZeRO stage, recompute and micro-batch
+    knob_peers: int  # evaluated layouts with those knobs
+    simulated: int
+    rank_correlation: float | None
+    wall_s: float
+
+    @property
+    def percentile(self) -> float:
+        """The published layout's rank as a share of the evaluated layouts (0.01: top 1%)."""
+        return self.rank / self.evaluated
+
+    @property
+    def knob_percentile(self) -> float:
+        """:attr:`percentile` among the layouts sharing the published knobs (the mesh's choice)."""
+        return self.knob_rank / max(self.knob_peers, 1)
+
+    @property
+    def planner_wins(self) -> bool:
+        return self.best_s <= self.published_s
+
+
+KNOBS = ("zero", "recompute", "micro_batch")  # what a 2021 run could not choose as today's can
+
+
+def place(row, budget: float, workers=None) -> Placement:
+    """Plan one published row (``validation.Row``) and place its layout; InputError when
+    the published layout's own simulation is past the work budget (sim/work.py)."""
+    t0 = time.perf_counter()
+    s = scenario_from_dict(row.scenario)
+    work.check(s)  # before the search: the published layout must be simulated to be placed
+    req = request_of({k: v for k, v in row.scenario.items() if k != "name"} | {"name": row.id})
+    plan = search(req, top=10, budget=budget, workers=workers, quiet=True)
+    published = simulate(s).summary["step_time_s"]
+    table = plan.table
+    knobs = {"zero": s.parallel.zero, "recompute": s.training.recompute, "micro_batch": s.training.micro_batch}
+    peers = table[np.logical_and.reduce([table[k].to_numpy() == v for k, v in knobs.items()])]
+    best = table.iloc[0]
+    return Placement(row.id, row.model, row.num_gpus, row.layout, published, float(best.step_time_s), describe(best),
+                     bool(best.simulated), _rank(table, published), plan.evaluated, _rank(peers, published),
+                     len(peers), plan.simulated, plan.rank_correlation, time.perf_counter() - t0)
+
+
+def _rank(table, seconds: float) -> int:
+    """1 + the layouts of ``table`` faster than ``seconds``."""
+    return 1 + int((table["step_time_s"].to_numpy() < seconds).sum())

@@ -1,0 +1,142 @@
+"""What ``clustersim plan`` prints and writes: the ranked table (rich), the one-object JSON
+of CONTRACT.md, the CSV / Parquet of every evaluated layout, and the winner's timeline.
+"""
+
+import io
+import os
+from pathlib import Path
+
+from ..hardware.gpus import gpu_preset
+from ..units import format_bytes, format_duration
+from .rank import AXES
+from .rules import BY_ID
+
+CONTRACT_KEYS = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "zero", "recompute", "micro_batch",
+                 "schedule", "step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated")
+EXTRA_KEYS = ("rank", "tp_comm_overlap", "ep_comm_overlap", "estimate_s", "bubble_fraction") \
+    + tuple(f"exposed_{a}_s" for a in AXES) + ("limit", "sim_wall_s")
+
+
+def layout_dict(row) -> dict:
+    """One table row as the JSON layout object (the contract's keys, then this repo's)."""
+    out = {k: _plain(row[k]) for k in CONTRACT_KEYS + EXTRA_KEYS}
+    out["sequence_parallel"] = out["tp"] > 1
+    if out["sim_wall_s"] != out["sim_wall_s"]:  # NaN: not simulated
+        out["sim_wall_s"] = None
+    return out
+
+
+def summary(plan, req, top: int) -> dict:
+    """``clustersim plan --json``: evaluated, rejected, layouts (best first), and more."""
+    t = req.scenario.training
+    return {"evaluated": plan.evaluated, "rejected": plan.rejected,
+            "layouts": [layout_dict(r) for _, r in plan.table.head(top).iterrows()],
+            "candidates": plan.candidates, "simulated": plan.simulated, "model": req.scenario.model.name,
+            "gpus": req.gpus, "gpu": req.gpu, "topology": req.data["cluster"]["topology"], "seq_len": t.seq_len,
+            "global_batch": t.global_batch, "precision": t.precision, "headroom": plan.headroom,
+            "budget_s": plan.budget_s, "predicted_simulation_s": round(plan.spent_s, 3),
+            "rank_correlation": plan.rank_correlation, "rank_correlation_front": plan.rank_correlation_front,
+            "estimate_scale": plan.estimate_scale, "failed": {str(k): v for k, v in plan.failures.items()},
+            "refused": {str(k): v for k, v in plan.refused.items()},
+            "resumed": plan.stats.get("resumed", 0), "seconds": plan.seconds}
+
+
+def print_text(plan, req, top: int, file=None) -> None:
+    """The heading, the rich table of the ``top`` best, and what the search measured."""
+    from rich.console import Console
+
+    console = Console(file=file, width=None if file is None and os.isatty(1) else 200, highlight=False)
+    gpu = gpu_preset(req.gpu)
+    t = req.scenario.training
+    console.print(f"plan: {req.scenario.model.name} on {req.gpus:,} x {gpu.name} ({req.data['cluster']['topology']}), "
+                  f"seq {t.seq_len:,}, {t.global_batch:,} sequences ({t.global_batch * t.seq_len / 1e6:.1f}M tokens) "
+                  f"per step, {t.precision}")
+    console.print(_counts_line(plan))
+    console.print(_table(plan, top, gpu))
+    for line in _notes(plan, gpu):
+        console.print(line)
+
+
+def _counts_line(plan) -> str:
+    rejected = sum(plan.rejected.values())
+    why = ", ".join(f"{BY_ID[k].text if k in BY_ID else k} {v:,}" for k, v in
+                    sorted(plan.rejected.items(), key=lambda kv: -kv[1]))
+    return (f"{plan.candidates:,} layouts: {rejected:,} rejected ({why}); {plan.evaluated:,} estimated, "
+            f"{plan.simulated} simulated (predicted {plan.spent_s:.0f} s of simulation, budget {plan.budget_s:.0f} s)")
+
+
+def _table(plan, top: int, gpu):
+    from rich.table import Table
+
+    moe = bool((plan.table["ep"] > 1).any())
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    heads = ["#", "tp", "pp", "dp", "cp"] + (["ep", "etp"] if moe else []) + \
+        ["v", "schedule", "zero", "recompute", "mb", "overlap", "step", "MFU", "memory", "bubble",
+         "exp TP", "exp CP"] + (["exp EP"] if moe else []) + ["exp PP", "exp DP", "limited by", "from"]
+    for h in heads:
+        table.add_column(h, justify="left" if h in ("schedule", "recompute", "overlap", "limited by", "from") else "right")
+    for _, r in plan.table.head(top).iterrows():
+        overlap = "+".join(k for k, on in (("tp", r.tp_comm_overlap), ("ep", r.ep_comm_overlap)) if on) or "-"
+        cells = [r["rank"], r.tp, r.pp, r.dp, r.cp] + ([r.ep, r.expert_tp] if moe else []) + \
+            [r.virtual_stages, r.schedule, r.zero, r.recompute, r.micro_batch, overlap,
+             format_duration(r.step_time_s), f"{r.mfu:.1%}", format_bytes(r.memory_per_gpu_bytes, gpu.hbm_unit),
+             f"{r.bubble_fraction:.1%}"] + \
+            [format_duration(r[f"exposed_{a}_s"]) for a in (("tp", "cp", "ep") if moe else ("tp", "cp"))] + \
+            [format_duration(r.exposed_pp_s), format_duration(r.exposed_dp_s), r.limit,
+             "sim" if r.simulated else "est"]
+        table.add_row(*(str(c) for c in cells))
+    return table
+
+
+def _notes(plan, gpu) -> list[str]:
+    out = []
+    if plan.rank_correlation is not None:
+        front = f" ({plan.rank_correlation_front:.2f} over the best-estimated ones)" \
+            if plan.rank_correlation_front is not None else ""
+        out.append(f"estimate vs simulation: Spearman {plan.rank_correlation:.2f} over {plan.simulated} simulated "
+                   f"layouts{front}; estimated rows are scaled by {plan.estimate_scale:.3f} (median simulated / "
+                   "estimated)")
+    if plan.failures:
+        out.append(f"{len(plan.failures)} simulations failed and keep their estimate: "
+                   + "; ".join(sorted(set(plan.failures.values()))[:3]))
+    if plan.refused:
+        out.append(f"{len(plan.refused)} layouts picked for simulation were refused by the work budget and left "
+                   "out: " + "; ".join(sorted(set(plan.refused.values()))[:2]))
+    if plan.stats.get("resumed"):
+        out.append(f"{plan.stats['resumed']} simulations resumed from a previous run")
+    best = plan.table.iloc[0]
+    out.append(f"best: {describe(best)}: {format_duration(best.step_time_s)} per step, {best.mfu:.1%} MFU, "
+               f"{format_bytes(best.memory_per_gpu_bytes, gpu.hbm_unit)} per GPU; limited by {best.limit}"
+               + ("" if best.simulated else " (estimated: no layout could be simulated within the budget)"))
+    return out
+
+
+def describe(row) -> str:
+    """``tp 8 x pp 16 (v 6, interleaved) x dp 32 x cp 4, zero 1, recompute none, mb 1, tp overlap``."""
+    text = f"tp {row.tp} x pp {row.pp}"
+    if row.pp > 1:
+        text += f" (v {row.virtual_stages}, {row.schedule})"
+    text += f" x dp {row.dp} x cp {row.cp}"
+    if row.ep > 1:
+        text += f", ep {row.ep} (expert tp {row.expert_tp})"
+    text += f", zero {row.zero}, recompute {row.recompute}, micro-batch {row.micro_batch}"
+    flags = [name for name, on in (("tp overlap", row.tp_comm_overlap), ("ep overlap", row.ep_comm_overlap)) if on]
+    return text + "".join(f", {f}" for f in flags)
+
+
+def write_table(plan, path) -> None:
+    """Every evaluated layout, ranked, to ``path`` (.csv or .parquet), replaced atomically."""
+    path = Path(path)
+    frame = plan.table.drop(columns=["position"])
+    buf = io.BytesIO()
+    if path.suffix == ".parquet":
+        frame.to_parquet(buf, index=False)
+    else:
+        buf.write(frame.to_csv(index=False).encode())
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v

@@ -1,0 +1,86 @@
+"""Which candidates get the full simulation, within a budget, deterministically.
+
+The budget is in predicted seconds of simulation on one core (``sim_cost_s`` of
+:mod:`.estimate`), never in measured time, so the same search simulates the same layouts
+on any machine and after any interruption. Three kinds of picks:
+
+- the front: the best candidates by estimate, in order, each if its predicted cost fits
+  what is left of :data:`FRONT_SHARE` of the budget (at most ``top_n``; a candidate too
+  costly to simulate is skipped, keeps its estimate, and is reported);
+- the spread: one candidate near each estimate quantile of :data:`QUANTILES` (the
+  cheapest to simulate within a window), so that the rank correlation between estimate
+  and simulation is measured over the whole range, not only among near-ties;
+- contenders (later rounds, :func:`contenders`): candidates not yet simulated whose
+  estimate, scaled by the measured simulated / estimated ratio, beats the top of the
+  simulated table, while budget remains.
+"""
+
+import numpy as np
+import pandas as pd
+
+FRONT_SHARE = 0.7
+LOOKAHEAD = 20
+QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
+WINDOW = 0.01  # of the candidates, each side of a spread position
+
+
+def front(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], list[int]]:
+    """Positions (in ``ranked``, best estimate first) of the front picks: the best estimates
+    whose predicted cost fits what is left of :data:`FRONT_SHARE` of the budget, at most
+    ``top_n``, looking at most :data:`LOOKAHEAD` x ``top_n`` deep; and the positions skipped
+    on the way as too costly to simulate."""
+    picked, skipped, spent = [], [], 0.0
+    for pos, cost in enumerate(ranked["sim_cost_s"].to_numpy()[:LOOKAHEAD * top_n]):
+        if len(picked) >= top_n:
+            break
+        if spent + cost > budget * FRONT_SHARE:
+            skipped.append(pos)
+            continue
+        picked.append(pos)
+        spent += cost
+    return picked, skipped
+
+
+def spread(ranked: pd.DataFrame, budget: float, taken: set[int]) -> list[int]:
+    """Positions of the spread picks: near each quantile, the cheapest untaken candidate,
+    if it fits the rest of the budget."""
+    n, cost = len(ranked), ranked["sim_cost_s"].to_numpy()
+    spent = sum(cost[p] for p in taken)
+    half = max(5, int(WINDOW * n))
+    picked = []
+    for q in QUANTILES:
+        centre = int(q * (n - 1))
+        window = [p for p in range(max(0, centre - half), min(n, centre + half + 1)) if p not in taken]
+        if not window:
+            continue
+        best = min(window, key=lambda p: (cost[p], p))
+        if spent + cost[best] <= budget:
+            picked.append(best)
+            taken = taken | {best}
+            spent += cost[best]
+    return picked
+
+
+def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float, top_n: int) -> list[int]:
+    """Positions not yet simulated whose scaled estimate beats the ``top_n``-th best
+    simulated step time, best first, while the budget lasts (empty when none)."""
+    if not simulated:
+        return []
+    est = ranked["estimate_s"].to_numpy()
+    ratio = float(np.median([t / est[p] for p, t in simulated.items()]))
+    times = sorted(simulated.values())
+    bar = times[min(top_n, len(times)) - 1]
+    cost = ranked["sim_cost_s"].to_numpy()
+    spent = sum(cost[p] for p in simulated)
+    picked = []
+    for p in np.flatnonzero(est * ratio < bar):
+        p = int(p)
+        if p in simulated:
+            continue
+        if len(picked) >= top_n:
+            break
+        if spent + cost[p] > budget:
+            continue
+        picked.append(p)
+        spent += cost[p]
+    return picked

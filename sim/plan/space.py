@@ -1,0 +1,141 @@
+"""The search space of ``clustersim plan``: every parallel layout of a model on a cluster.
+
+A layout is a mesh (tp, pp, cp, dp with tp * pp * cp * dp = GPUs; virtual stages and the
+pipeline schedule; ep and expert_tp for MoE models) times the knobs (ZeRO stage,
+activation recompute, micro-batch size, TP and EP communication overlap). Which values
+each axis takes is a choice of this module, stated here and in docs/plan.md; whether a
+layout is *valid* is the loader's (sim/plan/rules.py):
+
+- tp: divisors of the GPU count up to the NVLink domain (TP across InfiniBand is never
+  competitive: Megatron-LM keeps TP inside a node, Narayanan et al. 2021 section 3.2);
+  sequence parallelism is on whenever tp > 1 (same bytes as plain TP, a tp-th of the
+  norm and dropout work and activations; Megatron's --tp-comm-overlap and MoE folding
+  require it);
+- pp: divisors of the GPU count up to the layer count;
+- cp: 1, 2, 4, 8, 16 dividing the GPU count, each CP rank keeping at least
+  :data:`MIN_CP_TOKENS` tokens of the sequence;
+- virtual stages: 1, and :data:`VIRTUAL_STAGES` with pp * v <= layers when pp > 1 (the
+  layers split as the simulator splits them, remainder to the middle stages); schedule
+  1f1b or gpipe when v = 1 and pp > 1, interleaved when v > 1;
+- MoE: ep over the powers of two dividing the expert count, up to the ranks of a stage;
+  expert_tp = tp (Megatron's default) or 1 (MoE parallel folding, DeepSeek-V3's layout);
+- knobs: ZeRO 0-3, recompute none / selective / full, micro-batch :data:`MICRO_BATCHES`,
+  tp_comm_overlap when tp > 1, ep_comm_overlap when ep > 1.
+
+Run ``clustersim plan llama3.1-70b --gpus 1024 --topology dgx-h100 --seq-len 8192
+--global-batch-tokens 8388608``.
+"""
+
+from dataclasses import dataclass
+import itertools
+
+import numpy as np
+import pandas as pd
+
+MIN_CP_TOKENS = 1024  # a CP rank's sequence shard: below this the ring's K/V shifts outlast its attention chunks
+CP_VALUES = (1, 2, 4, 8, 16)
+VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
+MICRO_BATCHES = (1, 2, 4)
+ZERO = (0, 1, 2, 3)
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+# Columns of a candidate table, in the order of the contract's layout keys.
+MESH = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "schedule")
+KNOBS = ("zero", "recompute", "micro_batch", "tp_comm_overlap", "ep_comm_overlap")
+COLUMNS = MESH + KNOBS
+
+
+@dataclass(frozen=True)
+class Space:
+    """The values each axis may take for one model on one cluster."""
+
+    gpus: int
+    domain: int  # GPUs per NVLink domain: tp at most this
+    layers: int
+    seq_len: int
+    experts: int = 0  # 0: a dense model
+
+    def tp_values(self) -> list[int]:
+        return [d for d in divisors(self.gpus) if d <= self.domain]
+
+    def pp_values(self) -> list[int]:
+        return [d for d in divisors(self.gpus) if d <= self.layers]
+
+    def cp_values(self) -> list[int]:
+        return [c for c in CP_VALUES if self.gpus % c == 0 and self.seq_len >= c * MIN_CP_TOKENS]
+
+    def v_values(self, pp: int) -> list[int]:
+        return [1] if pp == 1 else [1] + [v for v in VIRTUAL_STAGES if pp * v <= self.layers]
+
+    def ep_values(self, stage_ranks: int) -> list[int]:
+        if not self.experts:
+            return [1]
+        return [e for e in (2**i for i in range(self.experts.bit_length())) if self.experts % e == 0
+                and e <= stage_ranks]
+
+    def expert_tp_values(self, tp: int, ep: int) -> list[int]:
+        """expert_tp = tp (unfolded), and 1 when that differs (folded; needs a MoE model)."""
+        return [tp] if not self.experts or tp == 1 else [tp, 1]
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n, ascending.
+
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def meshes(space: Space) -> list[tuple]:
+    """Every (tp, pp, dp, cp, ep, expert_tp, v, schedule) of the space."""
+    out = []
+    for tp, pp, cp in itertools.product(space.tp_values(), space.pp_values(), space.cp_values()):
+        if space.gpus % (tp * pp * cp):
+            continue
+        dp = space.gpus // (tp * pp * cp)
+        for v in space.v_values(pp):
+            schedules = ("interleaved",) if v > 1 else ("1f1b",) if pp == 1 else ("1f1b", "gpipe")
+            for ep in space.ep_values(tp * cp * dp):
+                for etp, schedule in itertools.product(space.expert_tp_values(tp, ep), schedules):
+                    out.append((tp, pp, dp, cp, ep, etp, v, schedule))
+    return out
+
+
+def knobs(tp_overlap: bool, ep_overlap: bool) -> list[tuple]:
+    """Every (zero, recompute, micro_batch, tp_comm_overlap, ep_comm_overlap) of a mesh."""
+    return list(itertools.product(ZERO, RECOMPUTE, MICRO_BATCHES, (False, True) if tp_overlap else (False,),
+                                  (False, True) if ep_overlap else (False,)))
+
+
+def enumerate_layouts(space: Space) -> pd.DataFrame:
+    """Every candidate layout, one row each (columns :data:`COLUMNS`): the meshes in the
+    order of :func:`meshes`, each with its knobs in the order of :func:`knobs`."""
+    mesh = pd.DataFrame(meshes(space), columns=list(MESH))
+    parts = []
+    for (tp_on, ep_on), group in mesh.groupby([mesh.tp > 1, mesh.ep > 1], sort=True):
+        k = pd.DataFrame(knobs(tp_on, ep_on), columns=list(KNOBS))
+        which = np.repeat(group.index.to_numpy(), len(k))
+        part = pd.concat([mesh.loc[which].reset_index(drop=True), pd.concat([k] * len(group), ignore_index=True)],
+                         axis=1)
+        parts.append(part.assign(_mesh=which, _knob=np.tile(np.arange(len(k)), len(group))))
+    if not parts:
+        return pd.DataFrame(columns=list(COLUMNS))
+    table = pd.concat(parts, ignore_index=True)
+    order = np.lexsort((table["_knob"].to_numpy(), table["_mesh"].to_numpy()))
+    return table.iloc[order][list(COLUMNS)].reset_index(drop=True)
+
+
+def overrides(row) -> dict:
+    """The scenario keys of one candidate (a row or a dict with :data:`COLUMNS`), as
+    ``--set`` overrides: the planner's whole [parallel] section plus the training knobs."""
+    tp = int(row["tp"])
+    out = {f"parallel.{k}": int(row[k]) for k in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "zero")}
+    out.update({"parallel.schedule": str(row["schedule"]), "parallel.sequence_parallel": tp > 1,
+                "parallel.tp_comm_overlap": bool(row["tp_comm_overlap"]),
+                "parallel.ep_comm_overlap": bool(row["ep_comm_overlap"]),
+                "training.micro_batch": int(row["micro_batch"]), "training.recompute": str(row["recompute"])})
+    if int(row["expert_tp"]) != tp:
+        out["parallel.expert_tp"] = int(row["expert_tp"])
+    return out

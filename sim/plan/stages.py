@@ -1,0 +1,100 @@
+"""What each pipeline stage of a candidate holds, computed once per distinct shape and
+shared by the memory rule (:mod:`.fit`) and the fast estimate (:mod:`.estimate`).
+
+Everything here is the simulator's own code on a Context without programs: the layer
+split (``pp.split_layers``), the parameters a rank holds (``params.rank_params``,
+``params.layer_params``), the micro-batches a schedule keeps in flight
+(``pp.peak_in_flight``). A planner search asks for thousands of candidates but
+only for a few hundred distinct (tp, expert_tp, ep, pp, v) shapes, so each is computed
+once (a ``functools.lru_cache`` per search).
+"""
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..model import transformer as model_costs
+from ..parallel import pp as pipeline
+from ..parallel.layout import Layout
+from ..parallel.params import EMBEDDING, layer_params, stage_layer_ids
+from ..parallel.program import Context
+
+
+@dataclass(frozen=True)
+class Split:
+    """Per pipeline stage (arrays of length pp): transformer layers held (all chunks),
+    mean layers per chunk, dense and MoE layer counts, embedding and output layer."""
+
+    layers_mean: np.ndarray
+    dense: np.ndarray
+    moe: np.ndarray
+    embedding: np.ndarray
+    output: np.ndarray
+
+
+class Stages:
+    """Memoized per-stage facts of one base scenario (its model; the layout varies)."""
+
+    def __init__(self, scenario):
+        self.scenario = scenario
+        self.dims = model_costs.dims(scenario.model)
+        for name in ("split", "params", "layer_params", "in_flight"):  # one cache per instance (per search)
+            setattr(self, name, lru_cache(maxsize=None)(getattr(self, name)))
+
+    def context(self, tp: int, pp: int, v: int, ep: int = 1, etp: int | None = None, cp: int = 1,
+                dp: int = 1) -> Context:
+        """A Context with the layout and layer split (no programs, compute model or domains)."""
+        layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ("tp", "cp", "dp", "pp"), ep,
+                        None if etp == tp else etp)
+        return Context(self.scenario, self.dims, layout, None, None, [], frozenset(), 0,
+                       pipeline.split_layers(self.dims.layers, pp * v, None))
+
+    def split(self, pp: int, v: int) -> Split:
+        """Layer counts per stage under the simulator's default split."""
+        chunks = pipeline.split_layers(self.dims.layers, pp * v, None)
+        d = self.dims
+        rows = []
+        for s in range(pp):
+            mine = [chunks[c] for c in range(s, pp * v, pp)]
+            ids = [l for c in mine for l in c]
+            moe = sum(model_costs.is_moe_layer(d, l) for l in ids)
+            rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe, moe, s == 0, s == pp - 1))
+        cols = np.array(rows, dtype=float).T
+        return Split(*cols)
+
+    def params(self, tp: int, etp: int, ep: int, pp: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dense, expert, biggest) parameters per stage on one rank: ``rank_params`` (the sum
+        of ``layer_params`` over the stage's layers, in its order) and the largest layer
+        (embedding and output included) that FSDP gathers whole."""
+        per_layer = self.layer_params(tp, etp, ep)
+        ctx = self.context(tp, pp, v, ep, etp)
+        dense, expert, biggest = [], [], []
+        for s in range(pp):
+            dl = el = 0.0
+            big = 0.0
+            for vs in range(s, pp * v, pp):
+                for layer in stage_layer_ids(ctx, vs):
+                    d_, e_ = per_layer[layer]
+                    dl, el, big = dl + d_, el + e_, max(big, d_ + e_)
+            dense.append(dl)
+            expert.append(el)
+            biggest.append(big)
+        return np.array(dense), np.array(expert), np.array(biggest)
+
+    def layer_params(self, tp: int, etp: int, ep: int) -> dict[int, tuple[float, float]]:
+        """``params.layer_params`` of every layer id (embedding -1 .. output ``layers``)."""
+        ctx = self.context(tp, 1, 1, ep, etp)
+        return {layer: layer_params(ctx, layer) for layer in range(EMBEDDING, self.dims.layers + 1)}
+
+    def in_flight(self, schedule: str, pp: int, v: int, micro: int, combined: bool) -> np.ndarray:
+        """Micro-batch chunks whose activations each stage holds at once, at its peak."""
+        return np.array([pipeline.peak_in_flight(schedule, pp, v, micro, s, combined) for s in range(pp)], dtype=float)
+
+    def layer_ids(self, pp: int, v: int, stage: int) -> list[int]:
+        """Layer ids of a stage, embedding (-1) and output (layers) included."""
+        ctx = self.context(1, pp, v)
+        return [l for vs in range(stage, pp * v, pp) for l in stage_layer_ids(ctx, vs)]
+
+
+__all__ = ["Stages", "Split", "EMBEDDING"]
