@@ -169,3 +169,12 @@ def test_validate_shows_progress_on_stderr(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("validate: 2/2 (MH-16B-192)")
+
+
+def test_every_bundled_example_resolves_by_name_even_with_dots():
+    """llama3.1-70b-fp8-h100 has a dot: it is part of the name, not a file suffix."""
+    from sim.input.bundled import EXAMPLES, scenario_file
+
+    assert any("." in n for n in example_names())
+    for name in example_names():
+        assert scenario_file(name) == EXAMPLES / f"{name}.toml"

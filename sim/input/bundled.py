@@ -3,7 +3,7 @@ folder travel in the wheel as ``sim/examples/`` (a link to that folder in a chec
 ``clustersim run llama3-8b-fsdp-h100`` works wherever clustersim is installed.
 
 A scenario argument is a path; only when no such file exists and the argument is a bare
-name (no folder, no suffix) is it looked up among the bundled examples.
+name (no folder, no .toml suffix; dots are part of a name) is it looked up among the bundled examples.
 """
 
 from pathlib import Path
@@ -26,7 +26,8 @@ def scenario_file(arg: str | Path) -> Path:
     if path.exists():
         return path
     bundled = EXAMPLES / f"{path.name}.toml"
-    if not path.suffix and len(path.parts) == 1 and bundled.is_file():
+    # a bare name may hold dots (llama3.1-70b-fp8-h100): any suffix but .toml is part of it
+    if path.suffix != ".toml" and len(path.parts) == 1 and bundled.is_file():
         return bundled
     raise InputError("scenario", f"no such file: {path} (bundled examples, usable by name: "
                                  f"{', '.join(example_names())})")
