@@ -133,7 +133,8 @@ FIELD_BOUNDS = {"gpus_per_domain": bounds.DOMAIN, "gpus_per_node": bounds.DOMAIN
 
 def check_field(key: str, field: str, value, where: str = ""):
     """A spec field's value, checked as a topology file's (``where``: the file, for the
-    message); InputError(key) for an unknown field, a wrong type or a value out of bounds."""
+    message); InputError(key) for an unknown field, a wrong type, a value out of bounds or
+    an unknown choice (builder, routing)."""
     fields = FatTreeSpec.__dataclass_fields__
     if field not in fields:
         raise InputError(key, f"{where}unknown key; known: {', '.join(fields)}")
@@ -142,6 +143,10 @@ def check_field(key: str, field: str, value, where: str = ""):
         expected = str if "bool" not in kind else bool
         if not isinstance(value, expected):
             raise InputError(key, f"{where}expected a {expected.__name__}, got {value!r}")
+        if field == "builder" and value not in BUILDERS:
+            raise InputError(key, f"{where}unknown builder {value!r}; known: {', '.join(BUILDERS)}")
+        if field == "routing" and value not in ("spray", "ecmp"):
+            raise InputError(key, f"{where}expected 'spray' or 'ecmp', got {value!r}")
         return value
     bound = FIELD_BOUNDS.get(field, bounds.Bound(1e-9, bounds.EXACT_INT, "a positive finite number"))
     try:  # counts must be whole; bandwidths and ratios may be fractional
@@ -151,14 +156,9 @@ def check_field(key: str, field: str, value, where: str = ""):
 
 
 def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
-    builder = data.get("builder", "fat_tree")
-    if not isinstance(builder, str) or builder not in BUILDERS:
-        raise InputError(f"{key}.builder", f"{path}: unknown builder {builder!r}; known: {', '.join(BUILDERS)}")
     data = {k: check_field(f"{key}.{k}", k, v, f"{path}: ") for k, v in data.items()}
     data.setdefault("name", path.stem)
     spec = FatTreeSpec(**data)
-    if spec.routing not in ("spray", "ecmp"):
-        raise InputError(f"{key}.routing", f"{path}: expected 'spray' or 'ecmp', got {spec.routing!r}")
     if spec.gpus_per_domain % spec.gpus_per_node and spec.gpus_per_node % spec.gpus_per_domain:
         raise InputError(f"{key}.gpus_per_domain", "must be a multiple or a divisor of gpus_per_node")
     return spec

@@ -189,11 +189,6 @@ def _check_topology_overrides(s: Scenario, spec) -> dict:
             raise InputError(key, f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
         checked[k] = topology.check_field(key, k, v)
     merged = dataclasses.replace(spec, **checked)
-    if merged.builder not in topology.BUILDERS:
-        raise InputError("cluster.topology_overrides.builder",
-                         f"unknown builder {merged.builder!r}; known: {', '.join(topology.BUILDERS)}")
-    if merged.routing not in ("spray", "ecmp"):
-        raise InputError("cluster.topology_overrides.routing", f"expected 'spray' or 'ecmp', got {merged.routing!r}")
     if merged.gpus_per_domain % merged.gpus_per_node and merged.gpus_per_node % merged.gpus_per_domain:
         raise InputError("cluster.topology_overrides.gpus_per_domain",
                          f"{merged.gpus_per_domain} must be a multiple or a divisor of gpus_per_node = {merged.gpus_per_node}")
