@@ -3,14 +3,12 @@ simulator's, the estimate's closed forms hold, the ranking is deterministic, an
 interrupted search resumes to the same table, and bad flags exit 2 naming the flag."""
 
 import json
-import os
 from pathlib import Path
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -24,7 +22,7 @@ from sim.plan import driver, fit, inputs, rules, space
 from sim.plan.estimate import Estimator
 from sim.plan.stages import Stages
 
-from conftest import REPO, assert_input_error, cli_env, clustersim
+from conftest import assert_input_error, cli_env, clustersim
 
 TINY = """
 name = "tiny"
