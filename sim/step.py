@@ -17,7 +17,7 @@ from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, spans_frame
-from .hardware.faults import perturbed
+from .hardware.faults import perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
 
@@ -84,8 +84,8 @@ def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bo
     if baseline and perturbed(s):
         clean = simulate(clean_copy(s), baseline=False, e_max=e_max, force=True)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
-    invariants.check(summary, invariants.compute_floor(programs, slow_from_start(s, topo.spec.gpus_per_node)),
-                     s.name)
+    slow = straggler_slowdowns(s, topo.spec.gpus_per_node, from_start=True)
+    invariants.check(summary, invariants.compute_floor(programs, slow), s.name)
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "folding": ctx.folding,
             "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
@@ -101,16 +101,3 @@ def jitter_summary(ctx) -> dict:
         return {"jitter_mode": "exact"}
     return {"jitter_mode": "sampled", "jitter_sampled_replicas": sample["replicas"],
             "jitter_replicas": sample["of"], "jitter_sampled_ranks": sample["ranks"]}
-
-
-def slow_from_start(s: Scenario, per_node: int) -> dict[int, float]:
-    """Rank -> the slowdown the [[stragglers]] apply to every one of its ops (those in
-    effect from t = 0; the larger wins, as in sim.hardware.faults.compute_scale)."""
-    from .hardware.faults import straggler_ranks
-
-    slow: dict[int, float] = {}
-    for st in s.stragglers:
-        if st.start_s <= 0:
-            for r in straggler_ranks(st, per_node):
-                slow[r] = max(slow.get(r, 1.0), st.slowdown)
-    return slow

@@ -15,11 +15,14 @@ def straggler_ranks(st, per_node: int) -> set[int]:
     return set(st.ranks) | {n * per_node + i for n in st.nodes for i in range(per_node)}
 
 
-def straggler_slowdowns(s, per_node: int) -> dict[int, float]:
+def straggler_slowdowns(s, per_node: int, from_start: bool = False) -> dict[int, float]:
     """Rank -> the compute slowdown the ``[[stragglers]]`` give it once they are all in
-    effect (the larger slowdown wins where entries overlap, as in :func:`compute_scale`)."""
+    effect (the larger slowdown wins where entries overlap, as in :func:`compute_scale`);
+    ``from_start``: only the entries in effect from t = 0 (every op of the rank is slow)."""
     slow: dict[int, float] = {}
     for st in s.stragglers:
+        if from_start and st.start_s > 0:
+            continue
         for r in straggler_ranks(st, per_node):
             slow[r] = max(slow.get(r, 1.0), st.slowdown)
     return slow
