@@ -18,6 +18,7 @@ from sim import work
 from sim.collectives.schedule import chains_phase
 from sim.engine import network
 from sim.errors import InputError, SimulationError
+from sim.studies import gallery
 from sim.outputs import invariants
 from sim.parallel import census, workload
 from sim.step import build_topology, simulate
@@ -34,7 +35,7 @@ VARIANTS = [[], ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=
 
 def _path(name):
     if name.startswith("gallery/"):
-        return REPO / "sim" / "studies" / "gallery_scenarios" / f"{name[len('gallery/'):]}.toml"
+        return gallery.SCENARIOS / f"{name[len('gallery/'):]}.toml"
     return REPO / "scenarios" / f"{name}.toml"
 
 
