@@ -143,3 +143,27 @@ def test_expert_tp_is_checked_at_the_edge(overrides, key):
 def test_expert_tp_needs_an_moe_model():
     proc = clustersim("run", "scenarios/llama3-8b-fsdp-h100.toml", "--set", "parallel.expert_tp=1")
     assert_input_error(proc, "parallel.expert_tp")
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_expert_tp_equal_to_tp_dispatches_the_own_shard_under_sp(sp):
+    """Megatron-Core's alltoall dispatcher (token_dispatcher.py, MoEAlltoAllTokenDispatcher:
+    permute -> A2A(EP) -> AG(expert TP)) routes each rank's sequence-parallel shard even when
+    expert_tp = tp: the all-to-all carries s/tp tokens, and the expert-tp (= tp) group
+    gathers what the ep group dispatched. Without SP every tp rank holds, routes and sends
+    all s tokens (no gather)."""
+    tp, ep = 2, 8
+    result = folded_run(ep=ep, expert_tp=None, sequence_parallel=sp)
+    h, k = MOE["hidden"], MOE["moe"]["top_k"]
+    tokens = SEQ / tp if sp else SEQ
+    a2a = result.spans[result.spans.category == "ep"]
+    assert np.allclose(a2a.bytes, tokens * k * h * 2 * (ep - 1) / ep, rtol=1e-12)
+    gathers = result.spans[result.spans.name.str.startswith("etp_ag")]
+    if not sp:
+        assert gathers.empty
+        return
+    # uniform routing: a rank's experts get tokens * k of the ep group's tokens; the expert-tp
+    # all-gather's output is tp times that (bytes: the whole output, sim/collectives)
+    assert len(gathers) and np.allclose(gathers.bytes, tp * tokens * k * h * 2 * (tp - 1) / tp, rtol=1e-12)
+    layout = Layout.from_parallel(Parallel(tp=tp, dp=16, ep=ep, sequence_parallel=True))
+    assert all(layout.expert_tp_group(r) == layout.group(r, "tp") for r in range(32))

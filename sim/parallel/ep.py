@@ -9,18 +9,19 @@ combining the results. Both all-to-alls are on the critical path (unless
 hot experts compute longer and every other rank of the group waits for them at the
 combine.
 
-Two layouts (:mod:`.layout`):
+Two paths (:attr:`.layout.Layout.folded_experts`):
 
-- expert_tp = tp (default): the tp group gathers its tokens before the MoE MLP (plain
-  TP collectives around it); every tp rank routes them and holds 1/tp of its experts'
-  weights.
-- MoE parallel folding (expert_tp != tp), as Megatron-Core's alltoall token dispatcher
-  (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher: A2A(EP)
-  -> AG(expert TP) -> experts -> RS(expert TP) -> A2A(EP)): each rank routes its own
-  sequence-parallel shard (tokens/tp) over an ep group that may span tp ranks, the
-  expert-tp group gathers the dispatched tokens, each rank holds 1/expert_tp of its
+- Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
+  MoEAlltoAllTokenDispatcher since MCore 0.10: permute -> A2A(EP) -> AG(expert TP) -> experts
+  -> RS(expert TP) -> A2A(EP)), taken whenever tp > 1 with sequence parallelism, expert_tp =
+  tp included, and for every folded layout (expert_tp != tp, MoE parallel folding): each rank
+  routes its own sequence-parallel shard (tokens/tp) over an ep group that may span tp ranks,
+  the expert-tp group gathers the dispatched tokens, each rank holds 1/expert_tp of its
   experts' weights. Shared experts stay on the attention's tp group (gathered before,
   reduce-scattered after; megatron/core/transformer/moe/shared_experts.py).
+- tp > 1 without sequence parallelism (Megatron refuses MoE so): every tp rank holds all the
+  tokens, routes and dispatches them all, and holds 1/tp of its experts' weights; plain TP
+  collectives around the MoE MLP. With tp = 1 both paths are the same.
 """
 
 from dataclasses import replace

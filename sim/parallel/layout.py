@@ -41,13 +41,14 @@ class Layout:
     sizes: dict
     order: tuple[str, ...]
     ep: int
-    expert_tp: int | None = None  # None: tp (no folding)
+    expert_tp: int | None = None  # None: tp
+    sp: bool = True  # sequence parallelism (Megatron requires it for MoE with tp > 1)
 
     @classmethod
     def from_parallel(cls, p: Parallel) -> "Layout":
         """The layout of a parallel section (its ``order`` was checked at load)."""
         return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep,
-                   p.expert_tp)
+                   p.expert_tp, p.sequence_parallel)
 
     @cached_property
     def strides(self) -> dict:
@@ -101,8 +102,13 @@ class Layout:
 
     @property
     def folded_experts(self) -> bool:
-        """Whether expert layers have a layout of their own (expert_tp != tp)."""
-        return self.etp != self.sizes["tp"]
+        """Whether expert layers take the alltoall dispatcher's own path: each rank routes
+        its sequence-parallel shard, all-to-all over ep, then all-gather over expert tp
+        (Megatron-Core >= 0.10 MoEAlltoAllTokenDispatcher: permute -> A2A(EP) -> AG(ETP)).
+        That is every layout with expert_tp != tp (folding needs SP) and every tp > 1 with
+        SP, expert_tp = tp included; only tp > 1 without SP gathers the tokens first."""
+        tp = self.sizes["tp"]
+        return self.etp != tp or (tp > 1 and self.sp)
 
     @property
     def expert_dp(self) -> int:
@@ -154,9 +160,9 @@ class Layout:
         return self._expert_group(rank, 0)
 
     def moe_tokens(self, tokens: float) -> float:
-        """Tokens a rank routes per micro-batch: all ``tokens`` of its tp group when expert
-        layers share the attention's tp (the tp group gathers them first), its own
-        sequence-parallel shard tokens/tp when folded (Megatron's alltoall dispatcher)."""
+        """Tokens a rank routes per micro-batch: its own sequence-parallel shard tokens/tp
+        on the dispatcher's path (:attr:`folded_experts`), else all ``tokens`` of its tp
+        group (tp > 1 without SP: every tp rank holds them all)."""
         return tokens / self.sizes["tp"] if self.folded_experts else tokens
 
     def stage_rank(self, rank: int, stage: int) -> int:

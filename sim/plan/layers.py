@@ -90,9 +90,9 @@ class LayerCosts:
         """Attention, then router -> dispatch -> experts -> combine (:mod:`sim.parallel.ep`)."""
         f_a, b_a, core_f, tp_a, cp_a = self._attention()
         d, sh = self.d, self.sh
-        folded = self.etp != self.tp_n
         layout = Layout({"tp": self.tp_n, "cp": 1, "dp": self.ep, "pp": 1}, ("tp", "cp", "dp", "pp"), self.ep,
-                        self.etp if folded else None)
+                        self.etp, sh.sp)
+        folded = layout.folded_experts
         own = replace(sh, tokens=layout.moe_tokens(sh.tokens), tp=1, sp=False) if folded else sh
         kernels = list(router(d, own)) + list(experts(d, sh, ()))  # router; shared experts and the residual
         plain = 2 * (self._tp("all_gather", sh.tokens * d.h * ELEM) + self._tp("reduce_scatter", sh.tokens * d.h * ELEM))
