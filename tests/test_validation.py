@@ -109,6 +109,26 @@ def test_cli_explain_unknown_row_is_exit_2():
 
 # --- the modern NeMo rows (issue 13): each within 20%, all 29 rows 8% MAPE --------------------
 
+def test_modern_rows_have_the_parameters_their_names_state():
+    """A row named for its size (Grok-1-314B, Llama-3.1-405B, ...) describes a model of that
+    size: within 5% (Nemotron-4-15B's name rounds 15.6B). Catches a row that mislabels its
+    MLP: Grok-1 with two-matrix gelu would be 213B, its gated GELU (geglu) is 316B."""
+    import re
+
+    from sim.input.load import scenario_from_dict
+    from sim.model import transformer
+
+    named = 0
+    for r in validation.modern_rows():
+        size = re.search(r"-(\d+(?:\.\d+)?)B$", r.model)
+        if size is None:
+            continue
+        d = transformer.dims(scenario_from_dict(r.scenario).model)
+        assert transformer.total_params(d) == pytest.approx(float(size.group(1)) * 1e9, rel=0.05), r.id
+        named += 1
+    assert named == 15  # every row but DeepSeek-V3's
+
+
 MODERN = [r for r in ROWS if r not in LEGACY]
 MODERN_ROW_ERROR = 0.20
 ALL_ROWS_MAPE = 0.08

@@ -27,7 +27,7 @@ _MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "
 _ACTS = {"silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu", "relu2": "relu2", "gelu": "gelu",
          "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "quick_gelu": "gelu",
          "relu": "gelu"}
-_GATED = ("gemma", "gemma2", "gemma3_text")  # GeGLU: three matrices, like SwiGLU
+_GATED = ("gemma", "gemma2", "gemma3_text")  # gated MLPs (GeGLU with a gelu act): three matrices
 
 
 def model_fields(cfg: dict, origin: str) -> dict:
@@ -64,7 +64,8 @@ def mlp_kind(cfg: dict, origin: str) -> str:
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu")))
     if act not in _ACTS:
         raise InputError(KEY, f"{origin}: hidden_act {act!r} is not one of {', '.join(sorted(_ACTS))}")
-    return "swiglu" if cfg.get("model_type") in _GATED else _ACTS[act]
+    kind = _ACTS[act]
+    return ("geglu" if kind == "gelu" else kind) if cfg.get("model_type") in _GATED else kind
 
 
 def moe_fields(cfg: dict, origin: str) -> dict:

@@ -68,7 +68,8 @@ class Model(_Section):
     kv_heads: count(B.HEADS) | None = None  # default: heads (GQA when smaller)
     ffn_hidden: count(B.FFN) | None = None  # default: 4 * hidden
     vocab: count(B.VOCAB) = None
-    mlp: Literal["gelu", "swiglu", "relu2"] = "gelu"  # relu2: squared ReLU, two matrices (Nemotron-4)
+    # relu2: squared ReLU, two matrices (Nemotron-4); geglu: gated GELU, three (Grok-1, Gemma)
+    mlp: Literal["gelu", "swiglu", "geglu", "relu2"] = "gelu"
     head_dim: count(B.HEAD_DIM) | None = None  # default: hidden / heads (Qwen3: 128)
     # Multi-head latent attention (DeepSeek-V2/V3), with the Hugging Face names of its ranks.
     attention: Literal["mha", "mla"] = "mha"  # mha: multi-head, GQA when kv_heads < heads

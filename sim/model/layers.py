@@ -19,7 +19,8 @@ multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projec
 TELayerNormColumnParallelLinear up projections, TERowParallelLinear output) runs
 q down -> q norm -> q up and kv down (+ the shared rotary key) -> kv norm -> kv up, then
 the core with d_qk = qk_nope + qk_rope and d_v = v_head_dim. MLPs: gelu and relu2 (squared
-ReLU, Nemotron-4) read and write f activations per token, swiglu reads 2f and writes f;
+ReLU, Nemotron-4) read and write f activations per token, the gated swiglu and geglu (GELU
+gating a third matrix: Grok-1, Gemma) read 2f and write f;
 all are memory-bound, their arithmetic hidden under the traffic.
 
 FP8 (``training.precision = "fp8"``; Transformer Engine's delayed-scaling recipe,
@@ -134,13 +135,13 @@ def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
 
 def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
         fused: bool = False) -> list[Kernel]:
-    """MLP (gelu, relu2: 2 matrices, swiglu: 3) on ``tokens`` (default: the shard's);
+    """MLP (gelu, relu2: 2 matrices, swiglu, geglu: 3) on ``tokens`` (default: the shard's);
     ``fused``: its input comes from a norm that emits FP8 (the dense MLP's FC1)."""
     f, t = ffn or d.f, sh.tokens if tokens is None else tokens
     if t <= 0:
         return []
     up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
-    act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; swiglu: 2f, f
+    act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; gated: 2f, f
     return up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2)
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from ..input.scenario import Model
 
+GATED = ("swiglu", "geglu")  # three-matrix MLPs: a gate, an up and a down projection
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -34,7 +36,7 @@ class Dims:
     g: int  # kv heads (MLA: one per query head)
     f: int  # ffn hidden (dense MLP)
     v: int  # vocab
-    mats: int  # weight matrices per MLP: 2 (gelu, relu2) or 3 (swiglu)
+    mats: int  # weight matrices per MLP: 2 (gelu, relu2) or 3 (swiglu, geglu)
     experts: int = 0
     top_k: int = 0
     f_expert: int = 0
@@ -86,7 +88,7 @@ def _ratio(num: int, den: int) -> int | float:
 
 def dims(m: Model) -> Dims:
     """Resolve defaults (kv_heads = heads, ffn = 4h, head_dim = h / heads) into plain numbers."""
-    mats = 3 if m.mlp == "swiglu" else 2
+    mats = 3 if m.mlp in GATED else 2
     f = m.ffn_hidden or 4 * m.hidden
     attn = {"head_dim": m.head_dim or m.hidden // m.heads}
     if m.attention == "mla":
