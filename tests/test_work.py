@@ -123,6 +123,15 @@ def test_impossible_summaries_are_caught(change, words):
     assert found and words in found[0]
 
 
+def test_mfu_bound_is_the_runs_own_peak():
+    """MFU is relative to the BF16 peak under FP8 too, so an FP8 run may pass 1 (H100: up to
+    1,979 / 989) but never its own peak; `validate --fit` simulates FP8 rows that high."""
+    assert invariants.violations({**GOOD, "mfu": 1.05}, 0.9, mfu_max=1979 / 989) == []
+    found = invariants.violations({**GOOD, "mfu": 2.01}, 0.9, mfu_max=1979 / 989)
+    assert found and "mfu" in found[0]
+    assert invariants.violations({**GOOD, "mfu": 1.05}, 0.9)  # BF16: bound 1
+
+
 def test_compute_floor_counts_the_straggler_slowdown_and_the_step_respects_it():
     s = _load("straggler-dp")
     r = simulate(s)

@@ -8,7 +8,9 @@ every result; ``clustersim run`` therefore never prints an impossible one.
 - step time finite and at least the compute-only floor: the busiest simulated rank's
   compute ops, one after another on its compute stream, with its straggler slowdown
   (stragglers only slow a rank; jitter is already in each op's duration);
-- 0 < MFU <= 1, throughput and TFLOP/s finite and positive;
+- 0 < MFU <= the run's own dense peak over the BF16 peak (MFU is relative to the BF16 peak
+  under FP8 too: 1 for BF16, 2 on H100 FP8, whose 1,979 TFLOP/s are twice its 989),
+  throughput and TFLOP/s finite and positive;
 - pipeline bubble in [0, 1], exposed communication in [0, step time];
 - bytes sent per axis finite and >= 0, memory per GPU finite and positive;
 - straggler cost, when present, finite.
@@ -31,16 +33,17 @@ def compute_floor(programs, slowdowns: dict[int, float]) -> float:
     return floor
 
 
-def violations(summary: dict, floor_s: float) -> list[str]:
-    """Every rule ``summary`` breaks (empty when it is a possible result)."""
+def violations(summary: dict, floor_s: float, mfu_max: float = 1.0) -> list[str]:
+    """Every rule ``summary`` breaks (empty when it is a possible result); ``mfu_max``:
+    the run's dense peak over the BF16 peak."""
     step = summary["step_time_s"]
     if not (math.isfinite(step) and step > 0):
         return [f"step_time_s = {step} is not a finite positive time"]
     found = []
     if step < floor_s * (1 - _ROUNDING):
         found.append(f"step_time_s = {step!r} is shorter than the compute-only floor {floor_s!r} s")
-    if not 0 < summary["mfu"] <= 1:
-        found.append(f"mfu = {summary['mfu']!r} is outside (0, 1]")
+    if not 0 < summary["mfu"] <= mfu_max:
+        found.append(f"mfu = {summary['mfu']!r} is outside (0, {mfu_max:g}]")
     for key in ("tokens_per_s", "tflops_per_gpu", "memory_per_gpu_bytes"):
         if not (math.isfinite(summary[key]) and summary[key] > 0):
             found.append(f"{key} = {summary[key]!r} is not finite and positive")
@@ -57,8 +60,8 @@ def violations(summary: dict, floor_s: float) -> list[str]:
     return found
 
 
-def check(summary: dict, floor_s: float, scenario: str) -> None:
+def check(summary: dict, floor_s: float, scenario: str, mfu_max: float = 1.0) -> None:
     """SimulationError listing what ``summary`` breaks, if anything."""
-    found = violations(summary, floor_s)
+    found = violations(summary, floor_s, mfu_max)
     if found:
         raise SimulationError(f"scenario {scenario!r} gave an impossible result: {'; '.join(found)}")
