@@ -75,6 +75,7 @@ FAULTS = Bound(0, 4096, "entries in [[stragglers]] or [[cluster.faults]] (one en
 
 # --- the model ---------------------------------------------------------------------------
 LAYERS = Bound(1, 1024, "8x the deepest published LLM (Megatron 1T: 128 layers)")
+MTP_LAYERS = Bound(0, 16, "multi-token prediction depths: DeepSeek-V3 trains with 1")
 HIDDEN = Bound(1, 131072, "5x the widest published LLM (Megatron 1T: 25,600)")
 HEADS = Bound(1, HIDDEN.hi, "attention heads (and kv heads): at most one per hidden unit")
 HEAD_DIM = Bound(1, 512, "FlashAttention kernels go to 256; past 512 the causal attention FLOPs "

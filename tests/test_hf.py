@@ -48,9 +48,9 @@ def test_shipped_config_imports_as_its_preset_and_matches_its_card(name):
     via_file = scenario({"hf_config": str(HF_CONFIG_DIR / f"{name}.json")}).model
     via_preset = scenario({"preset": name}).model
     fields = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "head_dim", "attention",
-              "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe")
+              "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "moe")
     assert all(getattr(via_file, f) == getattr(via_preset, f) for f in fields)
-    assert costs.total_params(costs.dims(via_preset)) == pytest.approx(CARDS[name], rel=0.01)
+    assert costs.main_params(costs.dims(via_preset)) == pytest.approx(CARDS[name], rel=0.01)
 
 
 @pytest.mark.parametrize("name, expect", [
@@ -59,7 +59,7 @@ def test_shipped_config_imports_as_its_preset_and_matches_its_card(name):
     ("qwen3-32b", {"head_dim": 128, "hidden": 5120, "heads": 64}),  # 64 heads of 128 on 5120
     ("qwen3-30b-a3b", {"moe.experts": 128, "moe.top_k": 8, "moe.expert_ffn_hidden": 768, "head_dim": 128}),
     ("deepseek-v3", {"attention": "mla", "q_lora_rank": 1536, "kv_lora_rank": 512, "moe.shared_experts": 1,
-                     "moe.dense_layers": 3, "moe.expert_ffn_hidden": 2048, "ffn_hidden": 18432}),
+                     "moe.dense_layers": 3, "moe.expert_ffn_hidden": 2048, "ffn_hidden": 18432, "mtp_layers": 1}),
     ("deepseek-v2-lite", {"attention": "mla", "q_lora_rank": None, "moe.shared_experts": 2, "moe.top_k": 6}),
     ("nemotron-4-340b", {"mlp": "relu2", "kv_heads": 8, "tied_embeddings": False}),
 ])

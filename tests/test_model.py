@@ -118,9 +118,30 @@ def test_moe_counts_only_active_experts():
 def test_moe_model_cards_total_and_active_parameters_within_one_percent(preset, total, active,
                                                                         embeddings_in_active):
     d = costs.dims(one_gpu(preset, 4096).model)
-    assert costs.total_params(d) == pytest.approx(total, rel=0.01)
+    assert costs.main_params(d) == pytest.approx(total, rel=0.01)
     active_params = costs.non_embedding_params(d, active=True) + embeddings_in_active * d.h * d.v
     assert active_params == pytest.approx(active, rel=0.01)
+
+
+def test_deepseek_v3_mtp_module_matches_readme_weights():
+    """README_WEIGHTS.md: the MTP module has 11.5B unique parameters and activates 2.4B
+    including the shared 0.9B embedding and 0.9B output head (ours: 11.6B; 0.69B + 1.85B)."""
+    d = costs.dims(one_gpu("deepseek-v3", 4096).model)
+    assert d.mtp == 1
+    assert costs.mtp_params(d) == pytest.approx(11.5e9, rel=0.02)
+    assert costs.mtp_params(d, active=True) + 2 * d.h * d.v == pytest.approx(2.4e9, rel=0.07)
+    assert costs.total_params(d) == costs.main_params(d) + costs.mtp_params(d)
+
+
+def test_mtp_depth_adds_its_layer_projection_and_output_head_to_model_flops():
+    """Closed form: one depth adds 6 x (its layer's active parameters + 2h^2 + 3h) + 6hV + the
+    attention term of one more layer; zero depths change nothing."""
+    m = one_gpu("deepseek-v3", 4096).model
+    d0 = costs.dims(m.model_copy(update={"mtp_layers": 0}))
+    d1 = costs.dims(m.model_copy(update={"mtp_layers": 1}))
+    layer = costs.layer_params(d1, d1.layers, active=True) + 2 * d1.h ** 2 + 3 * d1.h
+    extra = 6 * layer + 6 * d1.h * d1.v + 12 * d1.attn_width * 4096
+    assert costs.model_flops_per_token(d1, 4096) - costs.model_flops_per_token(d0, 4096) == pytest.approx(extra)
 
 
 def test_qwen3_235b_non_embedding_parameters_match_the_card():

@@ -6,9 +6,10 @@ heads) and Qwen3-MoE (``num_experts``, ``moe_intermediate_size``), DeepSeek-V2/V
 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, and MLA:
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
 ``v_head_dim``), Nemotron (``hidden_act`` relu2) and GPT-2 (``n_layer``, ``n_embd``, ...).
-Keys that change no cost here (rope_theta, norm eps, ...) are ignored, and so is
-DeepSeek-V3's multi-token-prediction module (``num_nextn_predict_layers``), which is not
-part of the main model. A layer pattern the simulator cannot express (MoE only every n-th
+DeepSeek-V3's multi-token-prediction depths (``num_nextn_predict_layers``) become
+``mtp_layers``: trained with the model (DeepSeek-V3 report section 2.2; Megatron-Core and
+NeMo's DeepSeek-V3 recipe build them), though not part of the main model's 671B. Keys that
+change no cost here (rope_theta, norm eps, ...) are ignored. A layer pattern the simulator cannot express (MoE only every n-th
 layer, dense layers in the middle) is an InputError, never a silent approximation.
 
     python -c "from sim.input.presets import model_preset; print(model_preset('qwen3-235b-a22b'))"
@@ -42,6 +43,8 @@ def model_fields(cfg: dict, origin: str) -> dict:
     fields["mlp"] = mlp_kind(cfg, origin)
     fields["name"] = str(cfg.get("_name_or_path") or cfg.get("model_type") or origin)
     fields["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    if cfg.get("num_nextn_predict_layers"):
+        fields["mtp_layers"] = int(cfg["num_nextn_predict_layers"])
     moe = moe_fields(cfg, origin)
     if moe:
         fields["moe"] = moe

@@ -79,6 +79,10 @@ class Model(_Section):
     qk_rope_head_dim: count(B.HEAD_DIM) | None = None
     v_head_dim: count(B.HEAD_DIM) | None = None
     tied_embeddings: Flag = False
+    # Multi-token prediction (DeepSeek-V3; Megatron-Core --mtp-num-layers): each depth is a
+    # transformer layer, two norms, a 2h -> h projection and one more output layer and loss,
+    # all on the last pipeline stage.
+    mtp_layers: count(B.MTP_LAYERS) = 0
     moe: MoE | None = None
 
 

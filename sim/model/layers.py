@@ -175,6 +175,16 @@ def embedding(d: Dims, sh: Shard) -> list[Kernel]:
 
 
 @lru_cache(maxsize=None)
+def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
+    """The input of a multi-token-prediction depth (Megatron-Core multi_token_prediction.py):
+    the embedding of the tokens one further on (a lookup), enorm and hnorm, and eh_proj, the
+    column-parallel projection of their 2h-wide concatenation back to hidden."""
+    norm = ELEM * sh.norm_tokens * d.h
+    return tuple([elementwise(2 * ELEM * sh.tokens * d.h), elementwise(3 * norm), elementwise(3 * norm)]
+                 + linear(sh.tokens, d.h / sh.tp, 2 * d.h, sh, tp=1))
+
+
+@lru_cache(maxsize=None)
 def logits(d: Dims, sh: Shard) -> list[Kernel]:
     """Final norm, output projection over vocab/tp and fp32 cross-entropy (BF16 under FP8:
     Megatron's output layer is not a Transformer Engine module)."""

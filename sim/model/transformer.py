@@ -48,6 +48,7 @@ class Dims:
     qk_nope: int = 0  # MLA per-head q/k width without rotary embedding
     qk_rope: int = 0  # MLA per-head q/k rotary width (the rotary key is shared by all heads)
     v_dim: int = 0  # MLA per-head value width
+    mtp: int = 0  # multi-token-prediction depths (each one more transformer layer, after the last)
 
     @property
     def mla(self) -> bool:
@@ -94,7 +95,7 @@ def dims(m: Model) -> Dims:
     if m.attention == "mla":
         attn = {"q_lora": m.q_lora_rank or 0, "kv_lora": m.kv_lora_rank, "qk_nope": m.qk_nope_head_dim,
                 "qk_rope": m.qk_rope_head_dim, "v_dim": m.v_head_dim}
-    base = Dims(m.layers, m.hidden, m.heads, m.kv_heads or m.heads, f, m.vocab, mats, **attn)
+    base = Dims(m.layers, m.hidden, m.heads, m.kv_heads or m.heads, f, m.vocab, mats, **attn, mtp=m.mtp_layers)
     if m.moe is None:
         return base
     moe = m.moe
@@ -146,9 +147,22 @@ def non_embedding_params(d: Dims, active: bool = False) -> int:
     return sum(layer_params(d, i, active) for i in range(d.layers)) + d.h
 
 
-def total_params(d: Dims, tied: bool = False) -> int:
-    """Every parameter, embeddings included."""
+def mtp_params(d: Dims, active: bool = False) -> int:
+    """Unique parameters of the multi-token-prediction depths (DeepSeek-V3 README_WEIGHTS.md;
+    Megatron-Core multi_token_prediction.py): per depth enorm, hnorm, eh_proj (2h -> h), a
+    transformer layer like the main model's last and a final norm; the embedding and the
+    output head are the main model's. DeepSeek-V3: 11.5B unique (ours 11.6B)."""
+    return d.mtp * (layer_params(d, d.layers, active) + 2 * d.h * d.h + 3 * d.h)
+
+
+def main_params(d: Dims, tied: bool = False) -> int:
+    """The main model's parameters, embeddings included (a model card's total)."""
     return non_embedding_params(d) + d.v * d.h * (1 if tied else 2)
+
+
+def total_params(d: Dims, tied: bool = False) -> int:
+    """Every parameter trained: the main model plus its MTP depths."""
+    return main_params(d, tied) + mtp_params(d)
 
 
 def active_params(d: Dims) -> int:
@@ -160,8 +174,11 @@ def active_params(d: Dims) -> int:
 
 def model_flops_per_token(d: Dims, seq_len: int) -> float:
     """CONTRACT.md / PaLM appendix B: 6N_active + 6hV + 6 L s heads (d_qk + d_v), which is
-    PaLM's 12 L h s for plain attention (recompute not counted)."""
-    return 6 * non_embedding_params(d, active=True) + 6 * d.h * d.v + 12 * d.layers * d.attn_width * seq_len
+    PaLM's 12 L h s for plain attention (recompute not counted). Each MTP depth is the same
+    work again for its layer, its eh_proj and its pass through the output head."""
+    blocks = d.layers + d.mtp
+    return (6 * (non_embedding_params(d, active=True) + mtp_params(d, active=True)) + 6 * d.h * d.v * (1 + d.mtp)
+            + 12 * blocks * d.attn_width * seq_len)
 
 
 def _saved_units(d: Dims, fp8: bool) -> tuple[int | float, int | float]:

@@ -26,7 +26,7 @@ forward and the embedding backward. One more micro-batch's activations stay in f
 (:mod:`.memory` counts the same schedule).
 """
 
-from .params import EMBEDDING
+from .params import EMBEDDING, is_block
 
 # (pass, piece) issue order of one forward/backward layer pair (model_chunk_schedule_plan.py)
 PAIR_ORDER = (("B", 0), ("F", 0), ("B", 1), ("F", 1), ("B", 2), ("F", 2), ("F", 3), ("B", 3))
@@ -34,9 +34,10 @@ PAIR_ORDER = (("B", 0), ("F", 0), ("B", 1), ("F", 1), ("B", 2), ("F", 2), ("F", 
 
 def interleave(fwd, bwd) -> None:
     """Run a forward :class:`~.passes.Pass` and a backward one as one combined step."""
-    out = fwd.b.ctx.dims.layers
-    f_mid = [l for l in fwd.layers if EMBEDDING < l < out]
-    b_mid = [l for l in bwd.layers if EMBEDDING < l < out]
+    d = fwd.b.ctx.dims
+    out = d.layers
+    f_mid = [l for l in fwd.layers if is_block(d, l)]
+    b_mid = [l for l in bwd.layers if is_block(d, l)]
     fwd.run([l for l in fwd.layers if l == EMBEDDING])
     bwd.run([l for l in bwd.layers if l == out])
     for f_layer, b_layer in zip(f_mid, b_mid):

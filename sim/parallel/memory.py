@@ -52,19 +52,20 @@ def stage_memory(ctx, stage: int) -> Memory:
 
 
 def activations(ctx, stage: int) -> float:
-    """Stored activations of the micro-batches in flight, plus the fp32 logits on the last stage."""
+    """Stored activations of the micro-batches in flight (MTP depths are layers of the last
+    chunk), plus the fp32 logits on the last stage."""
     t, pl = ctx.scenario.training, ctx.scenario.parallel
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
-    chunks = range(stage, len(ctx.stage_layers), pl.pp)
-    layers = sum(len(ctx.stage_layers[vs]) for vs in chunks) / len(chunks)
+    chunks, last = range(stage, len(ctx.stage_layers), pl.pp), len(ctx.stage_layers) - 1
+    layers = sum(len(ctx.stage_layers[vs]) + (ctx.dims.mtp if vs == last else 0) for vs in chunks) / len(chunks)
     flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                             pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)
-    if len(ctx.stage_layers) - 1 in chunks:
-        total += 4 * ctx.shard.tokens * ctx.dims.v / pl.tp  # fp32 logits of one micro-batch
+    if last in chunks:  # fp32 logits of one micro-batch, and of each MTP depth
+        total += 4 * ctx.shard.tokens * ctx.dims.v / pl.tp * (1 + ctx.dims.mtp)
     return total
 
 

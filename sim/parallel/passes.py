@@ -7,13 +7,17 @@ A transformer layer is four pieces, Megatron-Core's split for EP all-to-all over
 forward = attention (and the router), dispatch, MLP (experts), combine; backward =
 combine, MLP, dispatch, attention. A pass runs them in order; :mod:`.ep_overlap`
 interleaves the pieces of a forward and a backward pass. A dense layer's dispatch and
-combine are empty; the embedding and the output layer are one piece.
+combine are empty; the embedding and the output layer are one piece. A multi-token-
+prediction depth is a transformer layer whose first piece begins with its input (the
+shifted tokens' embedding, two norms, eh_proj between an all-gather of its 2h-wide input
+and one of its output) and whose last piece ends with its own pass through the output
+head (multi_token_prediction.py, MultiTokenPredictionLayer.forward).
 """
 
 from ..model import transformer as model_costs
-from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block
+from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input
 from . import cp, ep, fsdp, tp, tp_overlap
-from .params import EMBEDDING
+from .params import EMBEDDING, is_block
 
 PIECES = 4
 
@@ -52,7 +56,7 @@ class Pass:
             self.x = (self.x, self.gather.before(layer), self.param_waits.get(layer))
             return
         self.x = (self.x, self.gather.before(layer))
-        if self.b.ctx.scenario.training.recompute == "full" and EMBEDDING < layer < self.b.ctx.dims.layers:
+        if self.b.ctx.scenario.training.recompute == "full" and is_block(self.b.ctx.dims, layer):
             self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
 
     def _end(self, layer: int) -> None:
@@ -111,6 +115,14 @@ def forward_pieces(b, layer: int, mb: int, recompute: bool = False) -> tuple:
     if layer == d.layers:
         return (lambda x: b.compute(f"logits_{tag}", logits(d, b.ctx.shard),
                                     tp.enter(b, "logits", layer, mb, x, tag=(tag,)), layer, mb),) + (_same,) * 3
+    if layer > d.layers and not recompute:  # (full recompute reruns only its transformer layer)
+        return _mtp_forward(b, layer, mb, tag, _block_forward_pieces(b, layer, mb, tag))
+    return _block_forward_pieces(b, layer, mb, tag)
+
+
+def _block_forward_pieces(b, layer: int, mb: int, tag: str) -> tuple:
+    """The forward pieces of a transformer layer."""
+    d = b.ctx.dims
     if not model_costs.is_moe_layer(d, layer):
         mlp = lambda x: _tp(b).forward_sublayer(b, "mlp", f"mlp_{tag}", mlp_block, layer, mb, x, tag, True, True)
         return lambda x: attention_forward(b, layer, mb, x, tag), _same, mlp, _same
@@ -144,6 +156,14 @@ def backward_pieces(b, layer: int, mb: int) -> tuple:
     if layer == d.layers:
         return (lambda x: tp.exit_backward(b, "logits", layer, mb, b.compute(
             "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
+    if layer > d.layers:
+        return _mtp_backward(b, layer, mb, _block_backward_pieces(b, layer, mb))
+    return _block_backward_pieces(b, layer, mb)
+
+
+def _block_backward_pieces(b, layer: int, mb: int) -> tuple:
+    """The backward pieces of a transformer layer."""
+    d = b.ctx.dims
     if not model_costs.is_moe_layer(d, layer):
         mlp = lambda x: _tp(b).backward_sublayer(b, "mlp", "mlp_bwd", mlp_block, layer, mb, x, True, True)
         return _same, mlp, _same, lambda x: attention_backward(b, layer, mb, x)
@@ -167,3 +187,37 @@ def attention_backward(b, layer: int, mb: int, x):
         x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
     x = cp.attention(b, layer, mb, x, "bwd")
     return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
+
+
+def _mtp_forward(b, layer: int, mb: int, tag: str, block: tuple) -> tuple:
+    """An MTP depth's forward: its input, the transformer layer, its output-head pass."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    wide = 2 * tp.activation_bytes(b)  # eh_proj's input: embedding and hidden side by side
+
+    def first(x):
+        x = b.compute(f"mtp_input_{tag}", mtp_input(d, sh), tp.enter(b, "mtp", layer, mb, x, (tag,), wide), layer, mb)
+        return block[0](tp.enter(b, "mtp_out", layer, mb, x, (tag,)))
+
+    def last(x):
+        x = tp.enter(b, "mtp_logits", layer, mb, block[-1](x), (tag,))
+        return b.compute(f"mtp_logits_{tag}", logits(d, sh), x, layer, mb)
+
+    return (first, *block[1:-1], last)
+
+
+def _mtp_backward(b, layer: int, mb: int, block: tuple) -> tuple:
+    """Mirror image of :func:`_mtp_forward`."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    wide = 2 * tp.activation_bytes(b)
+
+    def first(x):
+        x = tp.exit_backward(b, "mtp_logits", layer, mb, b.compute("mtp_logits_bwd", backward(logits(d, sh)), x,
+                                                                   layer, mb))
+        return block[0](x)
+
+    def last(x):
+        x = tp.exit_backward(b, "mtp_out", layer, mb, block[-1](x))
+        x = b.compute("mtp_input_bwd", backward(mtp_input(d, sh)), x, layer, mb)
+        return tp.exit_backward(b, "mtp", layer, mb, x, wide)
+
+    return (first, *block[1:-1], last)

@@ -21,7 +21,7 @@ from ..model.layers import Shard
 from . import copies, dp, ep_overlap, jitter, pp, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
-from .params import rank_params, stage_layer_ids
+from .params import moe_block_ids, rank_params, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
@@ -104,7 +104,7 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
         base = np.asarray(route(policy, tokens, d.experts, d.top_k, moe.capacity_factor, s.seed, moe.skew), float)
     rng = np.random.default_rng(s.seed)
     return {layer: np.roll(base, int(rng.integers(d.experts)))  # hot experts move between layers
-            for layer in range(d.layers) if model_costs.is_moe_layer(d, layer)}
+            for layer in moe_block_ids(d)}
 
 
 def build_programs(ctx: Context) -> list:

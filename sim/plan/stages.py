@@ -17,7 +17,7 @@ import numpy as np
 from ..model import transformer as model_costs
 from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
-from ..parallel.params import EMBEDDING, layer_params, stage_layer_ids
+from ..parallel.params import EMBEDDING, layer_params, mtp_ids, stage_layer_ids
 from ..parallel.program import Context
 
 
@@ -56,8 +56,8 @@ class Stages:
         d = self.dims
         rows = []
         for s in range(pp):
-            mine = [chunks[c] for c in range(s, pp * v, pp)]
-            ids = [l for c in mine for l in c]
+            mine = [list(chunks[c]) + (list(mtp_ids(d)) if c == pp * v - 1 else []) for c in range(s, pp * v, pp)]
+            ids = [l for c in mine for l in c]  # MTP depths are transformer layers of the last chunk
             moe = sum(model_costs.is_moe_layer(d, l) for l in ids)
             rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe, moe, s == 0, s == pp - 1))
         cols = np.array(rows, dtype=float).T
@@ -83,9 +83,10 @@ class Stages:
         return np.array(dense), np.array(expert), np.array(biggest)
 
     def layer_params(self, tp: int, etp: int, ep: int) -> dict[int, tuple[float, float]]:
-        """``params.layer_params`` of every layer id (embedding -1 .. output ``layers``)."""
+        """``params.layer_params`` of every layer id (embedding -1 .. output ``layers``, MTP depths)."""
         ctx = self.context(tp, 1, 1, ep, etp)
-        return {layer: layer_params(ctx, layer) for layer in range(EMBEDDING, self.dims.layers + 1)}
+        ids = [*range(EMBEDDING, self.dims.layers + 1), *mtp_ids(self.dims)]
+        return {layer: layer_params(ctx, layer) for layer in ids}
 
     def in_flight(self, schedule: str, pp: int, v: int, micro: int, combined: bool) -> np.ndarray:
         """Micro-batch chunks whose activations each stage holds at once, at its peak."""

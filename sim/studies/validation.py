@@ -119,7 +119,7 @@ def _virtual_stages(layers: int, pp: int, micro: int) -> int:
 
 SECTIONS = {  # column -> (section, scenario key)
     **{k: ("model", k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
-                                  "mlp", "attention")},
+                                  "mlp", "attention", "mtp_layers")},
     **{k: ("model.moe", k) for k in ("experts", "top_k", "shared_experts", "dense_layers", "capacity_factor",
                                       "routing")},
     "expert_ffn": ("model.moe", "expert_ffn_hidden"),
