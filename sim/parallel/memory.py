@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp
-from .params import layer_params, rank_params, stage_layer_ids
+from .params import block_ids, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
 
@@ -58,7 +58,7 @@ def activations(ctx, stage: int) -> float:
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
     chunks, last = range(stage, len(ctx.stage_layers), pl.pp), len(ctx.stage_layers) - 1
-    layers = sum(len(ctx.stage_layers[vs]) + (ctx.dims.mtp if vs == last else 0) for vs in chunks) / len(chunks)
+    layers = sum(len(block_ids(ctx, vs)) for vs in chunks) / len(chunks)
     flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute

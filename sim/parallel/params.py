@@ -56,6 +56,11 @@ def stage_layer_ids(ctx, virtual_stage: int) -> list[int]:
     return ids
 
 
+def block_ids(ctx, virtual_stage: int) -> list[int]:
+    """The transformer layers of a virtual stage (the last one's MTP depths included)."""
+    return [l for l in stage_layer_ids(ctx, virtual_stage) if is_block(ctx.dims, l)]
+
+
 def rank_params(ctx, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters a rank of pipeline ``stage`` holds (all its chunks)."""
     pp, dense, expert = ctx.layout.sizes["pp"], 0.0, 0.0

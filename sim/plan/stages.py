@@ -17,7 +17,7 @@ import numpy as np
 from ..model import transformer as model_costs
 from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
-from ..parallel.params import EMBEDDING, layer_params, mtp_ids, stage_layer_ids
+from ..parallel.params import EMBEDDING, block_ids, layer_params, mtp_ids, stage_layer_ids
 from ..parallel.program import Context
 
 
@@ -52,12 +52,11 @@ class Stages:
 
     def split(self, pp: int, v: int) -> Split:
         """Layer counts per stage under the simulator's default split."""
-        chunks = pipeline.split_layers(self.dims.layers, pp * v, None)
-        d = self.dims
+        ctx, d = self.context(1, pp, v), self.dims
         rows = []
         for s in range(pp):
-            mine = [list(chunks[c]) + (list(mtp_ids(d)) if c == pp * v - 1 else []) for c in range(s, pp * v, pp)]
-            ids = [l for c in mine for l in c]  # MTP depths are transformer layers of the last chunk
+            mine = [block_ids(ctx, c) for c in range(s, pp * v, pp)]
+            ids = [l for c in mine for l in c]
             moe = sum(model_costs.is_moe_layer(d, l) for l in ids)
             rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe, moe, s == 0, s == pp - 1))
         cols = np.array(rows, dtype=float).T
