@@ -152,17 +152,46 @@ def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     return tuple(nr[:1] + mlp(d, sh, fused=True) + nr[1:])
 
 
+# The token dispatcher's memory passes (Megatron-Core core_v0.12.0 token_dispatcher.py,
+# MoEAlltoAllTokenDispatcher; moe_utils.py permute/unpermute/sort_chunks_by_idxs): before the
+# all-to-all, ``permute`` copies each token once per chosen expert (read T*h, write T*k*h);
+# after it, with more than one local expert, the received tokens are re-sorted by local
+# expert (a transpose-contiguous under drop-and-pad, sort_chunks_by_idxs otherwise: read and
+# write them all) and sorted back after the experts; after the combine, ``unpermute``
+# reads the k copies with their probabilities and writes T*h. Backward: the same copies in
+# reverse, and unpermute's gradient also reads the forward copies for the probabilities'
+# gradient.
+def permute(d: Dims, tokens: float) -> Kernel:
+    """Copy each routed token to its top-k experts' send buffer (and back, backward)."""
+    return Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=1.0)
+
+
+def unpermute(d: Dims, tokens: float) -> tuple[Kernel, ...]:
+    """Weigh the k returned copies by their probabilities and sum them per token."""
+    return (Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=(1 + 2 * d.top_k) / (1 + d.top_k)),)
+
+
+def local_sort(n_local: int, received: float, width: float) -> list[Kernel]:
+    """Re-sorting the ``received`` dispatched tokens (``width`` elements each) by local
+    expert: nothing with one local expert."""
+    return [Kernel(bytes=2 * ELEM * received * width, bwd=1.0)] if n_local > 1 else []
+
+
 @lru_cache(maxsize=None)
 def router(d: Dims, sh: Shard) -> list[Kernel]:
-    """Norm and router logits of an MoE layer (top-k and permutation are memory-bound)."""
-    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h),
-                                                   elementwise(2 * ELEM * sh.tokens * d.h * d.top_k)])
+    """Norm, router logits, top-k and softmax (fp32 scores, tokens x experts) and the
+    permutation of an MoE layer's tokens into the dispatch buffer."""
+    scores = elementwise(3 * 4 * sh.tokens * d.experts)
+    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h), scores,
+                                                   permute(d, sh.tokens)])
 
 
 @lru_cache(maxsize=None)
 def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
-    """The local experts' MLPs on the tokens each received, plus shared experts."""
-    kernels = [k for load in local_loads for k in mlp(d, sh, d.f_expert, load)]
+    """The local experts' MLPs on the tokens each received (sorted by local expert before
+    and back after), plus shared experts."""
+    sort = local_sort(len(local_loads), sum(local_loads), d.h)
+    kernels = sort + [k for load in local_loads for k in mlp(d, sh, d.f_expert, load)] + sort
     for _ in range(d.shared):
         kernels += mlp(d, sh, d.f_expert)
     return tuple(kernels + _norm_and_residual(d, sh)[1:])

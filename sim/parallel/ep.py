@@ -7,7 +7,9 @@ combining the results. Both all-to-alls are on the critical path (unless
 ``parallel.ep_comm_overlap`` runs them under another micro-batch's compute, see
 :mod:`.ep_overlap`). When the routing policy loads experts unevenly, the ranks holding
 hot experts compute longer and every other rank of the group waits for them at the
-combine.
+combine. The dispatcher's copies are memory traffic (:func:`~sim.model.layers.permute`
+in the router, the re-sort by local expert around the experts, the unpermutation after the
+combine).
 
 Two paths (:attr:`.layout.Layout.folded_experts`):
 
@@ -26,7 +28,7 @@ Two paths (:attr:`.layout.Layout.folded_experts`):
 
 from dataclasses import replace
 
-from ..model.layers import ELEM, backward, experts, mlp, router
+from ..model.layers import ELEM, backward, experts, local_sort, mlp, router, unpermute
 from . import tp
 
 AXIS = "ep"
@@ -109,11 +111,18 @@ def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = ""
 
 
 def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
-    """The second all-to-all, back to the tokens' ranks."""
-    if b.ctx.layout.ep == 1:
-        return deps
-    return b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
-                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
+    """The second all-to-all, back to the tokens' ranks, then the unpermutation that sums
+    each token's k weighted copies. Under ``ep_comm_overlap`` Megatron-Core runs both in its
+    combine node on the communication stream (core_v0.14.0 models/gpt/fine_grained_callables.py
+    ``submodule_combine_forward``; models/common/model_chunk_schedule_plan.py puts moe_combine
+    on comm_stream), so the unpermutation does not hold up the other micro-batch's compute."""
+    x = deps
+    if b.ctx.layout.ep > 1:
+        x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
+                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
+    stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else "compute"
+    return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b)), direction), x,
+                     layer, mb, stream=stream)
 
 
 def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
@@ -124,7 +133,8 @@ def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: s
     if not layout.folded_experts:
         return b.compute(name, _kernels(experts(d, sh, local_loads(b, layer)), direction), deps, layer, mb)
     etp, loads = layout.etp, local_loads(b, layer)
-    routed = tuple(k for load in loads for k in mlp(d, replace(sh, tp=etp), d.f_expert, load * etp))
+    sort = local_sort(len(loads), etp * sum(loads), d.h)  # after the expert-tp gather
+    routed = tuple(sort + [k for load in loads for k in mlp(d, replace(sh, tp=etp), d.f_expert, load * etp)] + sort)
     if etp == 1:
         return b.compute(name, _kernels(routed, direction), deps, layer, mb)
     nbytes = etp * ELEM * sum(loads) * d.h  # every expert-tp rank's dispatched tokens

@@ -79,10 +79,11 @@ class RankBuilder:
         self.stage = self.coords["pp"]
         self.program = RankProgram(rank)
 
-    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1) -> int:
-        """A compute op timed by the compute model; returns its index."""
+    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute") -> int:
+        """A compute op timed by the compute model, on ``stream`` (another than ``compute``
+        when a framework issues kernels on its communication stream); returns its index."""
         duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
-        return self.program.add(Op(name, "compute", "compute", duration, None, _deps(deps),
+        return self.program.add(Op(name, "compute", stream, duration, None, _deps(deps),
                                    layer, mb, self.stage))
 
     def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,

@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from ..model.layers import (ELEM, Shard, attention_core, attention_post, attention_pre, backward, embedding,
-                            entry_width, experts, logits, mlp, mlp_block, router)
+                            entry_width, experts, local_sort, logits, mlp, mlp_block, router,
+                            unpermute)
 from ..parallel.layout import Layout
 from ..parallel.tp_overlap import RS_SPLITS
 
@@ -94,7 +95,8 @@ class LayerCosts:
                         self.etp, sh.sp)
         folded = layout.folded_experts
         own = replace(sh, tokens=layout.moe_tokens(sh.tokens), tp=1, sp=False) if folded else sh
-        kernels = list(router(d, own)) + list(experts(d, sh, ()))  # router; shared experts and the residual
+        # router (and permute); shared experts and the residual; the unpermutation
+        kernels = list(router(d, own)) + list(experts(d, sh, ())) + list(unpermute(d, own.tokens))
         plain = 2 * (self._tp("all_gather", sh.tokens * d.h * ELEM) + self._tp("reduce_scatter", sh.tokens * d.h * ELEM))
         if not folded:  # the tp group gathers the tokens before and reduce-scatters after (plain collectives)
             tp_m, routed = plain, self._routed(sh, 1)
@@ -112,7 +114,8 @@ class LayerCosts:
         """(forward, backward) seconds of the local experts' MLPs on their loads (x ``scale``
         tokens when the expert-tp group gathered them): a sum over experts, so experts with
         equal loads are timed once."""
-        fwd = bwd = 0.0
+        sort = local_sort(len(self.loads), scale * sum(self.loads), self.d.h)
+        fwd, bwd = 2 * self.time(sort), 2 * self.time(backward(sort))
         for load, n in sorted(Counter(self.loads).items()):
             kernels = mlp(self.d, sh, self.d.f_expert, load * scale)
             fwd, bwd = fwd + n * self.time(kernels), bwd + n * self.time(backward(kernels))
