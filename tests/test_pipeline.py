@@ -88,7 +88,7 @@ def test_gpipe_bubbles_sit_where_the_seeds_say():
     t_b = stage[1][(0, "B")][1] - stage[1][(0, "B")][0]
     # GEMMs: dgrad + wgrad = 2x; flash attention 2.5x the FLOPs at the backward kernel's
     # lower efficiency (ATTENTION_KERNEL: at most the ratio of the curves' maxima)
-    (fwd, _), (bwd, _) = ATTENTION_KERNEL["h100-sxm"]
+    (fwd, _), (bwd, _) = ATTENTION_KERNEL["h100-sxm"]["cudnn"]
     assert 2 * t_f <= t_b <= 2.5 * fwd / bwd * t_f
     # start of the step: stage s waits s forward passes; the last stages idle
     for s in range(p):

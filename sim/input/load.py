@@ -269,6 +269,9 @@ def _check_precision(t, gpu) -> None:
     if t.precision == "fp8" and not gpu.fp8_flops:
         raise InputError("training.precision", f"'fp8' needs FP8 tensor cores, which {gpu.name} lacks (Hopper and "
                                                "Blackwell GPUs have them); use 'bf16'")
+    if t.attention_backend is not None and not t.flash_attention:
+        raise InputError("training.attention_backend", "chooses the fused-attention kernels, but flash_attention "
+                                                       "is false (scores stored, no fused kernel): drop one of them")
 
 
 def _check_heads(m, p) -> None:

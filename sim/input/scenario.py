@@ -95,6 +95,10 @@ class Training(_Section):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
+    # The fused-attention kernels (sim/model/compute.py ATTENTION_KERNEL): "cudnn", what
+    # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
+    # NVTE_FUSED_ATTN=0). Needs flash_attention.
+    attention_backend: Literal["cudnn", "flash2"] | None = None
     grad_bucket_mb: real(B.BUCKET_MB) = 25.0  # DDP gradient bucket, MiB (PyTorch default 25)
     fsdp_prefetch: Flag = True  # all-gather layer l+1 while layer l computes
 

@@ -64,16 +64,24 @@ FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
 
 # Flash attention, kernel level: (share of the BF16 peak at long sequences, keys at which half
 # of it is reached) for the forward and the backward kernel; efficiency(L) = max * L / (L + half)
-# with L the keys a query attends (causal: half the sequence on average).
-# h100-sxm: cuDNN fused attention (what Transformer Engine runs in NeMo / Megatron-Core),
-#   head dim 128, BF16, H100 80GB SXM5 (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
-#   figures "Attention forward / backward speed, head dim 128"): forward 497, 574, 617, 609,
-#   600, 595 TFLOP/s and backward 305, 408, 465, 499, 518, 516 at 512..16k -> forward
-#   (0.61, 90), backward (0.53, 350) fit every point within 7%.
+# with L the keys a query attends (causal: half the sequence on average). One curve per
+# attention backend (``training.attention_backend``):
+# - "cudnn": cuDNN fused attention, what Transformer Engine runs on Hopper by default
+#   (NVTE_FUSED_ATTN=1; NeMo / Megatron-Core). h100-sxm, head dim 128, BF16 (Shah et al. 2024,
+#   FlashAttention-3, arXiv:2407.08608, figures "Attention forward / backward speed, head dim
+#   128 (H100 80GB SXM5)"): forward 497, 574, 617, 609, 600, 595 TFLOP/s and backward 305,
+#   408, 465, 499, 518, 516 at 512..16k -> forward (0.61, 90), backward (0.53, 350) fit every
+#   point within 7%.
+# - "flash2": FlashAttention-2 (Dao 2023), what Transformer Engine runs when cuDNN attention is
+#   switched off (NVTE_FUSED_ATTN=0) and FlashAttention-3 is not installed. h100-sxm, the same
+#   figures: forward 309, 350, 362, 368, 370, 370 and backward 214, 260, 291, 310, 318, 322 at
+#   512..16k -> forward (0.377, 105), backward (0.331, 272) fit every point within 4%.
 # a100-80gb: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691: forward up to 73% and
-#   backward up to 63% of peak); the sequence dependence is taken from the H100 fit.
-_HOPPER_ATTN = ((0.61, 90.0), (0.53, 350.0))
-ATTENTION_KERNEL = {"a100-80gb": ((0.73, 90.0), (0.63, 350.0)), "h100-sxm": _HOPPER_ATTN,
+#   backward up to 63% of peak; the sequence dependence taken from the H100 fit); no separate
+#   cuDNN measurement, so both backends take it.
+_HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
+_A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
+ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN}, "h100-sxm": _HOPPER_ATTN,
                     "h200": _HOPPER_ATTN, "b200": _HOPPER_ATTN, "gb200": _HOPPER_ATTN, "b300": _HOPPER_ATTN}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
@@ -120,15 +128,17 @@ class ComputeModel:
     """Times kernels on one GPU type. ``e_max``: the training large-BF16-GEMM efficiency
     (default :data:`GEMM_EFFICIENCY`); FP8 GEMMs and flash attention follow it through
     their kernel benchmarks (the same sustained factor). ``e_max_fp8`` overrides the FP8
-    large-GEMM efficiency (tests)."""
+    large-GEMM efficiency (tests); ``attention``: the flash-attention backend whose kernel
+    curve :data:`ATTENTION_KERNEL` times the attention core."""
 
-    def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None):
+    def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
+                 attention: str = "cudnn"):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get("fp8", 0.0)
-        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name])
+        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention])
         self._memo: dict[tuple, float] = {}
 
     def efficiency(self, min_dim: float) -> float:

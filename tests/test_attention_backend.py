@@ -1,0 +1,80 @@
+"""training.attention_backend: the fused-attention kernels' measured curves (cuDNN, what
+Transformer Engine runs on Hopper by default; FlashAttention-2, TE with NVTE_FUSED_ATTN=0).
+
+The points below are the H100 80GB SXM5 figures of the FlashAttention-3 paper (Shah et al.
+2024, arXiv:2407.08608, "Attention forward / backward speed, head dim 128"), non-causal, so
+every query attends the whole sequence; the curves must reproduce them.
+
+Run: ``python -m pytest tests/test_attention_backend.py``
+"""
+
+import pytest
+
+from conftest import assert_input_error, clustersim
+from sim.hardware.gpus import gpu_preset
+from sim.input.load import scenario_from_dict
+from sim.model import layers as L
+from sim.model import transformer as T
+from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
+from sim.step import simulate
+from sim.studies.validation import modern_rows
+
+H100 = gpu_preset("h100-sxm")
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+PAPER = {  # TFLOP/s: (forward, backward) per sequence length
+    "cudnn": ((497, 574, 617, 609, 600, 595), (305, 408, 465, 499, 518, 516)),
+    "flash2": ((309, 350, 362, 368, 370, 370), (214, 260, 291, 310, 318, 322)),
+}
+TOL = {"cudnn": 0.07, "flash2": 0.05}
+
+
+def kernel_rate(backend: str, direction: int, keys: float) -> float:
+    """FLOP/s of the attention kernel at the kernel level (the sustained factor taken out:
+    the paper measures kernels alone)."""
+    cm = ComputeModel(H100, e_max=GEMM_KERNEL["h100-sxm"]["bf16"], attention=backend)  # sustained = 1
+    return 989e12 * cm.attention_efficiency(direction, keys)
+
+
+@pytest.mark.parametrize("backend", sorted(PAPER))
+def test_curves_reproduce_the_measured_points(backend):
+    for direction, points in ((1, PAPER[backend][0]), (2, PAPER[backend][1])):
+        for seq, tflops in zip(SEQS, points):
+            assert kernel_rate(backend, direction, seq) / 1e12 == pytest.approx(tflops, rel=TOL[backend])
+
+
+def test_flash2_slows_the_attention_core_and_nothing_else():
+    d = T.dims(scenario_from_dict({"model": {"layers": 2, "hidden": 2048, "heads": 16, "vocab": 1024},
+                                   "training": {"seq_len": 8192, "global_batch": 1}, "cluster": {"gpus": 1}}).model)
+    sh = L.Shard(tokens=8192, seq=8192, micro=1, tp=1, sp=False, flash=True)
+    cudnn, fa2 = ComputeModel(H100, attention="cudnn"), ComputeModel(H100, attention="flash2")
+    core = L.attention_core(d, sh)
+    ratio = fa2.flop_time(core) / cudnn.flop_time(core)
+    # causal: each query attends 4k keys on average -> the paper's 4k points, 609 vs 368
+    assert ratio == pytest.approx(609 / 368, rel=0.08)
+    assert fa2.time([gemm(8192, 2048, 2048)]) == cudnn.time([gemm(8192, 2048, 2048)])
+    assert fa2.time(L.backward([core])) > cudnn.time(L.backward([core]))
+
+
+def test_the_step_follows_the_backend():
+    def step(backend):
+        return simulate(scenario_from_dict({
+            "model": {"layers": 2, "hidden": 2048, "heads": 16, "vocab": 1024},
+            "training": {"seq_len": 8192, "global_batch": 8, "attention_backend": backend},
+            "cluster": {"topology": "dgx-h100", "gpus": 8}, "parallel": {"dp": 8}})).summary["step_time_s"]
+    assert step("flash2") > step("cudnn")
+
+
+def test_grok_rows_run_flash_attention_2():
+    """grok1/configure.sh (dgxc-benchmarking v25.04) exports NVTE_FUSED_ATTN=0."""
+    rows = {r.id: r.scenario["training"].get("attention_backend") for r in modern_rows()}
+    assert {k for k, v in rows.items() if v == "flash2"} == {"dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048"}
+
+
+@pytest.mark.parametrize("extra", ['attention_backend = "flash2"\nflash_attention = false',
+                                   'attention_backend = "flash4"'])
+def test_bad_backend_is_exit_2_naming_the_key(extra, tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[model]\nlayers = 2\nhidden = 256\nheads = 4\nvocab = 1000\n'
+                 f'[training]\nseq_len = 512\nglobal_batch = 8\n{extra}\n'
+                 '[cluster]\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\n')
+    assert_input_error(clustersim("run", str(f)), "training.attention_backend")
