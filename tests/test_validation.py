@@ -135,8 +135,7 @@ ALL_ROWS_MAPE = 0.08
 # rows that simulate in a few seconds each (CPU measured with validation.compare); the rest are slow
 FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
 # a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
-KNOWN_GAPS = {"dg-dsv3-1024": "EP all-to-all era MoE cost the model lacks (published MFU 16.5%)",
-              "dg-grok-fp8-2048": "NeMo 25.04 gains 1.23x from FP8 on Grok-1, the model 1.44x"}
+KNOWN_GAPS: dict[str, str] = {}  # empty since 2026-11-24: DeepSeek-V3 and Grok-1 FP8 at -19.3%
 
 
 def _modern_param(r):
