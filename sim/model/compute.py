@@ -129,16 +129,17 @@ class ComputeModel:
     (default :data:`GEMM_EFFICIENCY`); FP8 GEMMs and flash attention follow it through
     their kernel benchmarks (the same sustained factor). ``e_max_fp8`` overrides the FP8
     large-GEMM efficiency (tests); ``attention``: the flash-attention backend whose kernel
-    curve :data:`ATTENTION_KERNEL` times the attention core."""
+    curve :data:`ATTENTION_KERNEL` times the attention core (None: the default, cuDNN's;
+    ``training.attention_backend`` passes through as given)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
-                 attention: str = "cudnn"):
+                 attention: str | None = None):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get("fp8", 0.0)
-        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention])
+        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention or "cudnn"])
         self._memo: dict[tuple, float] = {}
 
     def efficiency(self, min_dim: float) -> float:

@@ -186,12 +186,17 @@ def router(d: Dims, sh: Shard) -> list[Kernel]:
                                                    permute(d, sh.tokens)])
 
 
+def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: int = 1) -> list[Kernel]:
+    """The local experts' MLPs on the tokens each received (x ``scale`` when an expert-tp
+    group gathered them), sorted by local expert before and back after."""
+    sort = local_sort(len(local_loads), scale * sum(local_loads), d.h)
+    return sort + [k for load in local_loads for k in mlp(d, sh, d.f_expert, load * scale)] + sort
+
+
 @lru_cache(maxsize=None)
 def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
-    """The local experts' MLPs on the tokens each received (sorted by local expert before
-    and back after), plus shared experts."""
-    sort = local_sort(len(local_loads), sum(local_loads), d.h)
-    kernels = sort + [k for load in local_loads for k in mlp(d, sh, d.f_expert, load)] + sort
+    """The local experts' routed MLPs (:func:`routed_experts`), plus shared experts."""
+    kernels = routed_experts(d, sh, local_loads)
     for _ in range(d.shared):
         kernels += mlp(d, sh, d.f_expert)
     return tuple(kernels + _norm_and_residual(d, sh)[1:])

@@ -28,7 +28,7 @@ Two paths (:attr:`.layout.Layout.folded_experts`):
 
 from dataclasses import replace
 
-from ..model.layers import ELEM, backward, experts, local_sort, mlp, router, unpermute
+from ..model.layers import ELEM, backward, experts, router, routed_experts, unpermute
 from . import tp
 
 AXIS = "ep"
@@ -133,8 +133,7 @@ def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: s
     if not layout.folded_experts:
         return b.compute(name, _kernels(experts(d, sh, local_loads(b, layer)), direction), deps, layer, mb)
     etp, loads = layout.etp, local_loads(b, layer)
-    sort = local_sort(len(loads), etp * sum(loads), d.h)  # after the expert-tp gather
-    routed = tuple(sort + [k for load in loads for k in mlp(d, replace(sh, tp=etp), d.f_expert, load * etp)] + sort)
+    routed = tuple(routed_experts(d, replace(sh, tp=etp), loads, etp))  # on the expert-tp gathered tokens
     if etp == 1:
         return b.compute(name, _kernels(routed, direction), deps, layer, mb)
     nbytes = etp * ELEM * sum(loads) * d.h  # every expert-tp rank's dispatched tokens

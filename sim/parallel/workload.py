@@ -37,8 +37,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                   t.flash_attention, t.precision == "fp8")
-    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend or "cudnn"), domains,
-                  frozenset(), t.global_batch // (p.dp * t.micro_batch),
+    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend),
+                  domains, frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)

@@ -45,7 +45,7 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
-        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend or "cudnn")
+        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
         self.comm = Comm(spec, gpu_name)
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
