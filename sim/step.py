@@ -12,7 +12,7 @@ from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine, cycle_collector_paused
 from .errors import InputError, SimulationError
-from .hardware.gpus import gpu_preset
+from .hardware.gpus import gpu_preset, low_peak
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
@@ -85,7 +85,7 @@ def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bo
         clean = simulate(clean_copy(s), baseline=False, e_max=e_max, force=True)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
     slow = straggler_slowdowns(s, topo.spec.gpus_per_node, from_start=True)
-    peak = gpu.fp8_flops if s.training.precision == "fp8" else gpu.peak_flops
+    peak = low_peak(gpu, s.training.precision) or gpu.peak_flops
     invariants.check(summary, invariants.compute_floor(programs, slow), s.name, peak / gpu.peak_flops)
     info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
             "folding": ctx.folding,

@@ -44,6 +44,7 @@ ALGORITHMS = {
     ("ring_shift", "direct"): direct.ring_shift,
 }
 NEEDS_FABRIC = ("nvls", "nvls_tree", "collnet", "pat")  # take the fabric as a fourth argument
+MESH_AWARE = ("ring", "hierarchical")  # lay their rings over an xGMI mesh's links (fourth argument)
 # What a DGX H100 fabric looks like to the tuner when no topology is given (NVLS off).
 DEFAULT_FABRIC = Fabric("hopper", 370e9, 47.5e9, 0.0, False, 8, 256)
 
@@ -137,8 +138,12 @@ def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
         if fn is not direct.all_to_all:
             raise ValueError(f"uneven shares apply to the direct all_to_all, not {op}/{algo}")
         return Schedule(op, algo, tuple(fn(group, domains, nbytes, shares)))
-    phases = tuple(fn(group, domains, nbytes, fabric or DEFAULT_FABRIC) if base in NEEDS_FABRIC
-                   else fn(group, domains, nbytes))
+    if base in NEEDS_FABRIC:
+        phases = tuple(fn(group, domains, nbytes, fabric or DEFAULT_FABRIC))
+    elif base in MESH_AWARE and fabric is not None and fabric.mesh:  # rings over xGMI links
+        phases = tuple(fn(group, domains, nbytes, True))
+    else:
+        phases = tuple(fn(group, domains, nbytes))
     if proto and proto != "simple":
         c = tuner.comm_of(op, domains, fabric or DEFAULT_FABRIC)
         scale = tuner.latency(c, base, proto) / tuner.latency(c, base, "simple")

@@ -23,28 +23,29 @@ def _split(group, domains):
     return inside, across, k, dom_of
 
 
-def _rings(fn, subgroups, dom_of, nbytes, label):
-    phases = [fn(g, tuple(dom_of[r] for r in g), nbytes)[0] for g in subgroups if len(g) > 1]
+def _rings(fn, subgroups, dom_of, nbytes, label, mesh=False):
+    phases = [fn(g, tuple(dom_of[r] for r in g), nbytes, mesh)[0] for g in subgroups if len(g) > 1]
     return (merge(phases, label),) if phases else ()
 
 
-def all_reduce(group, domains, nbytes):
-    """Reduce-scatter in domains, all-reduce across, all-gather in domains."""
+def all_reduce(group, domains, nbytes, mesh=False):
+    """Reduce-scatter in domains, all-reduce across, all-gather in domains (``mesh``: the
+    in-domain rings run on an xGMI mesh, :mod:`.ring`)."""
     inside, across, k, dom = _split(group, domains)
-    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)")
+    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)", mesh)
             + _rings(ring.all_reduce, across, dom, nbytes / k, "hier all_reduce (across)")
-            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)"))
+            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)", mesh))
 
 
-def all_gather(group, domains, nbytes):
+def all_gather(group, domains, nbytes, mesh=False):
     """All-gather across domains (B/k per subgroup), then inside each domain (B)."""
     inside, across, k, dom = _split(group, domains)
     return (_rings(ring.all_gather, across, dom, nbytes / k, "hier all_gather (across)")
-            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)"))
+            + _rings(ring.all_gather, inside, dom, nbytes, "hier all_gather (domain)", mesh))
 
 
-def reduce_scatter(group, domains, nbytes):
+def reduce_scatter(group, domains, nbytes, mesh=False):
     """Reduce-scatter inside each domain (B), then across domains (B/k)."""
     inside, across, k, dom = _split(group, domains)
-    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)")
+    return (_rings(ring.reduce_scatter, inside, dom, nbytes, "hier reduce_scatter (domain)", mesh)
             + _rings(ring.reduce_scatter, across, dom, nbytes / k, "hier reduce_scatter (across)"))

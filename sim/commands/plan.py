@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gpu", help="GPU preset (default: the topology's)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence")
     p.add_argument("--global-batch-tokens", type=int, help="tokens per optimizer step (a multiple of --seq-len)")
-    p.add_argument("--precision", choices=("bf16", "fp8"), help="training precision (default: the scenario's, bf16)")
+    p.add_argument("--precision", choices=("bf16", "fp8", "mxfp8", "nvfp4"), help="training precision (default: the scenario's, bf16)")
     p.add_argument("--top", type=int, default=10, help="layouts shown and in --json (default 10)")
     p.add_argument("--out", help="write every evaluated layout, ranked, to this .csv or .parquet; its simulations "
                                  "are kept beside it (NAME.sims.csv) and reused when the search runs again")

@@ -25,6 +25,17 @@ class GPU:
     pcie_bw: float  # bytes/s GPU <-> NIC per direction
     hbm_unit: str = "GB"  # the unit the datasheet's capacity is in: "GiB" for the 80 GB A100/H100 (80 * 2**30 bytes)
     fp8_flops: float = 0.0  # dense FP8 FLOP/s (0: no FP8 tensor cores, e.g. A100)
+    mxfp8_flops: float = 0.0  # dense MXFP8 FLOP/s: FP8 with one E8M0 scale per 32 elements in the
+    #                           tensor-core instruction (OCP MX v1.0; 0: no MX tensor cores, Hopper, CDNA3)
+    fp4_flops: float = 0.0  # dense NVFP4 FLOP/s (E2M1 with an E4M3 scale per 16 elements; Blackwell only)
+    peer_links: int = 0  # > 0: no switch in the node; this many point-to-point links (AMD xGMI), one per peer,
+    #                      each at nvlink_bw / peer_links per direction (nvlink_bw is then the GPU's sum)
+    vendor: str = "nvidia"  # "nvidia" (NVLink and NVSwitch) | "amd" (Infinity Fabric / xGMI)
+
+    @property
+    def link_bw(self) -> float:
+        """Bytes/s per direction of one xGMI link (the whole NVLink port on a switched GPU)."""
+        return self.nvlink_bw / self.peer_links if self.peer_links else self.nvlink_bw
 
 
 GPUS: dict[str, GPU] = {}
@@ -50,22 +61,67 @@ _register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 
 # 141 GB HBM3e at 4.8 TB/s, NVLink4 450 GB/s per direction; 400 Gb/s NICs.
 # Dense FP8: 1,979 TFLOP/s (H200 datasheet: 3,958 with sparsity).
 _register(GPU("h200", 989 * TFLOPS, 141 * GB, 4800 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS))
+# NVIDIA H800 SXM5 (the export variant DeepSeek-V3 was trained on): Hopper compute as H100 SXM
+# (989 TFLOP/s dense BF16, 1,979 dense FP8), 80 GB HBM3 at 3.35 TB/s, NVLink cut to 400 GB/s
+# bidirectional = 200 GB/s per direction; 8x 400 Gb/s ConnectX-7 per node (DeepSeek-AI 2025,
+# "Insights into DeepSeek-V3: Scaling Challenges and Reflections on Hardware for AI
+# Architectures", ISCA '25, section 2: "NVLink bandwidth reduced from 900 GB/s to 400 GB/s",
+# "eight 400G Infiniband CX7 NICs"; DeepSeek-V3 technical report, arXiv:2412.19437, 3.2.2).
+_register(GPU("h800", 989 * TFLOPS, 80 * GIB, 3350 * GB, 200 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS, hbm_unit="GiB"))
 # NVIDIA DGX B200 datasheet: 72 PFLOP/s FP8 training per 8 GPUs -> 2.25 PFLOP/s dense
 # BF16 per GPU (half of FP8); 1,440 GB HBM3e / 8 = 180 GB at 8 TB/s; NVLink5 1.8 TB/s
 # bidirectional = 900 GB/s per direction; 8x 400 Gb/s ConnectX-7; PCIe gen5.
 # Dense FP8: the datasheet's 72 PFLOP/s FP8 per 8 GPUs is with sparsity -> 4.5 PFLOP/s dense per GPU.
-_register(GPU("b200", 2250 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=4500 * TFLOPS))
+# MXFP8: Blackwell's tensor cores take the block scales in the MMA instruction (tcgen05.mma
+# kind::mxf8f6f4, PTX ISA 8.7) at the FP8 rate; NVIDIA's Blackwell datasheets list "FP8/FP6"
+# as one rate. NVFP4: DGX B200 144 PFLOP/s FP4 per 8 GPUs with sparsity -> 9 PFLOP/s dense per GPU.
+_register(GPU("b200", 2250 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=4500 * TFLOPS,
+              mxfp8_flops=4500 * TFLOPS, fp4_flops=9000 * TFLOPS))
 # NVIDIA GB200 NVL72 datasheet: 180 PFLOP/s dense FP16/BF16 per 72 GPUs = 2.5 PFLOP/s
 # per GPU; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s; NVLink5 900 GB/s per direction;
 # one 400 Gb/s ConnectX-7 per GPU for the scale-out fabric.
-# Dense FP8: 360 PFLOP/s per 72 GPUs (720 with sparsity) = 5 PFLOP/s per GPU.
-_register(GPU("gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=5000 * TFLOPS))
-# NVIDIA Blackwell Ultra (HGX B300) datasheet: 288 GB HBM3e at 8 TB/s (the seeds: "a
-# B300 is 288 GB"); dense BF16 as Blackwell (2.5 PFLOP/s); NVLink5 900 GB/s per
-# direction; ConnectX-8 800 Gb/s = 100 GB/s per GPU.
-# Dense FP8: HGX B300 datasheet, 72 PFLOP/s FP8 per 8 GPUs with sparsity -> 4.5 PFLOP/s dense
-# per GPU (the same table gives 36 PFLOP/s sparse BF16 = 2.25 dense, below the 2.5 used above).
-_register(GPU("b300", 2500 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 64 * GB, fp8_flops=4500 * TFLOPS))
+# Dense FP8 (and MXFP8, as B200): 360 PFLOP/s per 72 GPUs (720 with sparsity) = 5 PFLOP/s per
+# GPU. NVFP4: 1,440 PFLOP/s sparse per 72 GPUs -> 10 PFLOP/s dense per GPU.
+_register(GPU("gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=5000 * TFLOPS,
+              mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS))
+# NVIDIA HGX B300 (Blackwell Ultra) datasheet, per 8 GPUs: FP4 144 | 108 PFLOP/s (sparse |
+# dense), FP8/FP6 72 PFLOP/s and BF16 36 PFLOP/s with sparsity -> per GPU 2.25 PFLOP/s dense
+# BF16 (was 2.5, the NVL72 rack's figure: corrected 2026-11-26), 4.5 dense FP8 and MXFP8,
+# 13.5 dense NVFP4; 2.3 TB HBM3e / 8 = 288 GB at 8 TB/s; NVLink5 900 GB/s per direction;
+# ConnectX-8 SuperNIC 800 Gb/s = 100 GB/s per GPU on its own PCIe gen6 x16 (128 GB/s per
+# direction; was gen5's 64, which capped the 800 Gb/s NIC at 58 GB/s: corrected 2026-11-26).
+_register(GPU("b300", 2250 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 128 * GB, fp8_flops=4500 * TFLOPS,
+              mxfp8_flops=4500 * TFLOPS, fp4_flops=13500 * TFLOPS))
+# NVIDIA GB300 NVL72 datasheet, per 72 GPUs: FP4 1,440 | 1,080 PFLOP/s (sparse | dense),
+# FP8/FP6 720 and FP16/BF16 360 PFLOP/s with sparsity -> per GPU 2.5 PFLOP/s dense BF16,
+# 5 dense FP8 and MXFP8, 15 dense NVFP4; up to 21 TB HBM3e (288 GB per GPU) at 576 TB/s
+# (8 TB/s per GPU); NVLink5 130 TB/s per rack = 900 GB/s per direction per GPU; one
+# ConnectX-8 SuperNIC 800 Gb/s per GPU = 100 GB/s, PCIe gen6 x16 (128 GB/s per direction).
+_register(GPU("gb300", 2500 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 128 * GB, fp8_flops=5000 * TFLOPS,
+              mxfp8_flops=5000 * TFLOPS, fp4_flops=15000 * TFLOPS))
+# AMD Instinct MI300X datasheet (CDNA3, gfx942): 1,307.4 TFLOP/s dense BF16, 2,614.9 dense
+# FP8 (E4M3/E5M2 FNUZ; no MX formats on CDNA3: AMD CDNA 3 ISA guide), 192 GB HBM3 at 5.3 TB/s
+# (ROCm docs "GPU hardware specifications": 192 GiB listed, the datasheet's 192 GB kept), 7 AMD
+# Infinity Fabric (xGMI) links of 128 GB/s bidirectional = 64 GB/s per direction, one to each
+# of the 7 peers of an 8-GPU OAM platform ("Understanding RCCL Bandwidth and xGMI Performance
+# on AMD Instinct MI300X", ROCm blogs 2025-03-02: "fully connected mesh", "64 GB/s for each
+# point-to-point link"); PCIe gen5 x16 = 64 GB/s per direction to one 400 Gb/s NIC per GPU
+# (Azure ND MI300X v5: 8x 400 Gb/s NDR per VM; AMD Pollara 400 / ConnectX-7).
+_register(GPU("mi300x", 1307.4 * TFLOPS, 192 * GB, 5300 * GB, 7 * 64 * GB, 50 * GB, 64 * GB,
+              fp8_flops=2614.9 * TFLOPS, peer_links=7, vendor="amd"))
+# AMD Instinct MI325X datasheet (CDNA3, gfx942): the MI300X's compute (1,307.4 / 2,614.9
+# TFLOP/s dense BF16 / FP8) with 256 GB HBM3E at 6 TB/s; the same 7 xGMI links at 128 GB/s
+# bidirectional; one 400 Gb/s NIC per GPU, PCIe gen5 x16.
+_register(GPU("mi325x", 1307.4 * TFLOPS, 256 * GB, 6000 * GB, 7 * 64 * GB, 50 * GB, 64 * GB,
+              fp8_flops=2614.9 * TFLOPS, peer_links=7, vendor="amd"))
+# AMD Instinct MI355X datasheet (CDNA4, gfx950; AMD CDNA 4 architecture whitepaper): 2.5 PFLOP/s
+# dense BF16 (2,516.6 TFLOP/s), 5.0 dense FP8 and the same for MXFP8 (CDNA4's MFMA takes E8M0
+# block scales of 32: V_MFMA_SCALE_F32_*_F8F6F4, CDNA 4 ISA guide), MXFP4 10 PFLOP/s (not NVFP4:
+# that is NVIDIA's format with E4M3 scales of 16); 288 GB HBM3E at 8 TB/s; 7 xGMI links of 153.6
+# GB/s bidirectional = 76.8 GB/s per direction (1,075.2 GB/s in all); one 400 Gb/s NIC per GPU
+# (AMD Pollara 400), PCIe gen5 x16.
+_register(GPU("mi355x", 2516.6 * TFLOPS, 288 * GB, 8000 * GB, 7 * 76.8 * GB, 50 * GB, 64 * GB,
+              fp8_flops=5033.2 * TFLOPS, mxfp8_flops=5033.2 * TFLOPS, peer_links=7, vendor="amd"))
 
 # Share of a link's line rate that NCCL reaches for large messages, per fabric.
 # nvlink: nccl-tests issue 212 (maintainer): H100 8-GPU ring all-gather busbw ~370 GB/s
@@ -73,12 +129,26 @@ _register(GPU("b300", 2500 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 64
 # ib: nccl-tests issue 290: NDR 400 Gb/s NIC gives 46-48 GB/s of 50 (0.94); nccl issue
 #   812: HDR gives ~24 of 25 GB/s (0.96); one constant for both: 0.95.
 # pcie: GPU<->NIC hop, never the bottleneck on these systems; 0.9 (typical PCIe efficiency).
-FABRIC_EFFICIENCY = {"nvlink": 370 / 450, "ib": 0.95, "pcie": 0.9}
+# xgmi: the ROCm blog above: CRC and protocol overhead leave ~48 GB/s of a link's 64 GB/s
+#   per direction (0.75); the same share is assumed for CDNA4's faster links.
+FABRIC_EFFICIENCY = {"nvlink": 370 / 450, "ib": 0.95, "pcie": 0.9, "xgmi": 48 / 64}
 
 # Per-hop latency of one link, seconds. NVLink through NVSwitch: ~1 us GPU to GPU
 # (two hops), IB: ~1 us per switch hop plus NIC, as nccl-tests small-message all-reduce
 # latencies on DGX systems (~10-30 us for 8-64 GPUs) suggest.
-LINK_LATENCY = {"nvlink": 0.5e-6, "ib": 0.6e-6, "pcie": 0.5e-6}
+# xGMI: one direct hop, no switch; taken as NVLink's.
+LINK_LATENCY = {"nvlink": 0.5e-6, "ib": 0.6e-6, "pcie": 0.5e-6, "xgmi": 0.5e-6}
+
+
+# The GPU field holding each quantized precision's dense peak (training.precision).
+LOW_PRECISION_PEAK = {"fp8": "fp8_flops", "mxfp8": "mxfp8_flops", "nvfp4": "fp4_flops"}
+
+
+def low_peak(gpu: GPU, precision: str) -> float:
+    """The dense FLOP/s of ``precision``'s tensor cores on ``gpu`` (0: it has none, or
+    ``precision`` is not a quantized one)."""
+    field = LOW_PRECISION_PEAK.get(precision)
+    return getattr(gpu, field) if field else 0.0
 
 
 def gpu_preset(name: str) -> GPU:
@@ -93,8 +163,10 @@ def gpu_preset(name: str) -> GPU:
 # --- per-architecture constants for in-switch reduction and the collective tuner ---------
 # NCCL's tuner keys its constants by compute capability (NVIDIA/nccl src/graph/tuning.cc:
 # Volta, Ampere, Hopper, Blackwell); presets not listed here get Ampere's (no NVLS).
-ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h200": "hopper",
-        "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell"}
+# AMD parts are keyed by CDNA generation (RCCL keeps NCCL's model and its own tables; no NVLS).
+ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h200": "hopper", "h800": "hopper",
+        "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
+        "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4"}
 # NVLink SHARP (NVLS) efficiency: the share of the NVLink a byte of in-switch reduction or
 # multicast gets, NVIDIA/nccl src/graph/tuning.cc ``nvlsEfficiency`` (Hopper 0.85,
 # Blackwell 0.74; Volta/Ampere NVSwitches cannot reduce). 8x H100: busbw
@@ -113,5 +185,8 @@ def arch(gpu_name: str) -> str:
 
 
 def nvlink_efficiency(gpu_name: str) -> float:
-    """Share of NVLink line rate NCCL's point-to-point traffic reaches on this GPU."""
+    """Share of NVLink (on AMD parts: xGMI) line rate NCCL's / RCCL's point-to-point traffic
+    reaches on this GPU."""
+    if GPUS[gpu_name].peer_links:
+        return FABRIC_EFFICIENCY["xgmi"]
     return NVLINK_EFFICIENCY.get(arch(gpu_name), FABRIC_EFFICIENCY["nvlink"])

@@ -27,7 +27,7 @@ from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, LINK_LATENCY, NVLS_EFFICIENCY, arch, gpu_preset, nvlink_efficiency
 from ..units import GB
 
-BUILDERS = ("fat_tree", "rail_only")
+BUILDERS = ("fat_tree", "rail_only", "xgmi_mesh")  # xgmi_mesh: sim/hardware/mesh.py
 
 
 def nvls_port(g: int) -> int:
@@ -94,6 +94,7 @@ class Fabric:
     sharp: bool  # the IB switches reduce (SHARP)
     gpus_per_node: int
     gpus_per_su: int
+    mesh: bool = False  # no switch in the node: GPUs meshed by xGMI links (sim/hardware/mesh.py)
 
     def leaf(self, g: int) -> tuple[int, int]:
         """(scalable unit, rail) of GPU g's leaf switch."""
@@ -108,7 +109,8 @@ def fabric_of(spec, gpu_name: str) -> Fabric:
     eta = NVLS_EFFICIENCY.get(arch(gpu_name), 0.0) if spec.nvls and spec.gpus_per_domain > 1 else 0.0
     return Fabric(arch(gpu_name), nvlink * nvlink_efficiency(gpu_name),
                   min(gpu.pcie_bw * FABRIC_EFFICIENCY["pcie"], nic * FABRIC_EFFICIENCY["ib"]),
-                  eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su)
+                  eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su,
+                  spec.builder == "xgmi_mesh")
 
 
 class SwitchRoutes:

@@ -1,7 +1,8 @@
-"""Cluster topologies as NetworkX graphs: NVLink domains joined by an InfiniBand fat tree.
+"""Cluster topologies as NetworkX graphs: NVLink domains joined by an InfiniBand fat tree
+(or switchless xGMI-meshed AMD nodes, :mod:`sim.hardware.mesh`).
 
 Nodes are GPUs, NVSwitches, NICs and IB switches; every edge is a full-duplex link with
-``bw`` (bytes/s per direction, line rate), ``kind`` (nvlink | pcie | ib) and ``latency``
+``bw`` (bytes/s per direction, line rate), ``kind`` (nvlink | xgmi | pcie | ib) and ``latency``
 (seconds). Builders are plain functions returning a graph (networkx generator style);
 :class:`Topology` indexes a graph for the network model: directed link ids, capacities
 after fabric efficiency, and routes.
@@ -22,6 +23,7 @@ import numpy as np
 from .. import bounds
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
+from . import mesh
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
@@ -43,7 +45,8 @@ class FatTreeSpec:
     nic_gbps: float | None = None  # GB/s per NIC; default from the GPU
     routing: str = "spray"  # "spray": IB adaptive routing over equal paths | "ecmp": hash one
     max_gpus: int | None = None  # the most GPUs this system has (None: grows as asked)
-    builder: str = "fat_tree"  # "rail_only": no switch joins two rails (Wang et al. 2023)
+    builder: str = "fat_tree"  # "rail_only": no switch joins two rails (Wang et al. 2023); "xgmi_mesh":
+    #                            no NVSwitch, the node's GPUs linked pairwise (sim/hardware/mesh.py)
     planes: int = 1  # > 1: every NIC splits over this many independent switch planes
     sharp: bool = False  # the IB switches reduce in the network (SHARP; NCCL CollNet)
     nvls: bool = True  # the NVSwitches reduce and multicast (NVLink SHARP) where the GPU can
@@ -63,8 +66,12 @@ def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
     nvlink = (spec.nvlink_gbps * GB) if spec.nvlink_gbps else gpu.nvlink_bw
     nic = (spec.nic_gbps * GB) if spec.nic_gbps else gpu.nic_bw
     g = nx.Graph(name=spec.name, gpu=gpu.name)
-    _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw, nvlink_efficiency(gpu.name))
-    if spec.builder == "fat_tree" and spec.planes == 1:
+    mesh.check_gpu(spec, gpu)
+    if spec.builder == mesh.BUILDER:  # per link: nvlink_gbps (or the GPU's) over its peer links
+        mesh.add_mesh(g, num_gpus, spec, nvlink / gpu.peer_links, gpu.pcie_bw)
+    else:
+        _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw, nvlink_efficiency(gpu.name))
+    if spec.builder in ("fat_tree", mesh.BUILDER) and spec.planes == 1:
         _add_fabric(g, num_gpus, spec, nic)
         g.graph["connected_with"] = g.number_of_edges()  # built connected: Topology re-checks if links go
     else:  # rail-only or multi-plane (sim/hardware/switching.py)
@@ -161,6 +168,9 @@ def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
     spec = FatTreeSpec(**data)
     if spec.gpus_per_domain % spec.gpus_per_node and spec.gpus_per_node % spec.gpus_per_domain:
         raise InputError(f"{key}.gpus_per_domain", "must be a multiple or a divisor of gpus_per_node")
+    if spec.builder == mesh.BUILDER and (spec.gpus_per_domain != spec.gpus_per_node or spec.nvls or spec.planes > 1):
+        raise InputError(f"{key}.builder", "an xGMI mesh is one node: gpus_per_domain = gpus_per_node, "
+                                           "nvls = false, planes = 1")
     return spec
 
 
@@ -248,6 +258,8 @@ class Topology(SwitchRoutes):
 
     def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
         ends = self._endpoint_links
+        if self.spec.builder == mesh.BUILDER:
+            return mesh.hops(self, a, b)
         if self.domains[a] == self.domains[b]:
             hops = [ends["up_nv"][a], ends["down_nv"][b]]
             return None if min(hops) < 0 else [(h, 1.0) for h in hops]

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from . import presets, rules
 from .. import bounds
-from ..hardware import topology
+from ..hardware import mesh, topology
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from .scenario import Scenario
@@ -132,6 +132,7 @@ def check(s: Scenario) -> Scenario:
     s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"topology_overrides": overrides})})
     _check_faults(s)
     gpu = gpu_preset(s.cluster.gpu or s.cluster.topology_overrides.get("gpu", spec.gpu))
+    mesh.check_gpu(dataclasses.replace(spec, **overrides), gpu, "cluster.gpu")
     gpus = _gpu_count(s, spec)
     m, p = s.model, s.parallel
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})

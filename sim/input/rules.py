@@ -7,6 +7,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .scenario import Scenario
+from ..hardware.gpus import low_peak
 
 
 def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
@@ -71,10 +72,19 @@ def _check_attention(m) -> None:
                                                    "must be even")
 
 
+# Which GPUs run each quantized precision (sim/hardware/gpus.py cites every rate).
+_NEEDS = {"fp8": ("FP8 tensor cores", "Hopper, Blackwell and AMD Instinct MI300 or newer have them", "bf16"),
+          "mxfp8": ("MX (block-scaled FP8) tensor cores", "Blackwell (b200, gb200, b300, gb300) and the MI355X have "
+                    "them", "fp8"),
+          "nvfp4": ("NVFP4 tensor cores", "only Blackwell (b200, gb200, b300, gb300) has them", "fp8")}
+
+
 def _check_precision(t, gpu) -> None:
-    if t.precision == "fp8" and not gpu.fp8_flops:
-        raise InputError("training.precision", f"'fp8' needs FP8 tensor cores, which {gpu.name} lacks (Hopper and "
-                                               "Blackwell GPUs have them); use 'bf16'")
+    if t.precision in _NEEDS and not low_peak(gpu, t.precision):
+        what, who, instead = _NEEDS[t.precision]
+        instead = instead if low_peak(gpu, instead) else "bf16"
+        raise InputError("training.precision", f"{t.precision!r} needs {what}, which {gpu.name} lacks ({who}); "
+                                               f"use {instead!r}")
     if t.attention_backend is not None and not t.flash_attention:
         raise InputError("training.attention_backend", "chooses the fused-attention kernels, but flash_attention "
                                                        "is false (scores stored, no fused kernel): drop one of them")

@@ -92,7 +92,7 @@ class Training(_Section):
     seq_len: count(B.SEQ_LEN)
     global_batch: count(B.BATCH)  # sequences per optimizer step
     micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
     # The fused-attention kernels (sim/model/compute.py ATTENTION_KERNEL): "cudnn", what

@@ -15,6 +15,12 @@ One efficiency model per GPU type, three kinds of tensor-core work:
 - FP8 GEMMs (Transformer Engine linears under ``training.precision = "fp8"``) reach the
   same sustained factor times the FP8 kernel's share of the dense FP8 peak, with a doubled
   half-size (:data:`FP8_GEMM_HALF_SIZE`).
+- Microscaling and FP4 GEMMs (``training.precision = "mxfp8"``: OCP MX FP8, one E8M0 scale
+  per block of 32 elements along the reduction dimension, Blackwell and MI355X; ``"nvfp4"``:
+  NVIDIA's FP4, E2M1 with one E4M3 scale per 16 elements, Blackwell) run at their own dense
+  peak (``GPU.mxfp8_flops``, ``GPU.fp4_flops``) times the same sustained factor and that
+  format's kernel share; operands carry their scales (1 + 1/32 and 0.5 + 1/16 bytes per
+  element). One quantized format runs per scenario: :data:`QUANTIZED` names them.
 - Flash attention (forward and backward kernels, BF16 also under FP8) follows its own
   measured curve in the keys each query attends (:data:`ATTENTION_KERNEL`), times the same
   sustained factor.
@@ -25,7 +31,7 @@ between kinds are kernel benchmarks, cited where they are defined.
 
 from typing import NamedTuple
 
-from ..hardware.gpus import GPU
+from ..hardware.gpus import GPU, low_peak
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -35,11 +41,17 @@ from ..hardware.gpus import GPU
 #   of 1,979 TFLOP/s on 16 H100 GPUs (0.81; gitea d-robotics test_gpu_scripts
 #   reports_cublaslt_fp8_crosscheck_20260524.md); M=N=8192, K=16384 ~1,523 on H800 (0.77,
 #   github tile-ai/tilelang benchmark/matmul_fp8/README.md).
-# h200 shares Hopper's tensor cores. Blackwell parts (b200, gb200, b300): no published
-#   kernel or training rows here; Hopper's shares are assumed until measurements exist.
-_HOPPER = {"bf16": 0.806, "fp8": 0.806}
-GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER, "b200": _HOPPER,
-               "gb200": _HOPPER, "b300": _HOPPER}
+# h200 and h800 share Hopper's tensor cores. Blackwell parts (b200, gb200, b300, gb300): no
+#   published kernel measurement is shipped here; Hopper's shares are assumed for BF16, FP8,
+#   MXFP8 and NVFP4 alike (the per-GPU sustained factor, fitted on the torchtitan B200/GB200
+#   rows, carries what differs).
+# AMD Instinct (mi300x, mi325x, mi355x): no kernel measurement shipped either; Hopper's shares
+#   are assumed and the sustained factor per GPU type is fitted on AMD's published MI325X /
+#   MI355X training throughputs (sim/data/frontier_runs.csv).
+_HOPPER = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
+GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER, "h800": _HOPPER,
+               "b200": _HOPPER, "gb200": _HOPPER, "b300": _HOPPER, "gb300": _HOPPER,
+               "mi300x": _HOPPER, "mi325x": _HOPPER, "mi355x": _HOPPER}
 
 # The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of
 # that GPU at once (sim/data/published_runs.csv and modern_runs.csv), mean |log error|.
@@ -49,7 +61,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER
 #   2026-11-24 after the MoE corrections (dispatcher bytes, Grok-1's geglu): h100 unchanged;
 #   MAPE over the 29 rows 4.8% (README, "Fidelity").
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970}
-for _gpu in ("h200", "b200", "gb200", "b300"):
+for _gpu in ("h200", "h800", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x"):
     SUSTAINED[_gpu] = SUSTAINED["h100-sxm"]
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
@@ -61,6 +73,22 @@ GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (
 #   BF16 sm_90 cuBLAS table of XLA (tensorflow/tensorflow third_party/xla/xla/service/gpu/
 #   model/matmul_interpolator_data.h, m=n=4096, k=256..4096) gives c ~ 215: a ratio of ~1.8.
 FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
+# NVFP4: the MMA runs twice as fast again as FP8 on Blackwell; by the same fixed-cost argument
+#   the half-efficiency size doubles again (an extrapolation of the FP8 measurement above, no
+#   FP4 K-sweep is shipped).
+HALF_SIZE = {"fp8": FP8_GEMM_HALF_SIZE, "mxfp8": FP8_GEMM_HALF_SIZE, "nvfp4": 2 * FP8_GEMM_HALF_SIZE}
+# The quantized linear-layer precisions and the bytes per element of an operand with its block
+# scales (MX: one 1-byte E8M0 scale per 32 elements, OCP Microscaling Formats v1.0; NVFP4: one
+# 1-byte E4M3 scale per 16 elements plus a per-tensor FP32 scale, NVIDIA "Pretraining Large
+# Language Models with NVFP4", arXiv:2509.25149). Their dense peaks: sim.hardware.gpus.low_peak.
+QUANTIZED = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+
+
+def quantized(precision: str) -> bool:
+    """Whether ``training.precision`` runs the transformer layers' linears on low-precision
+    tensor cores (fp8, mxfp8, nvfp4) rather than BF16/FP16."""
+    return precision in QUANTIZED
+
 
 # Flash attention, kernel level: (share of the BF16 peak at long sequences, keys at which half
 # of it is reached) for the forward and the backward kernel; efficiency(L) = max * L / (L + half)
@@ -81,8 +109,9 @@ FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
 #   cuDNN measurement, so both backends take it.
 _HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
 _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
-ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN}, "h100-sxm": _HOPPER_ATTN,
-                    "h200": _HOPPER_ATTN, "b200": _HOPPER_ATTN, "gb200": _HOPPER_ATTN, "b300": _HOPPER_ATTN}
+ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
+                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h200", "h800", "b200", "gb200", "b300", "gb300",
+                                                 "mi300x", "mi325x", "mi355x")}}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
@@ -111,11 +140,11 @@ class Kernel(NamedTuple):
                       2 if self.attn else 0, self.keys, self.tp)
 
 
-def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False) -> Kernel:
-    """An (m x k) @ (k x n) GEMM in ``elem``-byte precision (``fp8``: operands in FP8, one
-    byte each, output BF16)."""
+def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False, operand: float = 1.0) -> Kernel:
+    """An (m x k) @ (k x n) GEMM in ``elem``-byte precision (``fp8``: operands quantized,
+    ``operand`` bytes per element with their scales -- :data:`QUANTIZED` -- output BF16)."""
     if fp8:
-        return Kernel(2 * m * n * k, min(m, n, k), m * k + k * n + 2 * m * n, fp8=True)
+        return Kernel(2 * m * n * k, min(m, n, k), operand * (m * k + k * n) + 2 * m * n, fp8=True)
     return Kernel(2 * m * n * k, min(m, n, k), elem * (m * k + k * n + m * n))
 
 
@@ -130,15 +159,19 @@ class ComputeModel:
     their kernel benchmarks (the same sustained factor). ``e_max_fp8`` overrides the FP8
     large-GEMM efficiency (tests); ``attention``: the flash-attention backend whose kernel
     curve :data:`ATTENTION_KERNEL` times the attention core (None: the default, cuDNN's;
-    ``training.attention_backend`` passes through as given)."""
+    ``training.attention_backend`` passes through as given); ``precision``: which quantized
+    format the kernels marked ``fp8`` run in (fp8, mxfp8 or nvfp4: its peak, kernel share and
+    half size)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
-                 attention: str | None = None):
+                 attention: str | None = None, precision: str = "fp8"):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
-        self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get("fp8", 0.0)
+        fmt = precision if precision in QUANTIZED else "fp8"
+        self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt]
+        self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get(fmt, 0.0)
         self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention or "cudnn"])
         self._memo: dict[tuple, float] = {}
 
@@ -147,8 +180,9 @@ class ComputeModel:
         return self.e_max * min_dim / (min_dim + GEMM_HALF_SIZE)
 
     def fp8_efficiency(self, min_dim: float) -> float:
-        """Share of the dense FP8 peak an FP8 GEMM with this smallest dimension reaches."""
-        return self.e_max_fp8 * min_dim / (min_dim + FP8_GEMM_HALF_SIZE)
+        """Share of the dense quantized peak (FP8, MXFP8 or NVFP4) a quantized GEMM with this
+        smallest dimension reaches."""
+        return self.e_max_fp8 * min_dim / (min_dim + self.low_half)
 
     def attention_efficiency(self, direction: int, keys: float) -> float:
         """Share of the BF16 peak a flash-attention kernel (1 forward, 2 backward) reaches
@@ -161,7 +195,7 @@ class ComputeModel:
         if not k.flops:
             return 0.0
         if k.fp8:
-            return k.flops / (self.gpu.fp8_flops * self.fp8_efficiency(k.min_dim))
+            return k.flops / (self.low_flops * self.fp8_efficiency(k.min_dim))
         if k.attn:
             return k.flops / (self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys))
         return k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim))

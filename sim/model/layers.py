@@ -29,12 +29,24 @@ layers runs its forward, dgrad and wgrad GEMMs in FP8; the attention core (flash
 attention), router and output layer stay BF16. Each FP8 linear costs a memory-bound cast
 kernel (:func:`fp8_cast`); weights are cast once per step (``is_first_microbatch``
 caching) in :func:`optimizer`; amax is produced by the cast kernels themselves.
+
+MXFP8 and NVFP4 (``"mxfp8"``: torchao's MX linears, pytorch/ao torchao/prototype/mx_formats,
+as torchtitan's docs/mxfp8.md runs them; ``"nvfp4"``: Transformer Engine's NVFP4BlockScaling
+recipe) quantize the same linears: the block scales run along the reduction dimension, so the
+forward GEMM and the wgrad GEMM need the input quantized along different axes -- two quantized
+copies with their scales, not a transpose of one (read BF16 once, write 2 x (1 + 1/32) bytes
+per element for MXFP8, 2 x (0.5 + 1/16) for NVFP4), and likewise the output gradient for dgrad
+and wgrad. No norm emits them fused. The attention core, router and output layer stay BF16, as
+under FP8 (torchtitan's MXFP8 converter skips the output projection; the router is not an
+nn.Linear it converts). NVFP4's other parts -- random Hadamard transforms on the wgrad inputs,
+stochastic rounding of gradients, a few sensitive layers kept in BF16 (arXiv:2509.25149,
+section 4) -- are not modelled.
 """
 
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .compute import Kernel, elementwise, gemm
+from .compute import QUANTIZED, Kernel, elementwise, gemm
 from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element
@@ -50,7 +62,8 @@ class Shard:
     tp: int
     sp: bool  # sequence parallelism: norms/dropouts on tokens/tp
     flash: bool  # flash attention: causal half of the scores, no stored scores
-    fp8: bool = False  # linear layers in FP8 (training.precision = "fp8")
+    fp8: bool = False  # linear layers quantized (training.precision = "fp8", "mxfp8" or "nvfp4")
+    quant: str = "fp8"  # which of sim.model.compute.QUANTIZED they run in (when fp8)
 
     @property
     def norm_tokens(self) -> float:
@@ -58,15 +71,17 @@ class Shard:
         return self.tokens / self.tp if self.sp else self.tokens
 
 
-def fp8_cast(n_in: float, n_out: float, fused: bool) -> Kernel:
+def fp8_cast(n_in: float, n_out: float, fused: bool, operand: float = 1.0) -> Kernel:
     """The casts around one FP8 GEMM with ``n_in`` input and ``n_out`` output elements.
     Forward: TE's fp8_cast_transpose_fused reads BF16 and writes FP8 plus the transpose
     the wgrad GEMM needs (Hopper FP8 GEMMs take only TN layouts): 4 bytes per input
     element; when the preceding norm already emits FP8 (TE LayerNormLinear) only the
     transpose is left (read 1, write 1). Backward: fp8_cast_transpose_bgrad_fused on the
-    output gradient, 4 bytes per output element."""
-    fwd = (2 if fused else 4) * n_in
-    return Kernel(bytes=fwd, bwd=4 * n_out / fwd)
+    output gradient, 4 bytes per output element. ``operand``: bytes per quantized element
+    with its scales (MXFP8, NVFP4: the two copies above are written in that size)."""
+    both = 2 + 2 * operand
+    fwd = (2 if fused else both) * n_in
+    return Kernel(bytes=fwd, bwd=both * n_out / fwd)
 
 
 def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int = 0) -> list[Kernel]:
@@ -75,6 +90,10 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
     if not sh.fp8:
         return [gemm(m, n, k)._replace(tp=tp)]
+    if sh.quant != "fp8":  # MX / NVFP4: operands with block scales, no norm fusion
+        operand = QUANTIZED[sh.quant]
+        return [fp8_cast(m * k, m * n, False, operand)._replace(tp=tp),
+                gemm(m, n, k, fp8=True, operand=operand)._replace(tp=tp)]
     return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
 
 

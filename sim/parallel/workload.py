@@ -14,7 +14,7 @@ says which ranks those are under stragglers, faults and skewed experts.
 import numpy as np
 
 from ..model import transformer as model_costs
-from ..model.compute import ComputeModel
+from ..model.compute import ComputeModel, quantized
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard
@@ -36,8 +36,9 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention, t.precision == "fp8")
-    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend),
+                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8")
+    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend,
+                                                    precision=t.precision),
                   domains, frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)

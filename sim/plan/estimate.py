@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..hardware.gpus import gpu_preset
-from ..model.compute import ComputeModel
+from ..model.compute import ComputeModel, quantized
 from ..model.layers import ELEM, Shard, optimizer
 from ..parallel.layout import Layout
 from ..parallel.params import EMBEDDING, layer_params
@@ -45,7 +45,8 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
-        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
+        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend,
+                                    precision=scenario.training.precision)
         self.comm = Comm(spec, gpu_name)
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
@@ -196,7 +197,7 @@ class Estimator:
         zero = g["zero"].to_numpy()[:, None]
         edp = (g["tp"] * g["cp"] * g["dp"] // (g["expert_tp"] * g["ep"])).to_numpy()[:, None]
         shard = np.where(zero >= 1, dense / (g["dp"] * g["cp"]).to_numpy()[:, None] + expert / edp, dense + expert)
-        fp8 = self.s.training.precision == "fp8"
+        fp8 = quantized(self.s.training.precision)
         base = self.compute.time(optimizer(0.0, 1.0 if fp8 else 0.0))
         per_param = self.compute.time(optimizer(1e9)) - self.compute.time(optimizer(0.0))
         per_fp8 = (self.compute.time(optimizer(0.0, 1e9)) - self.compute.time(optimizer(0.0, 1.0))) if fp8 else 0.0

@@ -20,6 +20,7 @@ the last 5% of HBM is rejected; ``--headroom`` changes the share.
 import numpy as np
 import pandas as pd
 
+from ..model.compute import quantized
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from ..parallel.memory import RUNTIME_BYTES
@@ -62,7 +63,7 @@ def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
     """Per candidate: (bytes per layer and micro-batch, a layer's full activations during its
     recompute (0 unless full recompute), fp32 logits of the last stage)."""
     t, d = scenario.training, stages.dims
-    fp8 = t.precision == "fp8"
+    fp8 = quantized(t.precision)
 
     def one(tp, cp, mb, rec):
         tokens = mb * t.seq_len // cp
@@ -83,7 +84,7 @@ def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndar
     flight = lookup(g.assign(micro=scenario.training.global_batch // (g["dp"] * g["micro_batch"])),
                     ["schedule", "micro", "ep_comm_overlap"],
                     lambda sched, micro, combined: stages.in_flight(sched, pp, v, micro, bool(combined)))
-    fp8 = scenario.training.precision == "fp8"
+    fp8 = quantized(scenario.training.precision)
     zero = g["zero"].to_numpy()[:, None]
     nd = (g["dp"] * g["cp"]).to_numpy()[:, None]
     ne = (g["tp"] * g["cp"] * g["dp"] // (g["expert_tp"] * g["ep"])).to_numpy()[:, None]

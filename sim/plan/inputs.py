@@ -10,7 +10,7 @@ from pathlib import Path
 import tomllib
 
 from ..errors import InputError
-from ..hardware.gpus import gpu_preset
+from ..hardware.gpus import gpu_preset, low_peak
 from ..hardware.topology import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
@@ -95,8 +95,8 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
                        (training.get("global_batch") or 0) * seq or None, "--global-batch-tokens")
     if tokens % seq:
         raise InputError("--global-batch-tokens", f"{tokens} is not a multiple of --seq-len {seq} (whole sequences)")
-    if precision == "fp8" and not gpu_preset(gpu).fp8_flops:
-        raise InputError("--precision", f"'fp8' needs FP8 tensor cores, which {gpu} lacks; use bf16")
+    if precision not in (None, "bf16", "fp16") and not low_peak(gpu_preset(gpu), precision):
+        raise InputError("--precision", f"{precision!r} needs tensor cores for it, which {gpu} lacks; use bf16")
     training.update(seq_len=seq, global_batch=tokens // seq, **({"precision": precision} if precision else {}))
     for key in SEARCHED:
         training.pop(key.split(".")[1], None)

@@ -15,6 +15,7 @@ MoE all-to-alls are returned whole (what EP overlap hides depends on the schedul
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from ..model.compute import quantized
 from ..model.layers import (ELEM, Shard, attention_core, attention_post, attention_pre, backward, embedding,
                             entry_width, experts, local_sort, logits, mlp, mlp_block, router,
                             unpermute)
@@ -44,7 +45,8 @@ class LayerCosts:
         self.s, self.d, self.time, self.comm, self.groups = scenario, dims, compute.time, comm, groups
         tp, cp, mb, self.rec, self.tpov, self.ep, self.etp = key
         t = scenario.training
-        self.sh = Shard(mb * t.seq_len // cp, t.seq_len, mb, tp, tp > 1, t.flash_attention, t.precision == "fp8")
+        self.sh = Shard(mb * t.seq_len // cp, t.seq_len, mb, tp, tp > 1, t.flash_attention, quantized(t.precision),
+                        t.precision if quantized(t.precision) else "fp8")
         self.tp_n, self.cp_n = tp, cp
 
     # ------------------------------------------------------------------ communication

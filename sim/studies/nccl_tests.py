@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import collectives
 from ..collectives import tuner
-from ..hardware import topology
+from ..hardware import mesh, topology
 from ..engine.core import Collective, Engine, Op, RankProgram
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
@@ -39,6 +39,7 @@ def build_topology(topology_name: str, gpus: int, gpu_name: str | None):
     """Topology with at least ``gpus`` GPUs, rounded up to whole servers."""
     spec = topology.load_spec(topology_name, key="--topology")
     gpu = gpu_preset(spec.gpu) if gpu_name is None else _gpu(gpu_name)
+    mesh.check_gpu(spec, gpu, "--gpu")
     per = max(spec.gpus_per_node, spec.gpus_per_domain)
     total = -(-gpus // per) * per
     if spec.max_gpus is not None and gpus > spec.max_gpus:
