@@ -1,0 +1,123 @@
+"""AMD Instinct nodes: 8 GPUs fully meshed by xGMI links, no switch (topology amd-xgmi).
+
+Closed forms from the datasheets (MI300X: 7 links of 64 GB/s per direction) and the usable
+share of a link (48 of 64 GB/s, ROCm blog "Understanding RCCL Bandwidth and xGMI Performance
+on AMD Instinct MI300X"): a ring channel is one link per hop, so RCCL-style rings reach the
+sum of the links only when the channels take different links; an all-to-all sends each
+peer's bytes over that peer's own link.
+
+Run: ``python -m pytest tests/test_mesh.py``
+"""
+
+import itertools
+
+import pytest
+
+from conftest import assert_input_error, clustersim
+from sim.collectives import ring
+from sim.hardware import topology
+from sim.hardware.gpus import gpu_preset
+from sim.studies import nccl_tests
+
+LINK = 64e9 * 48 / 64  # usable bytes/s per direction of one MI300X xGMI link
+GIB = 2**30
+
+
+def arcs_of(walks, closed: bool) -> list[tuple[int, int]]:
+    return [a for w in walks for a in zip(w, w[1:] + ((w[0],) if closed else ()))]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 7, 8])
+def test_mesh_rings_use_every_directed_link_once(n):
+    rings = ring.mesh_rings(n)
+    assert all(sorted(r) == list(range(n)) for r in rings)  # Hamiltonian
+    arcs = arcs_of(rings, closed=True)
+    assert len(rings) == n - 1 and sorted(arcs) == sorted(itertools.permutations(range(n), 2))
+
+
+def test_mesh_rings_where_no_decomposition_exists():
+    """K*_4 and K*_6 have no Hamiltonian decomposition (Tillson 1980): the most disjoint rings."""
+    for n, most in ((4, 2), (6, 4)):
+        rings = ring.mesh_rings(n)
+        arcs = arcs_of(rings, closed=True)
+        assert len(rings) == most and len(set(arcs)) == len(arcs)
+
+
+def test_mesh_paths_start_at_each_member_and_cover_every_link():
+    paths = ring.mesh_paths(8)
+    assert [p[0] for p in paths] == list(range(8)) and sorted(p[-1] for p in paths) == list(range(8))
+    assert sorted(arcs_of(paths, closed=False)) == sorted(itertools.permutations(range(8), 2))
+
+
+def test_kept_decompositions_are_what_the_search_finds():
+    assert ring._search(8, True) == ring._MESH_RINGS[8]
+    assert ring._search(8, False) == ring._MESH_PATHS[8]
+
+
+def topo(gpus: int = 8, gpu: str = "mi300x"):
+    return nccl_tests.build_topology("amd-xgmi", gpus, gpu)
+
+
+def test_peer_route_is_its_own_link():
+    t = topo()
+    for b in range(1, 8):
+        r = t.route(0, b)
+        assert len(r.links) == 1 and t.link_ends[r.links[0]] == (("gpu", 0), ("gpu", b))
+        assert t.caps[r.links[0]] == pytest.approx(LINK)
+
+
+@pytest.mark.parametrize("op, passes", [("all_reduce", 2), ("all_gather", 1), ("reduce_scatter", 1)])
+def test_ring_over_eight_meshed_gpus_closed_form(op, passes):
+    """T = passes * B (N-1)/N / ((N-1) * w_link): the 7 channels share no link."""
+    t = nccl_tests.time_collective(topo(), op, "ring", tuple(range(8)), GIB)
+    bandwidth_time = passes * GIB * 7 / 8 / (7 * LINK)
+    assert t == pytest.approx(bandwidth_time, rel=2e-3)  # (+ 7 or 14 steps of 0.5 us)
+    assert t > bandwidth_time
+
+
+def test_all_to_all_sends_each_peers_bytes_over_its_own_link():
+    """Each of 8 ranks holds S; S/8 to each peer, all 7 links at once: T = (S/8) / w_link."""
+    t = nccl_tests.time_collective(topo(), "all_to_all", "direct", tuple(range(8)), GIB)
+    assert t == pytest.approx(GIB / 8 / LINK, rel=1e-3)
+
+
+def test_ring_across_meshed_nodes_is_bound_by_the_nics():
+    """16 GPUs on 2 nodes: 8 channels, each crossing a node on its own Hamiltonian path and
+    leaving through its own NIC (47.5 GB/s usable of 50): the NICs bind, not the links."""
+    t = topo(16)
+    nic = gpu_preset("mi300x").nic_bw * 0.95
+    time = nccl_tests.time_collective(t, "all_reduce", "ring", tuple(range(16)), 4 * GIB)
+    per_channel = 2 * 4 * GIB * 15 / 16 / 8
+    assert time == pytest.approx(per_channel / nic, rel=0.01)
+
+
+def test_mesh_cli_busbw_and_wrong_vendor_exits_2():
+    proc = clustersim("collective", "--op", "all_reduce", "--algo", "ring", "--gpus", "8", "--topology",
+                      "amd-xgmi", "--gpu", "mi300x", "--sizes", "1G", "--json")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    row = json.loads(proc.stdout)[0]
+    assert row["busbw_GBps"] == pytest.approx(7 * LINK / 1e9, rel=3e-3)
+    assert_input_error(clustersim("collective", "--op", "all_reduce", "--gpus", "8", "--topology", "amd-xgmi",
+                                  "--gpu", "h100-sxm"), "--gpu")
+    assert_input_error(clustersim("collective", "--op", "all_reduce", "--gpus", "8", "--topology", "dgx-b200",
+                                  "--gpu", "mi355x"), "--gpu")
+
+
+def test_scenario_with_amd_gpu_on_nvswitch_topology_exits_2(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[model]\npreset = "llama3-8b"\n[cluster]\ntopology = "dgx-h100"\ngpu = "mi325x"\ngpus = 8\n'
+                    '[parallel]\ndp = 8\n[training]\nglobal_batch = 8\nseq_len = 2048\n')
+    assert_input_error(clustersim("run", str(path)), "cluster.gpu")
+    assert_input_error(clustersim("run", str(path), "--set", "cluster.topology=amd-xgmi",
+                                  "--set", "cluster.gpu=b200"), "cluster.gpu")
+
+
+def test_mesh_spec_rules():
+    spec = topology.load_spec("amd-xgmi")
+    assert spec.builder == "xgmi_mesh" and not spec.nvls and spec.gpus_per_node == 8
+    g = topology.fat_tree(16, spec, gpu_preset("mi355x"))
+    xgmi = [d for _, _, d in g.edges(data=True) if d["kind"] == "xgmi"]
+    assert len(xgmi) == 2 * 28 and all(d["bw"] == pytest.approx(76.8e9) for d in xgmi)  # 153.6 GB/s bidir
+    assert not any(d["kind"] == "nvswitch" for _, d in g.nodes(data=True))
