@@ -129,9 +129,14 @@ _register(GPU("mi355x", 2516.6 * TFLOPS, 288 * GB, 8000 * GB, 7 * 76.8 * GB, 50 
 # ib: nccl-tests issue 290: NDR 400 Gb/s NIC gives 46-48 GB/s of 50 (0.94); nccl issue
 #   812: HDR gives ~24 of 25 GB/s (0.96); one constant for both: 0.95.
 # pcie: GPU<->NIC hop, never the bottleneck on these systems; 0.9 (typical PCIe efficiency).
-# xgmi: the ROCm blog above: CRC and protocol overhead leave ~48 GB/s of a link's 64 GB/s
-#   per direction (0.75); the same share is assumed for CDNA4's faster links.
-FABRIC_EFFICIENCY = {"nvlink": 370 / 450, "ib": 0.95, "pcie": 0.9, "xgmi": 48 / 64}
+# xgmi: the ROCm blog above ("Understanding RCCL Bandwidth and xGMI Performance on AMD
+#   Instinct MI300X"): CRC and protocol overhead leave 45-48 GB/s of a link's 64 GB/s per
+#   direction, and the slowest of a GPU's 7 links sets what a collective gets. Fitted to the
+#   blog's two 8x MI300X measurements at once: rccl-tests all_reduce busbw 318.98 GB/s at
+#   16 GiB (rings over all 7 links: 7 x 45.57) and TransferBench all-to-all, 317.6 GB/s per GPU
+#   over 7 direct links (7 x 45.37) -> 45.5 GB/s per link = 0.711. The same share is assumed
+#   for CDNA4's 76.8 GB/s links. (RCCL's own topology model assumes 48: src/graph/topo.h.)
+FABRIC_EFFICIENCY = {"nvlink": 370 / 450, "ib": 0.95, "pcie": 0.9, "xgmi": 45.5 / 64}
 
 # Per-hop latency of one link, seconds. NVLink through NVSwitch: ~1 us GPU to GPU
 # (two hops), IB: ~1 us per switch hop plus NIC, as nccl-tests small-message all-reduce

@@ -3,9 +3,9 @@
 An 8-GPU MI300X / MI325X / MI355X platform has no switch inside the node: each GPU has 7
 xGMI links, one straight to each peer ("a fully connected mesh", ROCm blogs, "Understanding
 RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X", 2025-03-02), so a GPU reaches
-a peer over that one link only (64 GB/s per direction on CDNA3, ~48 GB/s usable, the same
-48 GB/s per link RCCL's topology model assumes: ROCm/rccl src/graph/topo.h
-``GFX94X_XGMI_WIDTH``). Scale-out is one 400 Gb/s NIC per GPU into the rail-optimized fat
+a peer over that one link only (64 GB/s per direction on CDNA3, 45-48 GB/s usable:
+``FABRIC_EFFICIENCY["xgmi"]`` in sim/hardware/gpus.py; RCCL's topology model assumes 48 GB/s
+per link, ROCm/rccl src/graph/topo.h ``GFX94X_XGMI_WIDTH``). Scale-out is one 400 Gb/s NIC per GPU into the rail-optimized fat
 tree of :func:`sim.hardware.topology.fat_tree` (topology ``builder = "xgmi_mesh"``).
 Routes: a peer in the node over its own link; a GPU of another node from the GPU's own
 NIC (leaf -> spines -> leaf -> NIC), no relay over the mesh (PXN, an NVSwitch-node path,
