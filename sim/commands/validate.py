@@ -1,8 +1,9 @@
 """``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json]``.
 
-Prints each published run shipped in ``sim/data`` (the 2021/Megatron-LM table and the modern
-NeMo runs) beside the simulator's prediction: published and predicted seconds per step, the
-error per row and the MAPE. ``--fit`` searches, for each GPU type, the one GEMM-efficiency
+Prints each published run shipped in ``sim/data`` (the 2021/Megatron-LM table, the modern
+NeMo runs and the frontier runs) beside the simulator's prediction: published and predicted
+seconds per step (for a row published as tokens/s per GPU, the step time its assumed batch
+gives, and the error in tokens/s), the error per row and the MAPE. ``--fit`` searches, for each GPU type, the one GEMM-efficiency
 constant that minimizes the mean absolute log error over all of that GPU's rows together
 (global calibration, never per row). ``--explain ID`` prints where one row's step goes.
 """
@@ -70,7 +71,9 @@ def _print_table(results) -> None:
         r = c.row
         pred = f"{c.predicted_step_s:>10.3f}" if c.predicted_step_s is not None else f"{'-':>10}"
         err = f"{c.error:>+7.1%}" if c.error is not None else f"  {c.failure}"
-        print(f"{r.id:18} {r.model[:18]:18} {r.num_gpus:>5} {r.layout:>14} {r.published_step_s:>10.3f} {pred} {err}")
+        tokens = " (tokens/s per GPU: compared as such)" if r.metric == "tokens_per_s_per_gpu" else ""
+        print(f"{r.id:18} {r.model[:18]:18} {r.num_gpus:>5} {r.layout:>14} {r.published_step_s:>10.3f} {pred} {err}"
+              + tokens)
     ran = [c for c in results if c.error is not None]
     print(f"MAPE over {len(ran)} rows: {validation.mape(results):.1%}"
           + (f"; {len(results) - len(ran)} rows could not run" if len(ran) < len(results) else ""))
@@ -79,8 +82,9 @@ def _print_table(results) -> None:
 def _row_json(c) -> dict:
     r = c.row
     return {"id": r.id, "published_step_s": r.published_step_s, "predicted_step_s": c.predicted_step_s,
-            "error": c.error, "source": r.source, "model": r.model, "gpu": r.gpu, "num_gpus": r.num_gpus,
-            "precision": r.precision, "layout": r.layout, "failure": c.failure or None}
+            "error": c.error, "metric": r.metric, "published": r.published_value or r.published_step_s,
+            "predicted": c.predicted_value, "source": r.source, "model": r.model, "gpu": r.gpu,
+            "num_gpus": r.num_gpus, "precision": r.precision, "layout": r.layout, "failure": c.failure or None}
 
 
 def explain(row_id: str, as_json: bool) -> int:

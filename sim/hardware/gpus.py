@@ -57,6 +57,13 @@ _register(GPU("a100-80gb", 312 * TFLOPS, 80 * GIB, 2039 * GB, 300 * GB, 25 * GB,
 # ConnectX-7 = 50 GB/s each; PCIe gen5 x16 ~ 64 GB/s per direction.
 # Dense FP8: 1,979 TFLOP/s (the datasheet's 3,958 is with 2:4 sparsity).
 _register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS, hbm_unit="GiB"))
+# Meta's Grand Teton H100 (torchtitan's published H100 benchmarks, pytorch/torchtitan
+# docs/performance.md: "H100 SXM 96GB ... @500W"): the H100 SXM's tensor cores and NVLink4
+# (peaks at max boost: 989 / 1,979 TFLOP/s dense BF16 / FP8) with 96 GB of HBM under a 500 W
+# power cap instead of 700 W. The cap lowers the clock a GEMM sustains, which is what the
+# sustained factor of this part (sim/model/compute.py, fitted on its rows) carries; HBM
+# bandwidth is not published for this part, the SXM5's 3.35 TB/s is kept.
+_register(GPU("h100-500w", 989 * TFLOPS, 96 * GB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS))
 # NVIDIA H200 datasheet (SXM): same Hopper compute as H100 (989 TFLOP/s dense BF16),
 # 141 GB HBM3e at 4.8 TB/s, NVLink4 450 GB/s per direction; 400 Gb/s NICs.
 # Dense FP8: 1,979 TFLOP/s (H200 datasheet: 3,958 with sparsity).
@@ -169,7 +176,7 @@ def gpu_preset(name: str) -> GPU:
 # NCCL's tuner keys its constants by compute capability (NVIDIA/nccl src/graph/tuning.cc:
 # Volta, Ampere, Hopper, Blackwell); presets not listed here get Ampere's (no NVLS).
 # AMD parts are keyed by CDNA generation (RCCL keeps NCCL's model and its own tables; no NVLS).
-ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h200": "hopper", "h800": "hopper",
+ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h100-500w": "hopper", "h200": "hopper", "h800": "hopper",
         "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
         "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4"}
 # NVLink SHARP (NVLS) efficiency: the share of the NVLink a byte of in-switch reduction or

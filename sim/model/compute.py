@@ -49,7 +49,7 @@ from ..hardware.gpus import GPU, low_peak
 #   are assumed and the sustained factor per GPU type is fitted on AMD's published MI325X /
 #   MI355X training throughputs (sim/data/frontier_runs.csv).
 _HOPPER = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
-GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER, "h800": _HOPPER,
+GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h100-500w": _HOPPER, "h200": _HOPPER, "h800": _HOPPER,
                "b200": _HOPPER, "gb200": _HOPPER, "b300": _HOPPER, "gb300": _HOPPER,
                "mi300x": _HOPPER, "mi325x": _HOPPER, "mi355x": _HOPPER}
 
@@ -61,7 +61,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h200": _HOPPER
 #   2026-11-24 after the MoE corrections (dispatcher bytes, Grok-1's geglu): h100 unchanged;
 #   MAPE over the 29 rows 4.8% (README, "Fidelity").
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970}
-for _gpu in ("h200", "h800", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x"):
+for _gpu in ("h100-500w", "h200", "h800", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x"):
     SUSTAINED[_gpu] = SUSTAINED["h100-sxm"]
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
@@ -110,7 +110,7 @@ def quantized(precision: str) -> bool:
 _HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
 _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
 ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
-                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h200", "h800", "b200", "gb200", "b300", "gb300",
+                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "b200", "gb200", "b300", "gb300",
                                                  "mi300x", "mi325x", "mi355x")}}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)

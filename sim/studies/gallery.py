@@ -11,6 +11,9 @@ scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and
 - ``gallery-hierarchical.png``: flat ring vs hierarchical all-reduce across NVLink
   domains: how busy NVLink and InfiniBand are over time with fast and with slow NICs,
   and a training step with ``parallel.dp_algo`` ring vs hierarchical.
+- ``gallery-hardware.png``: one step of the same model (Llama 3 70B cut to 16 layers, TP 8 x
+  DP 16) on an H100 SuperPOD, a B200 SuperPOD, two GB200 NVL72 racks and an MI355X cluster
+  of 128 GPUs each, on one time axis.
 """
 
 import argparse
@@ -169,7 +172,26 @@ def hierarchical(out: Path) -> list[str]:
     return lines
 
 
-PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical)
+CLUSTERS = (("H100 SuperPOD", "dgx-h100-superpod", "h100-sxm"), ("B200 SuperPOD", "dgx-b200", "b200"),
+            ("GB200 NVL72 racks", "gb200-nvl72", "gb200"), ("MI355X cluster", "amd-xgmi", "mi355x"))
+
+
+def hardware(out: Path) -> list[str]:
+    """Four panels: the same step on four clusters (:data:`CLUSTERS`)."""
+    from ..outputs.timeline import plot_panels
+
+    path = SCENARIOS / "hardware.toml"
+    runs = [(label, _run(path, [f"cluster.topology={topo}", f"cluster.gpu={gpu}"])) for label, topo, gpu in CLUSTERS]
+    base = runs[0][1].summary["step_time_s"]
+    plot_panels([(r, f"{label}: {r.summary['step_time_s'] * 1e3:.0f} ms, MFU {r.summary['mfu']:.0%}")
+                 for label, r in runs], out / "gallery-hardware.png", ranks="0-1",
+                suptitle="One step of Llama 3 70B (16 layers), TP 8 x DP 16 on 128 GPUs, on four clusters")
+    return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms ({base / r.summary['step_time_s']:.2f}x the "
+            f"H100 SuperPOD), MFU {r.summary['mfu']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms"
+            for label, r in runs]
+
+
+PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical, hardware)
 
 
 def main(argv=None) -> int:

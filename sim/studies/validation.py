@@ -14,8 +14,11 @@ fixed rules, never tuned per row:
 - ``modern_runs.csv`` (NVIDIA DGX Cloud benchmarking recipes, NeMo on DGX H100): written in
   the scenario vocabulary itself, one column per scenario key (empty = the key's default),
   ``published_step_s`` the published seconds per step. Id: the row's ``id``.
+- ``frontier_runs.csv`` (torchtitan on H100/H200/B200/GB200, AMD Instinct MI325X/MI355X):
+  the same vocabulary plus ``topology``; rows published only as tokens/s per GPU are
+  compared as tokens/s (:mod:`.frontier` states the batch assumed and its other rules).
 
-Every row runs on the GPU's DGX topology with the row's GPU count.
+The first two tables run on the GPU's DGX topology with the row's GPU count.
 """
 
 import csv
@@ -41,6 +44,8 @@ class Row:
     precision: str
     published_step_s: float
     scenario: dict = field(repr=False)
+    metric: str = "step_s"  # what the source published: "step_s" | "tokens_per_s_per_gpu" (compared as such)
+    published_value: float | None = None  # the published figure in its metric (None: published_step_s)
 
     @property
     def layout(self) -> str:
@@ -52,8 +57,11 @@ class Row:
 
 
 def load_rows() -> list[Row]:
-    """Every shipped row: the 2021/Megatron-LM table, then the modern NeMo runs."""
-    return legacy_rows() + modern_rows()
+    """Every shipped row: the 2021/Megatron-LM table, the modern NeMo runs, then the
+    frontier runs (torchtitan, AMD Instinct: sim/studies/frontier.py)."""
+    from .frontier import frontier_rows
+
+    return legacy_rows() + modern_rows() + frontier_rows()
 
 
 def _read(name: str) -> list[dict]:
@@ -181,10 +189,21 @@ class Comparison:
 
     @property
     def error(self) -> float | None:
-        """Signed relative error of the predicted step time (None when it did not run)."""
+        """Signed relative error in the row's published metric: of the predicted step time, or
+        of the predicted tokens/s per GPU for a row published as tokens/s (None when it did
+        not run)."""
         if self.predicted_step_s is None:
             return None
+        if self.row.metric == "tokens_per_s_per_gpu":
+            return self.row.published_step_s / self.predicted_step_s - 1
         return self.predicted_step_s / self.row.published_step_s - 1
+
+    @property
+    def predicted_value(self) -> float | None:
+        """The prediction in the row's metric (seconds per step, or tokens/s per GPU)."""
+        if self.predicted_step_s is None or self.row.metric == "step_s":
+            return self.predicted_step_s
+        return self.row.published_value * self.row.published_step_s / self.predicted_step_s
 
 
 def compare(row: Row, e_max: float | None = None, keep: bool = False) -> Comparison:

@@ -1,0 +1,66 @@
+"""The frontier table (``sim/data/frontier_runs.csv``) as validation rows: torchtitan on
+H100/H200/B200/GB200 and AMD's published MI325X/MI355X throughputs (sources in
+sim/data/README.md). Run ``clustersim validate --rows tt_,amd_``.
+
+The columns are the scenario vocabulary (as ``modern_runs.csv``: empty = the key's default)
+plus ``topology``; fixed rules fill what the sources state in words, never tuned per row:
+
+- torchtitan applies sequence parallelism to the norms whenever tp > 1
+  (torchtitan/models/llama3/infra/parallelize.py: ``SequenceParallel``); rows whose notes
+  say AsyncTP overlap the TP collectives with the GEMMs (``tp_comm_overlap``); a row named
+  ``_interleaved`` runs interleaved 1F1B with two stages per rank (torchtitan's default
+  ``pipeline_parallel_layers_per_stage`` split of the 405B runs), the others 1F1B.
+- A row published only as tokens/s per GPU (the AMD rows: the ROCm performance-results page
+  gives micro-batch and sequence but no global batch) is compared as tokens/s. Its global
+  batch is assumed from the Primus example configs the runs come from (AMD-AGI/Primus
+  examples/megatron/configs/MI325X/llama3.1_8B-FP8-pretrain.yaml and
+  mixtral_8x22B_v0.1-BF16-pretrain.yaml: ``global_batch_size: 128`` per 8-GPU node),
+  weak-scaled with the nodes as Primus's projection assumes ("constant micro-batch size
+  per GPU"): 128 sequences per 8 GPUs, 1024 on 64.
+"""
+
+from ..input.load import parse_value
+from .validation import SECTIONS, Row, _cell, _read
+
+ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
+
+
+def frontier_rows() -> list[Row]:
+    """Rows of ``frontier_runs.csv``."""
+    return [_row(r) for r in _read("frontier_runs.csv")]
+
+
+def frontier_scenario(row: dict) -> dict:
+    """The scenario a frontier row spells out, with the module docstring's rules."""
+    gpus = int(row["num_gpus"])
+    data = {"name": f"{row['id']} {row['model']}", "model": {"name": row["model"]}, "training": {},
+            "parallel": {}, "cluster": {"gpu": row["gpu"], "topology": row["topology"], "gpus": gpus}}
+    for column, (section, key) in SECTIONS.items():
+        if row.get(column, "").strip():
+            node = data
+            for part in section.split("."):
+                node = node.setdefault(part, {})
+            node[key] = _cell(row[column])
+    t, p = data["training"], data["parallel"]
+    if "global_batch" not in t:
+        t["global_batch"] = ASSUMED_SEQUENCES_PER_8_GPUS * gpus // 8
+    if p.get("tp", 1) > 1:
+        p["sequence_parallel"] = True
+        p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
+    if row["id"].endswith("_interleaved"):
+        p["virtual_stages"], p["schedule"] = 2, "interleaved"
+    return data
+
+
+def _row(row: dict) -> Row:
+    scenario = frontier_scenario(row)
+    t = scenario["training"]
+    step = row["published_step_s"].strip()
+    if step:
+        return Row(row["id"], row["source"], row["model"], row["gpu"], int(row["num_gpus"]),
+                   row.get("precision") or "bf16", float(step), scenario)
+    per_gpu = float(parse_value(row["published_tokens_per_s_per_gpu"]))
+    tokens = t["global_batch"] * t["seq_len"]
+    return Row(row["id"], row["source"], row["model"], row["gpu"], int(row["num_gpus"]),
+               row.get("precision") or "bf16", tokens / (per_gpu * int(row["num_gpus"])), scenario,
+               metric="tokens_per_s_per_gpu", published_value=per_gpu)
