@@ -10,6 +10,8 @@ fits memory.
 - Llama 3.1 405B on 16,384 H100 (seq 8192, 16M-token batch, as Meta trained it)
 - DeepSeek-V3 on 2,048 H100 (seq 4096, 16M-token batch; routing uniform: DeepSeek-V3's
   auxiliary-loss-free balancing keeps experts balanced, arXiv 2412.19437 section 2.1.2)
+- Llama 3.1 70B on 1,152 GB200 (16 NVL72 racks, topology gb200-nvl72; seq 8192, 8M tokens)
+- Llama 3.1 70B on 1,024 MI355X (128 xGMI-meshed nodes, topology amd-xgmi; seq 8192, 8M tokens)
 """
 
 import argparse
@@ -23,14 +25,18 @@ CASES = {
     "405b": ["llama3.1-405b", "--gpus", "16384", "--seq-len", "8192", "--global-batch-tokens", "16777216"],
     "dsv3": ["deepseek-v3", "--gpus", "2048", "--seq-len", "4096", "--global-batch-tokens", "16777216",
              "--set", "model.moe.routing=uniform"],
+    "gb200": ["llama3.1-70b", "--gpus", "1152", "--seq-len", "8192", "--global-batch-tokens", "8388608",
+              "--topology", "gb200-nvl72", "--gpu", "gb200"],
+    "mi355x": ["llama3.1-70b", "--gpus", "1024", "--seq-len", "8192", "--global-batch-tokens", "8388608",
+               "--topology", "amd-xgmi", "--gpu", "mi355x"],
 }
 TARGET_S, MIN_LAYOUTS = 300, 1000
 
 
 def run(name: str, extra: list[str]) -> dict:
     """One search in a fresh interpreter: its JSON and its wall time."""
-    argv = [sys.executable, "-m", "sim", "plan", *CASES[name], "--topology", "dgx-h100", "--json", "--quiet",
-            "--top", "5", *extra]
+    topology = [] if "--topology" in CASES[name] else ["--topology", "dgx-h100"]
+    argv = [sys.executable, "-m", "sim", "plan", *CASES[name], *topology, "--json", "--quiet", "--top", "5", *extra]
     t0 = time.perf_counter()
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t0

@@ -122,3 +122,20 @@ def test_mesh_spec_rules():
     xgmi = [d for _, _, d in g.edges(data=True) if d["kind"] == "xgmi"]
     assert len(xgmi) == 2 * 28 and all(d["bw"] == pytest.approx(76.8e9) for d in xgmi)  # 153.6 GB/s bidir
     assert not any(d["kind"] == "nvswitch" for _, d in g.nodes(data=True))
+
+
+def test_plan_runs_on_mi355x_meshed_nodes():
+    """A CI-sized search on amd-xgmi: every reported layout simulated or estimated, sorted, and
+    fitting the MI355X's 288 GB."""
+    import json
+
+    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "amd-xgmi", "--gpu", "mi355x",
+                      "--seq-len", "4096", "--global-batch-tokens", "65536", "--top", "3", "--budget", "5",
+                      "--workers", "1", "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    layouts = json.loads(proc.stdout)["layouts"]
+    assert len(layouts) == 3 and layouts[0]["simulated"]
+    assert all(x["fits_in_memory"] and x["memory_per_gpu_bytes"] <= 288e9 for x in layouts)
+    assert [x["step_time_s"] for x in layouts] == sorted(x["step_time_s"] for x in layouts)
+    assert_input_error(clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--gpu", "mi355x",
+                                  "--seq-len", "4096", "--global-batch-tokens", "65536", "--budget", "0"), "--gpu")

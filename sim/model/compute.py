@@ -54,15 +54,26 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _HOPPER, "h100-500w": _H
                "mi300x": _HOPPER, "mi325x": _HOPPER, "mi355x": _HOPPER}
 
 # The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of
-# that GPU at once (sim/data/published_runs.csv and modern_runs.csv), mean |log error|.
+# that GPU at once (sim/data/published_runs.csv, modern_runs.csv, frontier_runs.csv), mean
+# |log error|.
 # a100-80gb: the 8 Narayanan et al. 2021 rows. h100-sxm: the 5 Megatron-LM README rows and
-#   the 16 NeMo DGX-Cloud rows (BF16 and FP8). Others: Hopper's value, until rows exist.
+#   the 16 NeMo DGX-Cloud rows (BF16 and FP8).
 #   Fitted 2026-11-23 (`clustersim validate --fit`): e_max a100 0.6774, h100 0.6424. Refit
 #   2026-11-24 after the MoE corrections (dispatcher bytes, Grok-1's geglu): h100 unchanged;
 #   MAPE over the 29 rows 4.8% (README, "Fidelity").
-SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970}
-for _gpu in ("h100-500w", "h200", "h800", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x"):
-    SUSTAINED[_gpu] = SUSTAINED["h100-sxm"]
+# Fitted 2026-11-26 on the frontier rows (`clustersim validate --fit --rows tt_,amd_`; the
+#   b200 rows alone with the search's lower bound at 0.2), each GPU type on all of its rows:
+#   h100-500w 0.5351 (the 9 torchtitan rows on 500 W Grand Teton H100), h200 0.7406 (2
+#   torchtitan rows), b200 0.3049 (3 torchtitan rows on "power limited" B200: 19-25% MFU
+#   published), gb200 0.5011 (2 Llama-4-Scout rows), mi325x 0.6518 (3 AMD rows), mi355x
+#   0.5793 (1 AMD row: fitted exactly, so no check of it). Parts without rows take their
+#   nearest fitted sibling: h800 the H100 SXM's (the same 700 W part, NVLink cut); mi300x
+#   the MI325X's (same CDNA3 die); b300 the B200's (HGX, the same air-cooled 8-GPU board
+#   class); gb300 the GB200's (the same NVL72 rack).
+SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.5351, "h200": 0.7406, "b200": 0.3049,
+             "gb200": 0.5011, "mi325x": 0.6518, "mi355x": 0.5793}
+SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b300=SUSTAINED["b200"],
+                 gb300=SUSTAINED["gb200"])
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
 GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}

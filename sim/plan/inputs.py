@@ -11,6 +11,7 @@ import tomllib
 
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset, low_peak
+from ..hardware import mesh
 from ..hardware.topology import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
@@ -88,7 +89,9 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
     if not topology:
         raise InputError("--topology", "required (a preset such as dgx-h100, or a topology file)")
     spec = load_spec(topology, key="--topology")
-    gpu = _gpu(gpu or cluster.get("gpu") or spec.gpu, "--gpu" if gpu else "cluster.gpu")
+    flag = "--gpu" if gpu else "cluster.gpu"
+    gpu = _gpu(gpu or cluster.get("gpu") or spec.gpu, flag)
+    mesh.check_gpu(spec, gpu_preset(gpu), flag)
     gpus = _gpus(gpus if gpus is not None else cluster.get("gpus") or _nodes(cluster, spec), spec, topology)
     seq = _positive(seq_len if seq_len is not None else training.get("seq_len"), "--seq-len")
     tokens = _positive(batch_tokens if batch_tokens is not None else

@@ -10,6 +10,15 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   say AsyncTP overlap the TP collectives with the GEMMs (``tp_comm_overlap``); a row named
   ``_interleaved`` runs interleaved 1F1B with two stages per rank (torchtitan's default
   ``pipeline_parallel_layers_per_stage`` split of the 405B runs), the others 1F1B.
+- torchtitan runs attention through PyTorch's scaled_dot_product_attention, whose flash
+  backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
+  the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
+  "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
+- A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
+  number of micro-batches, one per pipeline stage in all (torchtitan
+  ``build_pipeline_schedule``: ``pipeline_parallel_microbatches`` None -> ``num_total_stages``
+  = pp x local stages): the DP rank's sequences / (pp x v) per micro-batch (405B: 4 under
+  1F1B, 2 interleaved).
 - A row published only as tokens/s per GPU (the AMD rows: the ROCm performance-results page
   gives micro-batch and sequence but no global batch) is compared as tokens/s. Its global
   batch is assumed from the Primus example configs the runs come from (AMD-AGI/Primus
@@ -47,8 +56,12 @@ def frontier_scenario(row: dict) -> dict:
     if p.get("tp", 1) > 1:
         p["sequence_parallel"] = True
         p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
+    if row["id"].startswith("tt_"):
+        t["attention_backend"] = "flash2"
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
+    if p.get("pp", 1) > 1 and "micro_batch" not in t:
+        t["micro_batch"] = t["global_batch"] // (p.get("dp", 1) * p["pp"] * p.get("virtual_stages", 1))
     return data
 
 

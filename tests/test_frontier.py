@@ -1,0 +1,87 @@
+"""The frontier table (sim/data/frontier_runs.csv): torchtitan on H100 (500 W Grand Teton),
+H200, B200 and GB200, AMD's MI325X / MI355X throughputs. Rows are made into scenarios by the
+fixed rules of sim/studies/frontier.py, never per row; rows published as tokens/s per GPU
+are compared as tokens/s.
+
+Run: ``python -m pytest tests/test_frontier.py`` (slow rows: ``-m slow``).
+"""
+
+import json
+
+import pytest
+
+from conftest import clustersim
+from sim.studies import frontier, validation
+
+ROWS = {r.id: r for r in frontier.frontier_rows()}
+ROW_ERROR, MAPE = 0.15, 0.08
+SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200")  # 30-120 s each
+
+
+def test_twenty_rows_on_six_gpu_types():
+    assert len(ROWS) == 20
+    assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200", "gb200", "mi325x", "mi355x"}
+
+
+def test_torchtitan_rules():
+    """SDPA's FlashAttention-2, sequence parallelism and AsyncTP with tp, torchtitan's default
+    micro-batch count (one per pipeline stage in all)."""
+    assert all(r.scenario["training"]["attention_backend"] == "flash2" for i, r in ROWS.items() if i.startswith("tt_"))
+    two_d, asynctp = ROWS["tt_h100_l70b_256g_2d"].scenario, ROWS["tt_h100_l70b_256g_2d_asynctp"].scenario
+    assert two_d["parallel"]["sequence_parallel"] and not two_d["parallel"]["tp_comm_overlap"]
+    assert asynctp["parallel"]["tp_comm_overlap"]
+    one, inter = ROWS["tt_h100_l405b_512g_1f1b"].scenario, ROWS["tt_h100_l405b_512g_interleaved"].scenario
+    assert one["training"]["micro_batch"] == 256 // (8 * 8) and inter["training"]["micro_batch"] == 256 // (8 * 8 * 2)
+    assert inter["parallel"]["virtual_stages"] == 2 and inter["parallel"]["schedule"] == "interleaved"
+
+
+def test_tokens_rows_assume_128_sequences_per_node_and_compare_as_tokens():
+    row = ROWS["amd_mi325x_l8b_64g_fp8"]
+    assert row.metric == "tokens_per_s_per_gpu" and row.published_value == 16186
+    assert row.scenario["training"]["global_batch"] == 128 * 64 // 8
+    assert row.published_step_s == pytest.approx(1024 * 8192 / (16186 * 64))
+    faster = validation.Comparison(row, row.published_step_s / 1.25)  # 25% more tokens/s than published
+    assert faster.error == pytest.approx(0.25) and faster.predicted_value == pytest.approx(16186 * 1.25)
+    step_row = ROWS["tt_b200_l8b_8g_bf16"]
+    assert step_row.metric == "step_s" and validation.Comparison(step_row, 0.986 * 1.1).error == pytest.approx(0.1)
+
+
+def test_validate_json_rows_carry_their_metric():
+    proc = clustersim("validate", "--rows", "amd_mi325x_l8b,tt_b200_l8b_8g_bf16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["id"]: r for r in json.loads(proc.stdout)}
+    amd, tt = rows["amd_mi325x_l8b_64g_fp8"], rows["tt_b200_l8b_8g_bf16"]
+    assert amd["metric"] == "tokens_per_s_per_gpu" and amd["published"] == 16186
+    assert amd["predicted"] == pytest.approx(16186 * (1 + amd["error"]))
+    assert tt["metric"] == "step_s" and tt["published"] == 0.986
+
+
+_compared: dict = {}
+
+
+def compared(row_id: str) -> validation.Comparison:
+    if row_id not in _compared:
+        _compared[row_id] = validation.compare(ROWS[row_id])
+    return _compared[row_id]
+
+
+# Known gap, kept visible (strict: the test fails the day it passes): torchtitan's interleaved
+# 1F1B gains +28% over its 1F1B on the 405B run, the bubble closed form and the simulation
+# +54% with torchtitan's default 16 micro-batches of 2 (the row does not state its own).
+GAP = {"tt_h100_l405b_512g_interleaved": "interleaved 1F1B: simulated 16.6% faster than torchtitan's"}
+
+
+def _marks(row_id: str) -> tuple:
+    marks = (pytest.mark.slow,) if row_id.startswith(SLOW) else ()
+    return marks + ((pytest.mark.xfail(reason=GAP[row_id], strict=True),) if row_id in GAP else ())
+
+
+@pytest.mark.parametrize("row_id", [pytest.param(i, marks=_marks(i)) for i in ROWS])
+def test_each_frontier_row_within_15_percent(row_id):
+    c = compared(row_id)
+    assert abs(c.error) <= ROW_ERROR, f"{row_id}: {c.error:+.1%}"
+
+
+@pytest.mark.slow
+def test_mape_over_every_frontier_row():
+    assert validation.mape([compared(i) for i in ROWS]) <= MAPE
