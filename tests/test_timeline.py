@@ -137,6 +137,11 @@ def test_gallery_regenerates_every_picture(tmp_path):
     p = subprocess.run([sys.executable, "-m", "sim.studies.gallery", "--out", str(tmp_path)], capture_output=True,
                        text=True, timeout=300, cwd=REPO)
     assert p.returncode == 0, p.stderr
-    for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical"):
+    for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical", "hardware"):
         assert (tmp_path / f"gallery-{name}.png").read_bytes()[:8] == PNG
     assert "bubble" in p.stdout and "straggler cost" in p.stdout
+    steps = {line.split(":")[0]: float(line.split("step ")[1].split(" ms")[0])
+             for line in p.stdout.splitlines() if " SuperPOD: step" in line or "racks: step" in line
+             or "cluster: step" in line}
+    assert set(steps) == {"H100 SuperPOD", "B200 SuperPOD", "GB200 NVL72 racks", "MI355X cluster"}
+    assert steps["GB200 NVL72 racks"] < steps["H100 SuperPOD"] and steps["MI355X cluster"] < steps["H100 SuperPOD"]

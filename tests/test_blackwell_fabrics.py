@@ -1,0 +1,53 @@
+"""The 2026 NVIDIA systems: DGX B200 (NVLink5 switches, NVLS), DGX H800 (NVLink cut to
+400 GB/s bidirectional), GB300 NVL72 racks (ConnectX-8 800 Gb/s). Closed forms from the
+datasheets and the efficiencies sim/hardware/gpus.py cites: NVLink5 0.93 of 900 GB/s (GB200
+rack, coreweave), NVLS eta 0.74 on Blackwell and 0.85 on Hopper (NCCL tuning.cc).
+
+Run: ``python -m pytest tests/test_blackwell_fabrics.py``
+"""
+
+import pytest
+
+from sim.collectives import nvls
+from sim.studies.nccl_tests import algorithm, build_topology, bus_factor, time_collective
+
+B = 2**34  # 16 GiB: latencies vanish
+
+
+def busbw(topo, op: str, algo: str, n: int, size: int = B) -> float:
+    group = tuple(range(n))
+    t = time_collective(topo, op, algorithm(topo, op, algo, None, group, size), group, size)
+    return size / t * bus_factor(op, n)
+
+
+def test_dgx_b200_nvls_all_reduce_closed_form():
+    """NVLS on NVLink5: busbw = W eta 2(N-1)/(N+1) = 837 x 0.74 x 14/9 = 963 GB/s; the tuner
+    picks it over rings (837 GB/s) at large sizes."""
+    topo = build_topology("dgx-b200", 8, None)
+    w = 900e9 * 0.93
+    assert busbw(topo, "all_reduce", "nvls", 8) == pytest.approx(w * 0.74 * 14 / 9, rel=2e-3)
+    assert algorithm(topo, "all_reduce", "auto", None, tuple(range(8)), B).startswith("nvls")
+    assert busbw(topo, "all_reduce", "ring", 8) == pytest.approx(w, rel=2e-3)
+
+
+def test_dgx_h800_nvlink_is_200_gb_per_direction():
+    """H800: ring busbw 200 x 0.822 = 164 GB/s, NVLS 164 x 0.85 x 14/9 = 217 (215 measured,
+    NCCL issue 1374)."""
+    topo = build_topology("dgx-h800", 8, None)
+    w = 200e9 * 370 / 450
+    assert busbw(topo, "all_reduce", "ring", 8) == pytest.approx(w, rel=2e-3)
+    assert busbw(topo, "all_reduce", "nvls", 8) == pytest.approx(w * 0.85 * 14 / 9, rel=2e-3)
+    assert nvls.NVLS_LATENCY > 0
+
+
+def test_gb300_rack_rings_and_800g_nics():
+    """One GB300 NVL72 rack: a 72-GPU ring runs at the NVLink5 rate; across two racks each
+    GPU's ConnectX-8 (100 GB/s, 95 usable) carries one channel: 4 GPUs per tray x 95."""
+    topo = build_topology("gb300-nvl72", 144, None)
+    assert busbw(topo, "all_reduce", "ring", 72) == pytest.approx(900e9 * 0.93, rel=0.01)
+    cross = topo.route(0, 72)
+    nic_links = [lid for lid in cross.links if topo.kinds[lid] == "ib"]
+    assert nic_links and min(topo.caps[nic_links]) == pytest.approx(100e9 * 0.95)
+    gb200 = build_topology("gb200-nvl72", 144, None)
+    assert min(gb200.caps[[lid for lid in gb200.route(0, 72).links if gb200.kinds[lid] == "ib"]]) \
+        == pytest.approx(50e9 * 0.95)
