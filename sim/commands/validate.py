@@ -106,8 +106,12 @@ def explain(row_id: str, as_json: bool) -> int:
         print(json.dumps(out))
         return 0
     print(f"{row_id}: {c.row.model} on {c.row.num_gpus} {c.row.gpu} ({c.row.layout}), {c.row.precision}")
-    print(f"  published {c.row.published_step_s:.3f} s, predicted {step:.3f} s ({c.error:+.1%}), "
-          f"MFU {out['mfu']:.1%}, bubble {out['bubble_fraction']:.1%}")
+    if c.row.metric == "tokens_per_s_per_gpu":
+        print(f"  published {c.row.published_value:,.0f} tokens/s per GPU, predicted {c.predicted_value:,.0f} "
+              f"({c.error:+.1%}; {step:.3f} s per step at the assumed batch)")
+    else:
+        print(f"  published {c.row.published_step_s:.3f} s, predicted {step:.3f} s ({c.error:+.1%})")
+    print(f"  MFU {out['mfu']:.1%}, bubble {out['bubble_fraction']:.1%}")
     print(f"  critical rank {rank}:")
     for key, value in parts.items():
         if value > 0 or key.startswith("compute"):
