@@ -2,7 +2,8 @@
 
 Run: ``python bench/mutations.py`` (every mutation, ~3 min on 2 cores), ``--only NAME,...``
 for some, ``--list`` to print each mutation's patch without running anything. Each mutation
-is one exact text replacement in one file. It is applied to a temporary copy of the
+is one exact text replacement in one file (a second form where the code is written
+another way: phases as typed span columns). It is applied to a temporary copy of the
 repository (this checkout is never touched), and the tests it names run there with
 ``python -m pytest -q -x``; the copy is importable first on ``PYTHONPATH``, so ``import sim``
 in the tests and in their CLI subprocesses is the mutated package. A baseline run of the
@@ -34,51 +35,64 @@ class Mutation:
     name: str
     what: str
     path: str  # file to change, relative to the repository root
-    old: str  # text that must occur exactly once in it
-    new: str
+    edits: tuple[tuple[str, str], ...]  # (old, new): the first old text found exactly once is replaced
     tests: tuple[str, ...]  # pytest arguments that must fail once it is applied
 
 
-PHASE = '    if name.endswith("_fwd"):\n        return "forward"\n'
+TIMELINE, METRICS, DRAWN = "sim/outputs/timeline.py", "sim/outputs/metrics.py", ("tests/test_timeline_drawn.py",)
+PHASES_TESTS = ("tests/test_metrics_phases.py",)
+# Where the phase is a typed column of the spans (Phase, set where the op is built), the same
+# breakage is the second edit of each pair below.
+ENUM_PHASE = '    phase = comp["phase"].to_numpy()\n'
 MUTATIONS = (
-    Mutation("timeline-phase-compute", "the timeline's phase of every compute span is 'compute'",
-             "sim/outputs/timeline.py", PHASE, '    return "compute"\n', ("tests/test_timeline_drawn.py",)),
-    Mutation("timeline-recompute-forward", "the timeline draws recomputation as forward",
-             "sim/outputs/timeline.py", '"_bwd" in name or "recompute" in name else "compute"',
-             '"_bwd" in name else "forward" if "recompute" in name else "compute"',
-             ("tests/test_timeline_drawn.py",)),
-    Mutation("timeline-idle-is-busy", "the hatched idle bars cover the busy time instead of the gaps",
-             "sim/outputs/timeline.py", "    return subtract(np.array([[0.0, end]]), comp)\n", "    return comp\n",
-             ("tests/test_timeline_drawn.py",)),
-    Mutation("timeline-exposed-is-all-comm", "the red strip shows all communication, hidden or not",
-             "sim/outputs/timeline.py", "    return subtract(comm, comp)\n", "    return comm\n",
-             ("tests/test_timeline_drawn.py",)),
+    Mutation("timeline-phase-compute", "the timeline's phase of every compute span is 'compute'", TIMELINE,
+             (('    if name.endswith("_fwd"):\n        return "forward"\n', '    return "compute"\n'),
+              ('    return DRAWN_PHASE.get(phase, "compute")\n', '    return "compute"\n')), DRAWN),
+    Mutation("timeline-recompute-forward", "the timeline draws recomputation as forward", TIMELINE,
+             (('"_bwd" in name or "recompute" in name else "compute"',
+               '"_bwd" in name else "forward" if "recompute" in name else "compute"'),
+              ('Phase.RECOMPUTE: "backward"', 'Phase.RECOMPUTE: "forward"')), DRAWN),
+    Mutation("timeline-idle-is-busy", "the hatched idle bars cover the busy time instead of the gaps", TIMELINE,
+             (("    return subtract(np.array([[0.0, end]]), comp)\n", "    return comp\n"),), DRAWN),
+    Mutation("timeline-exposed-is-all-comm", "the red strip shows all communication, hidden or not", TIMELINE,
+             (("    return subtract(comm, comp)\n", "    return comm\n"),), DRAWN),
     Mutation("metrics-bwd-recompute-swapped", "metrics counts backward as recompute and recompute as backward",
-             "sim/outputs/metrics.py", '("recompute", "_recompute"), ("backward", "_bwd")',
-             '("recompute", "_bwd"), ("backward", "_recompute")', ("tests/test_metrics_phases.py",)),
+             METRICS, (('("recompute", "_recompute"), ("backward", "_bwd")', '("recompute", "_bwd"), ("backward", "_recompute")'),
+                       (ENUM_PHASE, ENUM_PHASE + '    phase = np.where(phase == "backward", "recompute", '
+                                                 'np.where(phase == "recompute", "backward", phase))\n')),
+             PHASES_TESTS),
     Mutation("metrics-recompute-as-forward", "metrics never recognises recomputation (it counts as forward)",
-             "sim/outputs/metrics.py", '("recompute", "_recompute")', '("recompute", "_recompute_")',
-             ("tests/test_metrics_phases.py",)),
-    Mutation("metrics-no-phases", "metrics counts every compute span as forward",
-             "sim/outputs/metrics.py", "        phase[hit] = label\n", "        pass\n",
-             ("tests/test_metrics_phases.py",)),
-    Mutation("golden-value-changed", "a golden file's step time is changed by 0.01 s",
-             "tests/golden/straggler-dp.json", '"step_time_s": 0.18', '"step_time_s": 0.19',
-             ("tests/test_golden.py", "-k", "golden and straggler")),
-    Mutation("straggler-never-slow", "a straggler's slowdown is never applied",
-             "sim/hardware/faults.py", "            if rank in ranks and now >= start:\n",
-             "            if rank in ranks and now < start:\n", ("tests/test_golden.py", "-k", "golden")),
-    Mutation("doctest-stale", "a docstring example's expected output no longer matches",
-             "sim/units.py", "(1048576, 2048, 512)", "(1048576, 2048, 513)", ("tests/test_doctests.py",)),
+             METRICS, (('("recompute", "_recompute")', '("recompute", "_recompute_")'),
+                       (ENUM_PHASE, ENUM_PHASE + '    phase = np.where(phase == "recompute", "forward", phase)\n')),
+             PHASES_TESTS),
+    Mutation("metrics-no-phases", "metrics counts every compute span as forward", METRICS,
+             (("        phase[hit] = label\n", "        pass\n"),
+              (ENUM_PHASE, '    phase = np.full(len(comp), "forward", dtype=object)\n')), PHASES_TESTS),
+    Mutation("golden-value-changed", "a golden file's step time is changed by 0.01 s", "tests/golden/straggler-dp.json",
+             (('"step_time_s": 0.18', '"step_time_s": 0.19'),), ("tests/test_golden.py", "-k", "golden and straggler")),
+    Mutation("straggler-never-slow", "a straggler's slowdown is never applied", "sim/hardware/faults.py",
+             (("            if rank in ranks and now >= start:\n", "            if rank in ranks and now < start:\n"),),
+             ("tests/test_golden.py", "-k", "golden")),
+    Mutation("doctest-stale", "a docstring example's expected output no longer matches", "sim/units.py",
+             (("(1048576, 2048, 512)", "(1048576, 2048, 513)"),), ("tests/test_doctests.py",)),
 )
 
 
-def patch(m: Mutation) -> str:
-    """The mutation as a unified diff (empty when its text is not in the file exactly once)."""
+def mutated(m: Mutation) -> str | None:
+    """The file's text with the mutation applied, or None when no edit's text is in it exactly once."""
     text = (REPO / m.path).read_text()
-    if text.count(m.old) != 1:
+    for old, new in m.edits:
+        if text.count(old) == 1:
+            return text.replace(old, new)
+    return None
+
+
+def patch(m: Mutation) -> str:
+    """The mutation as a unified diff (empty when it no longer applies)."""
+    new = mutated(m)
+    if new is None:
         return ""
-    new = text.replace(m.old, m.new)
+    text = (REPO / m.path).read_text()
     return "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{m.path}", f"b/{m.path}", n=0))
 
 
@@ -108,8 +122,7 @@ def check(m: Mutation, tmp: Path) -> tuple[str, float]:
     if not patch(m):
         return "STALE", 0.0
     root = copy_repo(tmp / m.name)
-    target = root / m.path
-    target.write_text(target.read_text().replace(m.old, m.new))
+    (root / m.path).write_text(mutated(m))
     rc, secs = run_tests(root, m.tests)
     return {0: "MISSED", 1: "caught"}.get(rc, f"error (pytest exit {rc})"), secs
 
