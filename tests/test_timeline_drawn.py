@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from sim import load_scenario, simulate  # noqa: E402
@@ -47,7 +48,6 @@ class Bar:
     kind: str  # a COLORS key, "idle" (hatched) or "pale" (a collective waiting for peers)
     x0: float
     x1: float
-    y0: float
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,12 @@ class Drawn:
 
 
 def _kind(collection, names: dict) -> str:
-    face = collection.get_facecolor()
+    """What a ``broken_barh`` collection shows: hatched idle, pale (white with alpha over a
+    waiting collective) or the COLORS key of its face colour."""
     if collection.get_hatch():
         return "idle"
-    rgba = tuple(np.round(face[0], 6))
-    if rgba[3] < 1:
-        return "pale"
-    return names[rgba]
+    rgba = tuple(np.round(collection.get_facecolor()[0], 6))
+    return "pale" if rgba[3] < 1 else names[rgba]
 
 
 def read(ax, window: float, px_width: int) -> Drawn:
@@ -95,14 +94,12 @@ def read(ax, window: float, px_width: int) -> Drawn:
     rows = {round(y - 0.5): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
     bars = []
     for coll in ax.collections:
-        if not hasattr(coll, "get_paths") or coll.get_hatch() is None and not len(coll.get_facecolor()):
-            continue
-        if type(coll).__name__ == "LineCollection":
-            continue  # white separators between blocks
+        if isinstance(coll, LineCollection):
+            continue  # the white separators between blocks
         kind = _kind(coll, names)
         for path in coll.get_paths():
-            e = path.get_extents()
-            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / 1e3, e.x1 / 1e3, e.y0 - np.floor(e.y0)))
+            e = path.get_extents()  # rows are one unit tall, bars inset from y + 0.1
+            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / 1e3, e.x1 / 1e3))
     labels = [(rows[int(np.floor(t.get_position()[1]))], t.get_position()[0] / 1e3, int(t.get_text()))
               for t in ax.texts]
     return Drawn(bars, labels, window / px_width)
@@ -218,7 +215,7 @@ def test_hatched_idle_is_the_compute_streams_gaps_and_the_bubble(runs):
     for r in runs.values():
         d = drawn(r)
         step = float(r.spans.end_s.max())
-        share, slack, starts = [], 0.0, []
+        share, widened, starts = [], 0.0, []
         for stage in range(4):
             row = d.row(stage)
             mine = r.spans[(r.spans["rank"] == stage) & (r.spans.category == "compute")]
@@ -232,12 +229,12 @@ def test_hatched_idle_is_the_compute_streams_gaps_and_the_bubble(runs):
             assert sum(b.x1 - b.x0 for b in hatch) == pytest.approx(step - length(busy), rel=1e-9)
             red = d.of(row, "exposed")
             share.append((sum(b.x1 - b.x0 for b in hatch) - d.width(row, "exposed")) / step)
-            slack += len(red) * d.px / step
+            widened += len(red) * d.px / step
         assert starts == sorted(starts) and len(set(starts)) == 4  # each stage waits for the one before
         bubble = r.summary["bubble_fraction"]
         assert bubble > 0.2
         # exposed strips are widened to at least a pixel: drawn hatch - red <= true bubble
-        assert np.mean(share) <= bubble + 1e-12 and np.mean(share) >= bubble - slack / 4
+        assert np.mean(share) <= bubble + 1e-12 and np.mean(share) >= bubble - widened / 4
 
 
 def test_exposed_strip_of_the_critical_rank_is_the_summarys_exposed_comm():
