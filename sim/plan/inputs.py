@@ -10,6 +10,7 @@ from pathlib import Path
 import tomllib
 
 from ..errors import InputError
+from .. import bounds
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import load_spec
 from ..input import presets
@@ -131,7 +132,7 @@ def _nodes(cluster: dict, spec) -> int | None:
 
 
 def _gpus(n, spec, topology: str) -> int:
-    n = _positive(n, "--gpus")
+    n = bounds.GPUS.check("--gpus", _positive(n, "--gpus"), whole=True)  # (1e18: a divisor search without end)
     per_node = spec.gpus_per_node
     if n > per_node and n % per_node:
         raise InputError("--gpus", f"{n} GPUs are not whole {per_node}-GPU nodes of topology {topology!r}")
