@@ -52,7 +52,7 @@ def run(args) -> int:
 
     opts = options(args)
     for flag, path in (("--plot-run", args.plot_run), ("--plot-interval", args.plot_interval)):
-        if path:
+        if path is not None:
             output_file(path, flag, (".png",))  # before the step simulation, not after it
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     fleet_of(scenario, opts)  # bad --spares fails before the step simulation

@@ -62,6 +62,11 @@ def run(args) -> int:
 
 
 def _check_args(args) -> None:
+    if ":" in args.algo:  # CONTRACT.md: ALGO may carry a protocol, ring:ll, tree:ll128
+        algo, proto = args.algo.split(":", 1)
+        if args.proto not in (None, proto):
+            raise InputError("--proto", f"{args.proto!r} disagrees with --algo {args.algo!r}; give the protocol once")
+        args.algo, args.proto = algo, proto
     if args.op not in CLI_OPS:
         raise InputError("--op", f"unknown collective {args.op!r}; known: {', '.join(CLI_OPS)}")
     if args.algo not in collectives.ALGOS:

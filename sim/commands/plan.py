@@ -51,9 +51,9 @@ def run(args) -> int:
     from ..plan.driver import BUDGET_S, POINT_TIMEOUT_S
 
     _check_numbers(args)
-    if args.out:
+    if args.out is not None:
         output_file(args.out, "--out", (".csv", ".parquet"))
-    if args.timeline:
+    if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
                   args.precision, args.overrides)

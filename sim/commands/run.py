@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
     p.add_argument("--shared-fabric", action="store_true",
                    help="run the scenarios together on one cluster; report each job's slowdown (sim/fabric/)")
-    p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
+    p.add_argument("--placement", default=None, help="with --shared-fabric: packed (default) | spread | nodes:0-3/4-7")
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
@@ -45,6 +45,9 @@ def run(args) -> int:
         from ..fabric import run_cli
 
         return run_cli(args)
+    for flag, value in (("--placement", args.placement), ("--cluster-nodes", args.cluster_nodes)):
+        if value is not None:  # (it used to be ignored without a word)
+            raise InputError(flag, "applies to several jobs on one fabric: add --shared-fabric")
     scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
@@ -68,7 +71,7 @@ def _check_outputs(args, scenario) -> None:
 
     for flag, path, suffixes in (("--spans", args.spans, (".csv", ".parquet")), ("--timeline", args.timeline, (".png",)),
                                  ("--trace", args.trace, (".json",))):
-        if path:
+        if path is not None:  # ('' is a path that cannot be written, not "no output")
             output_file(path, flag, suffixes)
     if args.spans and args.spans.endswith(".parquet"):
         try:

@@ -278,7 +278,7 @@ def validate(args) -> None:
         raise InputError("--kahan", "choose --kahan or --accumulate, not both")
     if args.kahan and args.algo != "ring":
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
-    if args.plot:
+    if args.plot is not None:
         from ..outputs.paths import output_file
 
         output_file(args.plot, "--plot", (".png",))
