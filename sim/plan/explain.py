@@ -67,8 +67,3 @@ def estimated_limits(frame, scale: float = 1.0) -> list[str]:
 def simulated_losses(row) -> dict:
     """Loss name -> seconds from a simulated row's ``crit.*`` columns."""
     return {name: float(row[f"crit.{key}"]) for name, key in LOSSES}
-
-
-def estimated_losses(row) -> dict:
-    """Loss name -> seconds from the estimate's components."""
-    return {name: float(row[col]) for name, col in ESTIMATED.items()}

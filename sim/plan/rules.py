@@ -94,9 +94,3 @@ def counts(code: np.ndarray) -> dict[str, int]:
     """reason id -> candidates rejected for it (only reasons that occurred, in rule order)."""
     found = np.bincount(code, minlength=len(REASONS) + 1)
     return {r.id: int(found[i]) for i, r in enumerate(REASONS, start=1) if found[i]}
-
-
-def reason_of_key(key: str) -> str:
-    """The reason id for an InputError key the loader raised on a candidate that passed
-    :func:`codes` (a rule this module does not know: counted under ``loader:KEY``)."""
-    return f"loader:{key}"
