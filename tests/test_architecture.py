@@ -22,6 +22,7 @@ LAYERS = [
     ("parallelism", ("sim.parallel",)),
     ("outputs", ("sim.outputs",)),
     ("one step", ("sim.step", "sim.work")),
+    ("sweeps", ("sim.sweeps",)),
     ("studies and labs", ("sim.studies", "sim.labs")),
     ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric")),
     ("command line", ("sim.commands", "sim.cli", "sim.__main__", "sim")),

@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO, cli_env
 import sim
 from sim.errors import InputError
-from sim.studies.sweep_sinks import exclusive, lock_path
+from sim.sweeps.sinks import exclusive, lock_path
 
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # ~0.02 s per point
 SITE = '''

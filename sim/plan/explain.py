@@ -16,7 +16,7 @@ between processes.
 
 from ..errors import InputError
 from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
-from ..studies.sweep_pool import flatten, one_line
+from ..sweeps.pool import flatten, one_line
 
 COMPUTE_BOUND = 0.05  # a loss below this share of the step does not limit it
 LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP", "exposed_ep"),
