@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO
 import sim
-from sim.studies import STUDIES
+from sim.commands.study import STUDIES
 
 
 def data_files() -> set[str]:
