@@ -13,6 +13,8 @@ rail-only or multi-plane fabric still go through ``route()``. The result is the 
 
 import numpy as np
 
+from .rails import pxn_relay
+
 
 def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -28,10 +30,8 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     ends, dom = topo._endpoint_links, topo.domains
     per = topo.spec.gpus_per_node
     same = dom[src] == dom[dst]
-    relay = src - src % per + dst % per
-    valid = (relay != src) & (relay < topo.num_gpus)
-    valid[valid] = dom[relay[valid]] == dom[src[valid]]
-    relay = np.where(valid, relay, src)
+    relay = pxn_relay(src, dst, per, dom)
+    valid = relay != src
     hops = {"nv": (ends["up_nv"][src], ends["down_nv"][dst]), "pre": (ends["up_nv"][src], ends["down_nv"][relay]),
             "nic": (ends["up_nic"][relay], ends["up_ib"][relay]), "last": (ends["down_ib"][dst], ends["down_nic"][dst])}
     broken = {k: (a < 0) | (b < 0) for k, (a, b) in hops.items()}

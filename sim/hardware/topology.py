@@ -22,6 +22,7 @@ import numpy as np
 from .. import bounds
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
+from .rails import pxn_relay
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
@@ -262,10 +263,10 @@ class Topology(SwitchRoutes):
         return [(h, 1.0) for h in first] + core + [(h, 1.0) for h in last]
 
     def _rail_relay(self, a: int, b: int) -> tuple[int, list[int]]:
-        """PXN: the GPU of a's server on b's rail, and the NVLink hops to reach it."""
-        per = self.spec.gpus_per_node
-        relay = a - a % per + b % per
-        if relay == a or relay >= self.num_gpus or self.domains[relay] != self.domains[a]:
+        """PXN (:func:`sim.hardware.rails.pxn_relay`): the GPU of a's server on b's rail,
+        and the NVLink hops to reach it."""
+        relay = pxn_relay(a, b, self.spec.gpus_per_node, self.domains)
+        if relay == a:
             return a, []
         ends = self._endpoint_links
         return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
