@@ -180,6 +180,8 @@ class Topology(SwitchRoutes):
 
     ``caps[l]`` is the usable bandwidth (bytes/s) of directed link ``l`` after the fabric
     efficiency of its kind; ``route(a, b)`` returns the link ids from GPU ``a`` to GPU ``b``.
+    ``link_id[(u, v)]`` is the id of the directed link u -> v; :attr:`endpoint_links` and
+    :attr:`leaves` give every GPU's first and last hops (read by sim/hardware/paths.py).
     """
 
     def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
@@ -191,11 +193,11 @@ class Topology(SwitchRoutes):
             raise InputError("cluster.topology", f"the network is disconnected ({parts} parts hold GPUs)")
         self.graph, self.spec = graph, spec
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
-        self._link_id: dict[tuple, int] = {}
+        self.link_id: dict[tuple, int] = {}
         caps, lats, kinds = [], [], []
         for u, v, d in graph.edges(data=True):
             for a, b in ((u, v), (v, u)):
-                self._link_id[(a, b)] = len(caps)
+                self.link_id[(a, b)] = len(caps)
                 caps.append(d["bw"] * d.get("eff", FABRIC_EFFICIENCY[d["kind"]]))
                 lats.append(d["latency"])
                 kinds.append(d["kind"])
@@ -217,7 +219,7 @@ class Topology(SwitchRoutes):
     def link_ends(self) -> list[tuple]:
         """(from node, to node) of every directed link, by link id."""
         ends = [None] * len(self.caps)
-        for pair, lid in self._link_id.items():
+        for pair, lid in self.link_id.items():
             ends[lid] = pair
         return ends
 
@@ -248,7 +250,7 @@ class Topology(SwitchRoutes):
         return Route(links, weights, float((self.latency[links] * np.minimum(weights, 1.0)).sum()))
 
     def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         if self.domains[a] == self.domains[b]:
             hops = [ends["up_nv"][a], ends["down_nv"][b]]
             return None if min(hops) < 0 else [(h, 1.0) for h in hops]
@@ -259,7 +261,7 @@ class Topology(SwitchRoutes):
         last = [ends["down_ib"][b], ends["down_nic"][b]]
         if min(first + last) < 0:
             return None
-        core = self._core_hops(self._leaves[relay], self._leaves[b], (a, b))
+        core = self._core_hops(self.leaves[relay], self.leaves[b], (a, b))
         return [(h, 1.0) for h in first] + core + [(h, 1.0) for h in last]
 
     def _rail_relay(self, a: int, b: int) -> tuple[int, list[int]]:
@@ -268,7 +270,7 @@ class Topology(SwitchRoutes):
         relay = pxn_relay(a, b, self.spec.gpus_per_node, self.domains)
         if relay == a:
             return a, []
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
 
     def _core_hops(self, la, lb, flow: tuple[int, int]) -> list[tuple[int, float]]:
@@ -282,7 +284,7 @@ class Topology(SwitchRoutes):
         share: dict[int, float] = {}
         for nodes in paths:
             for u, v in zip(nodes, nodes[1:]):
-                link = self._link_id[(u, v)]
+                link = self.link_id[(u, v)]
                 share[link] = share.get(link, 0.0) + 1.0 / len(paths)
         found = sorted(share.items())
         if spray:
@@ -291,15 +293,15 @@ class Topology(SwitchRoutes):
 
     def _graph_route(self, u, v, flow) -> list[tuple[int, float]]:
         nodes = self._paths(u, v)[zlib.crc32(repr(flow).encode()) % len(self._paths(u, v))]
-        return [(self._link_id[(x, y)], 1.0) for x, y in zip(nodes, nodes[1:])]
+        return [(self.link_id[(x, y)], 1.0) for x, y in zip(nodes, nodes[1:])]
 
     @cached_property
-    def _endpoint_links(self) -> dict[str, np.ndarray]:
+    def endpoint_links(self) -> dict[str, np.ndarray]:
         """Per GPU: the link ids of its first and last hops (-1 where a fault removed one)."""
-        n, get = self.num_gpus, self._link_id.get
+        n, get = self.num_gpus, self.link_id.get
         gpus, nics = [("gpu", i) for i in range(n)], [("nic", i) for i in range(n)]
         pairs = {"up_nv": zip(gpus, [("nvsw", d) for d in self.domains.tolist()]),
-                 "up_nic": zip(gpus, nics), "up_ib": zip(nics, self._leaves)}
+                 "up_nic": zip(gpus, nics), "up_ib": zip(nics, self.leaves)}
         out = {}
         for name, ends in pairs.items():
             ends = list(ends)
@@ -308,7 +310,7 @@ class Topology(SwitchRoutes):
         return out
 
     @cached_property
-    def _leaves(self) -> list:
+    def leaves(self) -> list:
         """Per GPU: the IB switch its NIC plugs into (None if the NIC is cut off)."""
         adj, node = self.graph._adj, self.graph._node  # (NetworkX's own dicts: 131k lookups)
         out = []

@@ -249,7 +249,7 @@ class Folding:
     def _find_siblings(self, group):
         if not self.carry:
             return ()
-        located = self._locate(group)
+        located = self.locate(group)
         if located is None:
             return None
         table, cols = located
@@ -264,7 +264,7 @@ class Folding:
         others = rows[match & ~has_sim]
         return SiblingGroups(others[np.lexsort(others.T[::-1])]) if len(others) else ()
 
-    def _locate(self, group):
+    def locate(self, group):
         """(table, columns) with ``group`` = a row of table (columns None) or those columns
         of a row."""
         head = group[0]
