@@ -26,12 +26,12 @@ from .rails import pxn_relay
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
-TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data
+TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data: a link to the repository's topologies/
 
 
 @dataclass(frozen=True)
 class FatTreeSpec:
-    """Parameters of :func:`fat_tree`: what a topology file in sim/hardware/topologies/ holds."""
+    """Parameters of :func:`fat_tree`: what a topology file in topologies/ holds."""
 
     name: str
     gpus_per_domain: int = 8  # GPUs behind one NVSwitch fabric (the NVLink domain)
@@ -111,10 +111,8 @@ def _link(g: nx.Graph, u, v, bw: float, kind: str, eff: float | None = None) -> 
 
 
 def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
-    """Read a topology file: a preset name in sim/hardware/topologies/ or a path to a TOML file."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = TOPOLOGY_DIR / f"{name_or_path}.toml"
+    """Read a topology file (:func:`topology_file`)."""
+    path = topology_file(name_or_path)
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
         raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
@@ -123,6 +121,19 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return _spec_from_dict(data, path, key)
+
+
+def topology_file(name_or_path: str) -> Path:
+    """The file a ``cluster.topology`` value names: a preset by name (``dgx-h100``), a path
+    to a TOML file, or ``topologies/NAME.toml``, a preset by its path in the repository
+    (the repository's topologies/ folder is the package's sim/hardware/topologies): where
+    no such file exists, as outside a checkout, the preset the package ships."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        return TOPOLOGY_DIR / f"{name_or_path}.toml"
+    if not path.is_file() and path.parent == Path("topologies"):
+        return TOPOLOGY_DIR / path.name
+    return path
 
 
 # Bounds of a spec's numeric fields (sim/bounds.py says why each ends where it does)
