@@ -44,7 +44,7 @@ ROUNDS = 2  # rounds of contenders after the first
 
 @dataclass
 class Plan:
-    """The outcome of a search (``clustersim plan --json`` is :meth:`summary`)."""
+    """The outcome of a search (``clustersim plan --json`` is :func:`sim.plan.report.summary` of it)."""
 
     candidates: int
     rejected: dict
