@@ -2,7 +2,12 @@
 
 Every module of ``sim`` belongs to the layer of its folder (or, at the top level, of its
 name); a module may import from its own layer or a lower one, never a higher one. The
-walk reads every import statement, function-level ones included, with ``ast``.
+walk reads every import statement, function-level ones included, with ``ast``. Two
+arrows an import walk cannot see fail too: a string naming another room's module (a
+registry by name; only the command line assembles those), and a module reading another
+module's ``_private`` names.
+
+Run: ``python -m pytest tests/test_architecture.py``
 """
 
 import ast
