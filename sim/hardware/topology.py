@@ -49,6 +49,13 @@ class FatTreeSpec:
     sharp: bool = False  # the IB switches reduce in the network (SHARP; NCCL CollNet)
     nvls: bool = True  # the NVSwitches reduce and multicast (NVLink SHARP) where the GPU can
 
+    @property
+    def non_blocking_rails(self) -> bool:
+        """A non-blocking rail-optimised fat tree of one plane: a leaf's uplinks carry what
+        its NICs do, so a flow slowed on one link never slows other GPUs' flows on links
+        they share, and every route is what :func:`sim.hardware.rails.placement` describes."""
+        return self.oversubscription <= 1 and self.builder == "fat_tree" and self.planes == 1
+
 
 def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
     """NVLink domains of ``spec.gpus_per_domain`` GPUs on a rail-optimized two-level IB fat tree.
