@@ -157,7 +157,8 @@ def test_no_room_names_another_rooms_module_by_string():
 
 def test_a_string_registration_across_rooms_fails():
     """What sim/studies did before its studies were registered in their rooms."""
-    source = '"""Doc naming sim.rl.study is fine."""\nSTUDIES = {"a": "sim.studies.fsdp_crossover", "b": "sim.rl.study"}\n'
+    source = ('"""Doc naming sim.rl.study is fine."""\n'
+              'STUDIES = {"a": "sim.studies.fsdp_crossover", "b": "sim.rl.study"}\n')
     assert named_modules(source) == [(2, "sim.studies.fsdp_crossover"), (2, "sim.rl.study")]
     assert strings_across_rooms(source, "sim.studies") == ["line 2: sim.rl.study"]
     assert strings_across_rooms(source, "sim.commands.study") == []

@@ -49,11 +49,11 @@ def placement(spec, domains: np.ndarray, world: int) -> np.ndarray:
 
 def failed_nic_reach(server: int, spec, world: int) -> tuple[range, range]:
     """(the server's GPUs, its scalable unit's GPUs), for a server with a failed NIC
-    (``[[cluster.faults]]`` factor 0: the NIC's link is removed, :func:`sim.hardware.faults.apply_faults`).
-    The GPU's flows then take the graph's other shortest paths (``Topology.route``):
-    over NVLink to a server mate and out through its NIC and rail leaf. So every GPU of
-    the server routes differently, and the detour loads leaves beyond what their own NICs
-    do, which every GPU of the unit on those rails may share."""
+    (``[[cluster.faults]]`` factor 0: :func:`sim.hardware.faults.apply_faults` removes the
+    NIC's link). The GPU's flows then take the graph's other shortest paths
+    (``Topology.route``): over NVLink to a server mate and out through its NIC and rail
+    leaf. So every GPU of the server routes differently, and the detour loads leaves
+    beyond what their own NICs do, which every GPU of the unit on those rails may share."""
     per, su = spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su
     first = server * per // su * su
     return range(server * per, min((server + 1) * per, world)), range(first, min(first + su, world))
