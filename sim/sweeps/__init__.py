@@ -3,7 +3,7 @@ of their own (a time limit per point) or a Dask cluster, kept durably and resume
 fingerprint.
 
 Run ``clustersim sweep scenarios/llama3-8b-fsdp-h100.toml --grid training.seq_len=2048,4096``
-or ``sim.sweep(...)``; docs/sweeps.md. The room below the studies, the planner and the RL
-loop, which all sweep with it. Modules: :mod:`.grid` (the grid, fingerprints, resuming,
+or ``sim.sweep(...)``; docs/sweeps.md. The room below the studies and the planner,
+which both sweep with it. Modules: :mod:`.grid` (the grid, fingerprints, resuming,
 :func:`.grid.sweep`), :mod:`.pool` (where points run), :mod:`.sinks` (where rows are kept).
 """
