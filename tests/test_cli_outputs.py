@@ -7,6 +7,8 @@ Run: ``python -m pytest tests/test_cli_outputs.py``
 """
 
 from pathlib import Path
+import json
+import re
 import subprocess
 import sys
 
@@ -178,3 +180,15 @@ def test_every_bundled_example_resolves_by_name_even_with_dots():
     assert any("." in n for n in example_names())
     for name in example_names():
         assert scenario_file(name) == EXAMPLES / f"{name}.toml"
+
+
+def test_run_shows_it_is_alive_on_a_non_terminal_stderr():
+    """README: long commands show progress on stderr, a line every few seconds when it is no
+    terminal (a log, CI); stdout keeps the one JSON object."""
+    env = {**cli_env(), "CLUSTERSIM_PROGRESS_EVERY": "0.1"}
+    proc = subprocess.run([sys.executable, "-m", "sim", "run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml",
+                           "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+    lines = proc.stderr.splitlines()
+    assert lines and all(re.fullmatch(r"simulating gpt-1\.7b-ptd-interleaved-a100 on 16 GPUs: \d+ s", x) for x in lines)

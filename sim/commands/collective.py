@@ -40,7 +40,7 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
         raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
-    check_gpus("--gpus", args.gpus, len(sizes))
+    check_gpus("--gpus", args.gpus, len(sizes), all_pairs=args.op == "all_to_all")
     topo = build_topology(args.topology, args.gpus, args.gpu)
     group = group_of(args.op, args.gpus)
     domains = tuple(int(d) for d in topo.domains[list(group)])
