@@ -80,7 +80,7 @@ def run(args) -> int:
 
 def _search(args, req, budget, timeout, headroom, search):
     from ..outputs.paths import output_file
-    from ..studies.sweep_sinks import exclusive
+    from ..sweeps.sinks import exclusive
 
     if not args.out:
         return search(req, args.top, budget, headroom, args.workers, args.dask, None, timeout, args.quiet)

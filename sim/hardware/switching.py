@@ -124,7 +124,7 @@ class SwitchRoutes:
         """a -> b across nodes: NVLink to the relay on b's rail (PXN), its NIC sprayed over
         the planes, and in a rail-only fabric, when no GPU beside a sits on b's rail, over
         a's rail to the GPU on it beside b, then NVLink to b."""
-        ends, per = self._endpoint_links, self.spec.gpus_per_node
+        ends, per = self.endpoint_links, self.spec.gpus_per_node
         last, suffix = b, []
         if relay % per != b % per and self.spec.builder == "rail_only":
             last = b - b % per + relay % per
@@ -145,8 +145,8 @@ class SwitchRoutes:
         if len(ups) != self.spec.planes or len(downs) != self.spec.planes:
             return None  # a fault cut a port: search the graph
         for up, down in zip(ups, downs):
-            first = self._link_id.get((("nic", src), up))
-            last = self._link_id.get((down, ("nic", dst)))
+            first = self.link_id.get((("nic", src), up))
+            last = self.link_id.get((down, ("nic", dst)))
             if first is None or last is None:
                 return None
             core = self._core_hops(up, down, flow)
@@ -165,7 +165,7 @@ class SwitchRoutes:
 
     def _switch_hops(self, a: int, b: int) -> list[tuple[int, float]]:
         """Hops to or from a switch endpoint (see :func:`nvls_port`, :func:`sharp_port`)."""
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         if a < 0 and b < 0:  # leaf to leaf of a SHARP aggregation tree
             (_, x), (_, y) = switch_endpoint(a), switch_endpoint(b)
             hops = self._leaf_to_leaf(x, y)
@@ -188,7 +188,7 @@ class SwitchRoutes:
     def _nic_ports(self, g: int, up: bool) -> list[tuple[int, float]]:
         leaves = self._plane_leaves[g]
         pairs = [(("nic", g), leaf) if up else (leaf, ("nic", g)) for leaf in leaves]
-        return [(self._link_id.get(p, -1), 1 / max(len(leaves), 1)) for p in pairs] or [(-1, 1.0)]
+        return [(self.link_id.get(p, -1), 1 / max(len(leaves), 1)) for p in pairs] or [(-1, 1.0)]
 
     def _leaf_to_leaf(self, x: int, y: int) -> list[tuple[int, float]]:
         """Core hops from GPU x's leaf (each plane) to GPU y's, sprayed."""

@@ -36,7 +36,7 @@ def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,
     data = _deep_copy(data)
     for key, value in override_pairs(overrides):
         bounds.check_depth(value, key)
-        _set(data, key, value)
+        set_key(data, key, value)
     _resolve_model(data, base)
     try:
         scenario = Scenario.model_validate(data)
@@ -76,7 +76,9 @@ def parse_value(text: str):
         raise InputError("--set", f"value nested too deeply: {text[:40]}...") from None
 
 
-def _set(data: dict, key: str, value) -> None:
+def set_key(data: dict, key: str, value) -> None:
+    """Set the dotted ``key`` (``model.hidden``) of a nested scenario dict to ``value``,
+    making sections on the way; InputError if a part of the path is not a section."""
     parts = key.split(".")
     node = data
     for part in parts[:-1]:

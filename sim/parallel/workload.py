@@ -58,8 +58,7 @@ def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
     get, or a rail-only or multi-plane one, whose routes the link labels do not describe
     (folding's exactness argument needs the first)."""
     perturbed = bool(s.stragglers or s.cluster.faults)
-    plain = fabric.oversubscription <= 1 and fabric.builder == "fat_tree" and fabric.planes == 1
-    return s.parallel.fold and s.jitter.sigma == 0 and (plain or not perturbed)
+    return s.parallel.fold and s.jitter.sigma == 0 and (fabric.non_blocking_rails or not perturbed)
 
 
 def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: bool) -> Folding:

@@ -15,7 +15,7 @@ from ..hardware.gpus import gpu_preset
 from ..hardware.topology import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
-from ..input.load import _set, override_pairs, scenario_from_dict
+from ..input.load import override_pairs, set_key, scenario_from_dict
 
 SEARCHED = ("training.micro_batch", "training.recompute")  # the planner chooses these (and all of [parallel])
 NOT_PLANNED = ("stragglers", "jitter", "rl")  # sections a planned (clean) step cannot have
@@ -116,7 +116,7 @@ def _apply(data: dict, overrides) -> None:
     for key, value in override_pairs(overrides):
         if key.startswith("parallel.") or key in SEARCHED or key.startswith("cluster."):
             raise InputError("--set", f"{key} is the planner's to choose (or a flag's); set model.* or training.* keys")
-        _set(data, key, value)
+        set_key(data, key, value)
 
 
 def _gpu(name: str, flag: str) -> str:
