@@ -25,14 +25,15 @@ import pandas as pd
 
 from ..hardware.gpus import gpu_preset
 from ..model.compute import ComputeModel
-from ..model.layers import ELEM, Shard, optimizer
-from ..parallel.layout import Layout
-from ..parallel.params import EMBEDDING, layer_params
+from ..model import transformer as model_costs
+from ..model.layers import ELEM, optimizer
+from ..parallel import layer_program
+from ..parallel.params import EMBEDDING, layer_params, mtp_ids
 from ..parallel.workload import expert_loads
 from .comm import Comm
-from .cost import sim_cost
+from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
-from .layers import KINDS, LayerCosts
+from .layers import KINDS, Pricer, costs as layer_costs
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep")  # per layer kind (:class:`.layers.Cost`)
@@ -45,8 +46,14 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
+        self.gpu_name, self.comm = gpu_name, Comm(spec, gpu_name)
         self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
-        self.comm = Comm(spec, gpu_name)
+        self.price = Pricer(self.comm, spec.gpus_per_domain)
+        self._base_key = layer_program.content_key(scenario, gpu_name, None)
+        d, kinds = self.d, layer_program.Kind
+        with_experts = {kinds.MOE} | ({kinds.MTP} if d.mtp and model_costs.is_moe_layer(d, d.layers + 1) else set())
+        self.moe_kinds = tuple(k for k in kinds if k in with_experts) if d.experts else ()
+        self.other_kinds = tuple(k for k in kinds if k not in self.moe_kinds)
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
         self._routed: dict = {}
@@ -57,44 +64,66 @@ class Estimator:
         out = pd.DataFrame(index=c.index, columns=["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS],
                            dtype=float)
         c = c.assign(micro=self.micro_of(c).to_numpy())
-        layer = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x FIELDS
+        both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS)
+        layer, ops = both[:, :, :len(FIELDS)], both[:, :, len(FIELDS):]
         for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
             out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx])
-        out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain)
+        out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain, ops, self.stages.split(1, 1))
         return out
 
     # ------------------------------------------------------------------ per layer kind
     def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
-        groups = self.comm.groups(tp, cp, max(ep, 1), 1, ep, etp)
-        lc = LayerCosts(self.s, self.d, self.compute, self.comm, (tp, cp, mb, rec, bool(tpov), ep, etp), groups)
-        if self.d.experts:
-            lc.loads, lc.dispatched = self._loads(tp, cp, mb, ep, etp)
-        costs = lc.costs()
-        costs.setdefault("moe", costs["dense"])  # a dense model: no MoE layers to count
-        return np.array([[getattr(costs[k], f) for f in FIELDS] for k in KINDS])
+        """KINDS x (FIELDS, then COUNTS): each kind's :class:`.layers.Cost` and its op counts,
+        from the builder's layer programs of this (tp, cp, micro-batch, recompute, TP
+        overlap, ep, expert_tp)."""
+        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
+        costs = layer_costs(programs, self.price)
+        counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
+        counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
+        return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
+                         for k in KINDS])
 
-    def _loads(self, tp: int, cp: int, mb: int, ep: int, etp: int) -> tuple[tuple[float, ...], float]:
-        """Tokens per local expert on the busiest ep rank, and the tokens x top_k each rank
-        dispatches, from the scenario's routing (sim/parallel/workload.py)."""
-        t = self.s.training
-        shard = Shard(mb * t.seq_len // cp, t.seq_len, mb, tp, tp > 1, t.flash_attention)
-        layout = Layout({"tp": tp, "cp": cp, "dp": ep, "pp": 1}, ("tp", "cp", "dp", "pp"), ep,
-                        None if etp == tp else etp)
-        key = (layout.moe_tokens(shard.tokens), ep)  # all expert_loads depends on
+    def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+        """The layer programs of one candidate's per-layer knobs: the base scenario with them
+        set (sequence parallel when tp > 1, as :func:`.space.overrides` does), one stage, and
+        FSDP on so its gathers are counted (:mod:`.cost`; .layers leaves their time to
+        :meth:`_fsdp`). Layers without experts are built without the expert mesh (ep 1):
+        tests/test_plan.py checks that it changes none of their programs."""
+        out = {}
+        for kinds, e, et in ((self.moe_kinds, ep, etp), (self.other_kinds, 1, tp)):
+            if kinds:
+                out.update(self._built(kinds, tp, cp, mb, rec, tpov, e, et))
+        return out
+
+    def _built(self, kinds, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+        dp = 2 * ep  # any dp whose groups hold the ep ranks; > 1 so FSDP gathers
+        s = self.s
+        par = s.parallel.model_copy(update=dict(tp=tp, cp=cp, dp=dp, pp=1, virtual_stages=1, stage_layers=None,
+                                                schedule="1f1b", ep=ep, expert_tp=None if etp == tp else etp,
+                                                sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3,
+                                                ep_comm_overlap=False))
+        training = s.training.model_copy(update=dict(micro_batch=mb, recompute=rec, global_batch=mb * dp))
+        candidate = s.model_copy(update={"parallel": par, "training": training})
+        key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp)
+        loads = self._loads(candidate) if self.d.experts else {}
+        return layer_program.programs(candidate, self.gpu_name, key=key, expert_loads=loads, kinds=kinds,
+                                      compute=self.compute)
+
+    def _loads(self, s) -> dict:
+        """Tokens per expert of every MoE layer (sim/parallel/workload.py), drawn once per
+        tokens routed by an expert group (all they depend on besides the base scenario)."""
+        ctx = layer_program.context(s, self.gpu_name, expert_loads={})
+        key = ctx.layout.moe_tokens(ctx.shard.tokens) * ctx.layout.ep
         found = self._routed.get(key)
         if found is None:
-            loads = next(iter(expert_loads(self.s, self.d, shard, layout).values()))
-            per = len(loads) // ep
-            slices = [loads[j * per:(j + 1) * per] for j in range(ep)]
-            busiest = max(slices, key=lambda x: float(x.sum()))
-            found = self._routed[key] = (tuple(float(x) for x in busiest), float(loads.sum()) / ep)
+            found = self._routed[key] = expert_loads(s, self.d, ctx.shard, ctx.layout)
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
     def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray) -> np.ndarray:
         """Every component of every candidate of one (pp, v), as columns of ``frame``."""
         split = self.stages.split(pp, v)
-        counts = np.column_stack([split.dense, split.moe, split.embedding, split.output])  # stages x KINDS
+        counts = np.column_stack([getattr(split, k) for k in KINDS])  # stages x KINDS
         micro = g["micro"].to_numpy().astype(float)
         ep = self._ep_exposed(g, layer, micro, pp, v)
         fsdp, scatters = self._fsdp(g, layer)
@@ -146,7 +175,7 @@ class Estimator:
         ctx = self.stages.context(tp, 1, 1, ep, etp)
         d = self.d
         ids = (0 if not d.experts or d.dense_layers else None, d.dense_layers if d.experts else None, EMBEDDING,
-               d.layers)
+               d.layers, next(iter(mtp_ids(d)), None))  # (the order of KINDS)
         group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
         nbytes = [sum(layer_params(ctx, i)) * PARAM_BYTES if i is not None else 0.0 for i in ids]
         return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in ("all_gather", "reduce_scatter")])
