@@ -91,7 +91,8 @@ def test_planner_layer_compute_equals_the_layers_spans_on_one_rank(tmp_path, rec
 
 def test_planner_estimate_is_within_15_percent_and_ranks_as_the_simulation(tmp_path):
     """Nine layouts of an 8-layer model on 8 GPUs. Fails if a cost is lost or inflated:
-    e.g. recompute x 9 in sim/plan/layers.py (full-recompute layouts 60-90% over)."""
+    e.g. recompute x 9 in sim/plan/layers.py ``cost`` (full-recompute layouts 2.4-2.6x the
+    simulated step)."""
     req = _request(tmp_path, DENSE)
     stages = Stages(req.scenario)
     c = space.enumerate_layouts(space.Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,

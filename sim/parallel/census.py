@@ -1,14 +1,14 @@
-"""How big the rank programs of a scenario will be, counted without building them.
+"""How big the rank programs of a scenario will be, counted without building them all.
 
 :func:`ops_per_rank` counts the ops :mod:`sim.parallel.workload` gives its busiest rank,
-from the scenario alone, op by op as the builders add them (per layer and micro-batch:
-tp.py's collectives, layers.py's compute, cp.py's ring steps, ep.py's all-to-alls,
-fsdp.py's gathers; per micro-batch pp.py's sends and receives; per step dp.py's or
-zero.py's buckets). It is an upper estimate (every layer of the busiest rank is counted
-with the embedding and output pseudo layers as full layers, every bucket as a layer):
-tests/test_work.py checks it against built programs. :func:`simulated_ranks` asks the
-workload's own folding rule (:func:`sim.parallel.workload.folding`). sim/work.py turns
-both into the work estimate.
+exactly: per layer and micro-batch it reads the builder's own layer programs
+(:mod:`.layer_program`: what the builder produces for one layer of each kind, MTP depths
+included), and the rest (pipeline transfers, gradient buckets, parameter gathers, FSDP
+reduce-scatters, the optimizer) from the builder run on each stage with the fewest
+micro-batches its schedule takes. tests/test_work.py checks it equals the built programs'
+count for every bundled scenario and for MTP, FP8 and MoE variants. :func:`simulated_ranks`
+asks the workload's own folding rule (:func:`sim.parallel.workload.folding`). sim/work.py
+turns both into the work estimate.
 
 Run ``python bench/work.py`` to see estimates next to measured runs.
 """

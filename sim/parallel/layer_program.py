@@ -38,7 +38,7 @@ from .passes import Pass
 from .program import Context, RankBuilder
 from . import pp as pipeline
 from . import workload
-from .workload import expert_loads as route
+from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 
 CACHE_SIZE = 4096  # programs kept; a planner search of DeepSeek-V3 on 2,048 GPUs asks for ~11k
 
@@ -146,10 +146,11 @@ class _Recorder(RankBuilder):
         return index
 
 
-def context(s, gpu_name: str, e_max: float | None = None, expert_loads: dict | None = None,
+def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = None,
             compute: ComputeModel | None = None) -> Context:
     """A Context of ``s`` for building single layers: the scenario's layout, shard and
-    compute model (``compute``: one the caller keeps, with its memo of kernel times), every
+    compute model (``compute``: one the caller keeps, with its memo of kernel times; ``loads``:
+    the expert loads when the caller has drawn them), every
     rank simulated (no folding: a layer's ops do not depend on it)."""
     p, t = s.parallel, s.training
     layout = Layout.from_parallel(p)
@@ -160,7 +161,7 @@ def context(s, gpu_name: str, e_max: float | None = None, expert_loads: dict | N
     ctx = Context(s, d, layout, shard, compute,
                   [0] * layout.world, _All(layout.world), t.global_batch // (p.dp * t.micro_batch),
                   pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
-    ctx.expert_loads = route(s, d, shard, layout) if expert_loads is None else expert_loads
+    ctx.expert_loads = expert_loads(s, d, shard, layout) if loads is None else loads
     return ctx
 
 
@@ -258,16 +259,16 @@ def content_key(s, gpu_name: str, e_max: float | None) -> tuple:
 
 
 def programs(s, gpu_name: str, e_max: float | None = None, key: tuple | None = None,
-             expert_loads: dict | None = None, kinds=tuple(Kind),
+             loads: dict | None = None, kinds=tuple(Kind),
              compute: ComputeModel | None = None) -> dict[Kind, LayerProgram]:
     """The layer program of each of ``kinds`` the model has (cached by :func:`content_key`,
     or by ``key`` when the caller holds one that determines the same content;
-    ``expert_loads`` and ``compute`` as :func:`context` takes them)."""
+    ``loads`` and ``compute`` as :func:`context` takes them)."""
     kinds = tuple(kinds)
     key = ("programs", kinds) + (key if key is not None else content_key(s, gpu_name, e_max))
     found = _CACHE.get(key)
     if found is None:
-        ctx = context(s, gpu_name, e_max, expert_loads, compute)
+        ctx = context(s, gpu_name, e_max, loads, compute)
         found = {k: lp for k in kinds if (lp := build(ctx, k)) is not None}
         _remember(key, found)
     else:

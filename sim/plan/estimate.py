@@ -29,7 +29,6 @@ from ..model import transformer as model_costs
 from ..model.layers import ELEM, optimizer
 from ..parallel import layer_program
 from ..parallel.params import EMBEDDING, layer_params, mtp_ids
-from ..parallel.workload import expert_loads
 from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
@@ -106,17 +105,17 @@ class Estimator:
         candidate = s.model_copy(update={"parallel": par, "training": training})
         key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp)
         loads = self._loads(candidate) if self.d.experts else {}
-        return layer_program.programs(candidate, self.gpu_name, key=key, expert_loads=loads, kinds=kinds,
+        return layer_program.programs(candidate, self.gpu_name, key=key, loads=loads, kinds=kinds,
                                       compute=self.compute)
 
     def _loads(self, s) -> dict:
         """Tokens per expert of every MoE layer (sim/parallel/workload.py), drawn once per
         tokens routed by an expert group (all they depend on besides the base scenario)."""
-        ctx = layer_program.context(s, self.gpu_name, expert_loads={})
+        ctx = layer_program.context(s, self.gpu_name, loads={})
         key = ctx.layout.moe_tokens(ctx.shard.tokens) * ctx.layout.ep
         found = self._routed.get(key)
         if found is None:
-            found = self._routed[key] = expert_loads(s, self.d, ctx.shard, ctx.layout)
+            found = self._routed[key] = layer_program.expert_loads(s, self.d, ctx.shard, ctx.layout)
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
