@@ -153,16 +153,21 @@ def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = N
     the expert loads when the caller has drawn them), every
     rank simulated (no folding: a layer's ops do not depend on it)."""
     p, t = s.parallel, s.training
-    layout = Layout.from_parallel(p)
+    layout, shard = Layout.from_parallel(p), shard_of(s)
     d = model_costs.dims(s.model)
-    shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention, t.precision == "fp8")
     compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend)
     ctx = Context(s, d, layout, shard, compute,
                   [0] * layout.world, _All(layout.world), t.global_batch // (p.dp * t.micro_batch),
                   pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout) if loads is None else loads
     return ctx
+
+
+def shard_of(s) -> Shard:
+    """What one rank holds of one micro-batch (as :func:`sim.parallel.workload.make_context`)."""
+    p, t = s.parallel, s.training
+    return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
+                 t.flash_attention, t.precision == "fp8")
 
 
 class _All(frozenset):

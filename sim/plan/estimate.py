@@ -20,6 +20,8 @@ The estimate is measured, not trusted: ``clustersim plan`` reports its Spearman 
 correlation with the full simulation over the layouts it simulated.
 """
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -28,7 +30,7 @@ from ..model.compute import ComputeModel
 from ..model import transformer as model_costs
 from ..model.layers import ELEM, optimizer
 from ..parallel import layer_program
-from ..parallel.params import EMBEDDING, layer_params, mtp_ids
+from ..parallel.layout import Layout
 from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
@@ -36,7 +38,7 @@ from .layers import KINDS, Pricer, costs as layer_costs
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep")  # per layer kind (:class:`.layers.Cost`)
-GRAD_BYTES = PARAM_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py, fsdp.py)
+GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
 
@@ -56,6 +58,7 @@ class Estimator:
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
         self._routed: dict = {}
+        self._built = lru_cache(maxsize=None)(self._built)  # per search (the shared cache is bounded)
         self.micro_of = lambda c: scenario.training.global_batch // (c["dp"] * c["micro_batch"])
 
     def frame(self, c: pd.DataFrame) -> pd.DataFrame:
@@ -111,11 +114,11 @@ class Estimator:
     def _loads(self, s) -> dict:
         """Tokens per expert of every MoE layer (sim/parallel/workload.py), drawn once per
         tokens routed by an expert group (all they depend on besides the base scenario)."""
-        ctx = layer_program.context(s, self.gpu_name, loads={})
-        key = ctx.layout.moe_tokens(ctx.shard.tokens) * ctx.layout.ep
+        layout, shard = Layout.from_parallel(s.parallel), layer_program.shard_of(s)
+        key = layout.moe_tokens(shard.tokens) * layout.ep
         found = self._routed.get(key)
         if found is None:
-            found = self._routed[key] = layer_program.expert_loads(s, self.d, ctx.shard, ctx.layout)
+            found = self._routed[key] = layer_program.expert_loads(s, self.d, shard, layout)
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
@@ -161,22 +164,23 @@ class Estimator:
         gathers, scatters = np.zeros(layer.shape[:2]), np.zeros(layer.shape[:2])
         if not zero3.any():
             return gathers, scatters
-        times = lookup(g[zero3], ["tp", "cp", "dp", "ep", "expert_tp"], self._layer_collectives)
+        times = lookup(g[zero3], LAYER_KEY + ["dp"], self._layer_collectives)
         lay = layer[zero3]
         ag, rs, bwd = times[:, 0], times[:, 1], lay[:, :, 1] + lay[:, :, 2]
         gathers[zero3] = np.maximum(0.0, ag - lay[:, :, 0]) + np.maximum(0.0, ag - bwd)
         scatters[zero3] = np.maximum(0.0, rs - bwd)
         return gathers, scatters
 
-    def _layer_collectives(self, tp, cp, dp, ep, etp) -> np.ndarray:
-        """Seconds of one layer's all-gather and reduce-scatter, for each kind (2 x KINDS),
-        over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed)."""
-        ctx = self.stages.context(tp, 1, 1, ep, etp)
-        d = self.d
-        ids = (0 if not d.experts or d.dense_layers else None, d.dense_layers if d.experts else None, EMBEDDING,
-               d.layers, next(iter(mtp_ids(d)), None))  # (the order of KINDS)
+    def _layer_collectives(self, tp, cp, mb, rec, tpov, ep, etp, dp) -> np.ndarray:
+        """Seconds of one layer's FSDP all-gather and reduce-scatter, for each kind (2 x
+        KINDS), over the data-parallel group: the bytes of the gathers its layer program
+        issues (sim/parallel/fsdp.py: per layer, unbucketed; the reduce-scatter, once per
+        step, moves the same bytes)."""
+        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
         group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
-        nbytes = [sum(layer_params(ctx, i)) * PARAM_BYTES if i is not None else 0.0 for i in ids]
+        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op == "all_gather"), 0.0)
+                   for k, lp in programs.items()}
+        nbytes = [gathers.get(k, 0.0) for k in KINDS]
         return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in ("all_gather", "reduce_scatter")])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:
