@@ -62,7 +62,7 @@ def ops_per_stage(s) -> list[int]:
     the per-step ops and those micro-batches), plus, for every further micro-batch, the ops
     of its layers' :class:`~.layer_program.LayerProgram` and its pipeline transfers."""
     gpu, d = gpu_of(s), model_costs.dims(s.model)
-    programs, m = layer_program.programs(s, gpu), micro_batches(s)
+    programs, m = layer_program.counted(s, gpu), micro_batches(s)
     out = []
     for stage, ids in enumerate(layer_program.stage_layers(s)):
         built, m0, transfers = layer_program.step_skeleton(s, gpu, stage)
@@ -93,10 +93,10 @@ def expert_kernels(s) -> int:
     """Kernels timed per step in the MoE layers (MTP depths included) of the rank holding
     the most: each compute op's kernel list is hashed by the compute-time memo, and an
     MoE layer's expert ops list several kernels per local expert (the layer programs'
-    own kernel counts)."""
+    own kernel counts; an upper bound: :func:`layer_program.counting_loads`)."""
     if s.model.moe is None:
         return 0
-    d, programs = model_costs.dims(s.model), layer_program.programs(s, gpu_of(s))
+    d, programs = model_costs.dims(s.model), layer_program.counted(s, gpu_of(s))
     per_stage = [sum(programs[layer_program.kind_of(d, l)].kernels for l in ids if model_costs.is_moe_layer(d, l))
                  for ids in layer_program.stage_layers(s)]
     return micro_batches(s) * max(per_stage)

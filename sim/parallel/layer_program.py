@@ -11,9 +11,13 @@ needs to know what a layer does reads this instead of restating formulas: the wo
 (:mod:`.census`, op counts), the planner's per-layer estimate (sim/plan/layers.py) and its
 simulation-cost predictor (sim/plan/cost.py). A feature added to the builder reaches them
 with no other edit. :func:`step_skeleton` is the rest of a rank's program for the census:
-the real builder run on one micro-batch, so the per-step ops (gradient buckets, parameter
-gathers, FSDP reduce-scatters, optimizer) and the pipeline transfers are counted, not
-re-derived.
+the real builder run with the fewest micro-batches the schedule takes, so the per-step ops
+(gradient buckets, parameter gathers, FSDP reduce-scatters, optimizer) and the pipeline
+transfers are counted, not re-derived.
+
+Phases: an op built by the forward pass is FORWARD, by the backward pass BACKWARD, and
+RECOMPUTE where the builder tagged it a recomputation (its name or its collective's key
+says ``recompute``; to be replaced by the op's own phase once ops carry one).
 
 Programs are cached by content (the model, training and parallel sections, the seed that
 draws expert loads, the GPU and its efficiency), at most :data:`CACHE_SIZE` of them.
@@ -33,7 +37,7 @@ from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from ..model.layers import Shard
 from .layout import Layout
-from .params import EMBEDDING, mtp_ids, stage_layer_ids
+from .params import EMBEDDING, moe_block_ids, mtp_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
 from . import pp as pipeline
@@ -297,10 +301,24 @@ def stage_layers(s) -> list[list[int]]:
             for stage in range(p.pp)]
 
 
+def counting_loads(s) -> dict:
+    """Expert loads for counting ops and kernels without routing a token (the census must
+    not do the work it estimates): every expert receives some. An MoE layer's ops do not
+    depend on its loads; its kernels do only where an expert receives none (it then times
+    no MLP), so the kernels counted with these are an upper bound."""
+    d = model_costs.dims(s.model)
+    return {layer: np.ones(d.experts) for layer in moe_block_ids(d)}
+
+
+def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
+    """:func:`programs` with :func:`counting_loads`: ops and kernels, not durations."""
+    return programs(s, gpu_name, key=("counting",) + content_key(s, gpu_name, None), loads=counting_loads(s))
+
+
 def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its pipeline
     transfers per micro-batch): the builder itself (:func:`sim.parallel.workload.build_rank`)
-    on a context with the fewest micro-batches the schedule takes (one; interleaved 1F1B
+    on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
     runs them in groups of pp, sim/input/rules.py). The census adds the other micro-batches
     from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
@@ -308,7 +326,7 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     key = ("skeleton", stage, m0) + content_key(s, gpu_name, None)
     found = _CACHE.get(key)
     if found is None:
-        ctx = context(s, gpu_name)
+        ctx = context(s, gpu_name, loads=counting_loads(s))
         ctx.micro_batches = m0
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops

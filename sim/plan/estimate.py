@@ -66,24 +66,28 @@ class Estimator:
         out = pd.DataFrame(index=c.index, columns=["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS],
                            dtype=float)
         c = c.assign(micro=self.micro_of(c).to_numpy())
-        both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS)
-        layer, ops = both[:, :, :len(FIELDS)], both[:, :, len(FIELDS):]
+        both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
+        f, n = len(FIELDS), len(FIELDS) + len(COUNTS)
+        layer, ops, gathered = both[:, :, :f], both[:, :, f:n], both[:, :, n]
         for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
-            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx])
+            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx], gathered[idx])
         out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain, ops, self.stages.split(1, 1))
         return out
 
     # ------------------------------------------------------------------ per layer kind
     def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
-        """KINDS x (FIELDS, then COUNTS): each kind's :class:`.layers.Cost` and its op counts,
-        from the builder's layer programs of this (tp, cp, micro-batch, recompute, TP
-        overlap, ep, expert_tp)."""
+        """KINDS x (FIELDS, COUNTS, FSDP bytes): each kind's :class:`.layers.Cost`, its op
+        counts and the bytes of its FSDP all-gather (sim/parallel/fsdp.py), from the
+        builder's layer programs of this (tp, cp, micro-batch, recompute, TP overlap, ep,
+        expert_tp)."""
         programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
         costs = layer_costs(programs, self.price)
         counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
         counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
+        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op == "all_gather"), 0.0)
+                   for k, lp in programs.items()}
         return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
-                         for k in KINDS])
+                         + [gathers.get(k, 0.0)] for k in KINDS])
 
     def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
         """The layer programs of one candidate's per-layer knobs: the base scenario with them
@@ -122,13 +126,13 @@ class Estimator:
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
-    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray) -> np.ndarray:
+    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray, gathered: np.ndarray) -> np.ndarray:
         """Every component of every candidate of one (pp, v), as columns of ``frame``."""
         split = self.stages.split(pp, v)
         counts = np.column_stack([getattr(split, k) for k in KINDS])  # stages x KINDS
         micro = g["micro"].to_numpy().astype(float)
         ep = self._ep_exposed(g, layer, micro, pp, v)
-        fsdp, scatters = self._fsdp(g, layer)
+        fsdp, scatters = self._fsdp(g, layer, gathered)
         per_kind = np.stack([layer[:, :, 0] + layer[:, :, 1], layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
                              fsdp], axis=2)  # n x KINDS x (compute, recompute, tp, cp, ep, fsdp)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
@@ -156,31 +160,29 @@ class Estimator:
         hidden = alone[:, None] * a2a + (1 - alone[:, None]) * np.maximum(0.0, a2a - comp)
         return np.where(g["ep_comm_overlap"].to_numpy(dtype=bool)[:, None], hidden, a2a)
 
-    def _fsdp(self, g, layer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fsdp(self, g, layer: np.ndarray, gathered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per kind (n x KINDS), zero 3 only: FSDP all-gather time, forward and backward,
         beyond the compute it hides under (per micro-batch); and each layer's gradient
-        reduce-scatter beyond its backward (last micro-batch)."""
+        reduce-scatter beyond its backward (last micro-batch). ``gathered``: each kind's
+        all-gather bytes (n x KINDS)."""
         zero3 = g["zero"].to_numpy() == 3
         gathers, scatters = np.zeros(layer.shape[:2]), np.zeros(layer.shape[:2])
         if not zero3.any():
             return gathers, scatters
-        times = lookup(g[zero3], LAYER_KEY + ["dp"], self._layer_collectives)
+        sizes = [f"bytes_{k}" for k in KINDS]
+        rows = g[zero3].assign(**{name: gathered[zero3, i] for i, name in enumerate(sizes)})
+        times = lookup(rows, ["tp", "cp", "dp", "ep", "expert_tp"] + sizes, self._layer_collectives)
         lay = layer[zero3]
         ag, rs, bwd = times[:, 0], times[:, 1], lay[:, :, 1] + lay[:, :, 2]
         gathers[zero3] = np.maximum(0.0, ag - lay[:, :, 0]) + np.maximum(0.0, ag - bwd)
         scatters[zero3] = np.maximum(0.0, rs - bwd)
         return gathers, scatters
 
-    def _layer_collectives(self, tp, cp, mb, rec, tpov, ep, etp, dp) -> np.ndarray:
-        """Seconds of one layer's FSDP all-gather and reduce-scatter, for each kind (2 x
-        KINDS), over the data-parallel group: the bytes of the gathers its layer program
-        issues (sim/parallel/fsdp.py: per layer, unbucketed; the reduce-scatter, once per
-        step, moves the same bytes)."""
-        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
+    def _layer_collectives(self, tp, cp, dp, ep, etp, *nbytes) -> np.ndarray:
+        """Seconds of one layer's FSDP all-gather and reduce-scatter of ``nbytes`` (per kind),
+        2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
+        the reduce-scatter, once per step, moves what the gather moved)."""
         group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
-        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op == "all_gather"), 0.0)
-                   for k, lp in programs.items()}
-        nbytes = [gathers.get(k, 0.0) for k in KINDS]
         return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in ("all_gather", "reduce_scatter")])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:
