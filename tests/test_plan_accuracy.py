@@ -120,3 +120,34 @@ def test_layers_without_experts_build_the_same_program_without_the_expert_mesh(t
     kinds = (layer_program.Kind.DENSE, layer_program.Kind.EMBEDDING, layer_program.Kind.OUTPUT)
     a, b = (layer_program.programs(x, req.gpu, kinds=kinds) for x in (one, two))
     assert a == b and set(a) == set(kinds)
+
+
+def test_an_op_added_to_the_builder_reaches_the_census_the_estimate_and_the_cost(tmp_path, monkeypatch):
+    """One definition: a host-side op (~0.3 ms) added before every attention in the builder
+    alone shows up in the census's op count (still equal to the built programs'), in the
+    planner's per-layer forward compute and in its cost predictor's op counts."""
+    from collections import OrderedDict
+
+    from sim.model.compute import elementwise
+    from sim.parallel import census, passes, workload
+
+    req = _request(tmp_path, ONE_GPU_MOE.format(recompute="none", precision="bf16"))
+    s = sim.load_scenario(tmp_path / "base.toml")
+
+    def measure():
+        monkeypatch.setattr(layer_program, "_CACHE", OrderedDict())  # (cached by content, not by code)
+        est = Estimator(req.scenario, Stages(req.scenario), req.spec, req.gpu)
+        row = est._layer_costs(1, 1, 1, "none", False, 1, 1)
+        built = len(workload.build_rank(layer_program.context(s, req.gpu), 0).program.ops)
+        return census.ops_per_rank(s), built, row[KINDS.index("dense")], est.compute
+
+    ops, built, dense, compute = measure()
+    real = passes.attention_forward
+    host = elementwise(1e9)
+    monkeypatch.setattr(passes, "attention_forward",
+                        lambda b, layer, mb, x, tag: real(b, layer, mb, b.compute("host", [host], x, layer, mb), tag))
+    ops2, built2, dense2, _ = measure()
+    blocks, micro = 4, 2  # 3 layers and 1 MTP depth; 2 micro-batches
+    assert ops == built and ops2 == built2 == ops + blocks * micro
+    assert dense2[0] == pytest.approx(dense[0] + compute.time([host]), rel=1e-12)  # forward compute
+    assert dense2[len(FIELDS)] == dense[len(FIELDS)] + 1  # the cost predictor's op count
