@@ -57,11 +57,44 @@ global_batch = 16
 topology = "dgx-h100"
 gpus = 8
 """
+MOE_MTP = """
+name = "accuracy-moe-mtp"
+[model]
+layers = 4
+hidden = 2048
+heads = 16
+kv_heads = 4
+ffn_hidden = 5632
+vocab = 32000
+mlp = "swiglu"
+mtp_layers = 1
+[model.moe]
+experts = 8
+top_k = 2
+[training]
+seq_len = 4096
+global_batch = 32
+[cluster]
+topology = "dgx-h100"
+nodes = 2
+"""
 # (tp, pp, dp, cp, recompute, micro_batch, tp_comm_overlap): simulated steps 0.078-0.162 s, at
 # least 3% apart, every recompute mode, TP overlap, CP and pipelines of 2, 4 and 8 stages
-LAYOUTS = [(2, 1, 4, 1, "selective", 4, True), (1, 1, 8, 1, "full", 1, False), (1, 2, 2, 2, "none", 2, False),
-           (2, 1, 1, 4, "none", 1, False), (4, 2, 1, 1, "selective", 4, False), (2, 4, 1, 1, "none", 2, False),
-           (1, 2, 4, 1, "full", 2, False), (1, 4, 1, 2, "full", 2, False), (1, 8, 1, 1, "none", 1, False)]
+DENSE_KEYS = ["tp", "pp", "dp", "cp", "recompute", "micro_batch", "tp_comm_overlap"]
+DENSE_LAYOUTS = [(2, 1, 4, 1, "selective", 4, True), (1, 1, 8, 1, "full", 1, False),
+                 (1, 2, 2, 2, "none", 2, False), (2, 1, 1, 4, "none", 1, False), (4, 2, 1, 1, "selective", 4, False),
+                 (2, 4, 1, 1, "none", 2, False), (1, 2, 4, 1, "full", 2, False), (1, 4, 1, 2, "full", 2, False),
+                 (1, 8, 1, 1, "none", 1, False)]
+# MoE with an MTP depth on 16 GPUs, (tp, pp, dp, cp, ep, expert_tp, zero, recompute, micro_batch,
+# tp_comm_overlap, ep_comm_overlap): 0.078-0.196 s simulated; every ZeRO stage, EP overlap,
+# expert tp 1 and 4. (Before the estimate read the layer programs it left out the MTP
+# depth's own head: 13% low on average, 23% at worst over 24 such layouts.)
+MOE_KEYS = ["tp", "pp", "dp", "cp", "ep", "expert_tp", "zero", "recompute", "micro_batch", "tp_comm_overlap",
+            "ep_comm_overlap"]
+MOE_LAYOUTS = [(1, 1, 8, 2, 4, 1, 1, "selective", 2, False, True), (4, 1, 4, 1, 4, 1, 2, "selective", 4, True, False),
+               (1, 1, 8, 2, 4, 1, 0, "full", 4, False, False), (4, 1, 4, 1, 4, 4, 3, "none", 4, True, False),
+               (1, 2, 4, 2, 2, 1, 2, "none", 4, False, False), (4, 2, 2, 1, 1, 4, 2, "none", 1, True, False),
+               (4, 2, 1, 2, 2, 4, 3, "full", 2, False, False)]
 TOLERANCE = 0.15
 
 
@@ -89,23 +122,25 @@ def test_planner_layer_compute_equals_the_layers_spans_on_one_rank(tmp_path, rec
     assert planned[KINDS.index("mtp"), 0] > planned[KINDS.index("moe"), 0]  # the MTP head's own work
 
 
-def test_planner_estimate_is_within_15_percent_and_ranks_as_the_simulation(tmp_path):
-    """Nine layouts of an 8-layer model on 8 GPUs. Fails if a cost is lost or inflated:
-    e.g. recompute x 9 in sim/plan/layers.py ``cost`` (full-recompute layouts 2.4-2.6x the
-    simulated step)."""
-    req = _request(tmp_path, DENSE)
+@pytest.mark.parametrize("text, keys, layouts", [(DENSE, DENSE_KEYS, DENSE_LAYOUTS),
+                                                  (MOE_MTP, MOE_KEYS, MOE_LAYOUTS)], ids=["dense", "moe-mtp"])
+def test_planner_estimate_is_within_15_percent_and_ranks_as_the_simulation(tmp_path, text, keys, layouts):
+    """Small layouts on 8 and 16 GPUs. Fails if a cost is lost or inflated: e.g. recompute
+    x 9 in sim/plan/layers.py ``cost`` (full-recompute layouts 2.4-2.6x the simulated step)."""
+    req = _request(tmp_path, text)
     stages = Stages(req.scenario)
     c = space.enumerate_layouts(space.Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
                                             req.scenario.training.seq_len, stages.dims.experts))
     c = c[rules.codes(c, rules.fixed_of(req.scenario)) == 0]
-    keys = ["tp", "pp", "dp", "cp", "recompute", "micro_batch", "tp_comm_overlap"]
-    plain = c[(c.zero == 0) & (c.virtual_stages == 1) & (c.schedule == "1f1b") & ~c.ep_comm_overlap.astype(bool)]
-    pick = plain.set_index(keys).loc[LAYOUTS].reset_index()
+    plain = c[(c.virtual_stages == 1) & (c.schedule == "1f1b")]
+    if "ep_comm_overlap" not in keys:
+        plain = plain[(plain.zero == 0) & ~plain.ep_comm_overlap.astype(bool)]
+    pick = plain.set_index(keys).loc[layouts].reset_index()
     estimate = Estimator(req.scenario, stages, req.spec, req.gpu).frame(pick)["estimate_s"].to_numpy()
     simulated = np.array([sim.simulate(scenario_from_dict(req.data, space.overrides(row))).summary["step_time_s"]
                           for row in pick.to_dict("records")])
     error = estimate / simulated - 1
-    assert np.abs(error).max() <= TOLERANCE, dict(zip(LAYOUTS, error.round(3)))
+    assert np.abs(error).max() <= TOLERANCE, dict(zip(layouts, error.round(3)))
     assert list(np.argsort(estimate)) == list(np.argsort(simulated)), (estimate, simulated)
 
 
