@@ -74,6 +74,11 @@ class LayerCollective:
     nbytes: float
     group: tuple[int, ...]  # the ranks of its group
 
+    @property
+    def size(self) -> int:
+        """Ranks in the group."""
+        return len(self.group)
+
 
 @dataclass(frozen=True)
 class LayerOp:
