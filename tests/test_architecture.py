@@ -223,3 +223,40 @@ def test_a_private_read_across_modules_fails():
              "    return topo._leaves, self._own, topo._own, topo.graph._node\n"
     assert private_reads(source, {"_locate", "_leaves", "_own", "_node"}) == \
         ["line 1: import _tree_edges", "line 3: ._locate", "line 4: ._leaves"]
+
+
+# What a layer launches, moves and computes is said once, by the rank-program builders
+# (tp, cp, ep, passes, ...). The planner (sim/plan/) reads it through
+# sim.parallel.layer_program and the layout's facts (groups, parameters, the layer split
+# and schedule, memory), never a builder's internals; the work census likewise, plus the
+# workload's folding rule (which ranks a run simulates).
+LAYER_INTERFACE = {"sim.parallel.layer_program", "sim.parallel.layout", "sim.parallel.params", "sim.parallel.pp",
+                   "sim.parallel.program", "sim.parallel.memory"}
+READERS = {"sim.plan": LAYER_INTERFACE, "sim.parallel.census": LAYER_INTERFACE | {"sim.parallel.workload"}}
+
+
+def interface_breaches(source: str, module: str) -> list[str]:
+    """sim.parallel modules ``module`` imports beyond what its READERS entry allows."""
+    allowed = next((v for k, v in READERS.items() if module == k or module.startswith(k + ".")), None)
+    if allowed is None:
+        return []
+    package = module.rpartition(".")[0]
+    found = {target for _, target in imports_of(source, package)
+             if target == "sim.parallel" or target.startswith("sim.parallel.")}
+    return sorted(t for t in found if t not in allowed)
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if any(module_name(p) == k or module_name(p).startswith(k + ".")
+                                                          for k in READERS)],
+                         ids=lambda p: str(p.relative_to(SIM.parent)))
+def test_planner_and_census_read_layers_only_through_the_layer_program(path):
+    assert not interface_breaches(path.read_text(), module_name(path)), module_name(path)
+
+
+def test_the_interface_check_sees_a_builder_import():
+    """The check can fail: the planner importing TP's byte formula, or the census passes."""
+    assert interface_breaches("from ..parallel.tp import sublayer_bytes\n", "sim.plan.layers") == \
+        ["sim.parallel.tp"]
+    assert interface_breaches("from . import passes, layer_program\n", "sim.parallel.census") == \
+        ["sim.parallel.passes"]
+    assert interface_breaches("from ..parallel import tp\n", "sim.outputs.metrics") == []  # (others may)
