@@ -45,8 +45,9 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
-        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
-        self.comm = Comm(spec, gpu_name)
+        cal = scenario.cluster.calibration  # a measured profile (sim/hardware/calibration.py), or None
+        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend, calibration=cal)
+        self.comm = Comm(spec, gpu_name, cal)
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
         self._routed: dict = {}
