@@ -1,0 +1,179 @@
+"""clustersim calibrate: round trips through tables and logs the simulator printed, the shipped
+published table, traces (one test-written, one real from Holistic Trace Analysis), bad inputs."""
+
+import gzip
+import json
+from pathlib import Path
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from sim.calibrate import fabric, nccl
+from sim.hardware.calibration import Calibration
+from sim.model.compute import SUSTAINED
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "calibration"
+TINY = """name = "{name}"
+[model]
+layers = 4
+hidden = 1024
+heads = 16
+vocab = 32000
+[training]
+seq_len = 2048
+global_batch = 16
+[cluster]
+topology = "dgx-h100"
+gpus = 8
+[parallel]
+tp = {tp}
+dp = {dp}
+"""
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "sim", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def _tables(tmp_path, truth: Calibration) -> list[Path]:
+    sizes = [2 ** k for k in range(3, 34, 3)]
+    out = []
+    for op, gpus in (("all_reduce", 8), ("all_gather", 16)):
+        table = nccl.Table("x", op, gpus, 0, "auto", True, tuple(nccl.Row(s, 1, 1, None, None, 0) for s in sizes))
+        times = fabric.Bench([table], "dgx-h100", "h100-sxm").times(truth)
+        path = tmp_path / f"{op}_perf.txt"
+        path.write_text(nccl.render(op, gpus, 8, sizes, list(times)))
+        out.append(path)
+    return out
+
+
+def test_round_trip_nccl_tests_recovers_a_modified_fabric(tmp_path):
+    truth = Calibration(efficiency=(("ib", 0.60), ("nvlink", 0.70)), latency=(("ib", 1.5e-6), ("nvlink", 0.9e-6)))
+    paths = _tables(tmp_path, truth)
+    out = tmp_path / "p.toml"
+    run = cli("calibrate", *paths, "--out", out, "--json")
+    assert run.returncode == 0, run.stderr
+    prof = tomllib.loads(out.read_text())
+    assert prof["fabric"]["efficiency"]["nvlink"] == pytest.approx(0.70, rel=0.02)
+    assert prof["fabric"]["efficiency"]["ib"] == pytest.approx(0.60, rel=0.02)
+    assert prof["fabric"]["latency_us"]["nvlink"] == pytest.approx(0.9, rel=0.02)
+    assert prof["fabric"]["latency_us"]["ib"] == pytest.approx(1.5, rel=0.02)
+    report = json.loads(run.stdout)
+    assert all(abs(r["error"]) < 0.02 for t in report["nccl_tests"] for r in t["rows"])
+    assert [i["sha256"] for i in prof["profile"]["inputs"]][0] == __import__("hashlib").sha256(paths[0].read_bytes()).hexdigest()
+    check = cli("calibrate", "--check", out, "--json")
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["unchanged_inputs"] == [True, True]
+
+
+def test_round_trip_step_times_recover_the_sustained_factor(tmp_path):
+    import sim
+    from sim.calibrate.steps import Run, step_time
+
+    truth = Calibration(sustained=0.70)
+    scenarios, logs = [], []
+    for tp, dp in ((1, 8), (2, 4), (8, 1)):
+        path = tmp_path / f"tp{tp}.toml"
+        path.write_text(TINY.format(name=f"tiny-tp{tp}", tp=tp, dp=dp))
+        step = step_time(Run("x", sim.load_scenario(path), 0.0), truth)
+        log = tmp_path / f"tp{tp}.log"
+        log.write_text("using world size: 8, data-parallel size: %d\n" % dp + "".join(
+            f" iteration {i}/100 | elapsed time per iteration (ms): {step * 1e3 * (1.5 if i == 1 else 1):.4f} |\n"
+            for i in range(1, 6)))
+        scenarios.append(path)
+        logs.append(log)
+    out = tmp_path / "p.toml"
+    args = [a for s in scenarios for a in ("--scenario", s)]
+    run = cli("calibrate", *logs, *args, "--out", out, "--json")
+    assert run.returncode == 0, run.stderr
+    assert tomllib.loads(out.read_text())["compute"]["sustained"] == pytest.approx(0.70, rel=0.02)
+    assert SUSTAINED["h100-sxm"] != pytest.approx(0.70, rel=0.02)  # the fit moved it
+    assert all(abs(r["error"]) < 0.02 for r in json.loads(run.stdout)["runs"])
+
+
+def test_published_gb200_table_is_reproduced_by_collective(tmp_path):
+    out = tmp_path / "gb200.toml"
+    table = EXAMPLES / "gb200-nvl72-1rack_all_reduce_perf.txt"
+    run = cli("calibrate", table, "--topology", "gb200-nvl72", "--out", out)
+    assert run.returncode == 0, run.stderr
+    coll = cli("collective", "--op", "all_reduce", "--algo", "ring", "--proto", "auto", "--gpus", 72, "--topology",
+               "gb200-nvl72", "--sizes", "512M:8G", "--calibration", out, "--json")
+    assert coll.returncode == 0, coll.stderr
+    measured = {r.bytes: (r.time_s + r.time_in_s) / 2 * 1e6 for r in nccl.parse(table).rows}
+    for row in json.loads(coll.stdout):
+        assert row["time_us"] == pytest.approx(measured[row["bytes"]], rel=0.05)
+
+
+def _trace(path: Path, e_max: float, half: float, peak: float = 989e12, world: int = 8) -> None:
+    events, ext, t = [], 1, 1000.0
+    for rep in range(2):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{rep}", "ts": t, "dur": 1})
+        for m in (64, 128, 256, 512, 1024, 4096):
+            n = k = 4096
+            flops = 2 * m * n * k
+            dur = flops / (peak * e_max * m / (m + half)) * 1e6
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": t, "dur": 1,
+                           "args": {"External id": ext, "Input Dims": [[m, k], [k, n]],
+                                    "Input type": ["c10::BFloat16", "c10::BFloat16"]}})
+            events.append({"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "ts": t, "dur": dur,
+                           "args": {"External id": ext}})
+            ext, t = ext + 1, t + dur + 5
+        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_RING_LL(ncclDevComm*)",
+                       "ts": t, "dur": 300.0, "args": {}})
+        t += 310
+    data = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": world}, "traceEvents": events}
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+
+
+def test_trace_fits_the_gemm_curve_and_compares_with_the_simulated_step(tmp_path):
+    trace, scen = tmp_path / "rank0.json.gz", tmp_path / "s.toml"
+    _trace(trace, 0.6, 200.0)
+    scen.write_text(TINY.format(name="tiny", tp=2, dp=4))
+    out, png = tmp_path / "p.toml", tmp_path / "b.png"
+    run = cli("calibrate", trace, "--scenario", scen, "--out", out, "--picture", png, "--json")
+    assert run.returncode == 0, run.stderr
+    compute = tomllib.loads(out.read_text())["compute"]
+    assert compute["gemm_kernel"] * SUSTAINED["h100-sxm"] == pytest.approx(0.6, rel=0.02)
+    assert compute["gemm_half_size"] == pytest.approx(200.0, rel=0.02)
+    entry = json.loads(run.stdout)["traces"][0]
+    classes = {c["class"]: c for c in entry["classes"]}
+    assert classes["nccl:all_reduce"]["time_s"] == pytest.approx(300e-6)
+    assert set(entry["simulated"]) == {"compute_s", "exposed_comm_s", "idle_s", "step_s"}
+    assert png.stat().st_size > 1000
+
+
+def test_real_hta_trace_is_read(tmp_path):
+    run = cli("calibrate", EXAMPLES / "hta_sampled_rank-0.json.gz", "--out", tmp_path / "p.toml", "--json")
+    assert run.returncode == 0, run.stderr
+    entry = json.loads(run.stdout)["traces"][0]
+    classes = {c["class"]: c["kernels"] for c in entry["classes"]}
+    assert classes["gemm"] == 432 and classes["nccl:send_recv"] == 10 and entry["steps"] == 2
+
+
+@pytest.mark.parametrize("case", ["truncated", "cut_row", "other_framework", "no_steps", "wrong_world"])
+def test_bad_inputs_exit_2_naming_file_and_line(tmp_path, case):
+    good = (EXAMPLES / "gb200-nvl72-1rack_all_reduce_perf.txt").read_text().splitlines()
+    scen = tmp_path / "s.toml"
+    scen.write_text(TINY.format(name="tiny", tp=2, dp=4))
+    extra = []
+    if case == "truncated":
+        path, line = tmp_path / "ar.txt", len(good) - 2
+        path.write_text("\n".join(good[:-2]) + "\n")
+    elif case == "cut_row":
+        path, line = tmp_path / "ar.txt", 10
+        path.write_text("\n".join(good[:9] + [good[9][:40]] + good[10:]) + "\n")
+    elif case == "other_framework":
+        path, line = tmp_path / "jax.json", 1
+        path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "fusion", "ts": 0, "dur": 1}]}))
+    elif case == "no_steps":
+        path, line, extra = tmp_path / "run.log", 2, ["--scenario", scen]
+        path.write_text("starting\nloss 1.0\n")
+    else:
+        path, line, extra = tmp_path / "run.log", 1, ["--scenario", scen]
+        path.write_text("using world size: 64\n elapsed time per iteration (ms): 120.0\n")
+    run = cli("calibrate", path, *extra, "--out", tmp_path / "p.toml")
+    assert run.returncode == 2, run.stderr
+    assert f"{path}:{line}:" in run.stderr and "Traceback" not in run.stderr
