@@ -23,7 +23,7 @@ LAYERS = [
     ("outputs", ("sim.outputs",)),
     ("one step", ("sim.step", "sim.work")),
     ("studies and labs", ("sim.studies", "sim.labs")),
-    ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric")),
+    ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric", "sim.calibrate")),
     ("command line", ("sim.commands", "sim.cli", "sim.__main__", "sim")),
 ]
 
