@@ -177,3 +177,39 @@ def test_bad_inputs_exit_2_naming_file_and_line(tmp_path, case):
     run = cli("calibrate", path, *extra, "--out", tmp_path / "p.toml")
     assert run.returncode == 2, run.stderr
     assert f"{path}:{line}:" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_profile_flows_through_scenario_key_and_flag_alike(tmp_path):
+    (tmp_path / "slow.toml").write_text("[fabric.efficiency]\nnvlink = 0.4\nib = 0.5\n\n[fabric.latency_us]\nnvlink = 3.0\n"
+                                        "\n[compute]\ngpu = \"h100-sxm\"\nsustained = 0.6\n")
+    plain = TINY.format(name="tiny", tp=2, dp=4)
+    (tmp_path / "plain.toml").write_text(plain)
+    (tmp_path / "keyed.toml").write_text(plain.replace('gpus = 8', 'gpus = 8\ncalibration = "slow.toml"'))
+    steps = {}
+    for name, extra in (("plain", []), ("keyed", []), ("flag", ["--calibration", tmp_path / "slow.toml"])):
+        run = cli("run", tmp_path / ("plain.toml" if name == "flag" else f"{name}.toml"), "--json", *extra)
+        assert run.returncode == 0, run.stderr
+        steps[name] = json.loads(run.stdout)["step_time_s"]
+    assert steps["keyed"] == steps["flag"] > steps["plain"] * 1.2
+
+
+def test_compute_model_takes_the_profile_constants():
+    from sim.hardware.gpus import gpu_preset
+    from sim.model.compute import GEMM_KERNEL, ComputeModel
+
+    cal = Calibration(gpu="h100-sxm", sustained=0.5, gemm_kernel=0.7, gemm_half_size=64.0)
+    m = ComputeModel(gpu_preset("h100-sxm"), calibration=cal)
+    assert m.e_max == pytest.approx(0.35)
+    assert m.efficiency(64) == pytest.approx(0.35 / 2)
+    assert m.e_max_fp8 == pytest.approx(0.5 * GEMM_KERNEL["h100-sxm"]["fp8"] * 0.7 / GEMM_KERNEL["h100-sxm"]["bf16"])
+
+
+@pytest.mark.parametrize("text, says", [("[fabric.efficiency]\nnvlink = 1.5\n", "fabric.efficiency.nvlink"),
+                                        ("[fabric.efficiency]\nethernet = 0.5\n", "unknown link kind"),
+                                        ("[compute]\ngpu = \"b200\"\nsustained = 0.7\n", "fitted on 'b200'")])
+def test_bad_profile_exits_2(tmp_path, text, says):
+    (tmp_path / "p.toml").write_text(text)
+    run = cli("collective", "--op", "all_reduce", "--gpus", 8, "--topology", "dgx-h100", "--calibration",
+              tmp_path / "p.toml") if "b200" not in text else cli(
+        "run", "llama3-8b-fsdp-h100", "--calibration", tmp_path / "p.toml")
+    assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr
