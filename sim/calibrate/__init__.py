@@ -8,7 +8,8 @@ that produced them fit the sustained compute factor over all runs at once (:mod:
 The profile (:mod:`.profile`) records every changed constant, its inputs' SHA-256 and the
 version; ``--check`` re-runs those inputs against it.
 
-Run ``clustersim calibrate examples/calibration/*.txt --out profile.toml`` (docs/calibrate.md).
+Run ``clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt --topology gb200-nvl72
+--out gb200.toml`` (docs/calibrate.md).
 """
 
 from dataclasses import dataclass, replace

@@ -117,7 +117,7 @@ def _kernel(e: dict, ops: dict) -> Kernel:
 
 
 def _snake(op: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", op).lower().replace("all_to_all", "all_to_all")
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", op).lower()  # AllReduce -> all_reduce
 
 
 def _gemm_shape(op: dict) -> tuple[float, float, bool]:

@@ -15,9 +15,7 @@ from pathlib import Path
 import tomllib
 
 from .. import bounds
-from ..errors import InputError
 from ..hardware import calibration
-from ..version import __version__
 
 
 def sha256(path: str | Path) -> str:

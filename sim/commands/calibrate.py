@@ -2,7 +2,8 @@
 and ``clustersim calibrate --check PROFILE.toml``; also the ``--calibration PROFILE.toml`` flag
 that run, collective, plan, sweep, campaign and validate share.
 
-Example: ``clustersim calibrate examples/calibration/*.txt --out profile.toml`` (docs/calibrate.md).
+Example: ``clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt --topology gb200-nvl72
+--out gb200.toml`` (docs/calibrate.md).
 """
 
 import json

@@ -15,7 +15,8 @@ compute models are built, never through a global:
   :mod:`sim.model.compute` (``ComputeModel(..., calibration=...)`` reads them), for the one
   GPU type the profile was measured on.
 
-Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml --calibration examples/calibration/profile.toml``.
+Run ``clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt --topology gb200-nvl72
+--out gb200.toml``, then ``clustersim collective --op all_reduce --gpus 72 --topology gb200-nvl72 --calibration gb200.toml``.
 """
 
 from dataclasses import dataclass
