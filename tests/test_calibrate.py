@@ -213,3 +213,41 @@ def test_bad_profile_exits_2(tmp_path, text, says):
               tmp_path / "p.toml") if "b200" not in text else cli(
         "run", "llama3-8b-fsdp-h100", "--calibration", tmp_path / "p.toml")
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("text, framework, step", [
+    ("[NeMo I] MEMBER: 1/8\nEpoch 0: 10/100 train_step_timing in s=9.0\nEpoch 0: 11/100 train_step_timing in s=2.5\n"
+     "Epoch 0: 12/100 train_step_timing in s=2.7\nEpoch 0: 13/100 train_step_timing in s=2.6\n", "nemo", 2.6),
+    ("world_size=8\nstep:  1  loss: 9.1  memory: 30GiB(40%)  tps: 100  tflops: 1  mfu: 1%\n"
+     "step:  2  loss: 8.1  memory: 30GiB(40%)  tps: 2,048  tflops: 300  mfu: 30.1%\n"
+     "step:  3  loss: 7.1  memory: 30GiB(40%)  tps: 2,048  tflops: 300  mfu: 30.1%\n", "torchtitan", 32768 / (2048 * 8)),
+    ("Num processes: 8\n{'loss': 1.2, 'step_time': 0.5}\n{'train_runtime': 50.0, 'train_steps_per_second': 2.0}\n",
+     "hf", 0.5),
+])
+def test_log_formats(tmp_path, text, framework, step):
+    from sim.calibrate import logs
+
+    path = tmp_path / "run.log"
+    path.write_text(text)
+    log = logs.parse(path, 32768, 8)
+    assert (log.framework, log.world) == (framework, 8)
+    assert log.step_s == pytest.approx(step)
+
+
+def test_older_nccl_tests_format_and_alltoall_in_place(tmp_path):
+    old = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+           "#   Rank  0 Pid   1320 on host-a device  0 [0x00] Tesla V100-SXM2-16GB\n"
+           "#   Rank  1 Pid   2066 on host-b device  0 [0x00] Tesla V100-SXM2-16GB\n"
+           "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+           "           8             2     float     sum    30.00    0.00    0.00  0e+00    31.00    0.00    0.00  0e+00\n"
+           "        1024           256     float     sum    40.00    0.03    0.03  0e+00    42.00    0.02    0.02  0e+00\n"
+           "# Avg bus bandwidth    : 0.01\n")
+    path = tmp_path / "x.txt"
+    path.write_text(old)
+    t = nccl.parse(path)
+    assert (t.op, t.gpus, t.hosts) == ("all_reduce", 2, 2)
+    assert t.time_s(t.rows[1]) == pytest.approx(41e-6)
+    a2a = tmp_path / "alltoall_perf.log"
+    a2a.write_text(old.replace("sum", "none").replace("    31.00    0.00    0.00  0e+00", "      N/A     N/A     N/A    N/A"))
+    t = nccl.parse(a2a)
+    assert t.op == "all_to_all" and t.rows[0].time_in_s is None and t.time_s(t.rows[0]) == pytest.approx(30e-6)

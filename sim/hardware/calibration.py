@@ -140,6 +140,15 @@ def _compute(table: dict, where: str, key: str) -> dict:
     return out
 
 
+def from_dump(data: dict) -> Calibration:
+    """A Calibration from its own ``dataclasses.asdict`` / pydantic dump (a scenario dumped to
+    JSON and read back, as the RL trainer's worker processes do); not a user format."""
+    pairs = {k: tuple(tuple(p) for p in data.get(k, ())) for k in ("efficiency", "latency")}
+    attn = {k: tuple(data[k]) for k in ("attention_forward", "attention_backward") if data.get(k) is not None}
+    rest = {k: v for k, v in data.items() if k not in pairs and k not in attn and k in Calibration.__dataclass_fields__}
+    return Calibration(**rest, **pairs, **attn)
+
+
 def apply(graph, cal: Calibration | None) -> None:
     """Write the profile's per-kind efficiency and latency on every edge of a built topology
     graph (:func:`sim.hardware.topology.fat_tree`); the graph remembers the profile, so its

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import bounds as B
-from ..hardware.calibration import Calibration
+from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -156,6 +156,8 @@ class Cluster(_Section):
     @field_validator("calibration", mode="before")
     @classmethod
     def _calibration(cls, value):
+        if isinstance(value, dict) and set(value) == set(Calibration.__dataclass_fields__):
+            return calibration_from_dump(value)  # this model's own dump, read back (sim/rl/trainer.py)
         if value is not None and not isinstance(value, (str, Calibration)):
             raise ValueError(f"expected the path of a calibration profile (clustersim calibrate --out), got {value!r}")
         return value
