@@ -108,22 +108,38 @@ def test_published_gb200_table_is_reproduced_by_collective(tmp_path):
 
 
 def _trace(path: Path, e_max: float, half: float, peak: float = 989e12, world: int = 8) -> None:
-    events, ext, t = [], 1, 1000.0
+    """A Kineto trace as PyTorch writes one: CPU operators on a thread, the launches inside
+    them (cuda_runtime, with a correlation id) and the kernels (with the same id) on the GPU;
+    BF16 GEMMs of six shapes at ``e_max * x / (x + half)`` of ``peak``, causal flash attention
+    forward at ``0.5 * keys / (keys + 100)``, an all-reduce of 64 MiB."""
+    events, corr, cpu, gpu = [], 1, 0.0, 1000.0
+
+    def launch(op: str, args: dict, kernel: str, dur: float, cat: str = "cpu_op"):
+        nonlocal corr, cpu, gpu
+        events.append({"ph": "X", "cat": cat, "name": op, "pid": 1, "tid": 1, "ts": cpu, "dur": 10, "args": args})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": cpu + 2, "dur": 3, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": gpu, "dur": dur,
+                       "args": {"correlation": corr}})
+        corr, cpu, gpu = corr + 1, cpu + 20, gpu + dur + 5
+
+    bf16 = ["c10::BFloat16"] * 3
     for rep in range(2):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{rep}", "ts": t, "dur": 1})
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{rep}", "pid": 1, "tid": 2,
+                       "ts": cpu, "dur": 1})
         for m in (64, 128, 256, 512, 1024, 4096):
-            n = k = 4096
-            flops = 2 * m * n * k
-            dur = flops / (peak * e_max * m / (m + half)) * 1e6
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": t, "dur": 1,
-                           "args": {"External id": ext, "Input Dims": [[m, k], [k, n]],
-                                    "Input type": ["c10::BFloat16", "c10::BFloat16"]}})
-            events.append({"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "ts": t, "dur": dur,
-                           "args": {"External id": ext}})
-            ext, t = ext + 1, t + dur + 5
-        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_RING_LL(ncclDevComm*)",
-                       "ts": t, "dur": 300.0, "args": {}})
-        t += 310
+            flops = 2 * m * 4096 * 4096
+            launch("aten::mm", {"Input Dims": [[m, 4096], [4096, 4096]], "Input type": bf16},
+                   "sm90_xmma_gemm_bf16bf16_bf16f32", flops / (peak * e_max * m / (m + half)) * 1e6)
+        for seq in (512, 1024, 2048, 4096):
+            flops = 4 * 32 * seq * seq * 128 * 0.5
+            keys = seq / 2
+            launch("aten::_scaled_dot_product_flash_attention",
+                   {"Input Dims": [[1, 32, seq, 128]] * 3, "Input type": bf16,
+                    "Concrete Inputs": ["", "", "", "0.", "True", "False", ""]},
+                   "flash_fwd_kernel", flops / (peak * 0.5 * keys / (keys + 100)) * 1e6)
+        launch("nccl:all_reduce", {"Input Dims": [[32 * 2**20]], "Input type": ["c10::BFloat16"]},
+               "ncclDevKernel_AllReduce_RING_LL(ncclDevComm*)", 300.0, cat="user_annotation")
     data = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": world}, "traceEvents": events}
     path.write_bytes(gzip.compress(json.dumps(data).encode()))
 
@@ -138,9 +154,13 @@ def test_trace_fits_the_gemm_curve_and_compares_with_the_simulated_step(tmp_path
     compute = tomllib.loads(out.read_text())["compute"]
     assert compute["gemm_kernel"] * SUSTAINED["h100-sxm"] == pytest.approx(0.6, rel=0.02)
     assert compute["gemm_half_size"] == pytest.approx(200.0, rel=0.02)
+    top, half = compute["attention_forward"]
+    assert (top * SUSTAINED["h100-sxm"], half) == (pytest.approx(0.5, rel=0.02), pytest.approx(100, rel=0.02))
     entry = json.loads(run.stdout)["traces"][0]
     classes = {c["class"]: c for c in entry["classes"]}
-    assert classes["nccl:all_reduce"]["time_s"] == pytest.approx(300e-6)
+    assert classes["nccl:all_reduce 64.0 MiB"]["time_s"] == pytest.approx(300e-6)
+    shapes = entry["gemm_shapes"]
+    assert shapes[0]["min_dim"] == 4096 and shapes[0]["traced_eff"] == pytest.approx(shapes[0]["calibrated_eff"], rel=0.02)
     assert set(entry["simulated"]) == {"compute_s", "exposed_comm_s", "idle_s", "step_s"}
     assert png.stat().st_size > 1000
 
@@ -150,7 +170,10 @@ def test_real_hta_trace_is_read(tmp_path):
     assert run.returncode == 0, run.stderr
     entry = json.loads(run.stdout)["traces"][0]
     classes = {c["class"]: c["kernels"] for c in entry["classes"]}
-    assert classes["gemm"] == 432 and classes["nccl:send_recv"] == 10 and entry["steps"] == 2
+    assert classes["gemm"] == 432 and entry["steps"] == 2
+    assert sum(n for name, n in classes.items() if name.startswith("nccl:")) == 10
+    assert classes["nccl:all_to_all 400.0 MiB"] == 2  # the c10d call's bytes, found through the launch
+    assert sum(g["launches"] for g in entry["gemm_shapes"]) > 0 and not entry["gemm_shapes"][0]["half"]
 
 
 @pytest.mark.parametrize("case", ["truncated", "cut_row", "other_framework", "no_steps", "wrong_world"])

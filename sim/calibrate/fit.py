@@ -11,7 +11,7 @@ import numpy as np
 
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import gpu_preset
-from ..model.compute import SUSTAINED
+from ..model.compute import SUSTAINED, ComputeModel
 from . import fabric, kernels, kineto, steps
 
 
@@ -43,13 +43,14 @@ def fit_all(items, topo: str, gpu: str, picture: str | None, fixed: Calibration 
     traces = [i for i in items if i.kind == "trace"]
     if traces and fixed is None:
         out.cal = _gemm(out, [i.parsed for i in traces], gpu)
+        out.cal = _attention(out, [i.parsed for i in traces], gpu)
     runs = [steps.Run(i.path, i.scenario, i.parsed.step_s) for i in items if i.kind == "log"]
     if runs:
         out.cal = _sustained(out, runs, gpu, fixed)
     if fixed is None:
         out.compute = _compute_section(out.cal, gpu)
     if traces:
-        out.traces = _compare(traces, out.cal, picture)
+        out.traces = _compare(traces, out.cal, gpu, picture)
     return out
 
 
@@ -109,6 +110,15 @@ def _gemm(out: Fitted, traces, gpu: str) -> Calibration:
     return replace(out.cal, gemm_kernel=found["gemm_kernel"], gemm_half_size=found["gemm_half_size"])
 
 
+def _attention(out: Fitted, traces, gpu: str) -> Calibration:
+    sustained = out.cal.sustained if out.cal.sustained is not None else SUSTAINED[gpu]
+    found = kernels.attention_changes(traces, gpu_preset(gpu).peak_flops, gpu, sustained)
+    for key, c in found.items():
+        out.changes.append({"constant": f"compute.{key}", "before": c["before"], "after": c["after"],
+                            "points": c["points"], "residual_after": c["residual"], "source": "traces"})
+    return replace(out.cal, **{k: tuple(c["after"]) for k, c in found.items()})
+
+
 def _sustained(out: Fitted, runs, gpu: str, fixed: Calibration | None) -> Calibration:
     if fixed is None:
         preset, value, before, after = steps.fit_sustained(runs, out.cal, gpu)
@@ -127,12 +137,12 @@ def _sustained(out: Fitted, runs, gpu: str, fixed: Calibration | None) -> Calibr
 
 
 def _compute_section(cal: Calibration, gpu: str) -> dict:
-    values = {k: getattr(cal, k) for k in ("sustained", "gemm_kernel", "gemm_half_size")
-              if getattr(cal, k) is not None}
+    values = {k: getattr(cal, k) for k in ("sustained", "gemm_kernel", "gemm_half_size", "attention_forward",
+                                           "attention_backward") if getattr(cal, k) is not None}
     return {"gpu": gpu, **values} if values else {}
 
 
-def _compare(items, cal: Calibration, picture: str | None) -> list[dict]:
+def _compare(items, cal: Calibration, gpu: str, picture: str | None) -> list[dict]:
     """Per trace: the kernel classes and, with a scenario, traced vs simulated breakdown."""
     from ..step import simulate
 
@@ -140,6 +150,8 @@ def _compare(items, cal: Calibration, picture: str | None) -> list[dict]:
     for i in items:
         t = i.parsed
         entry = {"file": i.path, "rank": t.rank, "steps": t.steps, "classes": kineto.class_table(t),
+                 "gemm_shapes": kernels.gemm_table([t], ComputeModel(gpu_preset(gpu)),
+                                                   ComputeModel(gpu_preset(gpu), calibration=cal)),
                  "traced": kineto.traced_breakdown(t)}
         if i.scenario is not None:
             s = i.scenario

@@ -30,6 +30,8 @@ _GEMM = re.compile(r"gemm|xmma|cutlass.*(tensorop|wgmma)|nvjet|cublas|matmul", r
 _ATTN = re.compile(r"flash|fmha|attention|sdpa|cudnn.*(fprop|bprop)", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
 HALF_TYPES = ("c10::BFloat16", "c10::Half")
+DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
+               "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1}
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Kernel:
     flops: float = 0.0
     min_dim: float = 0.0
     half: bool = False  # BF16/FP16 operands (what the simulator's GEMM curve is for)
+    bytes: float = 0.0  # an NCCL kernel's message (its c10d call's tensor bytes; 0 when unknown)
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,8 @@ def parse(path: str | Path) -> Trace:
     if not isinstance(events, list) or "schemaVersion" not in data:
         raise InputError("INPUT", f"{path}:1: not a PyTorch profiler (Kineto) trace: no 'schemaVersion' and "
                                   "'traceEvents' (a Chrome trace of another framework?)")
-    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"
-           and isinstance(e.get("args"), dict) and "External id" in e["args"]}
-    kernels = [_kernel(e, ops) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    launchers = _launchers(events)
+    kernels = [_kernel(e, launchers) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                and e.get("ph") == "X"]
     if not any(k.cls != "memory" for k in kernels):
         raise InputError("INPUT", f"{path}:1: no GPU kernels (cat 'kernel'): a CPU-only trace, or not PyTorch's")
@@ -100,20 +102,79 @@ def parse(path: str | Path) -> Trace:
                  max(steps, 1))
 
 
-def _kernel(e: dict, ops: dict) -> Kernel:
+def _launchers(events: list) -> dict:
+    """Kernel correlation id -> the CPU operators and annotations open on the launching thread
+    when the launch (a "cuda_runtime" event with the same correlation) ran, outermost first."""
+    by_thread: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime"):
+            by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    out = {}
+    for evs in by_thread.values():
+        stack: list = []
+        for e in sorted(evs, key=lambda e: (float(e["ts"]), -float(e.get("dur", 0)))):
+            t = float(e["ts"])
+            while stack and float(stack[-1]["ts"]) + float(stack[-1].get("dur", 0)) < t:
+                stack.pop()
+            if e["cat"] == "cuda_runtime":
+                corr = (e.get("args") or {}).get("correlation")
+                if corr is not None:
+                    out[corr] = list(stack)
+            else:
+                stack.append(e)
+    return out
+
+
+def _kernel(e: dict, launchers: dict) -> Kernel:
     name, start, dur = e.get("name", ""), float(e["ts"]) * 1e-6, float(e.get("dur", 0.0)) * 1e-6
     if e.get("cat") != "kernel":
         return Kernel("memory", name, start, dur)
+    ancestors = launchers.get((e.get("args") or {}).get("correlation"), [])
     nccl = _NCCL_OP.search(name)
     if nccl or name.lower().startswith("nccl"):
-        return Kernel("nccl", name, start, dur, op=_snake(nccl.group(1)) if nccl else "other")
+        op, nbytes = _nccl_call(ancestors)
+        return Kernel("nccl", name, start, dur, op=op or (_snake(nccl.group(1)) if nccl else "other"), bytes=nbytes)
     if _ATTN.search(name):
-        return Kernel("attention", name, start, dur)
+        return _attention(name, start, dur, ancestors)
     if _GEMM.search(name):
-        op = ops.get((e.get("args") or {}).get("External id"))
+        op = next((a for a in reversed(ancestors) if a.get("name") in GEMM_OPS), None)
         flops, min_dim, half = _gemm_shape(op) if op else (0.0, 0.0, False)
         return Kernel("gemm", name, start, dur, flops=flops, min_dim=min_dim, half=half)
     return Kernel("elementwise", name, start, dur)
+
+
+def _nccl_call(ancestors: list) -> tuple[str, float]:
+    """(op, bytes) of the c10d call a NCCL kernel serves: the ``nccl:all_reduce`` annotation
+    PyTorch's ProcessGroupNCCL records, its Input Dims and type (("", 0) when absent)."""
+    for a in reversed(ancestors):
+        name = a.get("name", "")
+        if name.startswith("nccl:"):
+            args = a.get("args") or {}
+            dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+            elems = sum(_prod(d) for d in dims if isinstance(d, list) and d)
+            return name.split(":", 1)[1], float(elems * DTYPE_BYTES.get(types[0] if types else "", 4))
+    return "", 0.0
+
+
+def _attention(name: str, start: float, dur: float, ancestors: list) -> Kernel:
+    """A flash/cuDNN attention kernel; with its SDPA operator's shapes, its FLOPs (4 B H L S D
+    forward, 2.5x that backward, halved when causal) and the keys a query attends."""
+    op = next((a for a in reversed(ancestors) if "scaled_dot_product" in a.get("name", "")
+               or "flash_attention" in a.get("name", "")), None)
+    if op is None:
+        return Kernel("attention", name, start, dur)
+    args = op.get("args") or {}
+    dims, concrete = args.get("Input Dims") or [], [str(c) for c in args.get("Concrete Inputs") or []]
+    try:
+        (b, h, q, d), (_, _, k, _) = dims[0][:4], dims[1][:4]
+    except (ValueError, IndexError, TypeError):
+        return Kernel("attention", name, start, dur)
+    causal = "True" in concrete[3:6]
+    backward = "backward" in op.get("name", "")
+    flops = 4.0 * b * h * q * k * d * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
+    half = any(t in HALF_TYPES for t in args.get("Input type") or [])
+    return Kernel("attention", name, start, dur, flops=flops, min_dim=k / 2 if causal else k, half=half,
+                  op="backward" if backward else "forward")
 
 
 def _snake(op: str) -> str:
@@ -187,7 +248,8 @@ def class_table(t: Trace) -> list[dict]:
     """Per kernel class (NCCL by op): kernels, seconds per step, share of kernel time."""
     groups: dict[str, list[Kernel]] = {}
     for k in t.kernels:
-        groups.setdefault(k.cls if k.cls != "nccl" else f"nccl:{k.op}", []).append(k)
+        size = f" {k.bytes / 2**20:.1f} MiB" if k.cls == "nccl" and k.bytes else ""
+        groups.setdefault(k.cls if k.cls != "nccl" else f"nccl:{k.op}{size}", []).append(k)
     total = sum(k.dur for k in t.kernels) or 1.0
     return [{"class": name, "kernels": len(ks), "time_s": sum(k.dur for k in ks) / t.steps,
              "share": sum(k.dur for k in ks) / total} for name, ks in sorted(groups.items())]

@@ -47,9 +47,17 @@ def _table(t: dict) -> None:
 def _trace(t: dict) -> None:
     print(f"\n{t['file']}: rank {t['rank']}, {t['steps']} profiler step(s); GPU kernel time per step by class")
     for c in t["classes"]:
-        print(f"  {c['class']:24} {c['kernels']:>6} kernels {c['time_s'] * 1e3:>10.3f} ms {c['share']:>7.1%}")
+        print(f"  {c['class']:32} {c['kernels']:>6} kernels {c['time_s'] * 1e3:>10.3f} ms {c['share']:>7.1%}")
+    if t.get("gemm_shapes"):
+        print(f"  GEMM shapes by time: {'min dim':>8} {'GFLOP':>9} {'launches':>8} {'ms/step':>9} {'traced':>7} "
+              f"{'preset':>7} {'calibr.':>7}  (share of the dense BF16 peak)")
+        for g in t["gemm_shapes"]:
+            sim = (f"{g['preset_eff']:>7.1%} {g['calibrated_eff']:>7.1%}" if g["half"] else
+                   f"{'-':>7} {'-':>7}  (not BF16/FP16)")
+            print(f"  {'':20} {g['min_dim']:>8.0f} {g['gflop']:>9.3f} {g['launches']:>8} {g['time_s'] * 1e3:>9.3f} "
+                  f"{g['traced_eff']:>7.1%} {sim}")
     keys = ("compute_s", "exposed_comm_s", "idle_s", "step_s")
     sim = t.get("simulated")
-    print(f"  {'per step (ms)':24} {'traced':>10}" + (f" {'simulated':>10}" if sim else ""))
+    print(f"  {'per step (ms)':32} {'traced':>10}" + (f" {'simulated':>10}" if sim else ""))
     for k in keys:
-        print(f"  {k.removesuffix('_s'):24} {t['traced'][k] * 1e3:>10.3f}" + (f" {sim[k] * 1e3:>10.3f}" if sim else ""))
+        print(f"  {k.removesuffix('_s'):32} {t['traced'][k] * 1e3:>10.3f}" + (f" {sim[k] * 1e3:>10.3f}" if sim else ""))
