@@ -274,3 +274,15 @@ def test_older_nccl_tests_format_and_alltoall_in_place(tmp_path):
     a2a.write_text(old.replace("sum", "none").replace("    31.00    0.00    0.00  0e+00", "      N/A     N/A     N/A    N/A"))
     t = nccl.parse(a2a)
     assert t.op == "all_to_all" and t.rows[0].time_in_s is None and t.time_s(t.rows[0]) == pytest.approx(30e-6)
+
+
+def test_rccl_tests_file_with_several_collectives(tmp_path):
+    one = (EXAMPLES / "gb200-nvl72-1rack_all_reduce_perf.txt").read_text().splitlines()[3:]
+    gather = [line.replace("     sum", "    none") for line in one]
+    text = "\n".join(one + ["#", "# Collective test concluded: all_reduce_perf", "", "======== all_gather_perf ========"]
+                     + gather + ["# Collective test concluded: all_gather_perf"]) + "\n"
+    path = tmp_path / "rccl_run.txt"
+    path.write_text(text)
+    tables = nccl.parse_all(path)
+    assert [(t.op, t.gpus, len(t.rows)) for t in tables] == [("all_reduce", 72, 5), ("all_gather", 72, 5)]
+    assert tables[1].rows[0].line == len(one) + 4 + 6

@@ -51,7 +51,7 @@ def classify(paths: list[str], scenario_paths: list[str]) -> list[Input]:
             continue
         text = path.read_text(errors="replace")
         if nccl.looks_like(text):
-            out.append(Input(p, "nccl-tests", nccl.parse(path, text)))
+            out += [Input(p, "nccl-tests", table) for table in nccl.parse_all(path, text)]
         else:
             out.append(Input(p, "log", None))
             needing.append(len(out) - 1)
@@ -110,9 +110,10 @@ def fit_profile(paths: list[str], topology_name: str | None, gpu_name: str | Non
     topo, gpu = cluster_of(items, topology_name, gpu_name)
     fitted = fit_all(items, topo, gpu, picture)
     meta = {"clustersim_version": __version__, "topology": topo, "gpu": gpu}
+    once = list({i.path: i for i in items}.values())  # (a file may hold several tables)
     inputs = [{"path": profile.relative(i.path, out), "kind": i.kind, "sha256": profile.sha256(i.path),
                "scenario": profile.relative(scenario_file(i.scenario_path), out) if i.scenario_path else None}
-              for i in items]
+              for i in once]
     profile.write(out, profile.render(meta, inputs, fitted.fabric, fitted.compute, fitted.changes))
     return fitted.report(out, meta, inputs)
 

@@ -74,35 +74,77 @@ def looks_like(text: str) -> bool:
 
 
 def parse(path: str | Path, text: str | None = None) -> Table:
-    """Read one nccl-tests output; InputError naming ``file:line`` on a malformed or truncated one."""
+    """The first (usually only) table of an nccl-tests output (see :func:`parse_all`)."""
+    return parse_all(path, text)[0]
+
+
+def parse_all(path: str | Path, text: str | None = None) -> list[Table]:
+    """Every table of one nccl-tests / rccl-tests output (rccl-tests' scripts run several
+    binaries into one file, each ending ``# Avg bus bandwidth`` and, in rccl-tests, ``#
+    Collective test concluded: X_perf``); InputError naming ``file:line`` on a malformed or
+    truncated one."""
     path = Path(path)
     text = bounds.read_text(path, "INPUT", MAX_BYTES) if text is None else text
     lines = text.splitlines()
-    ranks, hosts, columns, rows, avg_seen = set(), [], None, [], False
-    for number, line in enumerate(lines, 1):
-        where = f"{path}:{number}"
+    algo_match = re.search(r"NCCL_ALGO=([A-Za-z]+)", text)
+    algo = ALGO_NAMES.get(algo_match.group(1).lower(), "auto") if algo_match else "auto"
+    segments = _segments(lines)
+    tables, ranks, hosts = [], set(), []
+    for first, last, closed in segments:
+        part = lines[first:last]
+        seg_ranks, seg_hosts, rows = _read(path, part, first, closed)
+        if rows is None:
+            continue  # comments after the last table
+        ranks, hosts = (seg_ranks, seg_hosts) if seg_ranks else (ranks, hosts)
+        gpus = _gpus(ranks, path, lines)
+        op = _op(path, len(segments) == 1, "\n".join(part), rows, part)
+        tables.append(Table(str(path), op, gpus, len(set(hosts)), algo, "NCCL_NVLS_ENABLE=0" not in text, tuple(rows)))
+    if not tables:
+        raise InputError("INPUT", f"{path}:{len(lines)}: no nccl-tests rows (size count type ... time algbw busbw)")
+    return tables
+
+
+def _segments(lines: list[str]) -> list[tuple[int, int, bool]]:
+    """(first, end, closed) line ranges of the tables: each closes with its ``Avg bus bandwidth``
+    line and the ``Collective test concluded`` line just after it; what follows the last is open."""
+    out, first, i = [], 0, 0
+    while i < len(lines):
+        if "Avg bus bandwidth" in lines[i]:
+            end = i + 1
+            while end < len(lines) and (not lines[end].strip() or lines[end].lstrip().startswith("#")) \
+                    and "nThread" not in lines[end] and not _RANK.match(lines[end].strip()) and "size" not in lines[end]:
+                end += 1
+            out.append((first, end, True))
+            first, i = end, end
+        else:
+            i += 1
+    if first < len(lines):
+        out.append((first, len(lines), False))
+    return out
+
+
+def _read(path: Path, part: list[str], offset: int, closed: bool):
+    """(ranks, hosts, rows) of one table's lines; rows None when the part holds no table."""
+    ranks, hosts, columns, rows = set(), [], None, []
+    for number, line in enumerate(part, offset + 1):
         match = _RANK.match(line.strip())
         if match:
             ranks.add(int(match.group(1)))
             hosts.append(match.group(2))
         elif line.lstrip().startswith("#") and "size" in line and "busbw" in line:
             columns = line.lstrip("# ").split()
-        elif "Avg bus bandwidth" in line:
-            avg_seen = True
         elif _is_row(line):
             if columns is None:
-                raise InputError("INPUT", f"{where}: a data row before the column header (size count type ... busbw)")
-            rows.append(_row(line, columns, where, number))
+                raise InputError("INPUT", f"{path}:{number}: a data row before the column header (size count type ... busbw)")
+            rows.append(_row(line, columns, f"{path}:{number}", number))
     if not rows:
-        raise InputError("INPUT", f"{path}:{len(lines)}: no nccl-tests rows (size count type ... time algbw busbw)")
-    if not avg_seen:
-        raise InputError("INPUT", f"{path}:{len(lines)}: truncated: the run ends without '# Avg bus bandwidth' "
-                                  "(nccl-tests prints it after the last size)")
-    gpus = _gpus(ranks, path, rows, lines)
-    op = _op(path, text, columns, rows, lines, gpus)
-    algo_match = re.search(r"NCCL_ALGO=([A-Za-z]+)", text)
-    algo = ALGO_NAMES.get(algo_match.group(1).lower(), "auto") if algo_match else "auto"
-    return Table(str(path), op, gpus, len(set(hosts)), algo, "NCCL_NVLS_ENABLE=0" not in text, tuple(rows))
+        if closed:
+            raise InputError("INPUT", f"{path}:{offset + len(part)}: a table without rows")
+        return ranks, hosts, None
+    if not closed:
+        raise InputError("INPUT", f"{path}:{offset + len(part)}: truncated: the run ends without '# Avg bus "
+                                  "bandwidth' (nccl-tests prints it after the last size)")
+    return ranks, hosts, rows
 
 
 def _is_row(line: str) -> bool:
@@ -137,7 +179,7 @@ def _row(line: str, columns: list[str], where: str, number: int) -> Row:
     return Row(size, time_us * 1e-6, busbw * 1e9, time_in, busbw_in, number)
 
 
-def _gpus(ranks: set, path: Path, rows: list[Row], lines: list[str]) -> int:
+def _gpus(ranks: set, path: Path, lines: list[str]) -> int:
     if ranks:
         return max(max(ranks) + 1, len(ranks))
     match = re.search(r"-np\s+(\d+)", "\n".join(lines))
@@ -147,8 +189,10 @@ def _gpus(ranks: set, path: Path, rows: list[Row], lines: list[str]) -> int:
                               "cannot tell how many GPUs ran (keep the header nccl-tests prints)")
 
 
-def _op(path: Path, text: str, columns, rows: list[Row], lines: list[str], gpus: int) -> str:
-    named = _BINARY.search(text) or _BINARY.search(path.name.lower().replace("-", "_"))
+def _op(path: Path, by_name: bool, text: str, rows: list[Row], lines: list[str]) -> str:
+    """The collective: the binary named in the table's text, or in the file name (when the file
+    holds one table), else what the count column and the reduction say."""
+    named = _BINARY.search(text) or (_BINARY.search(path.name.lower().replace("-", "_")) if by_name else None)
     if named:
         return OPS[named.group(1)]
     first = next(line for line in lines if _is_row(line)).split()
@@ -157,9 +201,9 @@ def _op(path: Path, text: str, columns, rows: list[Row], lines: list[str], gpus:
     redop = first[3].lower() if len(first) > 3 else ""
     if per and redop not in ("none", ""):
         return "all_reduce" if count * per == size else "reduce_scatter"
-    raise InputError("INPUT", f"{path}:{rows[0].line}: cannot tell the collective (all_gather and alltoall "
-                              "print alike): keep the binary's name in the file or name the file after it, "
-                              "e.g. all_gather_perf.txt")
+    raise InputError("INPUT", f"{path}:{rows[0].line}: cannot tell the collective "
+                              "(all_gather and alltoall print alike): keep the binary's name in the file or name "
+                              "the file after it, e.g. all_gather_perf.txt")
 
 
 def render(op: str, gpus: int, gpus_per_node: int, sizes: list[int], times_s: list[float],
