@@ -286,3 +286,25 @@ def test_rccl_tests_file_with_several_collectives(tmp_path):
     tables = nccl.parse_all(path)
     assert [(t.op, t.gpus, len(t.rows)) for t in tables] == [("all_reduce", 72, 5), ("all_gather", 72, 5)]
     assert tables[1].rows[0].line == len(one) + 4 + 6
+
+
+def test_readme_walk_through(tmp_path):
+    """The README's three commands (after the install): calibrate on the shipped table, plan with it."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Calibrating to your own cluster"):]
+    block = section[section.index("```") + 4:section.index("```", section.index("```") + 3)].strip().splitlines()
+    assert block[0] == "pip install -e ." and len(block) == 3
+    cal, plan = (line.split()[1:] for line in block[1:])
+    profile = str(tmp_path / "gb200.toml")
+    run = cli(*[profile if a == "gb200.toml" else a for a in cal], cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    plans = {}
+    for name, extra in (("calibrated", []), ("preset", None)):
+        args = [profile if a == "gb200.toml" else a for a in plan] + ["--json"]
+        if extra is None:
+            i = args.index("--calibration")
+            args = args[:i] + args[i + 2:]
+        out = cli(*args, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        plans[name] = json.loads(out.stdout)["layouts"][0]
+    assert plans["calibrated"]["step_time_s"] != plans["preset"]["step_time_s"]  # the profile reached the planner
