@@ -7,8 +7,9 @@ Recognised lines (each framework's own wording):
 - NeMo (Lightning's logged ``train_step_timing in s``): ``train_step_timing in s=1.23`` or
   ``train_step_timing in s: 1.23``; the world size from ``MEMBER: 1/64``.
 - torchtitan (torchtitan/train.py, the metrics line ``step: 10  loss: ...  tps: 5,432  tflops:
-  ...  mfu: 40.1%``): ``tps`` is tokens per second per GPU, so a step is global tokens / (tps x
-  GPUs); ``world size`` from ``world_size=8`` / ``WORLD_SIZE=8``.
+  ...  mfu: 40.1%``): ``tps = ntokens_since_last_log / (time_delta * non_data_parallel_size)``,
+  a rank's tokens (global / dp) over the logging window per model-parallel GPU -- tokens per
+  second per GPU -- so a step is global tokens / (tps x GPUs); ``world_size=8`` gives the GPUs.
 - Hugging Face Trainer / accelerate: ``'train_steps_per_second': 0.5`` (step = 1 / that), or
   per-step ``'step_time': 1.2``; the world size from ``Num processes: 8``.
 
