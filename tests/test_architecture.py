@@ -29,7 +29,7 @@ LAYERS = [
     ("one step", ("sim.step", "sim.work")),
     ("sweeps", ("sim.sweeps",)),
     ("studies and labs", ("sim.studies", "sim.labs")),
-    ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric")),
+    ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric", "sim.calibrate")),
     ("command line", ("sim.commands", "sim.cli", "sim.__main__", "sim")),
 ]
 

@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+from .calibrate import add_calibration_flag, calibration_overrides
+
 
 def add_parser(sub) -> None:
     """Register the subcommand."""
@@ -37,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--plot-run", metavar="PNG", help="progress vs wall time of one run, failures and checkpoints")
     p.add_argument("--plot-interval", metavar="PNG", help="ETTR vs checkpoint interval, with the optimum")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -54,7 +57,7 @@ def run(args) -> int:
     for flag, path in (("--plot-run", args.plot_run), ("--plot-interval", args.plot_interval)):
         if path is not None:
             output_file(path, flag, (".png",))  # before the step simulation, not after it
-    scenario = load_scenario(scenario_file(args.scenario), args.overrides)
+    scenario = load_scenario(scenario_file(args.scenario), calibration_overrides(args))
     fleet_of(scenario, opts)  # bad --spares fails before the step simulation
     seed = scenario.seed if args.seed is None else args.seed
     step_s = args.step_time_s if args.step_time_s is not None else step_time(scenario)

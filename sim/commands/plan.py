@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a simulation running longer (default: 60 or the budget if less); it keeps its estimate")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--calibration", metavar="PROFILE.toml", help="a calibration profile (clustersim calibrate)")
     p.set_defaults(func=run)
 
 
@@ -56,7 +57,7 @@ def run(args) -> int:
     if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
-                  args.precision, args.overrides)
+                  args.precision, args.overrides, args.calibration)
     budget = BUDGET_S if args.budget is None else args.budget
     timeout = args.point_timeout if args.point_timeout is not None else \
         (None if args.dask or not budget else min(budget, POINT_TIMEOUT_S))

@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
+from .calibrate import add_calibration_flag, calibration_overrides
 from ..units import format_bytes, format_duration
 
 
@@ -33,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -41,6 +43,7 @@ def run(args) -> int:
     from .. import simulate
     from ..outputs.progress import status
 
+    args.overrides = calibration_overrides(args)
     if args.shared_fabric or len(args.scenario) > 1:
         from ..fabric import run_cli
 

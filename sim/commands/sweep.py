@@ -12,6 +12,7 @@ import sys
 
 from ..errors import InputError
 from ..input.load import parse_value
+from .calibrate import add_calibration_flag, calibration_overrides
 
 MAX_VALUES = 100_000  # a range typo should fail fast, not enumerate forever
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -34,6 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key at every point (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary line")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -45,7 +47,7 @@ def run(args) -> int:
     grid = parse_grid(args.grid)
     stats: dict = {}
     try:
-        sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask, overrides=args.overrides,
+        sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask, overrides=calibration_overrides(args),
               quiet=args.quiet, stats=stats, point_timeout=args.point_timeout)
     except KeyboardInterrupt:
         done = stats.get("resumed", 0) + sum(stats.get(k, 0) for k in ("invalid", "simulated", "failed", "timed_out"))

@@ -100,14 +100,19 @@ class Fabric:
         return g // self.gpus_per_su, g % self.gpus_per_node
 
 
-def fabric_of(spec, gpu_name: str) -> Fabric:
-    """The tuner's view of a topology spec with this GPU."""
+def fabric_of(spec, gpu_name: str, calibration=None) -> Fabric:
+    """The tuner's view of a topology spec with this GPU (``calibration``: a
+    :class:`~sim.hardware.calibration.Calibration` whose link efficiencies replace the presets')."""
     gpu = gpu_preset(gpu_name)
     nvlink = spec.nvlink_gbps * GB if spec.nvlink_gbps else gpu.nvlink_bw
     nic = spec.nic_gbps * GB if spec.nic_gbps else gpu.nic_bw
     eta = NVLS_EFFICIENCY.get(arch(gpu_name), 0.0) if spec.nvls and spec.gpus_per_domain > 1 else 0.0
-    return Fabric(arch(gpu_name), nvlink * nvlink_efficiency(gpu_name),
-                  min(gpu.pcie_bw * FABRIC_EFFICIENCY["pcie"], nic * FABRIC_EFFICIENCY["ib"]),
+    eff = FABRIC_EFFICIENCY if calibration is None else {
+        kind: calibration.link_efficiency(kind, FABRIC_EFFICIENCY[kind]) for kind in FABRIC_EFFICIENCY}
+    nv_eff = nvlink_efficiency(gpu_name) if calibration is None else calibration.link_efficiency(
+        "nvlink", nvlink_efficiency(gpu_name))
+    return Fabric(arch(gpu_name), nvlink * nv_eff,
+                  min(gpu.pcie_bw * eff["pcie"], nic * eff["ib"]),
                   eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su)
 
 
@@ -118,7 +123,7 @@ class SwitchRoutes:
     @cached_property
     def fabric(self) -> Fabric:
         """The tuner's view of this topology."""
-        return fabric_of(self.spec, self.graph.graph.get("gpu", self.spec.gpu))
+        return fabric_of(self.spec, self.graph.graph.get("gpu", self.spec.gpu), self.graph.graph.get("calibration"))
 
     def _railed_hops(self, a: int, b: int, relay: int, prefix: list) -> list | None:
         """a -> b across nodes: NVLink to the relay on b's rail (PXN), its NIC sprayed over

@@ -23,6 +23,7 @@ from .. import bounds
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
 from .rails import pxn_relay
+from .calibration import apply as apply_calibration
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
@@ -367,8 +368,11 @@ def _short_paths(graph: nx.Graph, u, v) -> list[list]:
     return [[u, w, v] for w in sorted(set(graph.adj[u]) & set(graph.adj[v]))]
 
 
-def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster") -> Topology:
-    """Build and index the topology for ``num_gpus`` GPUs."""
+def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", calibration=None) -> Topology:
+    """Build and index the topology for ``num_gpus`` GPUs (``calibration``: a measured
+    profile's link efficiencies and latencies, :mod:`sim.hardware.calibration`)."""
     if spec.max_gpus is not None and num_gpus > spec.max_gpus:
         raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
-    return Topology(fat_tree(num_gpus, spec, gpu), spec)
+    graph = fat_tree(num_gpus, spec, gpu)
+    apply_calibration(graph, calibration)
+    return Topology(graph, spec)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from . import presets, rules
 from .. import bounds
-from ..hardware import topology
+from ..hardware import calibration, topology
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from .scenario import Scenario
@@ -42,7 +42,19 @@ def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc) from None
-    return check(scenario)
+    return _calibrated(check(scenario), base)
+
+
+def _calibrated(s: Scenario, base: Path | None) -> Scenario:
+    """The scenario with ``cluster.calibration``'s path replaced by the profile it names
+    (relative to the scenario file), checked against the cluster's GPU."""
+    path = s.cluster.calibration
+    if not isinstance(path, str):
+        return s
+    path = Path(path) if base is None or Path(path).is_absolute() else base / path
+    profile = calibration.load(path)
+    profile.check_gpu(s.cluster.gpu or topology_spec(s).gpu)
+    return s.model_copy(update={"cluster": s.cluster.model_copy(update={"calibration": profile})})
 
 
 def _deep_copy(d):

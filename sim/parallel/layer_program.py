@@ -164,7 +164,8 @@ def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = N
     p, t = s.parallel, s.training
     layout, shard = Layout.from_parallel(p), shard_of(s)
     d = model_costs.dims(s.model)
-    compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend)
+    compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend,
+                                      calibration=s.cluster.calibration)
     ctx = Context(s, d, layout, shard, compute,
                   [0] * layout.world, _All(layout.world), t.global_batch // (p.dp * t.micro_batch),
                   pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
@@ -267,9 +268,9 @@ _CACHE: OrderedDict = OrderedDict()
 
 def content_key(s, gpu_name: str, e_max: float | None) -> tuple:
     """What a layer program depends on: the model, training and parallel sections, the seed
-    (expert loads), the GPU and its efficiency."""
+    (expert loads), the GPU and its efficiency (with a measured calibration profile's)."""
     return (s.model.model_dump_json(), s.training.model_dump_json(), s.parallel.model_dump_json(), s.seed,
-            gpu_name, e_max)
+            gpu_name, e_max, s.cluster.calibration)
 
 
 def programs(s, gpu_name: str, e_max: float | None = None, key: tuple | None = None,

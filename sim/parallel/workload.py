@@ -37,7 +37,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                   t.flash_attention, t.precision == "fp8")
-    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend),
+    compute = ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration)
+    ctx = Context(s, d, layout, shard, compute,
                   domains, frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)

@@ -47,8 +47,9 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
-        self.gpu_name, self.comm = gpu_name, Comm(spec, gpu_name)
-        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
+        cal = scenario.cluster.calibration  # a measured profile (sim/hardware/calibration.py), or None
+        self.gpu_name, self.comm = gpu_name, Comm(spec, gpu_name, cal)
+        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend, calibration=cal)
         self.price = Pricer(self.comm, spec.gpus_per_domain)
         self._base_key = layer_program.content_key(scenario, gpu_name, None)
         d, kinds = self.d, layer_program.Kind

@@ -54,6 +54,9 @@ def _absolute_config(data: dict, folder: Path) -> dict:
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
         model["hf_config"] = str((folder / model["hf_config"]).resolve())
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("calibration"), str):
+        cluster["calibration"] = str((folder / cluster["calibration"]).resolve())
     return data
 
 
@@ -65,10 +68,14 @@ def _read_toml(path: Path) -> dict:
 
 
 def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, seq_len: int | None,
-            batch_tokens: int | None, precision: str | None = None, overrides=None) -> Request:
-    """Check the flags against each other and the base scenario; load the base."""
+            batch_tokens: int | None, precision: str | None = None, overrides=None,
+            calibration: str | None = None) -> Request:
+    """Check the flags against each other and the base scenario; load the base.
+    ``calibration``: a profile's path (``--calibration``), in place of the scenario's."""
     data = source_data(arg)
     data.setdefault("name", Path(arg).stem)
+    if calibration:
+        data.setdefault("cluster", {})["calibration"] = str(Path(calibration).resolve())
     return request_of(data, gpus, topology, gpu, seq_len, batch_tokens, precision, overrides)
 
 
@@ -103,8 +110,8 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
         training.pop(key.split(".")[1], None)
     out = {k: v for k, v in data.items() if k not in ("parallel", "cluster", "training")}
     out.update(training=training, cluster={"gpu": gpu, "topology": topology,
-                                           **({"topology_overrides": cluster["topology_overrides"]}
-                                              if cluster.get("topology_overrides") else {})})
+                                           **{k: cluster[k] for k in ("topology_overrides", "calibration")
+                                              if cluster.get(k)}})
     _apply(out, overrides)
     scenario = scenario_from_dict(out)  # 1 GPU, default layout: checks model and training
     out["cluster"]["gpus"] = gpus
