@@ -7,9 +7,9 @@ a peer over that one link only (64 GB/s per direction on CDNA3, 45-48 GB/s usabl
 ``FABRIC_EFFICIENCY["xgmi"]`` in sim/hardware/gpus.py; RCCL's topology model assumes 48 GB/s
 per link, ROCm/rccl src/graph/topo.h ``GFX94X_XGMI_WIDTH``). Scale-out is one 400 Gb/s NIC per GPU into the rail-optimized fat
 tree of :func:`sim.hardware.topology.fat_tree` (topology ``builder = "xgmi_mesh"``).
-Routes: a peer in the node over its own link; a GPU of another node from the GPU's own
-NIC (leaf -> spines -> leaf -> NIC), no relay over the mesh (PXN, an NVSwitch-node path,
-is not modelled here). Try ``clustersim collective --op all_reduce --gpus 8 --topology amd-xgmi``.
+Routes (``Topology._mesh_hops``): a peer in the node over its own link; a GPU of another
+node from the GPU's own NIC (leaf -> spines -> leaf -> NIC), no relay over the mesh (PXN,
+an NVSwitch-node path, is not modelled here). Try ``clustersim collective --op all_reduce --gpus 8 --topology amd-xgmi``.
 """
 
 from ..errors import InputError
@@ -46,17 +46,3 @@ def add_mesh(g, num_gpus: int, spec, link_bw: float, pcie: float) -> None:
         g.add_edge(("gpu", i), ("nic", i), bw=pcie, kind="pcie", latency=LINK_LATENCY["pcie"])
         for j in range(node * per, i):
             g.add_edge(("gpu", j), ("gpu", i), bw=link_bw, kind="xgmi", latency=lat)
-
-
-def hops(topo, a: int, b: int) -> list[tuple[int, float]] | None:
-    """The route a -> b on a meshed node's cluster (None where a fault removed a link)."""
-    if topo.domains[a] == topo.domains[b]:
-        link = topo._link_id.get((("gpu", a), ("gpu", b)), -1)
-        return None if link < 0 else [(link, 1.0)]
-    ends = topo._endpoint_links
-    first = [ends["up_nic"][a], ends["up_ib"][a]]
-    last = [ends["down_ib"][b], ends["down_nic"][b]]
-    if min(first + last) < 0:
-        return None
-    core = topo._core_hops(topo._leaves[a], topo._leaves[b], (a, b))
-    return [(h, 1.0) for h in first] + core + [(h, 1.0) for h in last]

@@ -31,6 +31,7 @@ between kinds are kernel benchmarks, cited where they are defined.
 
 from typing import NamedTuple
 
+from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, low_peak
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
@@ -175,20 +176,39 @@ class ComputeModel:
     half size)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
-                 attention: str | None = None, precision: str = "fp8"):
+                 attention: str | None = None, calibration: Calibration | None = None,
+                 precision: str = "fp8"):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
+        curves = ATTENTION_KERNEL[gpu.name][attention or "cudnn"]
+        self.half, self.hbm_efficiency = GEMM_HALF_SIZE, HBM_EFFICIENCY
+        if calibration is not None:  # a measured profile (sim/hardware/calibration.py)
+            kernel, curves, e_max = self._calibrated(calibration, kernel, curves, e_max)
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
         fmt = precision if precision in QUANTIZED else "fp8"
-        self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt]
+        self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt] * self.half / GEMM_HALF_SIZE
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get(fmt, 0.0)
-        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention or "cudnn"])
+        self.attention = tuple((self.sustained * top, half) for top, half in curves)
         self._memo: dict[tuple, float] = {}
+
+    def _calibrated(self, cal: Calibration, kernel: dict, curves: tuple, e_max: float | None):
+        """The profile's kernel shares, curves and sustained factor in place of the presets'
+        (a fitted GEMM share scales the FP8 share by the same ratio: one set of tensor cores)."""
+        if cal.gemm_kernel is not None:
+            ratio = cal.gemm_kernel / kernel["bf16"]
+            kernel = {p: share * ratio for p, share in kernel.items()}
+        curves = (cal.attention_forward or curves[0], cal.attention_backward or curves[1])
+        if e_max is None and (cal.sustained is not None or cal.gemm_kernel is not None):
+            sustained = cal.sustained if cal.sustained is not None else SUSTAINED[self.gpu.name]
+            e_max = kernel["bf16"] * sustained
+        self.half = cal.gemm_half_size if cal.gemm_half_size is not None else self.half
+        self.hbm_efficiency = cal.hbm_efficiency if cal.hbm_efficiency is not None else self.hbm_efficiency
+        return kernel, curves, e_max
 
     def efficiency(self, min_dim: float) -> float:
         """Share of peak a GEMM with this smallest dimension reaches."""
-        return self.e_max * min_dim / (min_dim + GEMM_HALF_SIZE)
+        return self.e_max * min_dim / (min_dim + self.half)
 
     def fp8_efficiency(self, min_dim: float) -> float:
         """Share of the dense quantized peak (FP8, MXFP8 or NVFP4) a quantized GEMM with this
@@ -223,6 +243,6 @@ class ComputeModel:
         total = 0.0
         for k in kernels:
             flop_time = self.flop_time(k)
-            mem_time = k.bytes / (self.gpu.hbm_bw * HBM_EFFICIENCY)
+            mem_time = k.bytes / (self.gpu.hbm_bw * self.hbm_efficiency)
             total += LAUNCH_S * k.count + max(flop_time, mem_time)
         return total

@@ -29,14 +29,14 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 """
 
 from ..input.load import parse_value
-from .validation import SECTIONS, Row, _cell, _read
+from .validation import SECTIONS, Row, cell, read_table
 
 ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
 
 
 def frontier_rows() -> list[Row]:
     """Rows of ``frontier_runs.csv``."""
-    return [_row(r) for r in _read("frontier_runs.csv")]
+    return [_row(r) for r in read_table("frontier_runs.csv")]
 
 
 def frontier_scenario(row: dict) -> dict:
@@ -49,7 +49,7 @@ def frontier_scenario(row: dict) -> dict:
             node = data
             for part in section.split("."):
                 node = node.setdefault(part, {})
-            node[key] = _cell(row[column])
+            node[key] = cell(row[column])
     t, p = data["training"], data["parallel"]
     if "global_batch" not in t:
         t["global_batch"] = ASSUMED_SEQUENCES_PER_8_GPUS * gpus // 8

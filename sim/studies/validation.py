@@ -64,7 +64,7 @@ def load_rows() -> list[Row]:
     return legacy_rows() + modern_rows() + frontier_rows()
 
 
-def _read(name: str) -> list[dict]:
+def read_table(name: str) -> list[dict]:
     with open(DATA / name, newline="") as f:
         return list(csv.DictReader(f))
 
@@ -73,7 +73,7 @@ def _read(name: str) -> list[dict]:
 
 def legacy_rows() -> list[Row]:
     """Rows of ``published_runs.csv``."""
-    return [_legacy(r) for r in _read("published_runs.csv")]
+    return [_legacy(r) for r in read_table("published_runs.csv")]
 
 
 def step_flops(row: dict) -> float:
@@ -140,10 +140,10 @@ SECTIONS = {  # column -> (section, scenario key)
 
 def modern_rows() -> list[Row]:
     """Rows of ``modern_runs.csv``."""
-    return [_modern(r) for r in _read("modern_runs.csv")]
+    return [_modern(r) for r in read_table("modern_runs.csv")]
 
 
-def _cell(text: str):
+def cell(text: str):
     """A CSV cell as a scenario value: True/False, numbers, [lists] or a;b;c lists, text."""
     text = text.strip()
     if text in ("True", "False"):
@@ -163,7 +163,7 @@ def modern_scenario(row: dict) -> dict:
             node = data
             for part in section.split("."):
                 node = node.setdefault(part, {})
-            node[key] = _cell(row[column])
+            node[key] = cell(row[column])
     for pair in filter(None, row.get("mla", "").split(";")):  # MLA ranks, Hugging Face names
         key, _, value = pair.partition("=")
         data["model"][key.strip()] = parse_value(value.strip())
@@ -206,13 +206,14 @@ class Comparison:
         return self.row.published_value * self.row.published_step_s / self.predicted_step_s
 
 
-def compare(row: Row, e_max: float | None = None, keep: bool = False) -> Comparison:
-    """Simulate one row (``keep``: hold on to the Result, for --explain)."""
+def compare(row: Row, e_max: float | None = None, keep: bool = False, calibration: str | None = None) -> Comparison:
+    """Simulate one row (``keep``: hold on to the Result, for --explain; ``calibration``: a
+    profile's path, as ``cluster.calibration``)."""
     from ..errors import InputError
     from ..step import simulate
 
     try:
-        scenario = scenario_from_dict(row.scenario)
+        scenario = scenario_from_dict(row.scenario, {"cluster.calibration": calibration} if calibration else None)
     except InputError as exc:
         return Comparison(row, None, failure=str(exc))
     # the shipped rows are trusted data, run past the interactive work budget: the largest,
