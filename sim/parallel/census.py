@@ -17,6 +17,7 @@ import numpy as np
 
 from . import workload
 from .layout import Layout
+from .pp import virtual_stages_of
 from ..input.load import topology_spec
 
 
@@ -49,7 +50,8 @@ def layers_per_rank(s) -> int:
     and output pseudo layers."""
     p = s.parallel
     counts = p.stage_layers or _even(s.model.layers, p.pp * p.virtual_stages)
-    return max(sum(counts[c * p.pp + st] for c in range(p.virtual_stages)) for st in range(p.pp)) + 2
+    return max(sum(counts[vs] for vs in virtual_stages_of(p.schedule, p.pp, p.virtual_stages, st))
+               for st in range(p.pp)) + 2
 
 
 def _even(layers: int, chunks: int) -> list[int]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
-from . import pp
-from .params import block_ids, layer_params, rank_params, stage_layer_ids
+from . import pp, pp_zero_bubble as zb
+from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
 
@@ -57,10 +57,12 @@ def activations(ctx, stage: int) -> float:
     t, pl = ctx.scenario.training, ctx.scenario.parallel
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
-    chunks, last = range(stage, len(ctx.stage_layers), pl.pp), len(ctx.stage_layers) - 1
+    chunks, last = held_stages(ctx, stage), len(ctx.stage_layers) - 1
     layers = sum(len(block_ids(ctx, vs)) for vs in chunks) / len(chunks)
     flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
     total = per_layer * layers * flight
+    if pl.schedule in zb.ZERO_BUBBLE:  # output gradients held from a chunk's input-gradient pass to its W
+        total += weight_grad_inputs(ctx) * layers * zb.peaks(pl.schedule, pl.pp, ctx.micro_batches, stage)[1]
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                             pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)
@@ -69,13 +71,21 @@ def activations(ctx, stage: int) -> float:
     return total
 
 
+def weight_grad_inputs(ctx) -> float:
+    """Bytes per layer and micro-batch a deferred W pass needs beyond the stored
+    activations: the gradient of each linear layer's output (the wgrad GEMM is input^T x
+    output-gradient; Qi et al. 2024, section 2): QKV and FC1 outputs tp-sharded, the
+    row-parallel projections' gradients h wide."""
+    d, sh = ctx.dims, ctx.shard
+    return ELEM * sh.tokens * (2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / sh.tp)
+
+
 def gathered(ctx, stage: int) -> float:
     """FSDP: the full weights and gradients of the two layers in use (current + prefetched),
     plus their FP8 copies (weight and transpose) under FP8."""
     if ctx.scenario.parallel.zero < 3:
         return 0.0
-    ids = [l for vs in range(stage, len(ctx.stage_layers), ctx.layout.sizes["pp"])
-           for l in stage_layer_ids(ctx, vs)]
+    ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
     biggest = max(sum(layer_params(ctx, l)) for l in ids)
     return 2 * biggest * (2 * ELEM + (2 if ctx.shard.fp8 else 0))
 

@@ -10,6 +10,7 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 """
 
 from ..model.layers import ELEM
+from . import pp_zero_bubble as zb
 
 AXIS = "pp"
 
@@ -64,6 +65,8 @@ def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> 
     (Megatron-Core combined 1F1B, megatron/core/pipeline_parallel/combined_1f1b.py: with
     pp = 1 the first forward and the last backward run alone, every other forward
     together with the previous micro-batch's backward)."""
+    if schedule in zb.ZERO_BUBBLE:
+        return list(zb.steps(schedule, p, m, stage))
     seq = order(schedule, p, v, m, stage, combined)
     if not combined:
         return [(item,) for item in seq]
@@ -89,7 +92,16 @@ def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: 
     thousands of layouts, need only this)."""
     if schedule == "gpipe":
         return m
+    if schedule in zb.ZERO_BUBBLE:
+        return zb.peaks(schedule, p, m, stage)[0]
     return min(_warmup(schedule, p, v, m, stage, combined) + 1, m * v)
+
+
+def virtual_stages_of(schedule: str, p: int, v: int, stage: int) -> list[int]:
+    """The virtual stages (indices into the stage split) a rank at ``stage`` holds, chunk by
+    chunk: c * p + stage (interleaved), a V's s and 2p-1-s, DualPipe's s and p-1-s."""
+    chunks = 2 if schedule == "dualpipe" else v
+    return [zb.virtual_stage(schedule, p, stage, c) for c in range(chunks)]
 
 
 def in_flight(seq: list[tuple[str, int, int]]) -> int:
@@ -106,13 +118,18 @@ def activation_bytes(b) -> float:
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM / b.ctx.layout.sizes["tp"]
 
 
-def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool) -> int:
-    """One side of a send/recv between virtual stages (rank of vs = vs % p)."""
+def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool, chunk: int = 0) -> int:
+    """One side of a send/recv between virtual stages (the rank holding a virtual stage in
+    ``chunk``'s pipeline: vs % p, or as :func:`.pp_zero_bubble.stage_of` places it)."""
     layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
-    src = layout.stage_rank(b.rank, src_vs % p)
-    dst = layout.stage_rank(b.rank, dst_vs % p)
+    schedule = b.ctx.scenario.parallel.schedule
+    src_stage, dst_stage = zb.stage_of(schedule, p, src_vs, chunk), zb.stage_of(schedule, p, dst_vs, chunk)
+    src = layout.stage_rank(b.rank, src_stage)
+    dst = layout.stage_rank(b.rank, dst_stage)
     stream = f"pp_{'send' if sending else 'recv'}_{'fwd' if direction == 'F' else 'bwd'}"
+    if schedule in zb.ZERO_BUBBLE and chunk:  # each chunk's pipeline its own streams (its own neighbours)
+        stream += f"{chunk}"
     name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
     return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
                         tag=(direction, src_vs, dst_vs), key="p2p",
-                        group_of=lambda r: (layout.stage_rank(r, src_vs % p), layout.stage_rank(r, dst_vs % p)))
+                        group_of=lambda r: (layout.stage_rank(r, src_stage), layout.stage_rank(r, dst_stage)))
