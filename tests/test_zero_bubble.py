@@ -19,18 +19,18 @@ from conftest import assert_input_error, clustersim
 
 from sim.input.load import scenario_from_dict
 from sim.outputs.metrics import rank_times
-from sim.parallel.pp_zero_bubble import Kind, peaks, stage_of, steps, virtual_stage
+from sim.parallel.pp_zero_bubble import EQUAL, Kind, peaks, stage_of, steps, virtual_stage
 from sim.parallel.memory import stage_memory
 from sim.parallel.workload import make_context
 from sim.step import simulate
 
 
-def replay(schedule, p, m, f=1.0, b=1.0, w=1.0):
-    """Idle time of each rank over the makespan, every rank running its steps in order;
-    a pair step costs F + B + W (no overlap)."""
+def replay(schedule, p, m, f=1.0, b=1.0, w=1.0, built_for=EQUAL):
+    """Idle time of each rank over the makespan, every rank running its steps (the list
+    schedules built for times ``built_for``) in order; a pair step costs F + B + W (no overlap)."""
     stages = 2 * p if schedule in ("zb-v", "dualpipev") else p
     cost = {Kind.F: f, Kind.B: b + w, Kind.I: b, Kind.W: w}
-    orders, done = [list(steps(schedule, p, m, s)) for s in range(p)], {}
+    orders, done = [list(steps(schedule, p, m, s, built_for)) for s in range(p)], {}
     clock, idx, busy = [0.0] * p, [0] * p, [0.0] * p
 
     def needs(s, kind, mb, c):

@@ -59,10 +59,12 @@ def activations(ctx, stage: int) -> float:
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
     chunks, last = held_stages(ctx, stage), len(ctx.stage_layers) - 1
     layers = sum(len(block_ids(ctx, vs)) for vs in chunks) / len(chunks)
-    flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
+    costs = pp.pass_costs(ctx)
+    flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap,
+                               costs)
     total = per_layer * layers * flight
     if pl.schedule in zb.ZERO_BUBBLE:  # output gradients held from a chunk's input-gradient pass to its W
-        total += weight_grad_inputs(ctx) * layers * zb.peaks(pl.schedule, pl.pp, ctx.micro_batches, stage)[1]
+        total += weight_grad_inputs(ctx) * layers * zb.peaks(pl.schedule, pl.pp, ctx.micro_batches, stage, costs)[1]
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                             pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)

@@ -9,8 +9,9 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
 """
 
-from ..model.layers import ELEM
+from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
 from . import pp_zero_bubble as zb
+from .tp import grad_parts
 
 AXIS = "pp"
 
@@ -59,14 +60,14 @@ def _warmup(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -
     return min(p - stage - 1 + combined, m)
 
 
-def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> list[tuple]:
+def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool, costs: tuple = zb.EQUAL) -> list[tuple]:
     """The schedule as steps of one (direction, micro-batch, chunk) each or, when
     ``combined``, steady-state pairs (forward, backward) that run as one step
     (Megatron-Core combined 1F1B, megatron/core/pipeline_parallel/combined_1f1b.py: with
     pp = 1 the first forward and the last backward run alone, every other forward
     together with the previous micro-batch's backward)."""
     if schedule in zb.ZERO_BUBBLE:
-        return list(zb.steps(schedule, p, m, stage))
+        return list(zb.steps(schedule, p, m, stage, costs))
     seq = order(schedule, p, v, m, stage, combined)
     if not combined:
         return [(item,) for item in seq]
@@ -85,7 +86,8 @@ def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
-def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> int:
+def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False,
+                   costs: tuple = zb.EQUAL) -> int:
     """``in_flight(order(...))`` without building the order: GPipe holds all m micro-batches;
     1F1B and interleaved 1F1B hold their warm-up forwards plus the one whose backward comes
     next, at most all m * v chunks (the memory of every pipeline stage, and the planner's
@@ -93,8 +95,21 @@ def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: 
     if schedule == "gpipe":
         return m
     if schedule in zb.ZERO_BUBBLE:
-        return zb.peaks(schedule, p, m, stage)[0]
+        return zb.peaks(schedule, p, m, stage, costs)[0]
     return min(_warmup(schedule, p, v, m, stage, combined) + 1, m * v)
+
+
+def pass_costs(ctx) -> tuple:
+    """(F, B, W) of a transformer layer's forward, input-gradient and weight-gradient passes
+    relative to F, to two decimals: the times ZB-H2's and ZB-V's list schedules are built
+    for (the zero-bubble runtime profiles them first: runtime.py ``avg_then_mid``; here the
+    compute model times one dense layer's kernels). Equal times for the other schedules."""
+    if ctx.scenario.parallel.schedule not in ("zb-h2", "zb-v"):
+        return zb.EQUAL
+    d, sh = ctx.dims, ctx.shard
+    fwd = [*attention_pre(d, sh), attention_core(d, sh), *attention_post(d, sh), *mlp_block(d, sh)]
+    f, (dgrad, wgrad) = ctx.compute.time(fwd), grad_parts(backward(fwd))
+    return tuple(round(ctx.compute.time(k) / f, 2) for k in (fwd, dgrad, wgrad))
 
 
 def virtual_stages_of(schedule: str, p: int, v: int, stage: int) -> list[int]:
@@ -133,3 +148,4 @@ def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending
     return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
                         tag=(direction, src_vs, dst_vs), key="p2p",
                         group_of=lambda r: (layout.stage_rank(r, src_stage), layout.stage_rank(r, dst_stage)))
+

@@ -36,6 +36,7 @@ Run ``clustersim run SCENARIO --set parallel.schedule=zb-h1`` (or ``zb-h2``, ``z
 ``dualpipe``, ``dualpipev``).
 """
 
+import heapq
 from enum import Enum
 from functools import lru_cache
 
@@ -50,6 +51,8 @@ class Kind(str, Enum):
     I = "I"  # input gradient only (the zero-bubble B)  # noqa: E741
     W = "W"  # deferred weight gradient
 
+
+EQUAL = (1.0, 1.0, 1.0)  # F, B, W times of the papers' handcrafted schedules
 
 __all__ = ["Kind", "V_SHAPED", "ZERO_BUBBLE", "stage_of", "steps", "virtual_stage"]
 
@@ -73,14 +76,16 @@ def stage_of(schedule: str, p: int, vs: int, chunk: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def steps(schedule: str, p: int, m: int, stage: int) -> tuple:
-    """The rank's steps (tuples of one or two items), built once per (schedule, p, m, stage)."""
+def steps(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple:
+    """The rank's steps (tuples of one or two items), built once per (schedule, p, m, stage);
+    ``costs``: the (F, B, W) times the list schedules of ZB-H2 and ZB-V are built for (the
+    zero-bubble runtime builds them from profiled times, runtime.py ``avg_then_mid``)."""
     if schedule == "zb-h1":
         return tuple((item,) for item in _zb_h1(p, m, stage))
     if schedule == "zb-h2":
-        return tuple((item,) for item in _list_schedule(p, m, 1, 2 * p - 1)[stage])
+        return tuple((item,) for item in _list_schedule(p, m, 1, 2 * p - 1, costs)[stage])
     if schedule == "zb-v":
-        return tuple((item,) for item in _list_schedule(p, m, 2, 2 * p)[stage])
+        return tuple((item,) for item in _list_schedule(p, m, 2, 2 * p, costs)[stage])
     return tuple(_dualpipe(p, m, stage, schedule == "dualpipev"))
 
 
@@ -102,50 +107,53 @@ def _zb_h1(p: int, m: int, s: int) -> list[tuple]:
 
 
 @lru_cache(maxsize=64)
-def _list_schedule(p: int, m: int, chunks: int, limit: int) -> tuple:
-    """Unit-time list schedule of every rank at once: at each time unit a free rank runs
-    a ready input-gradient pass, else a ready forward while fewer than ``limit`` chunk
-    activations are held (forward done, W not yet), else its oldest pending W; among
-    chunks, the later virtual stage first (it frees memory sooner)."""
-    stages = chunks * p
-    f_end, b_end = {}, {}
-    nxt_f, nxt_b = [[0] * chunks for _ in range(p)], [[0] * chunks for _ in range(p)]
-    held, pending, orders, time = [0] * p, [[] for _ in range(p)], [[] for _ in range(p)], 0
-    done = lambda: all(not pending[s] and all(n == m for n in nxt_b[s]) for s in range(p))
-    while not done():
+def _list_schedule(p: int, m: int, chunks: int, limit: int, costs: tuple = EQUAL) -> tuple:
+    """List schedule of every rank at once with pass times ``costs`` (F, B, W): whenever a
+    rank is free it starts a ready input-gradient pass, else a ready forward while fewer
+    than ``limit`` chunk activations are held (forward done, W not yet), else its oldest
+    pending W; among chunks, the later virtual stage first (it frees memory sooner)."""
+    shape = "zb-v" if chunks == 2 else "1f1b"
+    ends: dict = {}  # ("F" | "B", virtual stage, micro-batch) -> end time
+    nxt = {kind: [[0] * chunks for _ in range(p)] for kind in "FB"}
+    held, pending, orders, free = [0] * p, [[] for _ in range(p)], [[] for _ in range(p)], [0.0] * p
+    events, time = [0.0], 0.0
+    while any(pending[s] or any(n < m for n in nxt["B"][s]) for s in range(p)):
         for s in range(p):
-            item = _pick(p, m, chunks, stages, s, time, f_end, b_end, nxt_f, nxt_b, held[s] < limit, pending[s])
+            if free[s] > time:
+                continue
+            item = _pick(p, m, chunks, shape, s, time, ends, nxt, held[s] < limit, pending[s])
             if item is None:
                 continue
             kind, k, c = item
-            vs = virtual_stage("zb-v" if chunks == 2 else "1f1b", p, s, c)
-            if kind is Kind.F:
-                f_end[vs, k] = time + 1
-                nxt_f[s][c] += 1
-                held[s] += 1
-            elif kind is Kind.I:
-                b_end[vs, k] = time + 1
-                nxt_b[s][c] += 1
-                pending[s].append((k, c))
-            else:
+            end = time + costs["FIW".index(kind.value)]
+            if kind is Kind.W:
                 pending[s].pop(0)
                 held[s] -= 1
+            else:
+                ends["F" if kind is Kind.F else "B", virtual_stage(shape, p, s, c), k] = end
+                nxt["F" if kind is Kind.F else "B"][s][c] += 1
+                held[s] += kind is Kind.F
+                pending[s] += [(k, c)] if kind is Kind.I else []
             orders[s].append(item)
-        time += 1
+            free[s] = end
+            heapq.heappush(events, end)
+        while events and events[0] <= time:
+            heapq.heappop(events)
+        time = events[0] if events else time + 1
     return tuple(tuple(o) for o in orders)
 
 
-def _pick(p, m, chunks, stages, s, time, f_end, b_end, nxt_f, nxt_b, room: bool, pending: list):
+def _pick(p, m, chunks, shape, s, time, ends, nxt, room: bool, pending: list):
     """The item rank ``s`` starts at ``time`` under :func:`_list_schedule`'s rule, or None."""
-    order = range(chunks - 1, -1, -1)
-    for c in order:
-        k, vs = nxt_b[s][c], virtual_stage("zb-v" if chunks == 2 else "1f1b", p, s, c)
-        if k < nxt_f[s][c] and (b_end.get((vs + 1, k), time + 1) if vs < stages - 1
-                                else f_end.get((vs, k), time + 1)) <= time:
+    last, never = chunks * p - 1, time + 1
+    for c in range(chunks - 1, -1, -1):
+        k, vs = nxt["B"][s][c], virtual_stage(shape, p, s, c)
+        ready = ends.get(("B", vs + 1, k), never) if vs < last else ends.get(("F", vs, k), never)
+        if k < nxt["F"][s][c] and ready <= time:
             return Kind.I, k, c
-    for c in order:
-        k, vs = nxt_f[s][c], virtual_stage("zb-v" if chunks == 2 else "1f1b", p, s, c)
-        if room and k < m and (vs == 0 or f_end.get((vs - 1, k), time + 1) <= time):
+    for c in range(chunks - 1, -1, -1):
+        k, vs = nxt["F"][s][c], virtual_stage(shape, p, s, c)
+        if room and k < m and (vs == 0 or ends.get(("F", vs - 1, k), never) <= time):
             return Kind.F, k, c
     if pending:
         k, c = pending[0]
@@ -230,12 +238,12 @@ def _dualpipe(p: int, m: int, rank: int, v_shape: bool) -> list[tuple]:
 
 
 @lru_cache(maxsize=256)
-def peaks(schedule: str, p: int, m: int, stage: int) -> tuple[int, int]:
+def peaks(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple[int, int]:
     """(most chunk activations held: forward done, weight gradient not yet; most chunks
     whose weight gradients are pending: input gradient done, W not yet) on the rank.
     Taken apart, their sum bounds what is held at once from above."""
     held = pending = top_held = top_pending = 0
-    for step in steps(schedule, p, m, stage):
+    for step in steps(schedule, p, m, stage, costs):
         for kind, _, _ in step:
             held += {Kind.F: 1, Kind.B: -1, Kind.W: -1}.get(kind, 0)
             pending += {Kind.I: 1, Kind.W: -1}.get(kind, 0)

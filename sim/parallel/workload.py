@@ -123,12 +123,12 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     param_waits = zero.gather_params(b, [l for c in chunks for l in chunks[c]]) if zero.enabled(b) else {}
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
     syncs = {c: sync_cls(b) for c in chunks} if par.zero < 3 else {}
-    steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap)
+    steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
     last = {chunk: mb for step in steps for kind, mb, chunk in step if kind != "F"}  # each chunk's last backward
-    final, deferred = [], {}
+    final, deferred, chunk_end = [], {}, {}
     for step in steps:
         if step[0][0] == "W":
-            weight_pass(deferred.pop(step[0][1:]))
+            chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
             continue
         passes = [open_pass(b, chunks, vstages, syncs, param_waits, item, last) for item in step]
         if len(passes) == 2:
@@ -139,7 +139,12 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
             final += close_pass(b, ps, vstages[chunk], chunk)
             if kind == "I":
                 deferred[mb, chunk] = ps
+            if kind != "F":
+                chunk_end[chunk] = ps.x
     final += [op for s in syncs.values() for op in s.issued]
+    if par.schedule == "dualpipe":  # the two copies of each stage add their gradients (both ranks in stage order)
+        final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
+                                    else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]
     optimizer_step(b, final)
     return b
 
