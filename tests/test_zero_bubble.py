@@ -148,8 +148,18 @@ def test_dualpipe_holds_two_parameter_copies_and_pp_plus_1_activations():
     for stage in range(p):
         a, b = stage_memory(one, stage), stage_memory(two, stage)
         assert b.weights == pytest.approx(2 * a.weights, rel=0.02)
-    h1, h2 = (make_context(scenario(p, m, s), [], "h100-sxm") for s in ("zb-h1", "zb-h2"))
-    assert stage_memory(h2, 0).activations > stage_memory(h1, 0).activations
+
+
+def test_peak_activations_per_rank_as_the_tables_give_them():
+    """The fullest rank's activations relative to 1F1B's (p micro-batches on stage 0): ZB-H1
+    and ZB-V 1x (Qi et al. 2024), ZB-H2 (2p-1)/p, DualPipe (PP+1)/PP with PP = p,
+    DualPipeV (PP+1)/PP with PP = 2p half-size stages (DeepSeek-V3 report Table 2)."""
+    p, m = 4, 8
+    peak = {s: max(stage_memory(make_context(scenario(p, m, s, layers=4 * p), [], "h100-sxm"), st).activations
+                   for st in range(p)) for s in ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")}
+    ratio = {s: v / peak["1f1b"] for s, v in peak.items()}
+    assert ratio == pytest.approx({"1f1b": 1, "zb-h1": 1, "zb-h2": (2 * p - 1) / p, "zb-v": 1,
+                                   "dualpipe": (p + 1) / p, "dualpipev": (2 * p + 1) / (2 * p)}, rel=0.01)
 
 
 @pytest.mark.parametrize("schedule, overrides, key", [

@@ -62,9 +62,10 @@ def activations(ctx, stage: int) -> float:
     costs = pp.pass_costs(ctx)
     flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap,
                                costs)
+    if pl.schedule in zb.ZERO_BUBBLE:  # after its input gradient a chunk holds what its W reads
+        share = min(1.0, round(weight_grad_inputs(ctx) / per_layer, 3)) if per_layer else 1.0
+        flight = zb.held_peak(pl.schedule, pl.pp, ctx.micro_batches, stage, costs, share)
     total = per_layer * layers * flight
-    if pl.schedule in zb.ZERO_BUBBLE:  # output gradients held from a chunk's input-gradient pass to its W
-        total += weight_grad_inputs(ctx) * layers * zb.peaks(pl.schedule, pl.pp, ctx.micro_batches, stage, costs)[1]
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                             pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)
@@ -74,12 +75,15 @@ def activations(ctx, stage: int) -> float:
 
 
 def weight_grad_inputs(ctx) -> float:
-    """Bytes per layer and micro-batch a deferred W pass needs beyond the stored
-    activations: the gradient of each linear layer's output (the wgrad GEMM is input^T x
-    output-gradient; Qi et al. 2024, section 2): QKV and FC1 outputs tp-sharded, the
-    row-parallel projections' gradients h wide."""
+    """Bytes per layer and micro-batch a deferred W pass reads (the wgrad GEMM is
+    input^T x output-gradient; Qi et al. 2024, section 2): the four linear layers' saved
+    inputs (QKV's and FC1's sequence-sharded under SP, Megatron re-gathers them for the
+    wgrad) and their output gradients (QKV and FC1 outputs tp-sharded, the row-parallel
+    projections' gradients h wide)."""
     d, sh = ctx.dims, ctx.shard
-    return ELEM * sh.tokens * (2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / sh.tp)
+    inputs = 2 * d.h / (sh.tp if sh.sp else 1) + (d.h + d.f) / sh.tp
+    grads = 2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / sh.tp
+    return ELEM * sh.tokens * (inputs + grads)
 
 
 def gathered(ctx, stage: int) -> float:

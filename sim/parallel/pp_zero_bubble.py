@@ -240,12 +240,28 @@ def _dualpipe(p: int, m: int, rank: int, v_shape: bool) -> list[tuple]:
 @lru_cache(maxsize=256)
 def peaks(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple[int, int]:
     """(most chunk activations held: forward done, weight gradient not yet; most chunks
-    whose weight gradients are pending: input gradient done, W not yet) on the rank.
-    Taken apart, their sum bounds what is held at once from above."""
+    whose weight gradients are pending: input gradient done, W not yet) on the rank."""
     held = pending = top_held = top_pending = 0
-    for step in steps(schedule, p, m, stage, costs):
-        for kind, _, _ in step:
-            held += {Kind.F: 1, Kind.B: -1, Kind.W: -1}.get(kind, 0)
-            pending += {Kind.I: 1, Kind.W: -1}.get(kind, 0)
-            top_held, top_pending = max(top_held, held), max(top_pending, pending)
+    for kind in _kinds(schedule, p, m, stage, costs):
+        held += {Kind.F: 1, Kind.B: -1, Kind.W: -1}.get(kind, 0)
+        pending += {Kind.I: 1, Kind.W: -1}.get(kind, 0)
+        top_held, top_pending = max(top_held, held), max(top_pending, pending)
     return top_held, top_pending
+
+
+@lru_cache(maxsize=256)
+def held_peak(schedule: str, p: int, m: int, stage: int, costs: tuple, w_share: float) -> float:
+    """Most activation held at once, in chunk activations: a chunk counts 1 from its
+    forward to its input-gradient pass (or whole backward), then ``w_share`` (what its W
+    still reads, relative to the whole) until its W: the freeing that lets ZB-H1 keep
+    1F1B's peak (Qi et al. 2024, section 2.1: W needs less memory than B)."""
+    full = pending = top = 0.0
+    for kind in _kinds(schedule, p, m, stage, costs):
+        full += {Kind.F: 1, Kind.B: -1, Kind.I: -1}.get(kind, 0)
+        pending += {Kind.I: 1, Kind.W: -1}.get(kind, 0)
+        top = max(top, full + w_share * pending)
+    return top
+
+
+def _kinds(schedule, p, m, stage, costs):
+    return [kind for step in steps(schedule, p, m, stage, costs) for kind, _, _ in step]
