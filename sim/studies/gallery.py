@@ -7,8 +7,8 @@ scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and
 - ``gallery-pipeline-schedules.png``: GPipe, 1F1B and interleaved 1F1B on the same
   model and time axis: where the bubbles sit and how interleaving shrinks them; then
   ZB-H1, ZB-H2, ZB-V, DualPipe and DualPipeV on the same case.
-- ``gallery-dualpipe.png``: DualPipe's two directions and its overlapped forward-backward
-  pairs on an MoE model with expert parallelism.
+- ``gallery-dualpipe.png``, ``gallery-dualpipe-pairs.png``: DualPipe's two directions and
+  (zoomed) its overlapped forward-backward pairs on an MoE model with expert parallelism.
 - ``gallery-straggler.png: one rank 1.5x slower in data parallelism holds every rank
   at the gradient all-reduce (pale bars: waiting for it).
 - ``gallery-hierarchical.png``: flat ring vs hierarchical all-reduce across NVLink
@@ -62,9 +62,8 @@ def pipeline_schedules(out: Path) -> list[str]:
             ("interleaved 1F1B, v=2", _run(path, ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]))]
     runs += [(label, _run(path, [f"parallel.schedule={name}"])) for label, name in NEW_SCHEDULES]
     plot_panels([(r, label) for label, r in runs], out / "gallery-pipeline-schedules.png", ranks="all",
-                suptitle="Pipeline bubbles (hatched): p = 4 stages, m = 8 micro-batches; "
-                         "(p-1)/(m+p-1) = 27% for GPipe and 1F1B, (p-1)/(v m+p-1) = 16% interleaved;\n"
-                         "ZB-H1, ZB-H2, ZB-V, DualPipe(V) defer weight gradients into the bubbles")
+                suptitle="Pipeline bubbles (hatched), p = 4, m = 8: GPipe, 1F1B 27%, interleaved 16% (closed forms); "
+                         "ZB-*, DualPipe(V) move weight gradients into them")
     return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble {r.summary['bubble_fraction']:.1%}"
             for label, r in runs]
 
@@ -78,6 +77,11 @@ def dualpipe(out: Path) -> list[str]:
     plot_panels([(r, "DualPipe")], out / "gallery-dualpipe.png", ranks="all",
                 suptitle="DualPipe: micro-batches 0-3 flow GPU 0 -> 3, 4-7 flow GPU 3 -> 0; in the middle each "
                          "forward runs interleaved with another micro-batch's backward (all-to-alls under compute)")
+    step = r.summary["step_time_s"]
+    plot_panels([(r, "DualPipe, the middle of the step")], out / "gallery-dualpipe-pairs.png", ranks="0,4",
+                window=(0.22 * step, 0.42 * step),
+                suptitle="DualPipe's overlapped pairs: a forward (light) and another micro-batch's backward (dark), "
+                         "layer piece by layer piece; all-to-alls (ep) under the other's compute")
     return [f"DualPipe (MoE, EP 4): step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble "
             f"{r.summary['bubble_fraction']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms"]
 
