@@ -63,7 +63,7 @@ def activations(ctx, stage: int) -> float:
     flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap,
                                costs)
     if pl.schedule in zb.ZERO_BUBBLE:  # after its input gradient a chunk holds what its W reads
-        share = min(1.0, round(weight_grad_inputs(ctx) / per_layer, 3)) if per_layer else 1.0
+        share = w_share(ctx.dims, ctx.shard.tokens, ctx.shard.tp, ctx.shard.sp, per_layer)
         flight = zb.held_peak(pl.schedule, pl.pp, ctx.micro_batches, stage, costs, share)
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
@@ -74,16 +74,27 @@ def activations(ctx, stage: int) -> float:
     return total
 
 
+def w_share(d, tokens: float, tp: int, sp: bool, per_layer: float) -> float:
+    """What a chunk waiting for its W holds, relative to its whole activations (at most 1;
+    to three decimals, so that schedules' peaks are computed once per value)."""
+    need = weight_grad_bytes(d, tokens, tp, sp)
+    return min(1.0, round(need / per_layer, 3)) if per_layer else 1.0
+
+
 def weight_grad_inputs(ctx) -> float:
+    """:func:`weight_grad_bytes` of the context's micro-batch shard."""
+    return weight_grad_bytes(ctx.dims, ctx.shard.tokens, ctx.shard.tp, ctx.shard.sp)
+
+
+def weight_grad_bytes(d, tokens: float, tp: int, sp: bool) -> float:
     """Bytes per layer and micro-batch a deferred W pass reads (the wgrad GEMM is
     input^T x output-gradient; Qi et al. 2024, section 2): the four linear layers' saved
     inputs (QKV's and FC1's sequence-sharded under SP, Megatron re-gathers them for the
     wgrad) and their output gradients (QKV and FC1 outputs tp-sharded, the row-parallel
     projections' gradients h wide)."""
-    d, sh = ctx.dims, ctx.shard
-    inputs = 2 * d.h / (sh.tp if sh.sp else 1) + (d.h + d.f) / sh.tp
-    grads = 2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / sh.tp
-    return ELEM * sh.tokens * (inputs + grads)
+    inputs = 2 * d.h / (tp if sp else 1) + (d.h + d.f) / tp
+    grads = 2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / tp
+    return ELEM * tokens * (inputs + grads)
 
 
 def gathered(ctx, stage: int) -> float:
