@@ -8,7 +8,7 @@ import time
 
 from . import collectives
 from . import work
-from .hardware import topology
+from .hardware import calibration, topology
 from .parallel import workload
 from .engine.core import Engine, cycle_collector_paused
 from .errors import InputError, SimulationError
@@ -30,6 +30,7 @@ def build_topology(s: Scenario) -> topology.Topology:
     from .hardware.faults import apply_faults
 
     apply_faults(graph, s.cluster.faults, spec)
+    calibration.apply(graph, s.cluster.calibration)  # a measured profile's link efficiencies and latencies
     if spec.max_gpus is not None and s.cluster.gpus > spec.max_gpus:
         raise InputError("cluster", f"{s.cluster.gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
     return topology.Topology(graph, spec)

@@ -37,7 +37,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                   t.flash_attention, t.precision == "fp8")
-    ctx = Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend),
+    compute = ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration)
+    ctx = Context(s, d, layout, shard, compute,
                   domains, frozenset(), t.global_batch // (p.dp * t.micro_batch),
                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
     ctx.expert_loads = expert_loads(s, d, shard, layout)
@@ -58,8 +59,7 @@ def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
     get, or a rail-only or multi-plane one, whose routes the link labels do not describe
     (folding's exactness argument needs the first)."""
     perturbed = bool(s.stragglers or s.cluster.faults)
-    plain = fabric.oversubscription <= 1 and fabric.builder == "fat_tree" and fabric.planes == 1
-    return s.parallel.fold and s.jitter.sigma == 0 and (plain or not perturbed)
+    return s.parallel.fold and s.jitter.sigma == 0 and (fabric.non_blocking_rails or not perturbed)
 
 
 def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: bool) -> Folding:
