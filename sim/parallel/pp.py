@@ -11,6 +11,7 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 
 from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
 from . import pp_zero_bubble as zb
+from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak  # (re-exported: the planner reads schedules through pp)
 from .tp import grad_parts
 
 AXIS = "pp"

@@ -88,15 +88,14 @@ class RankBuilder:
         While a pass defers its weight gradients (:attr:`deferred` is a list), the
         weight-gradient half of the op's GEMMs (:func:`.tp.grad_parts`) is recorded there
         instead; ``weights=False``: the kernels are already one side of that split."""
+        wgrad = ()
         if self.deferred is not None and weights:
             kernels, wgrad = grad_parts(kernels)
-            if wgrad:
-                op = self.compute(name, kernels, deps, layer, mb, stream, weights=False)
-                self.deferred.append((name, wgrad, op, layer, mb))
-                return op
         duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
-        return self.program.add(Op(name, "compute", stream, duration, None, _deps(deps),
-                                   layer, mb, self.stage))
+        op = self.program.add(Op(name, "compute", stream, duration, None, _deps(deps), layer, mb, self.stage))
+        if wgrad:
+            self.deferred.append((name, wgrad, op, layer, mb))
+        return op
 
     def weight_grad(self, name: str, kernels: tuple, deps, layer: int, mb: int):
         """An op of weight-gradient GEMMs: now, or recorded for the W pass while the

@@ -19,7 +19,6 @@ from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
 from ..parallel.params import EMBEDDING, block_ids, layer_params, mtp_ids, stage_layer_ids
 from ..parallel.program import Context
-from ..parallel.pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,9 @@ class Stages:
         """Micro-batch chunks whose activations each stage holds at once, at its peak (the
         zero-bubble schedules: ``memory.activations``' count, a chunk counting ``w_share``
         between its input-gradient pass and its W)."""
-        if schedule in ZERO_BUBBLE:
-            return np.array([held_peak(schedule, pp, micro, s, EQUAL, w_share) for s in range(pp)], dtype=float)
+        if schedule in pipeline.ZERO_BUBBLE:
+            return np.array([pipeline.held_peak(schedule, pp, micro, s, pipeline.EQUAL, w_share) for s in range(pp)],
+                            dtype=float)
         return np.array([pipeline.peak_in_flight(schedule, pp, v, micro, s, combined) for s in range(pp)], dtype=float)
 
     def layer_ids(self, pp: int, v: int, stage: int) -> list[int]:
