@@ -25,14 +25,7 @@ from .input.scenario import Scenario
 def build_topology(s: Scenario) -> topology.Topology:
     """The cluster's graph with overrides and link faults applied."""
     spec = topology_spec(s)
-    gpu = gpu_preset(s.cluster.gpu or spec.gpu)
-    graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
-    from .hardware.faults import apply_faults
-
-    apply_faults(graph, s.cluster.faults, spec)
-    if spec.max_gpus is not None and s.cluster.gpus > spec.max_gpus:
-        raise InputError("cluster", f"{s.cluster.gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
-    return topology.Topology(graph, spec)
+    return topology.build(spec, s.cluster.gpus, gpu_preset(s.cluster.gpu or spec.gpu), "cluster", s.cluster.faults)
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,

@@ -44,7 +44,6 @@ def _load(name, overrides=()):
 
 
 def _programs(s):
-    s = s.model_copy()  # (a copy: the run must not reuse the census's folding of s, workload.folding)
     topo = build_topology(s)
     ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu, None, topo.spec)
     return workload.build_programs(ctx)

@@ -14,7 +14,7 @@ same network, which another job's traffic breaks. Jobs must agree on the cluster
 ``--cluster-nodes`` nodes (default: as many as the jobs need).
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 import time
 
 from .. import collectives
@@ -129,7 +129,7 @@ def relabel(prog: RankProgram, gpus: list[int], job: int) -> RankProgram:
                 moved = calls[id(c)] = Collective(("job", job) + c.key, c.op, tuple(gpus[g] for g in c.group),
                                                   c.nbytes, c.algo, tuple(tuple(gpus[g] for g in s) for s in c.siblings),
                                                   c.shares)
-            op = replace(op, comm=moved)
+            op = op._replace(comm=moved)
         ops.append(op)
     return RankProgram(gpus[prog.rank], ops)
 

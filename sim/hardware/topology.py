@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError
+from .faults import apply_faults
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
@@ -346,8 +347,12 @@ def _short_paths(graph: nx.Graph, u, v) -> list[list]:
     return [[u, w, v] for w in sorted(set(graph.adj[u]) & set(graph.adj[v]))]
 
 
-def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster") -> Topology:
-    """Build and index the topology for ``num_gpus`` GPUs."""
+def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", faults=()) -> Topology:
+    """Build and index the topology for ``num_gpus`` GPUs (refused before any graph is
+    built when the topology holds fewer), with link ``faults`` applied
+    (:func:`sim.hardware.faults.apply_faults`)."""
     if spec.max_gpus is not None and num_gpus > spec.max_gpus:
         raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
-    return Topology(fat_tree(num_gpus, spec, gpu), spec)
+    graph = fat_tree(num_gpus, spec, gpu)
+    apply_faults(graph, faults, spec)
+    return Topology(graph, spec)

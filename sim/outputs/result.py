@@ -1,7 +1,6 @@
 """The result of one simulated step: the summary dict and the spans DataFrame."""
 
 from dataclasses import dataclass, field
-import json
 
 import numpy as np
 import pandas as pd
@@ -18,10 +17,6 @@ class Result:
     scenario: object = None
     memory: object = None
     info: dict = field(default_factory=dict)  # layout facts plots and reports use
-
-    def to_json(self) -> str:
-        """The summary as one line of JSON (stable key order)."""
-        return json.dumps(self.summary)
 
     def to_chrome_trace(self, ranks=None) -> dict:
         """Chrome/Perfetto trace of the spans (see :mod:`sim.outputs.trace`)."""

@@ -21,6 +21,7 @@ visible.
 import numpy as np
 import pandas as pd
 
+from ..engine.kinds import Phase
 from ..errors import InputError
 from .metrics import length, subtract, union
 
@@ -178,11 +179,13 @@ def waits(result, ranks) -> list[tuple[int, str, float, float, str]]:
     return out
 
 
-def _phase(name: str) -> str:
-    """forward, backward (recomputation belongs to the backward pass) or other compute."""
-    if name.endswith("_fwd"):
-        return "forward"
-    return "backward" if "_bwd" in name or "recompute" in name else "compute"
+DRAWN_PHASE = {Phase.FORWARD: "forward", Phase.BACKWARD: "backward", Phase.RECOMPUTE: "backward"}
+
+
+def drawn_phase(phase) -> str:
+    """How a compute span of ``phase`` is drawn: forward, backward (recomputation belongs to
+    the backward pass) or other compute (the optimizer)."""
+    return DRAWN_PHASE.get(phase, "compute")
 
 
 def _chunks(layer: np.ndarray, phase: np.ndarray) -> np.ndarray:
@@ -203,7 +206,7 @@ def _compute_blocks(ax, g, y: float, px: float, labels_left: int) -> int:
     direction and chunk; a white line where the micro-batch, direction or chunk changes
     and the micro-batch number inside blocks wide enough; returns labels still allowed."""
     g = g.sort_values("start_s", kind="stable")
-    phase = g.name.map(_phase).to_numpy()
+    phase = g.phase.map(drawn_phase).to_numpy()
     chunk = _chunks(g.layer.to_numpy(), phase)
     mb = g.micro_batch.to_numpy()
     starts, ends = g.start_s.to_numpy(), g.end_s.to_numpy()
@@ -279,7 +282,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     chunked = False
     for rank, g in shown[shown.category == "compute"].groupby("rank"):
         labels_left = _compute_blocks(ax, g, y_of[(int(rank), "compute", 0)], px, labels_left)
-        chunked |= bool((_chunks(g.layer.to_numpy(), g.name.map(_phase).to_numpy()) > 0).any())
+        chunked |= bool((_chunks(g.layer.to_numpy(), g.phase.map(drawn_phase).to_numpy()) > 0).any())
     comm = shown[~shown.category.isin(["idle", "compute"])]
     for (rank, stream, kind), g in comm.groupby(["rank", "stream", "category"]):
         _bars(ax, g[["start_s", "end_s"]].to_numpy(), y_of[row_of[(int(rank), stream)]], px,

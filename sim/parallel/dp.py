@@ -8,8 +8,9 @@ its parameter bytes x (N-1)/N.
 """
 
 from .params import layer_params
+from ..engine.kinds import Category
 
-AXIS = "dp"
+AXIS = Category.DP
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
 
 

@@ -10,8 +10,9 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 """
 
 from ..model.layers import ELEM
+from ..engine.kinds import Category
 
-AXIS = "pp"
+AXIS = Category.PP
 
 
 def split_layers(layers: int, chunks: int, explicit: list[int] | None) -> list[range]:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.core import Op, RankProgram, SPAN_COLUMNS
+from ..engine.kinds import Category, Phase
 from ..outputs.result import Result
 
 MAX_ENGINES = 31  # engines shown (plus the trainer): the trace's default-selection size
@@ -53,9 +54,9 @@ def _merge(rows: list[tuple]) -> list[tuple]:
     return out
 
 
-def _row(rank, stream, name, category, start, end, step=-1) -> dict:
+def _row(rank, stream, name, category, start, end, step=-1, phase=None) -> dict:
     return {"rank": rank, "stream": stream, "name": name, "category": category, "start_s": start,
-            "end_s": end, "layer": -1, "micro_batch": step, "stage": -1, "bytes": 0.0}
+            "end_s": end, "layer": -1, "micro_batch": step, "stage": -1, "bytes": 0.0, "phase": phase}
 
 
 def _trainer_rows(res) -> list[dict]:
@@ -63,12 +64,14 @@ def _trainer_rows(res) -> list[dict]:
     rows = []
     for st in res.loop.steps:
         t, d = st.start, st.end - st.start
-        for name, share in (("train_fwd", fwd), ("train_bwd", bwd), ("train_optimizer", 1 - fwd - bwd)):
+        for name, share, phase in (("train_fwd", fwd, Phase.FORWARD), ("train_bwd", bwd, Phase.BACKWARD),
+                                   ("train_optimizer", 1 - fwd - bwd, Phase.OPTIMIZER)):
             if share > 0:
-                rows.append(_row(0, "compute", name, "compute", t, t + d * share, st.step))
+                rows.append(_row(0, "compute", name, Category.COMPUTE, t, t + d * share, st.step, phase))
                 t += d * share
         if st.transfer:
-            rows.append(_row(0, "weights", "send_weights", "weights", *st.transfer, st.step + 1))
+            rows.append(_row(0, "weights", "send_weights", Category.WEIGHTS, *st.transfer, st.step + 1,
+                             Phase.WEIGHT_SYNC))
     return rows
 
 
@@ -84,10 +87,11 @@ def _engine_rows(g, wall: float, transfers: list[tuple]) -> list[dict]:
                 tail.append((start, end, 0))
         elif kind == "weights":
             weights.append((start, end, "pause" if g.mode == "pipeline" else "swap"))
-    rows = [_row(rank, "compute", "generate_fwd", "compute", a, b, v) for a, b, v in _merge(gen)]
-    rows += [_row(rank, "tail", "underfull", "tail", a, b) for a, b, _ in _merge(tail)]
-    rows += [_row(rank, "weights", name, "weights", a, b) for a, b, name in _merge(weights)]
-    rows += [_row(rank, "weights", "receive_weights", "weights", a, b) for a, b in transfers]
+    rows = [_row(rank, "compute", "generate_fwd", Category.COMPUTE, a, b, v, Phase.FORWARD) for a, b, v in _merge(gen)]
+    rows += [_row(rank, "tail", "underfull", Category.TAIL, a, b) for a, b, _ in _merge(tail)]
+    rows += [_row(rank, "weights", name, Category.WEIGHTS, a, b) for a, b, name in _merge(weights)]
+    rows += [_row(rank, "weights", "receive_weights", Category.WEIGHTS, a, b, phase=Phase.WEIGHT_SYNC)
+             for a, b in transfers]
     return rows
 
 
@@ -152,11 +156,3 @@ def plot(res, path: str) -> None:
     result = as_result(res)
     plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
 
-
-def plot_modes(results: list, path: str) -> None:
-    """Several runs of one scenario (e.g. sync and pipeline) stacked on one time axis."""
-    from ..outputs.timeline import plot_panels
-
-    items = [(as_result(r), title(r)) for r in results]
-    ranks = sorted(set().union(*(set(res.spans["rank"].unique().tolist()) for res, _ in items)))
-    plot_panels(items, path, ranks=ranks)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 import math
 
+from ..engine.kinds import Category, Phase
 from ..input.scenario import Scenario
 from ..model.transformer import dims, model_flops_per_token
 from . import lengths as length_model
@@ -117,10 +118,10 @@ class Trainer:
         """(forward, backward) shares of an anchor step's compute on rank 0, for
         drawing a step as forward then backward work (the rest: the optimizer)."""
         spans = next(iter(self.anchors.values())).spans
-        comp = spans[(spans["rank"] == 0) & (spans["category"] == "compute")]
+        comp = spans[(spans["rank"] == 0) & (spans["category"] == Category.COMPUTE)]
         dur = comp["end_s"] - comp["start_s"]
-        fwd = dur[comp["name"].str.endswith("_fwd")].sum()
-        bwd = dur[comp["name"].str.contains("_bwd|recompute")].sum()
+        fwd = dur[comp["phase"] == Phase.FORWARD].sum()
+        bwd = dur[comp["phase"].isin([Phase.BACKWARD, Phase.RECOMPUTE])].sum()
         total = dur.sum()
         return (fwd / total, bwd / total) if total > 0 else (0.0, 1.0)
 
@@ -143,8 +144,9 @@ def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float
     ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu)
     programs = workload.build_programs(ctx)
     rank0 = next(p for p in programs if p.rank == 0)
-    rank0.add(Op("send_weights", "weights", "weights", comm=Collective(("rl-weights",), "broadcast", group,
-                                                                           float(nbytes), "ring")))
+    rank0.add(Op("send_weights", Category.WEIGHTS, "weights", comm=Collective(("rl-weights",), "broadcast", group,
+                                                                                float(nbytes), "ring"),
+                 phase=Phase.WEIGHT_SYNC))
     engine = Engine(topo, programs, compute_scale(s, topo))
     engine.run()
     spans = spans_frame(engine)
