@@ -16,7 +16,7 @@ from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
-from .outputs.result import Result, spans_frame
+from .outputs.result import Result, StepFacts, spans_frame
 from .hardware.faults import perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
@@ -32,7 +32,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
              record_links: bool = False, force: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
-    ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
+    ``record_links`` keeps every rate change of every transfer (``facts.link_log``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
     huge runs). Unless ``force``, a scenario past the work budget is refused first
     (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
@@ -80,12 +80,9 @@ def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bo
     slow = straggler_slowdowns(s, topo.spec.gpus_per_node, from_start=True)
     peak = gpu.fp8_flops if s.training.precision == "fp8" else gpu.peak_flops
     invariants.check(summary, invariants.compute_floor(programs, slow), s.name, peak / gpu.peak_flops)
-    info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
-            "folding": ctx.folding,
-            "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
-            "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
-            "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
-    return Result(summary, spans, s, memory, info)
+    facts = StepFacts(topo, sorted(ctx.simulated), programs, ctx.layout, ctx.folding, gpu_name, ctx.micro_batches,
+                      engine.net.bytes_by_link, engine.held_by, engine.arrived, engine.net.log)
+    return Result(summary, spans, s, memory, facts)
 
 
 def jitter_summary(ctx) -> dict:

@@ -134,8 +134,8 @@ def test_mfu_bound_is_the_runs_own_peak():
 def test_compute_floor_counts_the_straggler_slowdown_and_the_step_respects_it():
     s = _load("straggler-dp")
     r = simulate(s)
-    slow = invariants.compute_floor(r.info["programs"], {3: 1.5})
-    assert slow > invariants.compute_floor(r.info["programs"], {}) and r.summary["step_time_s"] >= slow
+    slow = invariants.compute_floor(r.facts.programs, {3: 1.5})
+    assert slow > invariants.compute_floor(r.facts.programs, {}) and r.summary["step_time_s"] >= slow
 
 
 def test_an_impossible_result_is_exit_1_and_never_printed(monkeypatch):

@@ -54,13 +54,11 @@ def idle_compute(spans, rank: int, end: float) -> np.ndarray:
 
 
 def _rank_label(result, rank: int) -> str:
-    layout = result.info.get("layout")
-    if layout is None:
-        return f"rank {rank}"
     from .rank_selection import fault_ranks, straggler_ranks
 
-    c = layout.coords(rank)
-    parts = [f"{a}{c[a]}" for a in ("pp", "tp", "cp", "dp") if layout.sizes[a] > 1]
+    layout = result.facts.layout  # (None: the RL loop's ranks, labelled by number)
+    c = layout.coords(rank) if layout is not None else {}
+    parts = [f"{a}{c[a]}" for a in ("pp", "tp", "cp", "dp") if layout is not None and layout.sizes[a] > 1]
     flag = " SLOW" if rank in straggler_ranks(result) else " FAULTY NIC" if rank in fault_ranks(result) else ""
     return f"rank {rank}" + (f" ({' '.join(parts)})" if parts else "") + flag
 
@@ -163,7 +161,7 @@ def _fit_ranks(result, ranks) -> list[int]:
 def waits(result, ranks) -> list[tuple[int, str, float, float, str]]:
     """(rank, kind, start, end, stream) of every collective of ``ranks`` that waited for
     its last member to arrive: from this rank's arrival to the last member's."""
-    held, sp = result.info.get("held_by", {}), result.spans
+    held, sp = result.facts.held_by, result.spans
     wanted = set(ranks)
     mine = [(k, v) for k, v in held.items() if k[0] in wanted]
     if not mine:
@@ -357,7 +355,7 @@ def headline(result) -> str:
 
 
 def _shown_note(result, ranks) -> str:
-    total, sim = result.summary["num_gpus"], len(result.info["simulated_ranks"])
+    total, sim = result.summary["num_gpus"], len(result.facts.simulated_ranks)
     note = f"showing {len(ranks)} of {total:,} ranks"
     if sim < total:
         note += f"; each stands for {total // sim:,} identical ranks ({sim:,} simulated)"

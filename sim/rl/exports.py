@@ -23,24 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..engine.core import Op, RankProgram, SPAN_COLUMNS
+from ..engine.core import SPAN_COLUMNS
 from ..engine.kinds import Category, Phase
-from ..outputs.result import Result
+from ..outputs.result import Result, StepFacts
 
 MAX_ENGINES = 31  # engines shown (plus the trainer): the trace's default-selection size
-
-
-class PoolLayout:
-    """What the trace and timeline ask of a layout: the rank count, no parallel axes."""
-
-    sizes = {"tp": 1, "cp": 1, "dp": 1, "pp": 1}
-
-    def __init__(self, world: int):
-        self.world = world
-
-    def coords(self, rank: int) -> dict:
-        """Every coordinate 0: ranks are labelled by number."""
-        return dict.fromkeys(self.sizes, 0)
 
 
 def _merge(rows: list[tuple]) -> list[tuple]:
@@ -118,16 +105,12 @@ def spans(res) -> pd.DataFrame:
 
 def as_result(res) -> Result:
     """A :class:`~sim.outputs.result.Result` the trace and timeline modules draw."""
-    sp = spans(res)
-    programs = [RankProgram(int(r), [Op(row.name, row.category, row.stream, micro_batch=int(row.micro_batch))
-                                     for row in g.itertuples()]) for r, g in sp.groupby("rank")]
     s = res.summary
     summary = {"name": s["name"], "num_gpus": s["num_gpus"], "step_time_s": s["step_time_s"],
                "mfu": s["trainer_mfu"]}
-    info = {"topology": res.topology, "programs": programs, "layout": PoolLayout(s["num_gpus"]),
-            "simulated_ranks": list(range(s["num_gpus"])), "held_by": {},
-            "link_log": res.info.get("link_log"), "link_bytes": res.info.get("link_bytes")}
-    return Result(summary, sp, res.scenario, None, info)
+    facts = StepFacts(res.topology, list(range(s["num_gpus"])), link_bytes=res.info.get("link_bytes"),
+                      link_log=res.info.get("link_log"))  # (no programs, layout or folding: rows of two pools)
+    return Result(summary, spans(res), res.scenario, None, facts)
 
 
 def title(res) -> str:
