@@ -1,25 +1,32 @@
 """One training step: ``simulate(scenario) -> Result`` (exposed as ``sim.simulate``):
-topology -> rank programs -> engine -> spans -> summary.
+topology -> rank programs -> engine -> spans -> summary. :func:`build_topology`,
+:func:`build` and :func:`execute` are that pipeline's stages; the shared fabric
+(:mod:`sim.fabric.shared`) and the RL trainer (:mod:`sim.rl.trainer`) call them too, their
+differences as parameters (NVLink domains of a job placed on other GPUs, an op added to a
+program before it runs).
 
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
 
 import time
 
+import pandas as pd
+
 from . import collectives
 from . import work
 from .hardware import topology
 from .parallel import workload
-from .engine.core import Engine, cycle_collector_paused
+from .engine.core import Engine, RankProgram, cycle_collector_paused
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, StepFacts, spans_frame
-from .hardware.faults import perturbed, straggler_slowdowns
+from .hardware.faults import compute_scale, perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
+from .parallel.program import Context
 
 
 def build_topology(s: Scenario) -> topology.Topology:
@@ -46,27 +53,46 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
         return _simulate(s, baseline, e_max, record_links)
 
 
-def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
+def build(s: Scenario, topo: topology.Topology, e_max: float | None = None, domains: list[int] | None = None,
+          check: bool = True) -> tuple[Context, list[RankProgram]]:
+    """The context and the simulated ranks' programs of ``s`` on ``topo``. ``domains``:
+    the NVLink domain of each of its ranks (default: rank i runs on GPU i). Unless
+    ``check`` is off (a caller that moves the programs checks them where they land), a
+    ``dp_algo`` that needs the fabric (NVLS, SHARP, PAT) must be one this cluster runs."""
     with cycle_collector_paused():  # (building a 131k-GPU graph and programs allocates millions of objects)
-        topo = build_topology(s)
-        gpu_name = s.cluster.gpu or topo.spec.gpu
-        gpu = gpu_preset(gpu_name)
-        from .hardware.faults import compute_scale
-
-        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
+        ctx = workload.make_context(s, [int(d) for d in topo.domains] if domains is None else domains,
+                                    s.cluster.gpu or topo.spec.gpu, e_max, topo.spec)
         programs = workload.build_programs(ctx)
-    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # NVLS, SHARP, PAT: can this cluster run it?
+    if check and s.parallel.dp_algo in collectives.NEEDS_FABRIC:
         collectives.check_programs(programs, topo, "parallel.dp_algo")
-    engine = Engine(topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
+    return ctx, programs
+
+
+def execute(name: str, topo: topology.Topology, programs: list[RankProgram], scale=None, arrivals=None,
+            record_links: bool = False) -> tuple[Engine, pd.DataFrame, float]:
+    """Run ``programs`` on ``topo``: (engine, spans, wall seconds). ``scale``: compute
+    slowdowns (stragglers); ``arrivals``: when folded members of a group arrive (sampled
+    jitter: ``Folding.arrivals``); ``record_links``: keep the network's rate log. A run that
+    fails (a deadlock, a stalled transfer) is a SimulationError naming ``name``."""
+    engine = Engine(topo, programs, scale, arrivals)
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
     try:
         engine.run()
     except RuntimeError as exc:  # a deadlock, a stalled transfer (SimulationError), a recursion
-        raise SimulationError(f"scenario {s.name!r}: {type(exc).__name__}: {exc}") from exc
+        raise SimulationError(f"scenario {name!r}: {type(exc).__name__}: {exc}") from exc
     spans = spans_frame(engine)
-    wall = time.perf_counter() - t0
+    return engine, spans, time.perf_counter() - t0
+
+
+def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
+    with cycle_collector_paused():
+        topo = build_topology(s)
+    gpu_name = s.cluster.gpu or topo.spec.gpu
+    gpu = gpu_preset(gpu_name)
+    ctx, programs = build(s, topo, e_max)
+    engine, spans, wall = execute(s.name, topo, programs, compute_scale(s, topo), ctx.folding.arrivals, record_links)
     memory = peak_memory(ctx)
     arrivals = ctx.folding.arrivals  # sampled jitter: the folded ranks' own end of step
     folded_end = arrivals.step_end(spans.groupby("rank").end_s.max()) if arrivals is not None else None
