@@ -65,19 +65,14 @@ class Collective:
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 
 
-NO_LAYER = -1  # Op.layer of an op that belongs to no layer (the optimizer); the spans table
-# writes -1 for it as for the embedding (sim.model.layer_ids.EMBEDDING): its phase tells them apart
+NO_LAYER = -1  # Op.layer of an op of no layer (the optimizer; as the embedding's id: the phase differs)
 
 
 class Op(NamedTuple):
-    """One operation of a rank program, immutable (program copies share ops). ``deps``
-    index earlier ops of the same program. ``phase`` is None only for ops built outside a
-    training step (engine tests, benchmarks).
-
-    A NamedTuple rather than a frozen dataclass: as fast to build as a plain slotted
-    dataclass (a frozen one's ``__init__`` calls ``object.__setattr__`` per field: 3-6x the
-    construction time, 15% of simulating scenarios/llama3-405b-16k-h100.toml, whose 16
-    programs hold 49,744 ops), and immutable."""
+    """One operation of a rank program, immutable (program copies share ops); a NamedTuple,
+    as fast to build as a slotted dataclass (a frozen dataclass took 15% more time to simulate
+    scenarios/llama3-405b-16k-h100.toml). ``deps`` index earlier ops of the same program;
+    ``phase`` is None only for ops built outside a training step (engine tests)."""
 
     name: str
     category: Category
