@@ -12,7 +12,7 @@ import argparse
 
 from sim.errors import InputError
 from sim.plan.published import place
-from sim.studies.sweep_pool import one_line
+from sim.sweeps.pool import one_line
 from sim.studies.validation import load_rows
 
 

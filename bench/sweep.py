@@ -27,7 +27,7 @@ AXES = {"training.seq_len": [2048, 4096, 8192], "training.recompute": ["none", "
 
 def grid(points: int) -> list[dict]:
     """The first ``points`` points of the cartesian product of AXES."""
-    from sim.studies.sweeps import expand
+    from sim.sweeps.grid import expand
 
     return expand(AXES)[:points]
 

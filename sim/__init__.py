@@ -30,7 +30,7 @@ def simulate_rl(scenario, **kwargs):
 
 
 def sweep(scenario, grid, **kwargs):
-    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.studies.sweeps`)."""
-    from .studies.sweeps import sweep as _sweep
+    """Run a grid of overrides; returns a pandas DataFrame (see :mod:`sim.sweeps.grid`)."""
+    from .sweeps.grid import sweep as _sweep
 
     return _sweep(scenario, grid, **kwargs)

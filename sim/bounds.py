@@ -31,14 +31,15 @@ class Bound(NamedTuple):
         """``value`` as an int (``whole``) or float if it is a finite number inside the bound,
         else InputError(key, reason). Booleans and strings are not numbers; a whole number
         may be written as a float without a fraction (``1e6``), not as ``1.5``."""
-        value = number(key, value, whole)
+        value = number(key, value, whole, exact_limit=EXACT_INT if self.hi <= EXACT_INT else math.inf)  # (seeds)
         if not self.lo <= value <= self.hi:
             raise InputError(key, f"{value:,} is outside {self.lo:,}..{self.hi:,} ({self.why})")
         return value
 
 
-def number(key: str, value, whole: bool = False):
-    """A finite int or float (``whole``: an int, or a float without a fraction, as an int)."""
+def number(key: str, value, whole: bool = False, exact_limit: float | None = None):
+    """A finite int or float (``whole``: an int, or a float without a fraction, as an int,
+    of at most ``exact_limit``, by default 2^53: a count that becomes a float stays exact)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(key, f"expected {'a whole number' if whole else 'a number'}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
@@ -47,7 +48,7 @@ def number(key: str, value, whole: bool = False):
         if not value.is_integer():
             raise InputError(key, f"expected a whole number, got {value}")
         value = int(value)
-    if whole and abs(value) > EXACT_INT:
+    if whole and abs(value) > (EXACT_INT if exact_limit is None else exact_limit):
         raise InputError(key, f"{value:,} is beyond 2^53, where whole numbers stop being exact in floating point")
     return value
 

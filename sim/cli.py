@@ -18,7 +18,8 @@ from .version import __version__
 
 COMMANDS = ("sim.commands.run", "sim.commands.collective", "sim.commands.validate",
             "sim.commands.sweep", "sim.commands.plot", "sim.commands.study", "sim.commands.rl",
-            "sim.labs.numerics", "sim.labs.routing", "sim.commands.campaign", "sim.commands.plan")
+            "sim.labs.numerics", "sim.labs.routing", "sim.commands.campaign", "sim.commands.plan",
+            "sim.commands.calibrate")
 DESCRIPTION = ("clustersim simulates GPU clusters training large language models: step time, MFU, "
                "exposed communication, memory per GPU and timelines of a model x training x cluster x "
                "parallel layout described in TOML.")

@@ -32,7 +32,8 @@ from .parallel.program import Context
 def build_topology(s: Scenario) -> topology.Topology:
     """The cluster's graph with overrides and link faults applied."""
     spec = topology_spec(s)
-    return topology.build(spec, s.cluster.gpus, gpu_preset(s.cluster.gpu or spec.gpu), "cluster", s.cluster.faults)
+    return topology.build(spec, s.cluster.gpus, gpu_preset(s.cluster.gpu or spec.gpu), "cluster", s.cluster.faults,
+                          s.cluster.calibration)
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,

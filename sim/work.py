@@ -133,11 +133,20 @@ def watchdog(name: str, seconds: float | None):
         signal.signal(signal.SIGVTALRM, previous)
 
 
-def check_gpus(key: str, gpus: int, runs: int = 1, force: bool = False) -> None:
+# An all-to-all puts a flow on every ordered pair of its group at once: measured with
+# `clustersim collective --op all_to_all --sizes 1G` on dgx-h100, 512 GPUs 0.64 GB and 1,024
+# GPUs 2.98 GB peak RSS (~2.8 KB per pair), ~3.1 us of CPU per pair and size.
+PAIR_S, PAIR_BYTES = 3.1e-6, 2.8e3
+
+
+def check_gpus(key: str, gpus: int, runs: int = 1, force: bool = False, all_pairs: bool = False) -> None:
     """For commands that build a cluster of ``gpus`` GPUs and run ``runs`` collectives on
-    all of them (``clustersim collective``): the GPU bound, then the work budget."""
+    all of them (``clustersim collective``): the GPU bound, then the work budget
+    (``all_pairs``: an all-to-all, whose flows grow with the square of the group)."""
     bounds.GPUS.check(key, gpus, whole=True)
     seconds, nbytes = gpus * GPU_S * (1 + runs), BASE_BYTES + gpus * GPU_BYTES
+    if all_pairs:
+        seconds, nbytes = seconds + runs * gpus**2 * PAIR_S, nbytes + gpus**2 * PAIR_BYTES
     if not force and (seconds > BUDGET_S or nbytes > BUDGET_BYTES):
         raise InputError(key, f"{gpus:,} GPUs would need ~{seconds:,.0f} s of CPU and {nbytes / 2**30:,.1f} GiB, "
                               f"past this machine's budget of {BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB")

@@ -305,6 +305,29 @@ def test_bad_input_through_the_console_exits_2(args, key):
     assert_input_error(campaign_cli(*args), key)
 
 
+@pytest.mark.parametrize("args, key", [
+    (["--tokens", "2e14", "--trials", "100000"], "--trials"),  # ~14,600 rounds x 1e5 trials: ~590 s
+    (["--tokens", "2.5e16", "--trials", "100"], "--tokens"),  # issue 30: 302 s; ~1.8M rounds
+])
+def test_a_campaign_past_the_work_budget_is_refused_naming_what_drives_it(args, key):
+    proc = clustersim("campaign", LLAMA, "--step-time-s", "9.84", *args)
+    assert_input_error(proc, key)
+    assert "--force" in proc.stderr
+
+
+def test_the_campaign_cost_estimate_follows_measured_cpu():
+    """A measured point of the trials loop against :func:`cpu_seconds` (within 3x: the
+    machine's load varies, what matters is that rounds x trials is what grows)."""
+    import time
+    from sim.campaign.trials import cpu_seconds, run
+
+    c, _ = build(load_scenario(LLAMA), LLAMA_STEP_S, Options(tokens=15e12))
+    t0 = time.process_time()
+    run(c, 3000, 0)
+    took = time.process_time() - t0
+    assert cpu_seconds(c, 3000) / 3 < took < 3 * cpu_seconds(c, 3000)
+
+
 def test_a_run_that_cannot_finish_exits_2():
     proc = clustersim("campaign", LLAMA, "--tokens", "2e12", "--step-time-s", "9.8", "--spares", "0",
                       "--trials", "20")

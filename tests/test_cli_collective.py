@@ -68,6 +68,7 @@ BASE = {"--op": "all_reduce", "--algo": "ring", "--gpus": "16", "--topology": "d
     ({"--algo": "nvls", "--proto": "ll", "--gpus": "8"}, "--proto"),  # NVLS runs Simple only
     ({"--proto": "ll256"}, "--proto"),
     ({"--op": "all_to_all", "--algo": "direct", "--explain": ""}, "--explain"),
+    ({"--op": "all_to_all", "--algo": "auto", "--gpus": "4096", "--sizes": "1G"}, "--gpus"),  # issue 30: 5.4 GB
 ])
 def test_bad_arguments_exit_2_with_one_line(change, named):
     out = clustersim(*[x for kv in (BASE | change).items() for x in kv if x != ""])

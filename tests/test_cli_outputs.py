@@ -7,6 +7,8 @@ Run: ``python -m pytest tests/test_cli_outputs.py``
 """
 
 from pathlib import Path
+import json
+import re
 import subprocess
 import sys
 
@@ -178,3 +180,50 @@ def test_every_bundled_example_resolves_by_name_even_with_dots():
     assert any("." in n for n in example_names())
     for name in example_names():
         assert scenario_file(name) == EXAMPLES / f"{name}.toml"
+
+
+def test_run_shows_it_is_alive_on_a_non_terminal_stderr():
+    """README: long commands show progress on stderr, a line every few seconds when it is no
+    terminal (a log, CI); stdout keeps the one JSON object."""
+    env = {**cli_env(), "CLUSTERSIM_PROGRESS_EVERY": "0.1"}
+    proc = subprocess.run([sys.executable, "-m", "sim", "run", "scenarios/gpt-1.7b-ptd-interleaved-a100.toml",
+                           "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+    lines = proc.stderr.splitlines()
+    assert lines and all(re.fullmatch(r"simulating gpt-1\.7b-ptd-interleaved-a100 on 16 GPUs: \d+ s", x) for x in lines)
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "scenarios/llama3-8b-fsdp-h100.toml", "--timeline", ""],
+    ["run", "scenarios/llama3-8b-fsdp-h100.toml", "--trace", ""],
+    ["plot", "scenarios/llama3-8b-fsdp-h100.toml", "-o", ""],
+    ["numerics", "--ranks", "8", "--plot", ""],
+    ["campaign", "scenarios/llama3-8b-fsdp-h100.toml", "--tokens", "1e9", "--plot-run", ""],
+], ids=["run-timeline", "run-trace", "plot", "numerics", "campaign"])
+def test_an_empty_output_path_is_refused_not_ignored(command):
+    """issue 30: --timeline '' was silently ignored."""
+    flag = next(a for a in command if a.startswith("-") and command[command.index(a) + 1] == "")
+    assert_input_error(clustersim(*command), flag)
+
+
+@pytest.mark.parametrize("flag, value", [("--cluster-nodes", "4"), ("--placement", "spread")])
+def test_shared_fabric_flags_without_shared_fabric_exit_2(flag, value):
+    assert_input_error(clustersim("run", "scenarios/llama3-8b-fsdp-h100.toml", flag, value), flag)
+
+
+def test_collective_algorithm_may_carry_its_protocol():
+    """CONTRACT.md: ALGO may carry a protocol, ring:ll; the same as --algo ring --proto ll."""
+    base = ["collective", "--op", "all_reduce", "--gpus", "8", "--topology", "dgx-h100", "--sizes", "1M", "--json"]
+    joined, split = clustersim(*base, "--algo", "ring:ll"), clustersim(*base, "--algo", "ring", "--proto", "ll")
+    assert joined.returncode == 0, joined.stderr
+    assert json.loads(joined.stdout) == json.loads(split.stdout)
+    assert_input_error(clustersim(*base, "--algo", "ring:ll", "--proto", "simple"), "--proto")
+
+
+@pytest.mark.parametrize("command", [["numerics", "--ranks", "8", "--json"],
+                                     ["routing", "--policy", "token_choice", "--tokens", "64", "--json"]])
+def test_seeds_reach_the_documented_64_bits(command):
+    """CONTRACT.md: --seed 0 .. 2^64-1 (was refused past 2^53)."""
+    assert clustersim(*command, "--seed", str(2**64 - 1)).returncode == 0
+    assert_input_error(clustersim(*command, "--seed", str(2**64)), "--seed")

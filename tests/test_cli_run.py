@@ -6,11 +6,12 @@ Run: ``python -m pytest tests/test_cli_run.py``
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import clustersim as cli
+from conftest import assert_input_error, cli_env, clustersim as cli
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP = "scenarios/llama3-8b-fsdp-h100.toml"
@@ -108,3 +109,20 @@ def test_gpt3_on_8_gpus_does_not_fit_and_warns():
     # memory in the unit the A100's capacity is quoted in (80 GiB), the capacity beside it
     assert f"warning: gpt3-175b-ptd needs {s['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU" in proc.stderr
     assert "a100-80gb's 80.0 GiB" in proc.stderr
+
+
+def test_a_topology_by_its_path_in_topologies_is_the_preset_by_name(fsdp_json, tmp_path):
+    """``cluster.topology = "topologies/dgx-h100.toml"``: the repository's file from the
+    checkout, the preset the package ships from anywhere else (the folder is the package's
+    sim/hardware/topologies); a file that is neither is an input error."""
+    by_name = one_json_object(fsdp_json[0].stdout)
+    by_path = one_json_object(clustersim(FSDP, "--json", "--set", "cluster.topology=topologies/dgx-h100.toml").stdout)
+    elsewhere = subprocess.run([sys.executable, "-m", "sim", "run", str(REPO / FSDP), "--json", "--set",
+                                "cluster.topology=topologies/dgx-h100.toml"], capture_output=True, text=True,
+                               cwd=tmp_path, env=cli_env(), timeout=300)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    for got in (by_path, one_json_object(elsewhere.stdout)):
+        assert {**got, "sim_wall_s": 0} == {**by_name, "sim_wall_s": 0}
+    shipped = REPO / "sim/hardware/topologies/dgx-h100.toml"  # what a wheel ships: the same file
+    assert (REPO / "topologies/dgx-h100.toml").read_bytes() == shipped.read_bytes()
+    assert_input_error(clustersim(FSDP, "--set", "cluster.topology=topologies/nope.toml"), "cluster.topology")

@@ -16,7 +16,7 @@ B = 1e9
 
 
 def hops(topo, route):
-    by_id = {i: pair for pair, i in topo._link_id.items()}
+    by_id = {i: pair for pair, i in topo.link_id.items()}
     return [by_id[int(l)] for l in route.links]
 
 
@@ -85,7 +85,7 @@ def test_multi_plane_nics_split_over_independent_planes():
     leaves = [n for n in topo.graph.neighbors(("nic", 0)) if n[0] == "leaf"]
     assert sorted(leaves) == [("leaf", 0, 0, 0), ("leaf", 0, 0, 1)]
     for leaf in leaves:
-        assert topo.caps[topo._link_id[(("nic", 0), leaf)]] == pytest.approx(W_NIC / 2)
+        assert topo.caps[topo.link_id[(("nic", 0), leaf)]] == pytest.approx(W_NIC / 2)
     for s in (n for n in topo.graph if n[0] == "spine"):  # a spine serves one plane only
         assert len({topo.graph.nodes[n]["plane"] for n in topo.graph.neighbors(s)}) == 1
 

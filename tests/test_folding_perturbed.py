@@ -132,7 +132,7 @@ def test_every_collective_runs_over_a_known_group_type():
         folded, _ = pair(name)
         folding = folded.facts.folding
         groups = {op.comm.group for p in folded.facts.programs for op in p.ops if op.comm is not None}
-        assert all(folding._locate(g) is not None for g in groups), name
+        assert all(folding.locate(g) is not None for g in groups), name
 
 
 def test_a_rank_relaying_through_a_degraded_nic_is_labelled():

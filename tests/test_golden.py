@@ -1,13 +1,18 @@
-"""Golden summaries: small bundled scenarios whose summaries are checked in and diffed.
+"""Golden summaries: small scenarios whose summaries are checked in and diffed.
 
 A change to any number here is a change in what the simulator predicts: look at the diff,
 and if it is intended, regenerate the files and commit them with the change:
 
     UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
 
-The files (tests/golden/<scenario>.json) hold the summary without sim_wall_s and
-sim_events (the engine's own cost, not a prediction). Also here: determinism -- the same
-scenario gives a byte-identical summary apart from sim_wall_s.
+The files (tests/golden/<case>.json) hold the summary without sim_wall_s and sim_events
+(the engine's own cost, not a prediction). The cases: four bundled layouts (FSDP, 3D with
+interleaving, expert parallelism, context parallelism), then one per mechanism that the
+layouts do not exercise -- a straggler, compute jitter (exact and sampled), a failed NIC,
+FP8 linear layers, multi-token prediction on an MoE model -- each a bundled scenario or one
+with ``--set`` overrides, and the RL loop's summary as ``clustersim rl --json`` prints it.
+Also here: determinism -- the same scenario gives a byte-identical summary apart from
+sim_wall_s.
 
 Run: ``python -m pytest tests/test_golden.py``
 """
@@ -20,18 +25,39 @@ from pathlib import Path
 import pytest
 
 import sim
+from conftest import clustersim
 from sim.step import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
-SCENARIOS = ["llama3-8b-fsdp-h100", "gpt-1.7b-ptd-interleaved-a100", "mixtral-small-ep-h100",
-             "llama3-8b-cp-128k-h100"]
+NIC_DOWN = "cluster.faults=[{gpu_nic = 0, factor = 0}]"  # GPU 0's NIC failed: its traffic rerouted
+# golden file name -> (bundled scenario, overrides)
+CASES = {
+    "llama3-8b-fsdp-h100": ("llama3-8b-fsdp-h100", []),
+    "gpt-1.7b-ptd-interleaved-a100": ("gpt-1.7b-ptd-interleaved-a100", []),
+    "mixtral-small-ep-h100": ("mixtral-small-ep-h100", []),
+    "llama3-8b-cp-128k-h100": ("llama3-8b-cp-128k-h100", []),
+    "straggler-dp": ("straggler-dp", []),
+    "jitter-dp-1k+sampled": ("jitter-dp-1k", ["jitter.mode=sampled", "jitter.sample_ranks=64"]),
+    "llama3-8b-fsdp-h100+jitter": ("llama3-8b-fsdp-h100", ["jitter.sigma=0.02"]),
+    "llama3-8b-fsdp-h100+nic-down": ("llama3-8b-fsdp-h100", [NIC_DOWN]),
+    "llama3-8b-fsdp-h100+fp8": ("llama3-8b-fsdp-h100", ["training.precision=fp8"]),
+    "mixtral-small-ep-h100+mtp": ("mixtral-small-ep-h100", ["model.mtp_layers=1"]),
+}
+RL = {"rl-llama3-8b-h100": "rl-llama3-8b-h100"}  # golden file name -> bundled RL scenario
 UNSTABLE = ("sim_wall_s", "sim_events")
 
 
 def prediction(name: str) -> dict:
-    summary = simulate(sim.load_scenario(REPO / "scenarios" / f"{name}.toml")).summary
+    scenario, overrides = CASES[name]
+    summary = simulate(sim.load_scenario(REPO / "scenarios" / f"{scenario}.toml", overrides)).summary
     return {k: v for k, v in summary.items() if k not in UNSTABLE}
+
+
+def rl_prediction(name: str) -> dict:
+    proc = clustersim("rl", f"scenarios/{RL[name]}.toml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {k: v for k, v in json.loads(proc.stdout).items() if k not in UNSTABLE}
 
 
 def differences(got, want, path="") -> list[str]:
@@ -47,9 +73,7 @@ def differences(got, want, path="") -> list[str]:
     return [] if ok else [f"{path}: {got!r} (golden {want!r})"]
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_summary_matches_golden(name):
-    got = prediction(name)
+def check_golden(name: str, got: dict) -> None:
     path = GOLDEN / f"{name}.json"
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.mkdir(exist_ok=True)
@@ -59,8 +83,40 @@ def test_summary_matches_golden(name):
     assert differences(got, want) == []
 
 
-def test_every_golden_file_has_a_scenario():
-    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(SCENARIOS)
+@pytest.mark.parametrize("name", CASES)
+def test_summary_matches_golden(name):
+    check_golden(name, prediction(name))
+
+
+@pytest.mark.parametrize("name", RL)
+def test_rl_summary_matches_golden(name):
+    check_golden(name, rl_prediction(name))
+
+
+def test_every_golden_file_has_a_case():
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted([*CASES, *RL])
+
+
+def golden(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", [n for n, (_, over) in CASES.items() if over and n.split("+")[0] in CASES])
+def test_each_variant_differs_from_its_base(name):
+    """The overrides took effect: a variant's step differs from its base layout's golden; a
+    perturbation (jitter, a failed NIC) reports its cost, a precision or MTP does not."""
+    got, base = golden(name), golden(name.split("+")[0])
+    assert got["step_time_s"] != base["step_time_s"]
+    assert ("straggler_cost_s" in got) == any(k in name for k in ("jitter", "nic-down"))
+
+
+def test_the_perturbed_goldens_say_what_perturbed_them():
+    assert golden("straggler-dp")["straggler_cost_s"] > 0
+    sampled = golden("jitter-dp-1k+sampled")
+    assert sampled["jitter_mode"] == "sampled" and sampled["jitter_sampled_ranks"] == 64
+    assert golden("llama3-8b-fsdp-h100+jitter")["jitter_mode"] == "exact"
+    assert golden("llama3-8b-fsdp-h100+fp8")["step_time_s"] < golden("llama3-8b-fsdp-h100")["step_time_s"]
+    assert golden("rl-llama3-8b-h100")["mode"] == "pipeline"
 
 
 # --- determinism ----------------------------------------------------------------------

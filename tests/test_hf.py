@@ -102,6 +102,29 @@ def test_hf_configs_the_simulator_cannot_express_are_input_errors():
     assert "shared_expert" in hf_error({**moe, "moe_intermediate_size": 96, "shared_expert_intermediate_size": 100}).reason
 
 
+@pytest.mark.parametrize("key, value", [
+    ("num_nextn_predict_layers", "two"), ("num_nextn_predict_layers", 1.7), ("num_nextn_predict_layers", [1]),
+    ("num_nextn_predict_layers", True), ("num_hidden_layers", 2.5), ("hidden_size", "256"),
+    ("tie_word_embeddings", "false"), ("tie_word_embeddings", 0), ("head_dim", 64.0), ("hidden_act", 3),
+    ("num_experts_per_tok", "2"), ("shared_expert_intermediate_size", "x"), ("first_k_dense_replace", 1.5),
+])
+def test_hf_fields_of_the_wrong_json_type_are_refused_not_misread(key, value):
+    """issue 30: "two", Infinity or [1] MTP depths crashed; "false" read as tied, 1.7 as 1."""
+    cfg = {**BASE_CFG, "num_experts": 8, "moe_intermediate_size": 96, key: value}
+    reason = hf_error(cfg).reason
+    assert key in reason and repr(value) in reason
+
+
+def test_hf_config_files_with_bad_types_exit_2_through_the_cli(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100, '
+                    '"num_nextn_predict_layers": Infinity}')
+    scen = tmp_path / "s.toml"
+    scen.write_text(f'[model]\nhf_config = "{path}"\n[training]\nseq_len = 128\nglobal_batch = 8\n'
+                    '[cluster]\ngpu = "h100-sxm"\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\n')
+    assert_input_error(clustersim("run", str(scen)), "model.hf_config")
+
+
 def test_qwen2_moe_shared_expert_counts_as_expert_widths():
     from sim.input.hf import model_fields
 

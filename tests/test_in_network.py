@@ -71,7 +71,7 @@ def test_nvls_loads_each_nvlink_with_its_bytes_over_eta(preset_topology):
     topo, n = preset_topology("dgx-h100", 8), 8
     (phase,) = collectives.schedule("all_reduce", "nvls", tuple(range(n)), B, (0,) * n, None, topo.fabric).phases
     net = run_phase(topo, phase)
-    up = [topo._link_id[(("gpu", g), ("nvsw", 0))] for g in range(n)]
+    up = [topo.link_id[(("gpu", g), ("nvsw", 0))] for g in range(n)]
     assert net.bytes_by_link[up] == pytest.approx([B * (1 + 1 / n) / ETA] * n, rel=1e-12)
 
 
@@ -85,7 +85,7 @@ def test_nvls_tree_two_nodes_is_nvlink_bound_and_halves_the_nic_traffic():
     (phase,) = collectives.schedule("all_reduce", "nvls_tree", group, B, domains_of(topo, group), None,
                                     topo.fabric).phases
     net = run_phase(topo, phase)
-    nic_up = [topo._link_id[(("nic", g), ("leaf", 0, g % 8))] for g in group]
+    nic_up = [topo.link_id[(("nic", g), ("leaf", 0, g % 8))] for g in group]
     assert net.bytes_by_link[nic_up] == pytest.approx([B / k] * 16, rel=1e-12)
     latency = nvls.NVLS_LATENCY + phase.steps * (2 * LAT["pcie"] + 2 * LAT["ib"])
     assert net.env.now - latency == pytest.approx(B * (1 + 1 / k) / (W_NV * ETA), rel=1e-9)
@@ -97,7 +97,7 @@ def test_nvls_with_sharp_reduces_across_nodes_in_the_switches():
     (phase,) = collectives.schedule("all_reduce", "nvls", group, B, domains_of(topo, group), None,
                                     topo.fabric).phases
     net = run_phase(topo, phase)
-    nic_up = [topo._link_id[(("nic", g), ("leaf", 0, g % 8))] for g in group]
+    nic_up = [topo.link_id[(("nic", g), ("leaf", 0, g % 8))] for g in group]
     assert net.bytes_by_link[nic_up] == pytest.approx([B / 8] * 32, rel=1e-12)  # B/k, not ~2B/k
     latency = nvls.NVLS_LATENCY + nvls.SHARP_NVLS_LATENCY + phase.steps * SHARP_HOP
     assert net.env.now - latency == pytest.approx(B * (1 + 1 / 8) / (W_NV * ETA), rel=1e-9)

@@ -170,7 +170,7 @@ def test_bytes_by_link_adds_up_what_every_hop_carried():
     calls = [Collective((i,), "all_gather", group, nbytes, "ring") for i in range(2)]
     engine = Engine(topo, [RankProgram(r, [Op("ag", "dp", "comm", comm=c) for c in calls]) for r in group])
     engine.run()
-    up = engine.net.bytes_by_link[[topo._link_id[(("gpu", r), ("nvsw", 0))] for r in group]]
+    up = engine.net.bytes_by_link[[topo.link_id[(("gpu", r), ("nvsw", 0))] for r in group]]
     assert up.tolist() == pytest.approx([2 * nbytes * 7 / 8] * 8)  # two ring all-gathers
     assert engine.net.bytes_by_link.sum() == pytest.approx(2 * 2 * 8 * nbytes * 7 / 8)  # up + down
 

@@ -101,7 +101,8 @@ def test_cli_plot(tmp_path):
 
 @pytest.mark.parametrize("args, key", [(["--dtype", "fp8"], "--dtype"), (["--algo", "butterfly"], "--algo"),
                                        (["--ranks", "0"], "--ranks"), (["--accumulate", "int8"], "--accumulate"),
-                                       (["--algo", "tree", "--kahan"], "--kahan"), (["--plot", "x.jpg"], "--plot")])
+                                       (["--algo", "tree", "--kahan"], "--kahan"), (["--plot", "x.jpg"], "--plot"),
+                                       (["--ranks", "65536", "--elements", "4096"], "--elements")])  # issue 30: 5.4 GB
 def test_cli_bad_input_exits_2_with_one_line(args, key):
     p = clustersim("numerics", *args)
     assert_input_error(p, key)

@@ -229,6 +229,8 @@ def test_json_has_the_contract_keys():
     (["--top", "0"], "--top"),
     (["--headroom", "1.5"], "--headroom"),
     (["--out", "plan.txt"], "--out"),
+    (["--gpus", "1000000000000000000"], "--gpus"),  # issue 30: a divisor search without end
+    (["--gpus", "2097152"], "--gpus"),  # past the largest cluster (sim/bounds.py GPUS)
 ])
 def test_bad_flags_exit_2_naming_the_flag(args, flag):
     base = {"--gpus": "16", "--topology": "dgx-h100", "--seq-len": "4096", "--global-batch-tokens": "262144"}
@@ -236,6 +238,14 @@ def test_bad_flags_exit_2_naming_the_flag(args, flag):
         base[key] = value
     argv = [x for kv in base.items() for x in kv if kv[0] != "--set"] + (["--set", base["--set"]] if "--set" in base else [])
     assert_input_error(clustersim("plan", "llama3.1-8b", *argv, "--budget", "0"), flag)
+
+
+def test_sequences_shorter_than_a_cp_shard_still_plan_without_cp():
+    """issue 30: --seq-len below 1,024 found no layout ("no layout of 0 fits"): cp = 1 is always a choice."""
+    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "512",
+                      "--global-batch-tokens", "65536", "--top", "3", "--budget", "0", "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert {layout["cp"] for layout in json.loads(proc.stdout)["layouts"]} == {1}
 
 
 def test_unknown_model_names_the_argument():

@@ -236,7 +236,7 @@ def test_cli_writes_both_pools_timelines(tmp_path):
     (["rl.generator_gpus=64"], "rl.generator_gpus"),  # pools bigger than the cluster
     (["rl.max_staleness=-1"], "rl.max_staleness"),
     (["rl.lengths.max=600000", "training.seq_len=700000"], "rl.lengths.max"),  # one sequence's KV does not fit
-    (["rl.mode=sync"], "rl.max_staleness"),  # sync has no run-ahead to bound
+    (["rl.mode=sync", "rl.max_staleness=1"], "rl.max_staleness"),  # sync has no run-ahead to bound
     (["rl.generator_tp=3"], "rl.generator_tp"),
     (["rl.lengths.max=16000"], "rl.lengths.max"),  # prompt + max > training.seq_len
     (["parallel.dp=8"], "parallel"),  # the layout must fill the trainer pool
@@ -244,6 +244,16 @@ def test_cli_writes_both_pools_timelines(tmp_path):
 def test_bad_rl_input_exits_2_naming_the_key(overrides, key):
     args = [a for o in overrides for a in ("--set", o)]
     assert_input_error(clustersim("rl", RL_SCENARIO, *args), key)
+
+
+@pytest.mark.parametrize("overrides", [["rl.mode=sync"], ["rl.mode=sync", "rl.max_staleness=0"], ["rl.mode=async"],
+                                       ["rl.mode=pipeline"]])
+def test_readme_rl_modes_run(overrides):
+    """README: clustersim rl scenarios/rl-llama3-8b-h100.toml --set rl.mode=sync | async | pipeline."""
+    args = [a for o in overrides + ["rl.steps=2"] for a in ("--set", o)]
+    proc = clustersim("rl", RL_SCENARIO, *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["mode"] == overrides[0].split("=")[1]
 
 
 def test_an_rl_scenario_is_not_a_training_step():

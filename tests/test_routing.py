@@ -100,6 +100,19 @@ def test_cli_reads_scores_from_npy(tmp_path):
     assert (out["tokens"], out["experts"], out["causality_violations"]) == (300, 6, 0)
 
 
+@pytest.mark.parametrize("array", [
+    np.zeros(4, dtype=[("a", "f4"), ("b", "i4")]).reshape(2, 2),  # structured
+    np.array([["a", "b"], ["c", "d"]]),  # strings
+    np.full((8, 4), 1e308),  # float64 past float32: printed "aux_loss": NaN, not JSON
+], ids=["structured", "strings", "huge"])
+def test_cli_refuses_score_files_that_are_not_router_logits(tmp_path, array):
+    """issue 30: a structured or string .npy was a TypeError; 1e308 scores printed NaN."""
+    f = tmp_path / "s.npy"
+    np.save(f, array)
+    assert_input_error(clustersim("routing", "--policy", "token_choice", "--scores", str(f), "--aux-loss", "--json"),
+                       "--scores")
+
+
 @pytest.mark.parametrize("args, key", [
     (["--policy", "random"], "--policy"),
     (["--policy", "token_choice", "--top-k", "0"], "--top-k"),

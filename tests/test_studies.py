@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from sim.errors import InputError
-from sim.studies import STUDIES, base, get
+from sim.commands.study import STUDIES, get, registry
+from sim.studies import base
 from sim.studies.base import Hardware, crater
 from sim.studies.fsdp_crossover import analytic
 from sim.studies.pipeline_bubbles import closed_form
@@ -105,6 +106,20 @@ def test_closed_forms_and_seeds_model_by_hand():
 def test_crater_interpolates_in_log_gpus():
     assert crater([8, 16, 32], [0.5, 0.5, 0.4], plateau=0.5, frac=0.9) == pytest.approx(2 ** 4.5)
     assert crater([8, 16], [0.5, 0.49], plateau=0.5) is None
+
+
+def test_each_room_registers_its_own_studies_and_the_cli_assembles_them():
+    """The capabilities' studies are registered in their own rooms (no lower room names a
+    higher one); a name registered twice is refused."""
+    import types
+
+    assert STUDIES == {"fsdp-crossover": "sim.studies.fsdp_crossover", "domain-size": "sim.studies.domain_size",
+                       "batch-floor": "sim.studies.batch_floor", "pipeline-bubbles": "sim.studies.pipeline_bubbles",
+                       "goodput-vs-scale": "sim.campaign.study", "rl-stragglers": "sim.rl.study"}
+    assert get("goodput-vs-scale").TITLE and get("rl-stragglers").__name__ == "sim.rl.study"
+    twice = types.SimpleNamespace(__name__="sim.other", STUDIES={"domain-size": "x"})
+    with pytest.raises(ValueError, match="duplicate study domain-size"):
+        registry((__import__("sim.studies").studies, twice))
 
 
 def test_unknown_study_is_an_input_error():

@@ -20,8 +20,8 @@ import sim
 from sim import step
 from sim.commands.sweep import parse_grid, parse_values
 from sim.errors import InputError
-from sim.studies.sweep_sinks import JOURNAL_SUFFIX
-from sim.studies.sweeps import SUMMARY_COLUMNS, TRAILING_COLUMNS, expand, point_key
+from sim.sweeps.sinks import JOURNAL_SUFFIX
+from sim.sweeps.grid import SUMMARY_COLUMNS, TRAILING_COLUMNS, expand, point_key
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # 64 GPUs, ~0.02 s per point

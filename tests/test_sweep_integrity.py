@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO, cli_env
 import sim
 from sim.errors import InputError
-from sim.studies.sweep_sinks import exclusive, lock_path
+from sim.sweeps.sinks import exclusive, lock_path
 
 FSDP = REPO / "scenarios/llama3-8b-fsdp-h100.toml"  # ~0.02 s per point
 SITE = '''
@@ -150,7 +150,7 @@ def test_rows_without_a_fingerprint_are_stale(tmp_path, calls):
 
 def test_an_edited_topology_file_invalidates_rows(tmp_path, calls):
     topo = tmp_path / "fabric.toml"
-    topo.write_text((REPO / "sim/hardware/topologies/dgx-h100.toml").read_text())
+    topo.write_text((REPO / "topologies/dgx-h100.toml").read_text())
     grid = {"training.seq_len": [2048]}
     fixed = [f"cluster.topology={json.dumps(str(topo))}"]
     sim.sweep(FSDP, grid, workers=1, out=tmp_path / "t.csv", overrides=fixed, quiet=True)

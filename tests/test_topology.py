@@ -29,7 +29,7 @@ def edge_kinds(graph):
 
 def hops(topo, route):
     """The (u, v) node pairs of a route's links."""
-    by_id = {i: pair for pair, i in topo._link_id.items()}
+    by_id = {i: pair for pair, i in topo.link_id.items()}
     return [by_id[int(l)] for l in route.links]
 
 
@@ -59,7 +59,7 @@ def test_every_preset_builds(name):
 
 def test_capacities_are_line_rate_times_fabric_efficiency():
     topo = spec_topology(16, nodes_per_su=1, spines=4, oversubscription=2)
-    cap = lambda u, v: topo.caps[topo._link_id[(u, v)]]
+    cap = lambda u, v: topo.caps[topo.link_id[(u, v)]]
     assert cap(("gpu", 3), ("nvsw", 0)) == pytest.approx(H100.nvlink_bw * EFF["nvlink"])
     assert cap(("gpu", 3), ("nic", 3)) == pytest.approx(H100.pcie_bw * EFF["pcie"])
     assert cap(("nic", 3), ("leaf", 0, 3)) == pytest.approx(H100.nic_bw * EFF["ib"])
@@ -131,8 +131,8 @@ def test_a_spine_without_links_isolates_no_gpu():
 
 def spine_uplink_bytes(topo, nbytes):
     net = run_phase(topo, chains_phase([[(0, 8)]], [nbytes], 1))
-    return net, {s: net.bytes_by_link[topo._link_id[(("leaf", 0, 0), ("spine", s))]]
-                 for s in range(4) if (("leaf", 0, 0), ("spine", s)) in topo._link_id}
+    return net, {s: net.bytes_by_link[topo.link_id[(("leaf", 0, 0), ("spine", s))]]
+                 for s in range(4) if (("leaf", 0, 0), ("spine", s)) in topo.link_id}
 
 
 def test_failing_a_spine_link_shifts_its_traffic_to_the_other_spines():
@@ -190,4 +190,4 @@ def test_fractional_bandwidths_are_fine(tmp_path):
     spec = topology.load_spec(write(tmp_path, "nic_gbps = 12.5\noversubscription = 1.5\n"))
     assert (spec.nic_gbps, spec.oversubscription, spec.name) == (12.5, 1.5, "t")
     topo = topology.build(spec, 16, H100)
-    assert np.isclose(topo.caps[topo._link_id[(("nic", 0), ("leaf", 0, 0))]], 12.5e9 * EFF["ib"])
+    assert np.isclose(topo.caps[topo.link_id[(("nic", 0), ("leaf", 0, 0))]], 12.5e9 * EFF["ib"])

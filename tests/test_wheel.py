@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO
 import sim
-from sim.studies import STUDIES
+from sim.commands.study import STUDIES
 
 
 def data_files() -> set[str]:
@@ -45,7 +45,7 @@ def installed(tmp_path_factory):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("sim", "scenarios"):
+    for name in ("sim", "scenarios", "topologies"):  # sim/examples and sim/hardware/topologies link to the others
         shutil.copytree(REPO / name, src / name, symlinks=True, ignore=ignore)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp / "dist"), str(src)], capture_output=True,
@@ -115,3 +115,11 @@ def test_study_and_gallery_scenarios_load_from_the_wheel(installed):
     proc = run(installed, "python", "-c", code, *STUDIES)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) == len(list((REPO / "sim/studies/gallery_scenarios").glob("*.toml"))) == 3
+
+
+def test_topologies_load_by_name_and_by_their_repository_path_from_the_wheel(installed):
+    code = ("from sim.hardware.topology import load_spec; "
+            "print(load_spec('gb200-nvl72') == load_spec('topologies/gb200-nvl72.toml'), load_spec('generic').name)")
+    proc = run(installed, "python", "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "generic"]

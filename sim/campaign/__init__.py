@@ -10,3 +10,5 @@ seeded trials), ``build`` (scenario + step time + options -> campaign), ``summar
 JSON object and report), ``optimum`` and ``plots`` (ETTR vs interval, one run's progress),
 ``study`` (goodput vs scale).
 """
+
+STUDIES = {"goodput-vs-scale": "study"}  # study name -> its module here (sim.commands.study)

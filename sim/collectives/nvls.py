@@ -30,7 +30,7 @@ import numpy as np
 from ..hardware.switching import nvls_port, sharp_port
 from .ring import domain_members
 from .schedule import chains_phase
-from .tree import _tree_edges
+from .tree import tree_edges
 
 NVLS_LATENCY = 25e-6  # s, tuning.cc hwLatencies[NVLINK][NVLS][SIMPLE]
 SHARP_NVLS_LATENCY = 18e-6  # s, tuning.cc hwLatencies[NET][NVLS][SIMPLE] (NVLS + CollNet)
@@ -112,7 +112,7 @@ def tree_all_reduce(group, domains, nbytes, fabric=None):
         reduce_in = [h for m, o in zip(per_domain, own) for h in _up(m) + [(nvls_port(o), o)]]
         cast_out = [h for m, o in zip(per_domain, own) for h in [(o, nvls_port(o))] + _down(m)]
         for order in (own, own[::-1]):
-            up = _tree_edges(order)
+            up = tree_edges(order)
             chains.append(reduce_in + up + [(p, c) for c, p in up[::-1]] + cast_out)
     steps = 4 + 2 * math.ceil(math.log2(len(per_domain)))
     return (chains_phase(chains, np.full(len(chains), nbytes / len(chains)), steps, "nvls_tree all_reduce",

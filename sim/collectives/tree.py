@@ -17,7 +17,7 @@ from .ring import domain_members, rotated
 from .schedule import chains_phase
 
 
-def _tree_edges(order: list[int]) -> list[tuple[int, int]]:
+def tree_edges(order: list[int]) -> list[tuple[int, int]]:
     """(child, parent) edges of a binary heap laid over ``order``."""
     return [(order[i], order[(i - 1) // 2]) for i in range(1, len(order))]
 
@@ -31,7 +31,7 @@ def all_reduce(group, domains, nbytes):
         orders = [rotated(m, c) for m in per_domain]
         chains = [(r[i + 1], r[i]) for r in orders for i in range(len(r) - 1)]
         leaders = [r[0] for r in orders]
-        up += [chains + _tree_edges(leaders), chains + _tree_edges(leaders[::-1])]
+        up += [chains + tree_edges(leaders), chains + tree_edges(leaders[::-1])]
     down = [[(p, c) for c, p in hops[::-1]] for hops in up]
     steps = max(1, math.ceil(math.log2(len(per_domain))) + max(len(m) for m in per_domain) - 1)
     share = np.full(len(up), nbytes / len(up))

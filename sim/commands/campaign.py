@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+from .calibrate import add_calibration_flag, calibration_overrides
+
 
 def add_parser(sub) -> None:
     """Register the subcommand."""
@@ -31,11 +33,13 @@ def add_parser(sub) -> None:
     p.add_argument("--repair-hours", type=float, help="hours a failed node is away, with --spares (default 48)")
     p.add_argument("--gpu-hour-usd", type=float, help="price of a GPU-hour, for cost_usd")
     p.add_argument("--trials", type=int, default=100, help="seeded trials (default 100)")
+    p.add_argument("--force", action="store_true", help="run even past the work budget (sim/work.py)")
     p.add_argument("--seed", type=int, help="seed of the failure draws (default: the scenario's)")
     p.add_argument("--step-time-s", type=float, help="use this step time instead of simulating a step")
     p.add_argument("--plot-run", metavar="PNG", help="progress vs wall time of one run, failures and checkpoints")
     p.add_argument("--plot-interval", metavar="PNG", help="ETTR vs checkpoint interval, with the optimum")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -44,26 +48,50 @@ def run(args) -> int:
     from ..campaign.build import build, fleet_of
     from ..campaign.summary import report, summarize
     from ..campaign.trials import run as run_trials
+    from ..work import watchdog
     from ..input.bundled import scenario_file
     from ..input.load import load_scenario
     from ..outputs.paths import output_file
 
     opts = options(args)
     for flag, path in (("--plot-run", args.plot_run), ("--plot-interval", args.plot_interval)):
-        if path:
+        if path is not None:
             output_file(path, flag, (".png",))  # before the step simulation, not after it
-    scenario = load_scenario(scenario_file(args.scenario), args.overrides)
+    scenario = load_scenario(scenario_file(args.scenario), calibration_overrides(args))
     fleet_of(scenario, opts)  # bad --spares fails before the step simulation
     seed = scenario.seed if args.seed is None else args.seed
     step_s = args.step_time_s if args.step_time_s is not None else step_time(scenario)
     campaign, facts = build(scenario, step_s, opts)
-    outcome = run_trials(campaign, args.trials, seed, record=bool(args.plot_run))
+    limit = None if args.force else work_budget(campaign, args)
+    with watchdog(scenario.name, limit):
+        outcome = run_trials(campaign, args.trials, seed, record=bool(args.plot_run))
     meta = {"name": scenario.name, "tokens": args.tokens, "trials": args.trials, "seed": seed,
             "mode": opts.mode, "causes": opts.failures.causes, "gpu_hour_usd": args.gpu_hour_usd}
     summary = summarize(campaign, outcome, facts, meta)
     print(json.dumps(summary) if args.json else report(summary))
     _plots(args, campaign, outcome, facts, summary, seed)
     return 0
+
+
+def work_budget(campaign, args) -> float:
+    """Refuse a campaign past the work budget (sim/work.py) naming the flag that drives it:
+    ``--trials`` when the per-trial part dominates, else ``--tokens`` (more steps, more
+    failures, more rounds); the CPU limit of the watchdog otherwise."""
+    from ..campaign.trials import ROUND_S, TRIAL_ROUND_S, cpu_seconds, rounds_expected
+    from ..errors import InputError
+    from ..work import BUDGET_S, WATCHDOG_FACTOR, WATCHDOG_MIN_S
+
+    seconds = cpu_seconds(campaign, args.trials)
+    if args.plot_interval:  # interval_curve: one run of min(trials, 200) per interval of its grid
+        from ..campaign.optimum import interval_grid
+
+        seconds += len(interval_grid(campaign.interval)) * cpu_seconds(campaign, min(args.trials, 200))
+    if seconds > BUDGET_S:
+        key = "--trials" if TRIAL_ROUND_S * args.trials > ROUND_S else "--tokens"
+        raise InputError(key, f"{args.trials:,} trials of ~{rounds_expected(campaign):,.0f} failures each would need "
+                              f"~{seconds:,.0f} s of CPU, past this machine's budget of {BUDGET_S:,.0f} s; "
+                              "--force runs it anyway")
+    return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * seconds)
 
 
 def options(args):
@@ -124,7 +152,9 @@ def step_time(scenario) -> float:
 
 
 def _plots(args, campaign, outcome, facts, summary, seed) -> None:
-    from ..campaign import plots
+    if not (args.plot_run or args.plot_interval):
+        return
+    from ..campaign import plots  # (matplotlib: seconds to import, only when a picture is asked for)
 
     title = (f"{summary['name']}: {summary['tokens']:.3g} tokens on {summary['gpus']:,} GPUs, "
              f"{summary['interruptions_per_day']:.1f} interruptions/day, ETTR {summary['ettr']:.1%}")

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..studies.nccl_tests import algorithm, build_topology, explain, group_of, measure
 from ..units import parse_sizes
 from ..work import check_gpus
+from .calibrate import add_calibration_flag, calibration_profile
 
 CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--explain", action="store_true",
                    help="per size: every algorithm x protocol NCCL's tuner weighs, its prediction, the simulated time")
     p.add_argument("--json", action="store_true", help="print a JSON list")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -40,8 +42,8 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
         raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
-    check_gpus("--gpus", args.gpus, len(sizes))
-    topo = build_topology(args.topology, args.gpus, args.gpu)
+    check_gpus("--gpus", args.gpus, len(sizes), all_pairs=args.op == "all_to_all")
+    topo = build_topology(args.topology, args.gpus, args.gpu, calibration_profile(args))
     group = group_of(args.op, args.gpus)
     domains = tuple(int(d) for d in topo.domains[list(group)])
     collectives.check(args.op, args.algo, domains, topo.fabric)  # op x algo, and what this fabric can run
@@ -62,6 +64,11 @@ def run(args) -> int:
 
 
 def _check_args(args) -> None:
+    if ":" in args.algo:  # CONTRACT.md: ALGO may carry a protocol, ring:ll, tree:ll128
+        algo, proto = args.algo.split(":", 1)
+        if args.proto not in (None, proto):
+            raise InputError("--proto", f"{args.proto!r} disagrees with --algo {args.algo!r}; give the protocol once")
+        args.algo, args.proto = algo, proto
     if args.op not in CLI_OPS:
         raise InputError("--op", f"unknown collective {args.op!r}; known: {', '.join(CLI_OPS)}")
     if args.algo not in collectives.ALGOS:

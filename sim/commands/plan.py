@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a simulation running longer (default: 60 or the budget if less); it keeps its estimate")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--calibration", metavar="PROFILE.toml", help="a calibration profile (clustersim calibrate)")
     p.set_defaults(func=run)
 
 
@@ -51,12 +52,12 @@ def run(args) -> int:
     from ..plan.driver import BUDGET_S, POINT_TIMEOUT_S
 
     _check_numbers(args)
-    if args.out:
+    if args.out is not None:
         output_file(args.out, "--out", (".csv", ".parquet"))
-    if args.timeline:
+    if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
-                  args.precision, args.overrides)
+                  args.precision, args.overrides, args.calibration)
     budget = BUDGET_S if args.budget is None else args.budget
     timeout = args.point_timeout if args.point_timeout is not None else \
         (None if args.dask or not budget else min(budget, POINT_TIMEOUT_S))
@@ -80,7 +81,7 @@ def run(args) -> int:
 
 def _search(args, req, budget, timeout, headroom, search):
     from ..outputs.paths import output_file
-    from ..studies.sweep_sinks import exclusive
+    from ..sweeps.sinks import exclusive
 
     if not args.out:
         return search(req, args.top, budget, headroom, args.workers, args.dask, None, timeout, args.quiet)

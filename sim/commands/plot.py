@@ -38,7 +38,7 @@ def run(args) -> int:
     from ..outputs.rank_selection import check_selector
 
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
-    if args.out:
+    if args.out is not None:
         out = output_file(args.out, "--out", (".png",))
     else:  # the default folder plots/ (created, one level), a file named after the scenario
         out = file_in(output_dir("plots", "--out"), scenario.name, ".png")

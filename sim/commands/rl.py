@@ -35,7 +35,7 @@ def run(args) -> int:
 
     for flag, value, ext in (("--trace", args.trace, ".json"), ("--timeline", args.timeline, ".png"),
                              ("--steps", args.steps_csv, ".csv")):
-        if value:
+        if value is not None:
             output_file(value, flag, (ext,))
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     if scenario.rl is None:

@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
+from .calibrate import add_calibration_flag, calibration_overrides
 from ..units import format_bytes, format_duration
 
 
@@ -29,10 +30,11 @@ def add_parser(sub) -> None:
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
     p.add_argument("--shared-fabric", action="store_true",
                    help="run the scenarios together on one cluster; report each job's slowdown (sim/fabric/)")
-    p.add_argument("--placement", default="packed", help="with --shared-fabric: packed | spread | nodes:0-3/4-7")
+    p.add_argument("--placement", default=None, help="with --shared-fabric: packed (default) | spread | nodes:0-3/4-7")
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -41,10 +43,14 @@ def run(args) -> int:
     from .. import simulate
     from ..outputs.progress import status
 
+    args.overrides = calibration_overrides(args)
     if args.shared_fabric or len(args.scenario) > 1:
         from ..fabric import run_cli
 
         return run_cli(args)
+    for flag, value in (("--placement", args.placement), ("--cluster-nodes", args.cluster_nodes)):
+        if value is not None:  # (it used to be ignored without a word)
+            raise InputError(flag, "applies to several jobs on one fabric: add --shared-fabric")
     scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
@@ -68,7 +74,7 @@ def _check_outputs(args, scenario) -> None:
 
     for flag, path, suffixes in (("--spans", args.spans, (".csv", ".parquet")), ("--timeline", args.timeline, (".png",)),
                                  ("--trace", args.trace, (".json",))):
-        if path:
+        if path is not None:  # ('' is a path that cannot be written, not "no output")
             output_file(path, flag, suffixes)
     if args.spans and args.spans.endswith(".parquet"):
         try:

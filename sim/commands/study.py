@@ -5,9 +5,34 @@ Example: ``clustersim study fsdp-crossover --quick``: sweeps the study's bundled
 ``plots/study-NAME.png``, ``plots/study-NAME.csv`` and ``plots/study-NAME-summary.csv``.
 """
 
+import importlib
 from pathlib import Path
 
-from ..studies import STUDIES
+from .. import campaign, rl, studies
+from ..errors import InputError
+
+ROOMS = (studies, campaign, rl)  # each registers its studies: ``STUDIES``, name -> its module there
+
+
+def registry(rooms=ROOMS) -> dict[str, str]:
+    """Every study: name -> the module that defines it (imported only when it runs)."""
+    out: dict[str, str] = {}
+    for room in rooms:
+        for name, module in room.STUDIES.items():
+            if name in out:
+                raise ValueError(f"duplicate study {name}: {out[name]} and {room.__name__}.{module}")
+            out[name] = f"{room.__name__}.{module}"
+    return out
+
+
+STUDIES = registry()
+
+
+def get(name: str):
+    """The module of study ``name``, or InputError listing the known ones."""
+    if name not in STUDIES:
+        raise InputError("study", f"unknown study {name!r}; known: {', '.join(STUDIES)}")
+    return importlib.import_module(STUDIES[name])
 
 
 def add_parser(sub) -> None:
@@ -24,8 +49,6 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Run the study and print what it found."""
-    from ..errors import InputError
-    from ..studies import get
     from ..studies.base import run_study
 
     if args.workers is not None and args.workers < 1:

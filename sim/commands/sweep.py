@@ -3,7 +3,7 @@
 Example: ``clustersim sweep scenarios/llama3-8b-fsdp-h100.toml --grid training.seq_len=2048..8192x2
 --grid parallel.dp_algo=ring,hierarchical --out seq.csv`` (see docs/sweeps.md).
 
-This module owns the ``--grid`` text syntax; :mod:`sim.studies.sweeps` takes Python values.
+This module owns the ``--grid`` text syntax; :mod:`sim.sweeps.grid` takes Python values.
 """
 
 import math
@@ -12,6 +12,7 @@ import sys
 
 from ..errors import InputError
 from ..input.load import parse_value
+from .calibrate import add_calibration_flag, calibration_overrides
 
 MAX_VALUES = 100_000  # a range typo should fail fast, not enumerate forever
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -34,18 +35,19 @@ def add_parser(sub) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key at every point (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary line")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Parse the grid (exit 2 if malformed), sweep, say what was written; on Ctrl-C, stop
     at once and say what is kept."""
-    from ..studies.sweeps import sweep
+    from ..sweeps.grid import sweep
 
     grid = parse_grid(args.grid)
     stats: dict = {}
     try:
-        sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask, overrides=args.overrides,
+        sweep(args.scenario, grid, workers=args.workers, out=args.out, dask=args.dask, overrides=calibration_overrides(args),
               quiet=args.quiet, stats=stats, point_timeout=args.point_timeout)
     except KeyboardInterrupt:
         done = stats.get("resumed", 0) + sum(stats.get(k, 0) for k in ("invalid", "simulated", "failed", "timed_out"))
@@ -59,7 +61,7 @@ def run(args) -> int:
 
 def report(stats: dict, out: str) -> str:
     """The closing line: what was simulated, reused, recomputed and why, and the errors."""
-    from ..studies.sweeps import STALE_REASONS
+    from ..sweeps.grid import STALE_REASONS
 
     errors = stats["invalid"] + stats["failed"] + stats["timed_out"]
     line = (f"sweep: {stats['points']} points in {out}: {stats['simulated']} simulated, {stats['resumed']} resumed, "
@@ -74,7 +76,7 @@ def report(stats: dict, out: str) -> str:
 def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:
     """``["k=v1,v2", "n=8..64x2"]`` -> ``{"k": [v1, v2], "n": [8, 16, 32, 64]}``; every key
     must name a scenario key."""
-    from ..studies.sweeps import check_key
+    from ..sweeps.grid import check_key
 
     grid: dict[str, list] = {}
     for spec in specs:

@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
 from ..outputs.progress import Progress
 from ..studies import validation
+from .calibrate import add_calibration_flag, calibration_path
 
 
 def add_parser(sub) -> None:
@@ -25,6 +26,7 @@ def add_parser(sub) -> None:
                                                         "three simulations per row)")
     p.add_argument("--explain", metavar="ID", help="print one row's breakdown: compute, exposed comm per axis, bubble")
     p.add_argument("--json", action="store_true", help="print one JSON object per row, as a list")
+    add_calibration_flag(p)
     p.set_defaults(func=run)
 
 
@@ -50,7 +52,7 @@ def run(args) -> int:
     with Progress("validate", len(rows), transient=True) as progress:
         results = []
         for row in rows:
-            results.append(validation.compare(row, fitted.get(row.gpu)))
+            results.append(validation.compare(row, fitted.get(row.gpu), calibration=calibration_path(args)))
             progress.advance(row.id)
     if args.json:
         print(json.dumps([_row_json(c) for c in results]))

@@ -26,7 +26,7 @@ def run_cli(args) -> int:
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         scenarios = [s.model_copy(update={"name": f"{s.name}#{i}"}) for i, s in enumerate(scenarios)]
-    result = run_shared(scenarios, args.placement, args.cluster_nodes)
+    result = run_shared(scenarios, args.placement or "packed", args.cluster_nodes)
     if args.json:
         print(json.dumps(result))
     else:

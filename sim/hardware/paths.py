@@ -13,6 +13,8 @@ rail-only or multi-plane fabric still go through ``route()``. The result is the 
 
 import numpy as np
 
+from .rails import pxn_relay
+
 
 def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -25,13 +27,11 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     other = (src < 0) | (dst < 0) | (topo.spec.planes > 1) | (topo.spec.builder != "fat_tree")
     calls = (src, dst)  # what route() is asked
     src, dst = np.where(other, 0, src), np.where(other, 0, dst)
-    ends, dom = topo._endpoint_links, topo.domains
+    ends, dom = topo.endpoint_links, topo.domains
     per = topo.spec.gpus_per_node
     same = dom[src] == dom[dst]
-    relay = src - src % per + dst % per
-    valid = (relay != src) & (relay < topo.num_gpus)
-    valid[valid] = dom[relay[valid]] == dom[src[valid]]
-    relay = np.where(valid, relay, src)
+    relay = pxn_relay(src, dst, per, dom)
+    valid = relay != src
     hops = {"nv": (ends["up_nv"][src], ends["down_nv"][dst]), "pre": (ends["up_nv"][src], ends["down_nv"][relay]),
             "nic": (ends["up_nic"][relay], ends["up_ib"][relay]), "last": (ends["down_ib"][dst], ends["down_nic"][dst])}
     broken = {k: (a < 0) | (b < 0) for k, (a, b) in hops.items()}
@@ -43,8 +43,8 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     cross = np.flatnonzero(~same & ~slow)
     if len(cross):
         leaf = leaf_ids(topo)
-        uniq, inverse = np.unique(leaf[relay[cross]] * len(topo._leaf_nodes) + leaf[dst[cross]], return_inverse=True)
-        table = spine_hops(topo, uniq // len(topo._leaf_nodes), uniq % len(topo._leaf_nodes))
+        uniq, inverse = np.unique(leaf[relay[cross]] * len(leaf_nodes(topo)) + leaf[dst[cross]], return_inverse=True)
+        table = spine_hops(topo, uniq // len(leaf_nodes(topo)), uniq % len(leaf_nodes(topo)))
         core[cross] = inverse.reshape(-1)
         slow[cross[table[1][core[cross]] < 0]] = True  # leaf pairs without two-hop paths
     if stats is not None:
@@ -118,8 +118,8 @@ def spine_table(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     found = topo.__dict__.get("_spine_table")
     if found is None:
         leaf_ids(topo)
-        adj, kinds, link_id = topo.graph._adj, topo.graph._node, topo._link_id
-        nodes = topo._leaf_nodes
+        adj, kinds, link_id = topo.graph._adj, topo.graph._node, topo.link_id
+        nodes = leaf_nodes(topo)
         spines: dict = {}
         for leaf in nodes:
             for n in adj[leaf]:
@@ -138,13 +138,13 @@ def spine_table(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
 
 def leaf_ids(topo) -> np.ndarray:
     """Per GPU: an integer id of the leaf its NIC plugs into (cached on the topology;
-    ``topo._leaf_nodes[id]`` is the node; GPUs whose NIC is cut off get id 0, and a
+    ``leaf_nodes(topo)[id]`` is the node; GPUs whose NIC is cut off get id 0, and a
     route never reaches them here: their broken links send them through ``route()``)."""
     found = topo.__dict__.get("_leaf_ids")
     if found is None:
         nodes, ids = [], {}
         out = np.zeros(topo.num_gpus, dtype=np.int64)
-        for i, leaf in enumerate(topo._leaves):
+        for i, leaf in enumerate(topo.leaves):
             if leaf is not None:
                 out[i] = ids.setdefault(leaf, len(ids))
                 if out[i] == len(nodes):
@@ -152,6 +152,12 @@ def leaf_ids(topo) -> np.ndarray:
         topo.__dict__["_leaf_nodes"] = nodes
         found = topo.__dict__["_leaf_ids"] = out
     return found
+
+
+def leaf_nodes(topo) -> list:
+    """Per leaf id (:func:`leaf_ids`): the leaf's node."""
+    leaf_ids(topo)
+    return topo.__dict__["_leaf_nodes"]
 
 
 # Translation: on a clean rail-optimised fat tree of whole scalable units, moving every
@@ -187,7 +193,7 @@ def translate(topo, links: np.ndarray, off: int) -> np.ndarray | None:
     if (c < 0).any():
         return None
     out = np.full(len(links), -1, dtype=np.int64)
-    ends = topo._endpoint_links
+    ends = topo.endpoint_links
     for k, name in enumerate(ENDPOINTS):
         sel = c == k
         if sel.any():
@@ -215,7 +221,7 @@ def link_owners(topo) -> tuple[np.ndarray, np.ndarray]:
     if found is None:
         kind, index = np.full(len(topo.caps), -1, np.int64), np.full(len(topo.caps), -1, np.int64)
         for k, name in enumerate(ENDPOINTS):
-            ids = topo._endpoint_links[name]
+            ids = topo.endpoint_links[name]
             ok = ids >= 0
             kind[ids[ok]], index[ids[ok]] = k, np.flatnonzero(ok)
         up, down, _ = spine_table(topo)
@@ -231,7 +237,7 @@ def leaf_gpus(topo) -> np.ndarray:
     found = topo.__dict__.get("_leaf_gpus")
     if found is None:
         ids = leaf_ids(topo)
-        first = np.full(len(topo._leaf_nodes), -1, np.int64)
+        first = np.full(len(leaf_nodes(topo)), -1, np.int64)
         first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)  # the smallest GPU wins (written last)
         found = topo.__dict__["_leaf_gpus"] = first
     return found

@@ -100,14 +100,19 @@ class Fabric:
         return g // self.gpus_per_su, g % self.gpus_per_node
 
 
-def fabric_of(spec, gpu_name: str) -> Fabric:
-    """The tuner's view of a topology spec with this GPU."""
+def fabric_of(spec, gpu_name: str, calibration=None) -> Fabric:
+    """The tuner's view of a topology spec with this GPU (``calibration``: a
+    :class:`~sim.hardware.calibration.Calibration` whose link efficiencies replace the presets')."""
     gpu = gpu_preset(gpu_name)
     nvlink = spec.nvlink_gbps * GB if spec.nvlink_gbps else gpu.nvlink_bw
     nic = spec.nic_gbps * GB if spec.nic_gbps else gpu.nic_bw
     eta = NVLS_EFFICIENCY.get(arch(gpu_name), 0.0) if spec.nvls and spec.gpus_per_domain > 1 else 0.0
-    return Fabric(arch(gpu_name), nvlink * nvlink_efficiency(gpu_name),
-                  min(gpu.pcie_bw * FABRIC_EFFICIENCY["pcie"], nic * FABRIC_EFFICIENCY["ib"]),
+    eff = FABRIC_EFFICIENCY if calibration is None else {
+        kind: calibration.link_efficiency(kind, FABRIC_EFFICIENCY[kind]) for kind in FABRIC_EFFICIENCY}
+    nv_eff = nvlink_efficiency(gpu_name) if calibration is None else calibration.link_efficiency(
+        "nvlink", nvlink_efficiency(gpu_name))
+    return Fabric(arch(gpu_name), nvlink * nv_eff,
+                  min(gpu.pcie_bw * eff["pcie"], nic * eff["ib"]),
                   eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su)
 
 
@@ -118,13 +123,13 @@ class SwitchRoutes:
     @cached_property
     def fabric(self) -> Fabric:
         """The tuner's view of this topology."""
-        return fabric_of(self.spec, self.graph.graph.get("gpu", self.spec.gpu))
+        return fabric_of(self.spec, self.graph.graph.get("gpu", self.spec.gpu), self.graph.graph.get("calibration"))
 
     def _railed_hops(self, a: int, b: int, relay: int, prefix: list) -> list | None:
         """a -> b across nodes: NVLink to the relay on b's rail (PXN), its NIC sprayed over
         the planes, and in a rail-only fabric, when no GPU beside a sits on b's rail, over
         a's rail to the GPU on it beside b, then NVLink to b."""
-        ends, per = self._endpoint_links, self.spec.gpus_per_node
+        ends, per = self.endpoint_links, self.spec.gpus_per_node
         last, suffix = b, []
         if relay % per != b % per and self.spec.builder == "rail_only":
             last = b - b % per + relay % per
@@ -145,8 +150,8 @@ class SwitchRoutes:
         if len(ups) != self.spec.planes or len(downs) != self.spec.planes:
             return None  # a fault cut a port: search the graph
         for up, down in zip(ups, downs):
-            first = self._link_id.get((("nic", src), up))
-            last = self._link_id.get((down, ("nic", dst)))
+            first = self.link_id.get((("nic", src), up))
+            last = self.link_id.get((down, ("nic", dst)))
             if first is None or last is None:
                 return None
             core = self._core_hops(up, down, flow)
@@ -165,7 +170,7 @@ class SwitchRoutes:
 
     def _switch_hops(self, a: int, b: int) -> list[tuple[int, float]]:
         """Hops to or from a switch endpoint (see :func:`nvls_port`, :func:`sharp_port`)."""
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         if a < 0 and b < 0:  # leaf to leaf of a SHARP aggregation tree
             (_, x), (_, y) = switch_endpoint(a), switch_endpoint(b)
             hops = self._leaf_to_leaf(x, y)
@@ -188,7 +193,7 @@ class SwitchRoutes:
     def _nic_ports(self, g: int, up: bool) -> list[tuple[int, float]]:
         leaves = self._plane_leaves[g]
         pairs = [(("nic", g), leaf) if up else (leaf, ("nic", g)) for leaf in leaves]
-        return [(self._link_id.get(p, -1), 1 / max(len(leaves), 1)) for p in pairs] or [(-1, 1.0)]
+        return [(self.link_id.get(p, -1), 1 / max(len(leaves), 1)) for p in pairs] or [(-1, 1.0)]
 
     def _leaf_to_leaf(self, x: int, y: int) -> list[tuple[int, float]]:
         """Core hops from GPU x's leaf (each plane) to GPU y's, sprayed."""

@@ -23,15 +23,17 @@ from .. import bounds
 from ..errors import InputError
 from .faults import apply_faults
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
+from .rails import pxn_relay
+from .calibration import apply as apply_calibration
 from .switching import BUILDERS, SwitchRoutes
 from ..units import GB
 
-TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data
+TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data: a link to the repository's topologies/
 
 
 @dataclass(frozen=True)
 class FatTreeSpec:
-    """Parameters of :func:`fat_tree`: what a topology file in sim/hardware/topologies/ holds."""
+    """Parameters of :func:`fat_tree`: what a topology file in topologies/ holds."""
 
     name: str
     gpus_per_domain: int = 8  # GPUs behind one NVSwitch fabric (the NVLink domain)
@@ -48,6 +50,13 @@ class FatTreeSpec:
     planes: int = 1  # > 1: every NIC splits over this many independent switch planes
     sharp: bool = False  # the IB switches reduce in the network (SHARP; NCCL CollNet)
     nvls: bool = True  # the NVSwitches reduce and multicast (NVLink SHARP) where the GPU can
+
+    @property
+    def non_blocking_rails(self) -> bool:
+        """A non-blocking rail-optimised fat tree of one plane: a leaf's uplinks carry what
+        its NICs do, so a flow slowed on one link never slows other GPUs' flows on links
+        they share, and every route is what :func:`sim.hardware.rails.placement` describes."""
+        return self.oversubscription <= 1 and self.builder == "fat_tree" and self.planes == 1
 
 
 def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
@@ -111,10 +120,8 @@ def _link(g: nx.Graph, u, v, bw: float, kind: str, eff: float | None = None) -> 
 
 
 def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
-    """Read a topology file: a preset name in sim/hardware/topologies/ or a path to a TOML file."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = TOPOLOGY_DIR / f"{name_or_path}.toml"
+    """Read a topology file (:func:`topology_file`)."""
+    path = topology_file(name_or_path)
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in TOPOLOGY_DIR.glob("*.toml")))
         raise InputError(key, f"unknown topology {name_or_path!r}; known presets: {known}")
@@ -123,6 +130,19 @@ def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
     return _spec_from_dict(data, path, key)
+
+
+def topology_file(name_or_path: str) -> Path:
+    """The file a ``cluster.topology`` value names: a preset by name (``dgx-h100``), a path
+    to a TOML file, or ``topologies/NAME.toml``, a preset by its path in the repository
+    (the repository's topologies/ folder is the package's sim/hardware/topologies): where
+    no such file exists, as outside a checkout, the preset the package ships."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        return TOPOLOGY_DIR / f"{name_or_path}.toml"
+    if not path.is_file() and path.parent == Path("topologies"):
+        return TOPOLOGY_DIR / path.name
+    return path
 
 
 # Bounds of a spec's numeric fields (sim/bounds.py says why each ends where it does)
@@ -180,6 +200,8 @@ class Topology(SwitchRoutes):
 
     ``caps[l]`` is the usable bandwidth (bytes/s) of directed link ``l`` after the fabric
     efficiency of its kind; ``route(a, b)`` returns the link ids from GPU ``a`` to GPU ``b``.
+    ``link_id[(u, v)]`` is the id of the directed link u -> v; :attr:`endpoint_links` and
+    :attr:`leaves` give every GPU's first and last hops (read by sim/hardware/paths.py).
     """
 
     def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
@@ -191,11 +213,11 @@ class Topology(SwitchRoutes):
             raise InputError("cluster.topology", f"the network is disconnected ({parts} parts hold GPUs)")
         self.graph, self.spec = graph, spec
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
-        self._link_id: dict[tuple, int] = {}
+        self.link_id: dict[tuple, int] = {}
         caps, lats, kinds = [], [], []
         for u, v, d in graph.edges(data=True):
             for a, b in ((u, v), (v, u)):
-                self._link_id[(a, b)] = len(caps)
+                self.link_id[(a, b)] = len(caps)
                 caps.append(d["bw"] * d.get("eff", FABRIC_EFFICIENCY[d["kind"]]))
                 lats.append(d["latency"])
                 kinds.append(d["kind"])
@@ -217,7 +239,7 @@ class Topology(SwitchRoutes):
     def link_ends(self) -> list[tuple]:
         """(from node, to node) of every directed link, by link id."""
         ends = [None] * len(self.caps)
-        for pair, lid in self._link_id.items():
+        for pair, lid in self.link_id.items():
             ends[lid] = pair
         return ends
 
@@ -248,7 +270,7 @@ class Topology(SwitchRoutes):
         return Route(links, weights, float((self.latency[links] * np.minimum(weights, 1.0)).sum()))
 
     def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         if self.domains[a] == self.domains[b]:
             hops = [ends["up_nv"][a], ends["down_nv"][b]]
             return None if min(hops) < 0 else [(h, 1.0) for h in hops]
@@ -259,16 +281,16 @@ class Topology(SwitchRoutes):
         last = [ends["down_ib"][b], ends["down_nic"][b]]
         if min(first + last) < 0:
             return None
-        core = self._core_hops(self._leaves[relay], self._leaves[b], (a, b))
+        core = self._core_hops(self.leaves[relay], self.leaves[b], (a, b))
         return [(h, 1.0) for h in first] + core + [(h, 1.0) for h in last]
 
     def _rail_relay(self, a: int, b: int) -> tuple[int, list[int]]:
-        """PXN: the GPU of a's server on b's rail, and the NVLink hops to reach it."""
-        per = self.spec.gpus_per_node
-        relay = a - a % per + b % per
-        if relay == a or relay >= self.num_gpus or self.domains[relay] != self.domains[a]:
+        """PXN (:func:`sim.hardware.rails.pxn_relay`): the GPU of a's server on b's rail,
+        and the NVLink hops to reach it."""
+        relay = pxn_relay(a, b, self.spec.gpus_per_node, self.domains)
+        if relay == a:
             return a, []
-        ends = self._endpoint_links
+        ends = self.endpoint_links
         return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
 
     def _core_hops(self, la, lb, flow: tuple[int, int]) -> list[tuple[int, float]]:
@@ -282,7 +304,7 @@ class Topology(SwitchRoutes):
         share: dict[int, float] = {}
         for nodes in paths:
             for u, v in zip(nodes, nodes[1:]):
-                link = self._link_id[(u, v)]
+                link = self.link_id[(u, v)]
                 share[link] = share.get(link, 0.0) + 1.0 / len(paths)
         found = sorted(share.items())
         if spray:
@@ -291,15 +313,15 @@ class Topology(SwitchRoutes):
 
     def _graph_route(self, u, v, flow) -> list[tuple[int, float]]:
         nodes = self._paths(u, v)[zlib.crc32(repr(flow).encode()) % len(self._paths(u, v))]
-        return [(self._link_id[(x, y)], 1.0) for x, y in zip(nodes, nodes[1:])]
+        return [(self.link_id[(x, y)], 1.0) for x, y in zip(nodes, nodes[1:])]
 
     @cached_property
-    def _endpoint_links(self) -> dict[str, np.ndarray]:
+    def endpoint_links(self) -> dict[str, np.ndarray]:
         """Per GPU: the link ids of its first and last hops (-1 where a fault removed one)."""
-        n, get = self.num_gpus, self._link_id.get
+        n, get = self.num_gpus, self.link_id.get
         gpus, nics = [("gpu", i) for i in range(n)], [("nic", i) for i in range(n)]
         pairs = {"up_nv": zip(gpus, [("nvsw", d) for d in self.domains.tolist()]),
-                 "up_nic": zip(gpus, nics), "up_ib": zip(nics, self._leaves)}
+                 "up_nic": zip(gpus, nics), "up_ib": zip(nics, self.leaves)}
         out = {}
         for name, ends in pairs.items():
             ends = list(ends)
@@ -308,7 +330,7 @@ class Topology(SwitchRoutes):
         return out
 
     @cached_property
-    def _leaves(self) -> list:
+    def leaves(self) -> list:
         """Per GPU: the IB switch its NIC plugs into (None if the NIC is cut off)."""
         adj, node = self.graph._adj, self.graph._node  # (NetworkX's own dicts: 131k lookups)
         out = []
@@ -347,12 +369,14 @@ def _short_paths(graph: nx.Graph, u, v) -> list[list]:
     return [[u, w, v] for w in sorted(set(graph.adj[u]) & set(graph.adj[v]))]
 
 
-def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", faults=()) -> Topology:
+def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", faults=(), calibration=None) -> Topology:
     """Build and index the topology for ``num_gpus`` GPUs (refused before any graph is
     built when the topology holds fewer), with link ``faults`` applied
-    (:func:`sim.hardware.faults.apply_faults`)."""
+    (:func:`sim.hardware.faults.apply_faults`) and ``calibration``: a measured profile's
+    link efficiencies and latencies (:mod:`sim.hardware.calibration`)."""
     if spec.max_gpus is not None and num_gpus > spec.max_gpus:
         raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
     graph = fat_tree(num_gpus, spec, gpu)
     apply_faults(graph, faults, spec)
+    apply_calibration(graph, calibration)
     return Topology(graph, spec)

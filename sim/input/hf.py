@@ -31,20 +31,33 @@ _ACTS = {"silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu", "relu2": "relu
 _GATED = ("gemma", "gemma2", "gemma3_text")  # gated MLPs (GeGLU with a gelu act): three matrices
 
 
+def _typed(cfg: dict, key: str, kind: type, origin: str, default=None):
+    """``cfg[key]`` when it is a JSON value of ``kind`` (a whole number is no bool and no
+    float: ``1.7`` layers or ``"two"`` MTP depths are refused, never truncated or guessed);
+    ``default`` when absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        want = {int: "a whole number", bool: "true or false", str: "a string", list: "a list"}[kind]
+        raise InputError(KEY, f"{origin}: {key} = {value!r} is not {want}")
+    return value
+
+
 def model_fields(cfg: dict, origin: str) -> dict:
     """Model-section fields of a parsed ``config.json`` (``origin`` names it in errors)."""
     if not isinstance(cfg, dict):
         raise InputError(KEY, f"{origin}: expected a JSON object, got {type(cfg).__name__}")
-    fields = {ours: cfg[theirs] for theirs, ours in _CORE.items() if cfg.get(theirs) is not None}
+    fields = {ours: _typed(cfg, theirs, int, origin) for theirs, ours in _CORE.items() if cfg.get(theirs) is not None}
     missing = {"layers", "hidden", "heads", "vocab"} - fields.keys()
     if missing:
         raise InputError(KEY, f"{origin} lacks {', '.join(sorted(missing))}")
     fields.update(attention_fields(cfg, origin))
     fields["mlp"] = mlp_kind(cfg, origin)
-    fields["name"] = str(cfg.get("_name_or_path") or cfg.get("model_type") or origin)
-    fields["tied_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-    if cfg.get("num_nextn_predict_layers"):
-        fields["mtp_layers"] = int(cfg["num_nextn_predict_layers"])
+    fields["name"] = _typed(cfg, "_name_or_path", str, origin) or _typed(cfg, "model_type", str, origin) or origin
+    fields["tied_embeddings"] = _typed(cfg, "tie_word_embeddings", bool, origin, False)
+    if _typed(cfg, "num_nextn_predict_layers", int, origin):
+        fields["mtp_layers"] = cfg["num_nextn_predict_layers"]
     moe = moe_fields(cfg, origin)
     if moe:
         fields["moe"] = moe
@@ -54,17 +67,18 @@ def model_fields(cfg: dict, origin: str) -> dict:
 def attention_fields(cfg: dict, origin: str) -> dict:
     """``head_dim`` for multi-head attention; ``attention = "mla"`` and its ranks when the
     config has a key/value latent (DeepSeek-V2/V3, whose ``head_dim``, if any, is not ours)."""
-    if cfg.get("kv_lora_rank") is None:
-        return {"head_dim": cfg["head_dim"]} if cfg.get("head_dim") is not None else {}
+    if _typed(cfg, "kv_lora_rank", int, origin) is None:
+        head_dim = _typed(cfg, "head_dim", int, origin)
+        return {"head_dim": head_dim} if head_dim is not None else {}
     absent = [k for k in _MLA[1:] if cfg.get(k) is None]
     if absent:
         raise InputError(KEY, f"{origin} has kv_lora_rank (MLA) but lacks {', '.join(absent)}")
-    return {"attention": "mla", **{k: cfg.get(k) for k in _MLA}}
+    return {"attention": "mla", **{k: _typed(cfg, k, int, origin) for k in _MLA}}
 
 
 def mlp_kind(cfg: dict, origin: str) -> str:
     """``mlp`` from ``hidden_act`` (GPT-2: ``activation_function``; default gelu)."""
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "gelu")))
+    act = _typed(cfg, "hidden_act", str, origin) or _typed(cfg, "activation_function", str, origin, "gelu")
     if act not in _ACTS:
         raise InputError(KEY, f"{origin}: hidden_act {act!r} is not one of {', '.join(sorted(_ACTS))}")
     kind = _ACTS[act]
@@ -73,17 +87,18 @@ def mlp_kind(cfg: dict, origin: str) -> str:
 
 def moe_fields(cfg: dict, origin: str) -> dict:
     """The ``[model.moe]`` table, or {} for a dense model."""
-    experts = next((cfg[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), 0)
+    experts = next((_typed(cfg, k, int, origin) for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                    if cfg.get(k)), 0)
     if not experts:
         return {}
     _check_layer_pattern(cfg, origin)
-    moe = {"experts": experts, "top_k": cfg.get("num_experts_per_tok", 2), "routing": "token_choice"}
+    moe = {"experts": experts, "top_k": _typed(cfg, "num_experts_per_tok", int, origin, 2), "routing": "token_choice"}
     if cfg.get("moe_intermediate_size") is not None:
-        moe["expert_ffn_hidden"] = cfg["moe_intermediate_size"]
+        moe["expert_ffn_hidden"] = _typed(cfg, "moe_intermediate_size", int, origin)
     shared = shared_experts(cfg, origin)
     if shared:
         moe["shared_experts"] = shared
-    if cfg.get("first_k_dense_replace"):
+    if _typed(cfg, "first_k_dense_replace", int, origin):
         moe["dense_layers"] = cfg["first_k_dense_replace"]
     return moe
 
@@ -91,9 +106,10 @@ def moe_fields(cfg: dict, origin: str) -> dict:
 def shared_experts(cfg: dict, origin: str) -> int:
     """DeepSeek's ``n_shared_experts``, or Qwen2-MoE's one shared expert of
     ``shared_expert_intermediate_size`` as that many routed-expert widths."""
-    if cfg.get("n_shared_experts"):
+    if _typed(cfg, "n_shared_experts", int, origin):
         return cfg["n_shared_experts"]
-    size, unit = cfg.get("shared_expert_intermediate_size"), cfg.get("moe_intermediate_size")
+    size = _typed(cfg, "shared_expert_intermediate_size", int, origin)
+    unit = _typed(cfg, "moe_intermediate_size", int, origin)
     if not size:
         return 0
     if not unit or size % unit:
@@ -105,9 +121,9 @@ def shared_experts(cfg: dict, origin: str) -> int:
 def _check_layer_pattern(cfg: dict, origin: str) -> None:
     """MoE in every layer after the first ``first_k_dense_replace``: nothing else."""
     for key, every in (("moe_layer_freq", 1), ("decoder_sparse_step", 1)):
-        if cfg.get(key, every) != every:
+        if _typed(cfg, key, int, origin, every) != every:
             raise InputError(KEY, f"{origin}: {key} = {cfg[key]} (MoE only every few layers) is not modelled; "
                                   "MoE layers must follow the leading dense ones without gaps")
-    if cfg.get("mlp_only_layers"):
+    if _typed(cfg, "mlp_only_layers", list, origin):
         raise InputError(KEY, f"{origin}: mlp_only_layers = {cfg['mlp_only_layers']} (dense layers among MoE "
                               "layers) is not modelled")

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from . import presets, rules
 from .. import bounds
-from ..hardware import topology
+from ..hardware import calibration, topology
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from .scenario import Scenario
@@ -36,13 +36,25 @@ def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,
     data = _deep_copy(data)
     for key, value in override_pairs(overrides):
         bounds.check_depth(value, key)
-        _set(data, key, value)
+        set_key(data, key, value)
     _resolve_model(data, base)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc) from None
-    return check(scenario)
+    return _calibrated(check(scenario), base)
+
+
+def _calibrated(s: Scenario, base: Path | None) -> Scenario:
+    """The scenario with ``cluster.calibration``'s path replaced by the profile it names
+    (relative to the scenario file), checked against the cluster's GPU."""
+    path = s.cluster.calibration
+    if not isinstance(path, str):
+        return s
+    path = Path(path) if base is None or Path(path).is_absolute() else base / path
+    profile = calibration.load(path)
+    profile.check_gpu(s.cluster.gpu or topology_spec(s).gpu)
+    return s.model_copy(update={"cluster": s.cluster.model_copy(update={"calibration": profile})})
 
 
 def _deep_copy(d):
@@ -76,7 +88,9 @@ def parse_value(text: str):
         raise InputError("--set", f"value nested too deeply: {text[:40]}...") from None
 
 
-def _set(data: dict, key: str, value) -> None:
+def set_key(data: dict, key: str, value) -> None:
+    """Set the dotted ``key`` (``model.hidden``) of a nested scenario dict to ``value``,
+    making sections on the way; InputError if a part of the path is not a section."""
     parts = key.split(".")
     node = data
     for part in parts[:-1]:

@@ -231,9 +231,9 @@ def _check_rl(s: Scenario, m, gpus: int) -> None:
     if m.heads % rl.generator_tp or (m.kv_heads % rl.generator_tp and rl.generator_tp % m.kv_heads):
         raise InputError("rl.generator_tp", f"generator_tp = {rl.generator_tp} must divide model.heads = {m.heads} "
                                             f"and divide or be a multiple of model.kv_heads = {m.kv_heads}")
-    if rl.mode == "sync" and rl.max_staleness is not None:
-        raise InputError("rl.max_staleness", "applies to the async and pipeline modes; sync trains each batch "
-                                             "on the weights that generated it (staleness 0)")
+    if rl.mode == "sync" and rl.max_staleness not in (None, 0):
+        raise InputError("rl.max_staleness", f"{rl.max_staleness} applies to the async and pipeline modes; sync "
+                                             "trains each batch on the weights that generated it (staleness 0)")
     if rl.weight_sync == "overlapped" and (rl.mode == "sync" or rl.weight_route != "broadcast"):
         raise InputError("rl.weight_sync", "overlapped needs mode async or pipeline (sync generates with the new "
                                            "weights, so nothing can overlap their transfer) and weight_route = "

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import bounds as B
+from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -147,6 +148,19 @@ class Cluster(_Section):
     gpus_per_node: count(B.DOMAIN) | None = None  # default from the topology
     topology_overrides: dict[Text, Any] = {}  # values checked as a topology file's (load.py)
     faults: list[LinkFault] = Field([], max_length=B.FAULTS.hi)
+    # A calibration profile (`clustersim calibrate`): its path in a file; the loader replaces it
+    # with the profile's overrides (sim/hardware/calibration.py), which the hardware and compute
+    # models apply where they are built.
+    calibration: PathText | Calibration | None = None
+
+    @field_validator("calibration", mode="before")
+    @classmethod
+    def _calibration(cls, value):
+        if isinstance(value, dict) and set(value) == set(Calibration.__dataclass_fields__):
+            return calibration_from_dump(value)  # this model's own dump, read back (sim/rl/trainer.py)
+        if value is not None and not isinstance(value, (str, Calibration)):
+            raise ValueError(f"expected the path of a calibration profile (clustersim calibrate --out), got {value!r}")
+        return value
 
 
 class Parallel(_Section):

@@ -235,6 +235,12 @@ def plot(rows: list[dict], path: str) -> None:
 
 # --- command line --------------------------------------------------------------------------
 
+# Measured (16,384 ranks x 4,096 elements, tree in bf16): 3.0 GB peak RSS, ~45 bytes per value,
+# and ~0.5 us of CPU per value. 2^24 values stay under ~0.8 GB and ~10 s of CPU.
+MAX_VALUES = 1 << 24
+BYTES_PER_VALUE = 45
+
+
 def add_parser(sub) -> None:
     """Register ``clustersim numerics``."""
     p = sub.add_parser("numerics", help="reduction numerics lab: fp16/bf16/fp32 gradient sums vs exact")
@@ -262,16 +268,17 @@ def validate(args) -> None:
         raise InputError("--ranks", f"expected 1..65536, got {args.ranks}")
     if not 1 <= args.elements <= 1 << 22:
         raise InputError("--elements", f"expected 1..{1 << 22}, got {args.elements}")
-    if args.ranks * args.elements > 1 << 28:
-        raise InputError("--elements", f"ranks x elements = {args.ranks * args.elements:,} values would not fit "
-                                       f"in memory comfortably; keep it under {1 << 28:,}")
+    if args.ranks * args.elements > MAX_VALUES:
+        raise InputError("--elements", f"ranks x elements = {args.ranks * args.elements:,} values is past "
+                                       f"{MAX_VALUES:,} (~{BYTES_PER_VALUE} bytes of memory each, measured: the "
+                                       "gradients, their rounded copies and the sums)")
     if args.accumulate is not None and args.accumulate not in DTYPES:
         raise InputError("--accumulate", f"unknown dtype {args.accumulate!r}; known: {', '.join(DTYPES)}")
     if args.kahan and args.accumulate:
         raise InputError("--kahan", "choose --kahan or --accumulate, not both")
     if args.kahan and args.algo != "ring":
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
-    if args.plot:
+    if args.plot is not None:
         from ..outputs.paths import output_file
 
         output_file(args.plot, "--plot", (".png",))

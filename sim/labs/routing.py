@@ -90,6 +90,9 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+SCORE_MAX = 1e4  # router logits: a softmax past e^(1e4) is already a hard argmax; float32 holds it
+
+
 def _scores(args) -> np.ndarray:
     if args.scores:
         _check_file(args.scores)
@@ -97,10 +100,15 @@ def _scores(args) -> np.ndarray:
             scores = np.load(args.scores, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise InputError("--scores", f"cannot read {args.scores!r} as a .npy array: {exc}") from None
+        if scores.dtype.kind not in "iuf":  # a structured, string, complex or bool array is no score
+            raise InputError("--scores", f"expected real numbers, got an array of dtype {scores.dtype}")
         if scores.ndim != 2 or scores.shape[0] < 1 or scores.shape[1] < 1:
             raise InputError("--scores", f"expected shape [tokens, experts], got {list(scores.shape)}")
         if not np.isfinite(scores).all():
             raise InputError("--scores", "contains NaN or infinite values")
+        if np.abs(scores).max() > SCORE_MAX:  # (float32 overflows; softmax of 1e308 is NaN)
+            raise InputError("--scores", f"holds |score| = {np.abs(scores).max():.3g}, past {SCORE_MAX:g}: router "
+                                         "logits are O(1-100); rescale the file")
         for flag, given, have in (("--tokens", args.tokens, scores.shape[0]), ("--experts", args.experts,
                                                                                scores.shape[1])):
             if given is not None and given != have:

@@ -25,6 +25,7 @@ between kinds are kernel benchmarks, cited where they are defined.
 
 from typing import NamedTuple
 
+from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
@@ -133,22 +134,40 @@ class ComputeModel:
     ``training.attention_backend`` passes through as given)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
-                 attention: str | None = None):
+                 attention: str | None = None, calibration: Calibration | None = None):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
+        curves = ATTENTION_KERNEL[gpu.name][attention or "cudnn"]
+        self.half, self.hbm_efficiency = GEMM_HALF_SIZE, HBM_EFFICIENCY
+        if calibration is not None:  # a measured profile (sim/hardware/calibration.py)
+            kernel, curves, e_max = self._calibrated(calibration, kernel, curves, e_max)
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get("fp8", 0.0)
-        self.attention = tuple((self.sustained * top, half) for top, half in ATTENTION_KERNEL[gpu.name][attention or "cudnn"])
+        self.attention = tuple((self.sustained * top, half) for top, half in curves)
         self._memo: dict[tuple, float] = {}
+
+    def _calibrated(self, cal: Calibration, kernel: dict, curves: tuple, e_max: float | None):
+        """The profile's kernel shares, curves and sustained factor in place of the presets'
+        (a fitted GEMM share scales the FP8 share by the same ratio: one set of tensor cores)."""
+        if cal.gemm_kernel is not None:
+            ratio = cal.gemm_kernel / kernel["bf16"]
+            kernel = {p: share * ratio for p, share in kernel.items()}
+        curves = (cal.attention_forward or curves[0], cal.attention_backward or curves[1])
+        if e_max is None and (cal.sustained is not None or cal.gemm_kernel is not None):
+            sustained = cal.sustained if cal.sustained is not None else SUSTAINED[self.gpu.name]
+            e_max = kernel["bf16"] * sustained
+        self.half = cal.gemm_half_size if cal.gemm_half_size is not None else self.half
+        self.hbm_efficiency = cal.hbm_efficiency if cal.hbm_efficiency is not None else self.hbm_efficiency
+        return kernel, curves, e_max
 
     def efficiency(self, min_dim: float) -> float:
         """Share of peak a GEMM with this smallest dimension reaches."""
-        return self.e_max * min_dim / (min_dim + GEMM_HALF_SIZE)
+        return self.e_max * min_dim / (min_dim + self.half)
 
     def fp8_efficiency(self, min_dim: float) -> float:
         """Share of the dense FP8 peak an FP8 GEMM with this smallest dimension reaches."""
-        return self.e_max_fp8 * min_dim / (min_dim + FP8_GEMM_HALF_SIZE)
+        return self.e_max_fp8 * min_dim / (min_dim + FP8_GEMM_HALF_SIZE * self.half / GEMM_HALF_SIZE)
 
     def attention_efficiency(self, direction: int, keys: float) -> float:
         """Share of the BF16 peak a flash-attention kernel (1 forward, 2 backward) reaches
@@ -178,6 +197,6 @@ class ComputeModel:
         total = 0.0
         for k in kernels:
             flop_time = self.flop_time(k)
-            mem_time = k.bytes / (self.gpu.hbm_bw * HBM_EFFICIENCY)
+            mem_time = k.bytes / (self.gpu.hbm_bw * self.hbm_efficiency)
             total += LAUNCH_S * k.count + max(flop_time, mem_time)
         return total

@@ -137,12 +137,16 @@ def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
         fused: bool = False) -> list[Kernel]:
     """MLP (gelu, relu2: 2 matrices, swiglu, geglu: 3) on ``tokens`` (default: the shard's);
     ``fused``: its input comes from a norm that emits FP8 (the dense MLP's FC1)."""
-    f, t = ffn or d.f, sh.tokens if tokens is None else tokens
+    return list(_mlp(d, sh, ffn or d.f, sh.tokens if tokens is None else tokens, fused))
+
+
+@lru_cache(maxsize=8192)  # (an MoE layer asks once per expert, mostly for equal loads)
+def _mlp(d: Dims, sh: Shard, f: int, t: float, fused: bool) -> tuple[Kernel, ...]:
     if t <= 0:
-        return []
+        return ()
     up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
     act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; gated: 2f, f
-    return up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2)
+    return tuple(up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2))
 
 
 @lru_cache(maxsize=1024)
@@ -190,7 +194,8 @@ def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: in
     """The local experts' MLPs on the tokens each received (x ``scale`` when an expert-tp
     group gathered them), sorted by local expert before and back after."""
     sort = local_sort(len(local_loads), scale * sum(local_loads), d.h)
-    return sort + [k for load in local_loads for k in mlp(d, sh, d.f_expert, load * scale)] + sort
+    each = {load: mlp(d, sh, d.f_expert, load * scale) for load in set(local_loads)}  # (equal loads: one list)
+    return sort + [k for load in local_loads for k in each[load]] + sort
 
 
 @lru_cache(maxsize=1024)

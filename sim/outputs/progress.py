@@ -77,12 +77,37 @@ class Progress:
 
 @contextmanager
 def status(text: str, quiet: bool = False):
-    """A spinner with ``text`` while the block runs, on a terminal only (one simulation has
-    no steps to count)."""
-    if quiet or not _terminal():
+    """A spinner with ``text`` while the block runs on a terminal (one simulation has no steps
+    to count); elsewhere (a log, CI, a pipe) a line ``text: N s`` every few seconds
+    (``CLUSTERSIM_PROGRESS_EVERY``) from a daemon thread, so a long run is seen to be alive."""
+    if quiet:
         yield
+        return
+    if not _terminal():
+        with _heartbeat(text, max(_every(), 0.1)):
+            yield
         return
     from rich.console import Console
 
     with Console(stderr=True).status(escape(text)):
         yield
+
+
+@contextmanager
+def _heartbeat(text: str, every: float):
+    """Print ``text: N s`` on stderr every ``every`` seconds until the block ends."""
+    import threading
+
+    done, start = threading.Event(), time.monotonic()
+
+    def beat():
+        while not done.wait(every):
+            print(f"{text}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, name="clustersim-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

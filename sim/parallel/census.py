@@ -1,23 +1,24 @@
-"""How big the rank programs of a scenario will be, counted without building them.
+"""How big the rank programs of a scenario will be, counted without building them all.
 
 :func:`ops_per_rank` counts the ops :mod:`sim.parallel.workload` gives its busiest rank,
-from the scenario alone, op by op as the builders add them (per layer and micro-batch:
-tp.py's collectives, layers.py's compute, cp.py's ring steps, ep.py's all-to-alls,
-fsdp.py's gathers; per micro-batch pp.py's sends and receives; per step dp.py's or
-zero.py's buckets). It is an upper estimate (every layer of the busiest rank is counted
-with the embedding and output pseudo layers as full layers, every bucket as a layer):
-tests/test_work.py checks it against built programs. :func:`simulated_ranks` asks the
-workload's own folding rule (:func:`sim.parallel.workload.folding`). sim/work.py turns
-both into the work estimate.
+exactly: per layer and micro-batch it reads the builder's own layer programs
+(:mod:`.layer_program`: what the builder produces for one layer of each kind, MTP depths
+included), and the rest (pipeline transfers, gradient buckets, parameter gathers, FSDP
+reduce-scatters, the optimizer) from the builder run on each stage with the fewest
+micro-batches its schedule takes. tests/test_work.py checks it equals the built programs'
+count for every bundled scenario and for MTP, FP8 and MoE variants. :func:`simulated_ranks`
+asks the workload's own folding rule (:func:`sim.parallel.workload.folding`). sim/work.py
+turns both into the work estimate.
 
 Run ``python bench/work.py`` to see estimates next to measured runs.
 """
 
 import numpy as np
 
-from . import workload
+from . import layer_program, workload
 from .layout import Layout
 from ..input.load import topology_spec
+from ..model import transformer as model_costs
 
 
 def simulated_ranks(s) -> int:
@@ -45,42 +46,34 @@ def micro_batches(s) -> int:
 
 
 def layers_per_rank(s) -> int:
-    """Most transformer layers one rank holds (all its virtual stages), plus the embedding
-    and output pseudo layers."""
-    p = s.parallel
-    counts = p.stage_layers or _even(s.model.layers, p.pp * p.virtual_stages)
-    return max(sum(counts[c * p.pp + st] for c in range(p.virtual_stages)) for st in range(p.pp)) + 2
+    """Most layers one rank holds (all its virtual stages), the embedding, output and MTP
+    pseudo layers included (:func:`layer_program.stage_layers`)."""
+    return max(len(ids) for ids in layer_program.stage_layers(s))
 
 
-def _even(layers: int, chunks: int) -> list[int]:
-    return [-(-layers // chunks)] * chunks  # the largest chunk, for every chunk
+def gpu_of(s) -> str:
+    """The GPU the scenario runs on."""
+    return s.cluster.gpu or topology_spec(s).gpu
 
 
-def ops_per_layer(s) -> int:
-    """Ops one layer adds per micro-batch, forward and backward."""
-    p, t, moe = s.parallel, s.training, s.model.moe
-    tp, sp = p.tp > 1, p.tp > 1 and p.sequence_parallel
-    attention = 1 if p.cp == 1 else 2 * p.cp - 1  # ring attention: cp chunks, cp-1 K/V shifts
-    mlp = 1 if moe is None else 2 + (2 if p.ep > 1 else 0)  # router, experts, dispatch, combine
-    fsdp = 1 if p.zero == 3 and p.dp * p.cp > 1 else 0  # the layer's all-gather
-    # tp_overlap.py: a ring gather is tp GEMM chunks and tp - 1 sends, a pipelined
-    # reduce-scatter RS_SPLITS (4) chunks and as many reductions
-    chunks = max(p.tp, 4) if p.tp_comm_overlap else 1  # (with the backward factor 3, an upper estimate)
-    forward = 2 + attention + mlp + (2 * tp + 2 * sp) * chunks + fsdp  # attn_pre, attn_post, TP collectives
-    # tp.split_backward: each TP sublayer's backward splits into the GEMMs beside the input
-    # gather and those beside the gradient's reduction (dgrad / wgrad), with one more gather
-    backward = (3 if tp else 1) * forward + (attention if t.recompute == "selective" else 0)
-    backward += forward if t.recompute == "full" else 0
-    return forward + backward
+def ops_per_stage(s) -> list[int]:
+    """Ops of each pipeline stage's rank program, exactly: the builder's own program of that
+    rank with the fewest micro-batches its schedule takes (:func:`layer_program.step_skeleton`:
+    the per-step ops and those micro-batches), plus, for every further micro-batch, the ops
+    of its layers' :class:`~.layer_program.LayerProgram` and its pipeline transfers."""
+    gpu, d = gpu_of(s), model_costs.dims(s.model)
+    programs, m = layer_program.counted(s, gpu), micro_batches(s)
+    out = []
+    for stage, ids in enumerate(layer_program.stage_layers(s)):
+        built, m0, transfers = layer_program.step_skeleton(s, gpu, stage)
+        per_micro_batch = sum(programs[layer_program.kind_of(d, l)].count for l in ids) + transfers
+        out.append(built + (m - m0) * per_micro_batch)
+    return out
 
 
 def ops_per_rank(s) -> int:
-    """Upper estimate of the ops of the busiest rank's program."""
-    p = s.parallel
-    layers, m = layers_per_rank(s), micro_batches(s)
-    per_micro_batch = layers * ops_per_layer(s) + 4 * p.virtual_stages  # + pipeline sends and receives
-    per_step = layers * 4 + 1  # gradient buckets (dense, expert), ZeRO gathers or FSDP reduce-scatters; optimizer
-    return m * per_micro_batch + per_step
+    """Ops of the busiest rank's program (tests/test_work.py: equal to the built programs')."""
+    return max(ops_per_stage(s))
 
 
 def routed_scores(s) -> tuple[int, int]:
@@ -97,12 +90,13 @@ def routed_scores(s) -> tuple[int, int]:
 
 
 def expert_kernels(s) -> int:
-    """Expert GEMM kernels timed per step on the busiest rank: every expert compute op
-    (forward, backward, recompute) lists three kernels per local expert."""
-    moe = s.model.moe
-    if moe is None:
+    """Kernels timed per step in the MoE layers (MTP depths included) of the rank holding
+    the most: each compute op's kernel list is hashed by the compute-time memo, and an
+    MoE layer's expert ops list several kernels per local expert (the layer programs'
+    own kernel counts; an upper bound: :func:`layer_program.counting_loads`)."""
+    if s.model.moe is None:
         return 0
-    p, t = s.parallel, s.training
-    moe_layers = min(layers_per_rank(s) - 2, s.model.layers - moe.dense_layers)
-    passes = 2 + (t.recompute == "full")
-    return micro_batches(s) * moe_layers * passes * 3 * (moe.experts // p.ep + moe.shared_experts)
+    d, programs = model_costs.dims(s.model), layer_program.counted(s, gpu_of(s))
+    per_stage = [sum(programs[layer_program.kind_of(d, l)].kernels for l in ids if model_costs.is_moe_layer(d, l))
+                 for ids in layer_program.stage_layers(s)]
+    return micro_batches(s) * max(per_stage)

@@ -50,7 +50,7 @@ def signatures(ctx) -> np.ndarray:
 
 def copyable(ctx, base: RankProgram) -> bool:
     """Whether every group ``base`` meets is of a type the folding knows (so it renames)."""
-    return all(ctx.folding._locate(g) is not None for g in {op.comm.group for op in base.ops if op.comm})
+    return all(ctx.folding.locate(g) is not None for g in {op.comm.group for op in base.ops if op.comm})
 
 
 def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
@@ -78,7 +78,7 @@ def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
 
 def rename(folding, group: tuple, rank: int) -> tuple:
     """``rank``'s group of ``group``'s type, at ``group``'s positions."""
-    table, cols = folding._locate(group)
+    table, cols = folding.locate(group)
     row = table.rows[table.row_of[rank]]
     return Group(int(r) for r in (row if cols is None else row[cols]))
 

@@ -144,12 +144,3 @@ def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: s
     x = b.compute(name, _kernels(routed, direction), x, layer, mb)
     return b.collective(f"etp_rs_{direction}{tag}", tp.AXIS, "reduce_scatter", group_of(b.rank), nbytes, x,
                         layer=layer, mb=mb, group_of=group_of)
-
-
-def moe_mlp(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
-    """Router -> dispatch -> experts -> combine (backward: the same in reverse); ``tag``
-    tells a recomputation apart from the forward pass."""
-    x = route(b, layer, mb, deps, direction, tag)
-    x = dispatch(b, layer, mb, x, direction, tag)
-    x = compute_experts(b, layer, mb, x, direction, tag)
-    return combine(b, layer, mb, x, direction, tag)

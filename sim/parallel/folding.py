@@ -26,11 +26,12 @@ Labels (what the perturbations change):
   position in the expert group;
 - compute scale: the (start_s, slowdown) pairs of the straggler entries naming the rank;
 - link conditions: a degraded NIC of GPU g carries only flows into g and flows of g's
-  server relayed through g by PXN (to GPUs on g's rail in another NVLink domain: see
-  ``Topology.route``); so g is labelled, and so is each server mate whose groups reach g's
-  rail across domains. A failed NIC (factor 0) reroutes g's traffic over the other NICs of
-  its server: every GPU of the server is labelled (the server's NIC factors, its own
-  position). A spine fault scales the uplinks into one spine from every leaf alike, so
+  server relayed through g by PXN (to GPUs on g's rail in another NVLink domain:
+  :func:`sim.hardware.rails.nics_carrying`); so g is labelled, and so is each server mate
+  whose groups reach g's rail across domains. A failed NIC (factor 0) reroutes g's traffic
+  over the other NICs of its server (:func:`sim.hardware.rails.failed_nic_reach`): every
+  GPU of the server is labelled (the server's NIC factors, its own position), and every
+  other GPU of its scalable unit by rail. A spine fault scales the uplinks into one spine from every leaf alike, so
   every cross-leaf flow sees it the same way: it labels no one;
 - jitter draws every rank's op times on its own: each rank is its own class (``exact``
   jitter mode; see :mod:`sim.parallel.jitter` for the sampled mode).
@@ -69,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware.faults import nic_factors, straggler_ranks
+from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.core import SiblingGroups
 
 GROUP_TYPES = ("tp", "cp", "dp", "ep", "edp", "etp", "pp")  # pp last: its sub-tuples are send/recv pairs
@@ -247,7 +249,7 @@ class Folding:
     def _find_siblings(self, group):
         if not self.carry:
             return ()
-        located = self._locate(group)
+        located = self.locate(group)
         if located is None:
             return None
         table, cols = located
@@ -262,7 +264,7 @@ class Folding:
         others = rows[match & ~has_sim]
         return SiblingGroups(others[np.lexsort(others.T[::-1])]) if len(others) else ()
 
-    def _locate(self, group):
+    def locate(self, group):
         """(table, columns) with ``group`` = a row of table (columns None) or those columns
         of a row."""
         head = group[0]
@@ -288,13 +290,6 @@ def labels(s, tables: dict[str, GroupTable], world: int, fabric, domains: np.nda
             cols.append(codes)
     cols += [shape_ids(t, placement(fabric, domains, world))[t.row_of] for t in _distinct(tables)]
     return dense(cols)
-
-
-def placement(fabric, domains: np.ndarray, world: int) -> np.ndarray:
-    """Per GPU (columns): NVLink domain, server, scalable unit (leaf group), position in
-    its server (rail): what a route between two GPUs depends on (``Topology.route``)."""
-    gpu, per = np.arange(world), fabric.gpus_per_node
-    return np.column_stack([domains[:world], gpu // per, gpu // (per * fabric.nodes_per_su), gpu % per])
 
 
 def shape_ids(table: GroupTable, where: np.ndarray) -> np.ndarray:
@@ -341,34 +336,25 @@ def link_codes(s, tables: dict[str, GroupTable], world: int, fabric, domains: np
             found.update(_failed_server(server, vector, world, fabric))
             continue
         for g in gpus:
-            rails = tuple(sorted((h % per, factors[h]) for h in gpus if h in factors and h != g
-                                 and domains[h] == domains[g] and _reaches(tables, g, h % per, per, domains)))
+            nics = nics_carrying(g, _peers(tables, g), per, domains)
+            rails = tuple(sorted((h % per, factors[h]) for h in gpus if h in factors and h != g and h in nics))
             if g in factors or rails:
                 found.setdefault(g, ("degraded", factors.get(g, 1.0), rails))
     return _codes(world, found)
 
 
 def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, tuple]:
-    """Labels around a server with a failed NIC: its traffic reroutes through the server's
-    other NICs and their leaves, loading those leaves beyond what their own NICs do, so
-    every GPU of the scalable unit may see it: the server's GPUs by position, the unit's
-    others by rail (all GPUs of one rail in the unit share its leaf)."""
-    per, su = fabric.gpus_per_node, fabric.gpus_per_node * fabric.nodes_per_su
-    first = server * per // su * su
-    out = {g: ("failed-su", server * per - first, vector, g % per) for g in range(first, min(first + su, world))}
-    out.update({g: ("failed-server", server * per - first, vector, g % per)
-                for g in range(server * per, min((server + 1) * per, world))})
+    """Labels around a server with a failed NIC (:func:`sim.hardware.rails.failed_nic_reach`):
+    the server's GPUs by position, the scalable unit's others by rail."""
+    own, unit = failed_nic_reach(server, fabric, world)
+    out = {g: ("failed-su", own.start - unit.start, vector, g % fabric.gpus_per_node) for g in unit}
+    out.update({g: ("failed-server", own.start - unit.start, vector, g % fabric.gpus_per_node) for g in own})
     return out
 
 
-def _reaches(tables: dict[str, GroupTable], g: int, rail: int, per_node: int, domains: np.ndarray) -> bool:
-    """Whether some group of ``g`` holds a GPU on ``rail`` outside g's NVLink domain (PXN
-    then relays g's flows to it through the NIC on that rail of g's server)."""
-    for t in _distinct(tables):
-        row = t.rows[t.row_of[g]]
-        if ((row % per_node == rail) & (domains[row] != domains[g])).any():
-            return True
-    return False
+def _peers(tables: dict[str, GroupTable], g: int) -> np.ndarray:
+    """Every member of every group of ``g``."""
+    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables)])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:

@@ -94,21 +94,6 @@ class Pass:
                 self.sync.flush(self.x)
 
 
-def forward_pass(b, layer_ids: list[int], mb: int, deps, param_waits: dict) -> int:
-    """Forward of one chunk for one micro-batch, FSDP-gathering layers ahead."""
-    p = Pass(b, layer_ids, mb, deps, "F", param_waits=param_waits)
-    p.run()
-    return p.x
-
-
-def backward_pass(b, layer_ids: list[int], mb: int, deps, sync, last_mb: bool) -> tuple[int, list[int]]:
-    """Backward of one chunk (recomputing each layer's forward first under full recompute)."""
-    p = Pass(b, layer_ids, mb, deps, "B", sync=sync, last_mb=last_mb)
-    p.run()
-    p.finish()
-    return p.x, p.rs_ops
-
-
 def layer_forward(b, layer: int, mb: int, deps, recompute: bool = False) -> int:
     """Embedding, output layer, or a transformer layer: attention then MLP."""
     x = deps

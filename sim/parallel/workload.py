@@ -43,8 +43,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())
     folded_by = domains if len(domains) >= layout.world else np.arange(layout.world) // fabric.gpus_per_domain
     found = folding(s, layout, fabric, folded_by, uneven)  # (callers that only account memory pass no domains)
-    return Context(s, d, layout, shard, ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend),
-                   domains, frozenset(np.flatnonzero(found.simulated).tolist()),
+    compute = ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration)
+    return Context(s, d, layout, shard, compute, domains, frozenset(np.flatnonzero(found.simulated).tolist()),
                    t.global_batch // (p.dp * t.micro_batch),
                    pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), loads, found)
 
@@ -57,8 +57,7 @@ def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
     get, or a rail-only or multi-plane one, whose routes the link labels do not describe
     (folding's exactness argument needs the first)."""
     perturbed = bool(s.stragglers or s.cluster.faults)
-    plain = fabric.oversubscription <= 1 and fabric.builder == "fat_tree" and fabric.planes == 1
-    return s.parallel.fold and s.jitter.sigma == 0 and (plain or not perturbed)
+    return s.parallel.fold and s.jitter.sigma == 0 and (fabric.non_blocking_rails or not perturbed)
 
 
 def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: bool) -> Folding:

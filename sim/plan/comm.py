@@ -21,8 +21,8 @@ P2P_LATENCY_S = 10e-6  # one point-to-point exchange: NCCL's ring Simple base + 
 class Comm:
     """Closed-form collective times on one cluster (a topology spec and a GPU)."""
 
-    def __init__(self, spec, gpu_name: str):
-        self.fabric = fabric_of(spec, gpu_name)
+    def __init__(self, spec, gpu_name: str, calibration=None):
+        self.fabric = fabric_of(spec, gpu_name, calibration)
         self.domain = spec.gpus_per_domain
         self.reduce = lru_cache(maxsize=None)(self._reduce)
         self.groups = lru_cache(maxsize=None)(self._groups)  # (tp, cp, dp, pp, ep, etp) -> Groups

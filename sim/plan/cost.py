@@ -30,35 +30,41 @@ them; a simulation the predictor underrates stops at the planner's point time li
 
 import numpy as np
 
+from .layers import KINDS
+
 SECONDS_PER_GPU = 2.3e-4  # building the topology and the groups, per GPU (fit: 2.28e-4)
 SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
 SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
 SECONDS_PER_A2A = 2.5e-3  # one all-to-all leaving the NVLink domain (fit: 2.50e-3)
 SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
 CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
-RS_OPS = 8  # a pipelined reduce-scatter: 4 GEMM chunks and 4 collectives (sim/parallel/tp_overlap.py)
+COUNTS = ("ops", "dp", "cp", "ep")  # per layer kind and micro-batch: ops but FSDP's, FSDP gathers, K/V shifts, all-to-alls
 
 
-def counts(c, d, s, domain: int) -> tuple[np.ndarray, ...]:
+def layer_counts(lp) -> tuple[int, int, int, int]:
+    """:data:`COUNTS` of one layer program (sim/parallel/layer_program.py)."""
+    by = lp.by_category()
+    return lp.count - by["dp"], by["dp"], by["cp"], by["ep"]
+
+
+def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, ...]:
     """(ops, flows, CP flows, cross-domain all-to-alls, GPUs per stage) of one step's
-    simulation of every candidate of table ``c`` (with its ``micro`` column:
-    micro-batches per step)."""
+    simulation of every candidate of table ``c`` (with its ``micro`` column: micro-batches
+    per step). ``layer``: n x kinds x :data:`COUNTS` of its layer programs
+    (:meth:`.estimate.Estimator._layer_costs`); ``split``: the layers of each kind of the
+    whole model (one stage's :class:`.stages.Split`)."""
     tp, cp, dp, ep, etp, pp, v, micro = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
                                                                     "virtual_stages", "micro"))
-    rec, tpov, zero = c["recompute"].to_numpy(), c["tp_comm_overlap"].to_numpy(dtype=bool), c["zero"].to_numpy()
+    zero3 = c["zero"].to_numpy() == 3
     ranks = tp * cp * dp  # GPUs of one stage: the copies a cross-domain collective carries
     cross_cp, cross_dp, cross_pp = tp * cp > domain, ranks > domain, ranks >= domain
     cross_ep = np.where(etp == tp, tp, etp) * ep > domain
-    shifts = 2 * (cp - 1) + np.where(rec != "none", cp - 1, 0)
-    fwd = 3 + cp + np.where(tp > 1, 4, 0) + np.where(tpov, 4 * (tp + RS_OPS), 0)
-    per_layer = 2.3 * fwd + shifts + np.where(rec == "full", fwd, 0)
-    moe_layers = (d.layers - d.dense_layers) if d.experts else 0
-    a2a = np.where(rec == "full", 6, 4)
-    fsdp = np.where(zero == 3, 3, 0)
-    ops = micro * (d.layers * (per_layer + fsdp) + moe_layers * (4 + a2a + np.where(tp > 1, 4, 0)))
-    flows = (micro * d.layers * fsdp * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
-    cp_flows = micro * d.layers * shifts * cross_cp * ranks
-    a2a_out = micro * moe_layers * a2a * cross_ep  # cross-domain all-to-alls of the simulated rank
+    per_kind = np.array([float(getattr(split, k)[0]) for k in KINDS])  # layers of each kind, all stages
+    ops_l, fsdp_l, shifts_l, a2a_l = (layer[:, :, i] @ per_kind for i in range(len(COUNTS)))
+    ops = micro * (ops_l + np.where(zero3, fsdp_l, 0))
+    flows = (micro * fsdp_l * zero3 * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
+    cp_flows = micro * shifts_l * cross_cp * ranks
+    a2a_out = micro * a2a_l * cross_ep  # cross-domain all-to-alls of the simulated rank
     if uneven(s):
         ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
     return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
@@ -74,9 +80,10 @@ def uneven(s) -> bool:
     return not ((moe.routing == "uniform" and moe.skew == 0) or moe.padded or moe.routing == "expert_choice")
 
 
-def sim_cost(c, d, s, domain: int) -> np.ndarray:
-    """Predicted seconds of one full simulation of each candidate on one core."""
-    ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain)
+def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
+    """Predicted seconds of one full simulation of each candidate on one core (arguments
+    as :func:`counts`)."""
+    ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split)
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
     return (SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
             + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A * a2a)

@@ -8,7 +8,7 @@
 2. the valid layouts are estimated (:mod:`.estimate`) and ordered by estimate;
 3. the best by estimate, a spread across the range, and later any contender the measured
    estimate error says could win, are simulated in full (:mod:`.select`) through the sweep
-   machinery (:func:`sim.studies.sweeps.sweep`: worker processes or Dask, a time limit per
+   machinery (:func:`sim.sweeps.grid.sweep`: worker processes or Dask, a time limit per
    point, every finished simulation kept in ``OUT.sims.csv`` so an interrupted search
    resumes where it stopped);
 4. the table (:mod:`.rank`) and the estimate's rank correlation with the simulations.
@@ -27,8 +27,8 @@ from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from ..input.load import scenario_from_dict
 from ..outputs.progress import status
-from ..studies.sweep_pool import one_line
-from ..studies.sweeps import point_key, sweep
+from ..sweeps.pool import one_line
+from ..sweeps.grid import point_key, sweep
 from . import fit, rank, rules, select
 from .estimate import Estimator
 from .explain import simulate_point
@@ -44,7 +44,7 @@ ROUNDS = 2  # rounds of contenders after the first
 
 @dataclass
 class Plan:
-    """The outcome of a search (``clustersim plan --json`` is :meth:`summary`)."""
+    """The outcome of a search (``clustersim plan --json`` is :func:`sim.plan.report.summary` of it)."""
 
     candidates: int
     rejected: dict

@@ -20,23 +20,25 @@ The estimate is measured, not trusted: ``clustersim plan`` reports its Spearman 
 correlation with the full simulation over the layouts it simulated.
 """
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
 from ..hardware.gpus import gpu_preset
 from ..model.compute import ComputeModel
-from ..model.layers import ELEM, Shard, optimizer
+from ..model import transformer as model_costs
+from ..model.layers import ELEM, optimizer
+from ..parallel import layer_program
 from ..parallel.layout import Layout
-from ..parallel.params import EMBEDDING, layer_params
-from ..parallel.workload import expert_loads
 from .comm import Comm
-from .cost import sim_cost
+from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
-from .layers import KINDS, LayerCosts
+from .layers import KINDS, Pricer, costs as layer_costs
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep")  # per layer kind (:class:`.layers.Cost`)
-GRAD_BYTES = PARAM_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py, fsdp.py)
+GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
 
@@ -45,11 +47,19 @@ class Estimator:
 
     def __init__(self, scenario, stages, spec, gpu_name: str):
         self.s, self.stages, self.d = scenario, stages, stages.dims
-        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend)
-        self.comm = Comm(spec, gpu_name)
+        cal = scenario.cluster.calibration  # a measured profile (sim/hardware/calibration.py), or None
+        self.gpu_name, self.comm = gpu_name, Comm(spec, gpu_name, cal)
+        self.compute = ComputeModel(gpu_preset(gpu_name), attention=scenario.training.attention_backend, calibration=cal)
+        self.price = Pricer(self.comm, spec.gpus_per_domain)
+        self._base_key = layer_program.content_key(scenario, gpu_name, None)
+        d, kinds = self.d, layer_program.Kind
+        with_experts = {kinds.MOE} | ({kinds.MTP} if d.mtp and model_costs.is_moe_layer(d, d.layers + 1) else set())
+        self.moe_kinds = tuple(k for k in kinds if k in with_experts) if d.experts else ()
+        self.other_kinds = tuple(k for k in kinds if k not in self.moe_kinds)
         self.domain = spec.gpus_per_domain
         self.bucket = scenario.training.grad_bucket_mb * 2**20
         self._routed: dict = {}
+        self._built = lru_cache(maxsize=None)(self._built)  # per search (the shared cache is bounded)
         self.micro_of = lambda c: scenario.training.global_batch // (c["dp"] * c["micro_batch"])
 
     def frame(self, c: pd.DataFrame) -> pd.DataFrame:
@@ -57,47 +67,73 @@ class Estimator:
         out = pd.DataFrame(index=c.index, columns=["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS],
                            dtype=float)
         c = c.assign(micro=self.micro_of(c).to_numpy())
-        layer = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x FIELDS
+        both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
+        f, n = len(FIELDS), len(FIELDS) + len(COUNTS)
+        layer, ops, gathered = both[:, :, :f], both[:, :, f:n], both[:, :, n]
         for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
-            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx])
-        out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain)
+            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx], gathered[idx])
+        out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain, ops, self.stages.split(1, 1))
         return out
 
     # ------------------------------------------------------------------ per layer kind
     def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
-        groups = self.comm.groups(tp, cp, max(ep, 1), 1, ep, etp)
-        lc = LayerCosts(self.s, self.d, self.compute, self.comm, (tp, cp, mb, rec, bool(tpov), ep, etp), groups)
-        if self.d.experts:
-            lc.loads, lc.dispatched = self._loads(tp, cp, mb, ep, etp)
-        costs = lc.costs()
-        costs.setdefault("moe", costs["dense"])  # a dense model: no MoE layers to count
-        return np.array([[getattr(costs[k], f) for f in FIELDS] for k in KINDS])
+        """KINDS x (FIELDS, COUNTS, FSDP bytes): each kind's :class:`.layers.Cost`, its op
+        counts and the bytes of its FSDP all-gather (sim/parallel/fsdp.py), from the
+        builder's layer programs of this (tp, cp, micro-batch, recompute, TP overlap, ep,
+        expert_tp)."""
+        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
+        costs = layer_costs(programs, self.price)
+        counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
+        counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
+        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op == "all_gather"), 0.0)
+                   for k, lp in programs.items()}
+        return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
+                         + [gathers.get(k, 0.0)] for k in KINDS])
 
-    def _loads(self, tp: int, cp: int, mb: int, ep: int, etp: int) -> tuple[tuple[float, ...], float]:
-        """Tokens per local expert on the busiest ep rank, and the tokens x top_k each rank
-        dispatches, from the scenario's routing (sim/parallel/workload.py)."""
-        t = self.s.training
-        shard = Shard(mb * t.seq_len // cp, t.seq_len, mb, tp, tp > 1, t.flash_attention)
-        layout = Layout({"tp": tp, "cp": cp, "dp": ep, "pp": 1}, ("tp", "cp", "dp", "pp"), ep,
-                        None if etp == tp else etp)
-        key = (layout.moe_tokens(shard.tokens), ep)  # all expert_loads depends on
+    def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+        """The layer programs of one candidate's per-layer knobs: the base scenario with them
+        set (sequence parallel when tp > 1, as :func:`.space.overrides` does), one stage, and
+        FSDP on so its gathers are counted (:mod:`.cost`; .layers leaves their time to
+        :meth:`_fsdp`). Layers without experts are built without the expert mesh (ep 1):
+        tests/test_plan.py checks that it changes none of their programs."""
+        out = {}
+        for kinds, e, et in ((self.moe_kinds, ep, etp), (self.other_kinds, 1, tp)):
+            if kinds:
+                out.update(self._built(kinds, tp, cp, mb, rec, tpov, e, et))
+        return out
+
+    def _built(self, kinds, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+        dp = 2 * ep  # any dp whose groups hold the ep ranks; > 1 so FSDP gathers
+        s = self.s
+        par = s.parallel.model_copy(update=dict(tp=tp, cp=cp, dp=dp, pp=1, virtual_stages=1, stage_layers=None,
+                                                schedule="1f1b", ep=ep, expert_tp=None if etp == tp else etp,
+                                                sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3,
+                                                ep_comm_overlap=False))
+        training = s.training.model_copy(update=dict(micro_batch=mb, recompute=rec, global_batch=mb * dp))
+        candidate = s.model_copy(update={"parallel": par, "training": training})
+        key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp)
+        loads = self._loads(candidate) if self.d.experts else {}
+        return layer_program.programs(candidate, self.gpu_name, key=key, loads=loads, kinds=kinds,
+                                      compute=self.compute)
+
+    def _loads(self, s) -> dict:
+        """Tokens per expert of every MoE layer (sim/parallel/workload.py), drawn once per
+        tokens routed by an expert group (all they depend on besides the base scenario)."""
+        layout, shard = Layout.from_parallel(s.parallel), layer_program.shard_of(s)
+        key = layout.moe_tokens(shard.tokens) * layout.ep
         found = self._routed.get(key)
         if found is None:
-            loads = next(iter(expert_loads(self.s, self.d, shard, layout).values()))
-            per = len(loads) // ep
-            slices = [loads[j * per:(j + 1) * per] for j in range(ep)]
-            busiest = max(slices, key=lambda x: float(x.sum()))
-            found = self._routed[key] = (tuple(float(x) for x in busiest), float(loads.sum()) / ep)
+            found = self._routed[key] = layer_program.expert_loads(s, self.d, shard, layout)
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
-    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray) -> np.ndarray:
+    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray, gathered: np.ndarray) -> np.ndarray:
         """Every component of every candidate of one (pp, v), as columns of ``frame``."""
         split = self.stages.split(pp, v)
-        counts = np.column_stack([split.dense, split.moe, split.embedding, split.output])  # stages x KINDS
+        counts = np.column_stack([getattr(split, k) for k in KINDS])  # stages x KINDS
         micro = g["micro"].to_numpy().astype(float)
         ep = self._ep_exposed(g, layer, micro, pp, v)
-        fsdp, scatters = self._fsdp(g, layer)
+        fsdp, scatters = self._fsdp(g, layer, gathered)
         per_kind = np.stack([layer[:, :, 0] + layer[:, :, 1], layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
                              fsdp], axis=2)  # n x KINDS x (compute, recompute, tp, cp, ep, fsdp)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
@@ -125,30 +161,29 @@ class Estimator:
         hidden = alone[:, None] * a2a + (1 - alone[:, None]) * np.maximum(0.0, a2a - comp)
         return np.where(g["ep_comm_overlap"].to_numpy(dtype=bool)[:, None], hidden, a2a)
 
-    def _fsdp(self, g, layer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fsdp(self, g, layer: np.ndarray, gathered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per kind (n x KINDS), zero 3 only: FSDP all-gather time, forward and backward,
         beyond the compute it hides under (per micro-batch); and each layer's gradient
-        reduce-scatter beyond its backward (last micro-batch)."""
+        reduce-scatter beyond its backward (last micro-batch). ``gathered``: each kind's
+        all-gather bytes (n x KINDS)."""
         zero3 = g["zero"].to_numpy() == 3
         gathers, scatters = np.zeros(layer.shape[:2]), np.zeros(layer.shape[:2])
         if not zero3.any():
             return gathers, scatters
-        times = lookup(g[zero3], ["tp", "cp", "dp", "ep", "expert_tp"], self._layer_collectives)
+        sizes = [f"bytes_{k}" for k in KINDS]
+        rows = g[zero3].assign(**{name: gathered[zero3, i] for i, name in enumerate(sizes)})
+        times = lookup(rows, ["tp", "cp", "dp", "ep", "expert_tp"] + sizes, self._layer_collectives)
         lay = layer[zero3]
         ag, rs, bwd = times[:, 0], times[:, 1], lay[:, :, 1] + lay[:, :, 2]
         gathers[zero3] = np.maximum(0.0, ag - lay[:, :, 0]) + np.maximum(0.0, ag - bwd)
         scatters[zero3] = np.maximum(0.0, rs - bwd)
         return gathers, scatters
 
-    def _layer_collectives(self, tp, cp, dp, ep, etp) -> np.ndarray:
-        """Seconds of one layer's all-gather and reduce-scatter, for each kind (2 x KINDS),
-        over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed)."""
-        ctx = self.stages.context(tp, 1, 1, ep, etp)
-        d = self.d
-        ids = (0 if not d.experts or d.dense_layers else None, d.dense_layers if d.experts else None, EMBEDDING,
-               d.layers)
+    def _layer_collectives(self, tp, cp, dp, ep, etp, *nbytes) -> np.ndarray:
+        """Seconds of one layer's FSDP all-gather and reduce-scatter of ``nbytes`` (per kind),
+        2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
+        the reduce-scatter, once per step, moves what the gather moved)."""
         group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
-        nbytes = [sum(layer_params(ctx, i)) * PARAM_BYTES if i is not None else 0.0 for i in ids]
         return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in ("all_gather", "reduce_scatter")])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:

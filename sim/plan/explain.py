@@ -16,7 +16,7 @@ between processes.
 
 from ..errors import InputError
 from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
-from ..studies.sweep_pool import flatten, one_line
+from ..sweeps.pool import flatten, one_line
 
 COMPUTE_BOUND = 0.05  # a loss below this share of the step does not limit it
 LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP", "exposed_ep"),
@@ -67,8 +67,3 @@ def estimated_limits(frame, scale: float = 1.0) -> list[str]:
 def simulated_losses(row) -> dict:
     """Loss name -> seconds from a simulated row's ``crit.*`` columns."""
     return {name: float(row[f"crit.{key}"]) for name, key in LOSSES}
-
-
-def estimated_losses(row) -> dict:
-    """Loss name -> seconds from the estimate's components."""
-    return {name: float(row[col]) for name, col in ESTIMATED.items()}

@@ -10,11 +10,12 @@ from pathlib import Path
 import tomllib
 
 from ..errors import InputError
+from .. import bounds
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
-from ..input.load import _set, override_pairs, scenario_from_dict
+from ..input.load import override_pairs, set_key, scenario_from_dict
 
 SEARCHED = ("training.micro_batch", "training.recompute")  # the planner chooses these (and all of [parallel])
 NOT_PLANNED = ("stragglers", "jitter", "rl")  # sections a planned (clean) step cannot have
@@ -53,6 +54,9 @@ def _absolute_config(data: dict, folder: Path) -> dict:
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
         model["hf_config"] = str((folder / model["hf_config"]).resolve())
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("calibration"), str):
+        cluster["calibration"] = str((folder / cluster["calibration"]).resolve())
     return data
 
 
@@ -64,10 +68,14 @@ def _read_toml(path: Path) -> dict:
 
 
 def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, seq_len: int | None,
-            batch_tokens: int | None, precision: str | None = None, overrides=None) -> Request:
-    """Check the flags against each other and the base scenario; load the base."""
+            batch_tokens: int | None, precision: str | None = None, overrides=None,
+            calibration: str | None = None) -> Request:
+    """Check the flags against each other and the base scenario; load the base.
+    ``calibration``: a profile's path (``--calibration``), in place of the scenario's."""
     data = source_data(arg)
     data.setdefault("name", Path(arg).stem)
+    if calibration:
+        data.setdefault("cluster", {})["calibration"] = str(Path(calibration).resolve())
     return request_of(data, gpus, topology, gpu, seq_len, batch_tokens, precision, overrides)
 
 
@@ -102,8 +110,8 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
         training.pop(key.split(".")[1], None)
     out = {k: v for k, v in data.items() if k not in ("parallel", "cluster", "training")}
     out.update(training=training, cluster={"gpu": gpu, "topology": topology,
-                                           **({"topology_overrides": cluster["topology_overrides"]}
-                                              if cluster.get("topology_overrides") else {})})
+                                           **{k: cluster[k] for k in ("topology_overrides", "calibration")
+                                              if cluster.get(k)}})
     _apply(out, overrides)
     scenario = scenario_from_dict(out)  # 1 GPU, default layout: checks model and training
     out["cluster"]["gpus"] = gpus
@@ -115,7 +123,7 @@ def _apply(data: dict, overrides) -> None:
     for key, value in override_pairs(overrides):
         if key.startswith("parallel.") or key in SEARCHED or key.startswith("cluster."):
             raise InputError("--set", f"{key} is the planner's to choose (or a flag's); set model.* or training.* keys")
-        _set(data, key, value)
+        set_key(data, key, value)
 
 
 def _gpu(name: str, flag: str) -> str:
@@ -131,7 +139,7 @@ def _nodes(cluster: dict, spec) -> int | None:
 
 
 def _gpus(n, spec, topology: str) -> int:
-    n = _positive(n, "--gpus")
+    n = bounds.GPUS.check("--gpus", _positive(n, "--gpus"), whole=True)  # (1e18: a divisor search without end)
     per_node = spec.gpus_per_node
     if n > per_node and n % per_node:
         raise InputError("--gpus", f"{n} GPUs are not whole {per_node}-GPU nodes of topology {topology!r}")

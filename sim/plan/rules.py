@@ -1,6 +1,6 @@
 """Which candidate layouts the loader accepts, and why the others are rejected.
 
-The rules are the loader's (sim/input/load.py ``check``): the arithmetic ones are applied
+The rules are the loader's (sim/input/rules.py ``check_all``): the arithmetic ones are applied
 here to the whole candidate table at once, in the loader's order, so each rejected
 layout is counted once, under the first rule the loader would raise for it (its
 ``InputError`` key is :attr:`Reason.key`). tests/test_plan.py runs the loader itself on
@@ -25,7 +25,7 @@ class Reason:
     text: str
 
 
-REASONS = (  # in the loader's order (check(): heads, batch, stages, moe, overlap), then memory
+REASONS = (  # in the loader's order (check_all: heads, batch, stages, moe, overlap), then memory
     Reason("tp_heads", "parallel.tp", "tp does not divide the attention heads or the kv heads"),
     Reason("batch_floor", "training.global_batch", "fewer sequences than dp x micro_batch (batch-size floor)"),
     Reason("batch_divisible", "training.global_batch", "global batch not divisible by dp x micro_batch"),
@@ -94,9 +94,3 @@ def counts(code: np.ndarray) -> dict[str, int]:
     """reason id -> candidates rejected for it (only reasons that occurred, in rule order)."""
     found = np.bincount(code, minlength=len(REASONS) + 1)
     return {r.id: int(found[i]) for i, r in enumerate(REASONS, start=1) if found[i]}
-
-
-def reason_of_key(key: str) -> str:
-    """The reason id for an InputError key the loader raised on a candidate that passed
-    :func:`codes` (a rule this module does not know: counted under ``loader:KEY``)."""
-    return f"loader:{key}"

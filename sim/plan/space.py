@@ -12,7 +12,7 @@ layout is *valid* is the loader's (sim/plan/rules.py):
   norm and dropout work and activations; Megatron's --tp-comm-overlap and MoE folding
   require it);
 - pp: divisors of the GPU count up to the layer count;
-- cp: 1, 2, 4, 8, 16 dividing the GPU count, each CP rank keeping at least
+- cp: 1, and 2, 4, 8, 16 dividing the GPU count where each CP rank keeps at least
   :data:`MIN_CP_TOKENS` tokens of the sequence;
 - virtual stages: 1, and :data:`VIRTUAL_STAGES` with pp * v <= layers when pp > 1 (the
   layers split as the simulator splits them, remainder to the middle stages); schedule
@@ -62,7 +62,7 @@ class Space:
         return [d for d in divisors(self.gpus) if d <= self.layers]
 
     def cp_values(self) -> list[int]:
-        return [c for c in CP_VALUES if self.gpus % c == 0 and self.seq_len >= c * MIN_CP_TOKENS]
+        return [c for c in CP_VALUES if self.gpus % c == 0 and (c == 1 or self.seq_len >= c * MIN_CP_TOKENS)]
 
     def v_values(self, pp: int) -> list[int]:
         return [1] if pp == 1 else [1] + [v for v in VIRTUAL_STAGES if pp * v <= self.layers]

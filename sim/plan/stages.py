@@ -23,14 +23,15 @@ from ..parallel.program import Context
 
 @dataclass(frozen=True)
 class Split:
-    """Per pipeline stage (arrays of length pp): transformer layers held (all chunks),
-    mean layers per chunk, dense and MoE layer counts, embedding and output layer."""
+    """Per pipeline stage (arrays of length pp): mean transformer layers per chunk (MTP
+    depths included), dense and MoE layer counts, embedding and output layer, MTP depths."""
 
     layers_mean: np.ndarray
     dense: np.ndarray
     moe: np.ndarray
     embedding: np.ndarray
     output: np.ndarray
+    mtp: np.ndarray
 
 
 class Stages:
@@ -57,8 +58,9 @@ class Stages:
         for s in range(pp):
             mine = [block_ids(ctx, c) for c in range(s, pp * v, pp)]
             ids = [l for c in mine for l in c]
-            moe = sum(model_costs.is_moe_layer(d, l) for l in ids)
-            rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe, moe, s == 0, s == pp - 1))
+            mtp = sum(l > d.layers for l in ids)
+            moe = sum(model_costs.is_moe_layer(d, l) for l in ids if l < d.layers)
+            rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe - mtp, moe, s == 0, s == pp - 1, mtp))
         cols = np.array(rows, dtype=float).T
         return Split(*cols)
 

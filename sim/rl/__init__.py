@@ -8,3 +8,5 @@ modules, bottom up: ``lengths`` (responses), ``inference`` (an engine's step cos
 ``run`` (wiring), ``study`` (``clustersim study rl-stragglers``), ``validation`` (the decode
 model against published vLLM runs).
 """
+
+STUDIES = {"rl-stragglers": "study"}  # study name -> its module here (sim.commands.study)

@@ -9,29 +9,13 @@ A study is a module with ``TITLE``, ``points(quick)`` (labelled override dicts s
 :func:`sim.studies.base.run_study` drives them.
 """
 
-import importlib
+# study name -> its module in this room; the capabilities register their own studies in
+# their rooms (``sim.campaign.STUDIES``, ``sim.rl.STUDIES``) and the command line
+# (:mod:`sim.commands.study`) assembles them all
+STUDIES: dict[str, str] = {
+    "fsdp-crossover": "fsdp_crossover",
+    "domain-size": "domain_size",
+    "batch-floor": "batch_floor",
+    "pipeline-bubbles": "pipeline_bubbles",
+}
 
-from ..errors import InputError
-
-STUDIES: dict[str, str] = {}
-
-
-def _register(name: str, module: str) -> None:
-    if name in STUDIES:
-        raise ValueError(f"duplicate study {name}")
-    STUDIES[name] = module
-
-
-_register("fsdp-crossover", "sim.studies.fsdp_crossover")
-_register("domain-size", "sim.studies.domain_size")
-_register("batch-floor", "sim.studies.batch_floor")
-_register("pipeline-bubbles", "sim.studies.pipeline_bubbles")
-_register("goodput-vs-scale", "sim.campaign.study")  # a capability's study: imported by name only
-_register("rl-stragglers", "sim.rl.study")  # whole RL runs, not steps: the module drives its points
-
-
-def get(name: str):
-    """The module of study ``name``, or InputError listing the known ones."""
-    if name not in STUDIES:
-        raise InputError("study", f"unknown study {name!r}; known: {', '.join(STUDIES)}")
-    return importlib.import_module(STUDIES[name])

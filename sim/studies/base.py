@@ -17,7 +17,7 @@ from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from ..input.load import scenario_from_dict
 from ..model.transformer import dims, non_embedding_params, total_params
 from ..outputs.paths import make_dir, output_dir
-from .sweeps import point_key, sweep
+from ..sweeps.grid import point_key, sweep
 from ..units import GB
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"  # package data

@@ -35,15 +35,16 @@ class Measurement:
     busbw_GBps: float
 
 
-def build_topology(topology_name: str, gpus: int, gpu_name: str | None):
-    """Topology with at least ``gpus`` GPUs, rounded up to whole servers."""
+def build_topology(topology_name: str, gpus: int, gpu_name: str | None, calibration=None):
+    """Topology with at least ``gpus`` GPUs, rounded up to whole servers (``calibration``: a
+    :class:`~sim.hardware.calibration.Calibration` applied to its links)."""
     spec = topology.load_spec(topology_name, key="--topology")
     gpu = gpu_preset(spec.gpu) if gpu_name is None else _gpu(gpu_name)
     per = max(spec.gpus_per_node, spec.gpus_per_domain)
     total = -(-gpus // per) * per
     if spec.max_gpus is not None and gpus > spec.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
-    return topology.build(spec, min(total, spec.max_gpus or total), gpu, key="--gpus")
+    return topology.build(spec, min(total, spec.max_gpus or total), gpu, key="--gpus", calibration=calibration)
 
 
 def _gpu(name: str):

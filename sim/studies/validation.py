@@ -187,13 +187,14 @@ class Comparison:
         return self.predicted_step_s / self.row.published_step_s - 1
 
 
-def compare(row: Row, e_max: float | None = None, keep: bool = False) -> Comparison:
-    """Simulate one row (``keep``: hold on to the Result, for --explain)."""
+def compare(row: Row, e_max: float | None = None, keep: bool = False, calibration: str | None = None) -> Comparison:
+    """Simulate one row (``keep``: hold on to the Result, for --explain; ``calibration``: a
+    profile's path, as ``cluster.calibration``)."""
     from ..errors import InputError
     from ..step import simulate
 
     try:
-        scenario = scenario_from_dict(row.scenario)
+        scenario = scenario_from_dict(row.scenario, {"cluster.calibration": calibration} if calibration else None)
     except InputError as exc:
         return Comparison(row, None, failure=str(exc))
     # the shipped rows are trusted data, run past the interactive work budget: the largest,

@@ -4,7 +4,7 @@ the lock that keeps a second sweep away from an output file in use.
 Durability (docs/sweeps.md): every finished row is appended and fsynced before the next
 is taken, so a killed sweep loses at most the row being written. The lock is ``flock`` on
 a sidecar file ``.OUT.lock`` beside ``OUT``, held for the whole sweep; the kernel drops it
-when the sweep's process dies, however it dies. Run by :func:`sim.studies.sweeps.sweep`.
+when the sweep's process dies, however it dies. Run by :func:`sim.sweeps.grid.sweep`.
 """
 
 import csv

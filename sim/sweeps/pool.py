@@ -1,6 +1,6 @@
 """Where sweep points run: worker processes of the sweep's own, or a dask.distributed cluster.
 
-Run by :func:`sim.studies.sweeps.sweep` (``clustersim sweep ... --workers N
+Run by :func:`sim.sweeps.grid.sweep` (``clustersim sweep ... --workers N
 [--point-timeout S]``). Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop
 one running task, so a point that hangs holds its worker and the sweep forever; its
 shutdown waits for the queued work before discarding it (Ctrl-C took 14-16 s); and its

@@ -9,9 +9,9 @@ flattened to ``comm_bytes_per_gpu.dp`` ...), then ``error`` (empty unless the po
 invalid or its simulation raised), ``point`` (the canonical JSON of the overrides that
 identifies the point), ``fingerprint`` (a hash of the fully resolved scenario of the point
 and the clustersim version) and ``version``. Rows are written durably as they finish
-(:mod:`.sweep_sinks`), so a killed sweep loses at most the row being written; re-running
+(:mod:`.sinks`), so a killed sweep loses at most the row being written; re-running
 with the same ``out`` reuses a finished row only when its fingerprint matches, and
-recomputes (and counts) the others. Points run in :mod:`.sweep_pool`. See docs/sweeps.md.
+recomputes (and counts) the others. Points run in :mod:`.pool`. See docs/sweeps.md.
 """
 
 import contextlib
@@ -34,8 +34,8 @@ from ..input.scenario import Scenario
 from ..outputs.paths import output_file
 from ..outputs.progress import Progress
 from ..version import __version__
-from .sweep_pool import RETRIED_ERRORS, TIMEOUT_PREFIX, LocalPool, one_line, run_dask, run_in_process
-from .sweep_sinks import exclusive, open_sink
+from .pool import RETRIED_ERRORS, TIMEOUT_PREFIX, LocalPool, one_line, run_dask, run_in_process
+from .sinks import exclusive, open_sink
 
 # The summary keys of CONTRACT.md, flattened; a key a newer summary adds is appended.
 SUMMARY_COLUMNS = ("name", "num_gpus", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
@@ -178,7 +178,7 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
     ``stats``: if given, filled as the sweep goes with counts: points, resumed, recomputed,
     stale (reason -> count), invalid, simulated, failed, timed_out.
     ``point_fn``: a module-level function scenario -> (row dict, None) or (None, error text)
-    run for each point instead of :func:`.sweep_pool.run_point` (``clustersim plan`` adds
+    run for each point instead of :func:`.pool.run_point` (``clustersim plan`` adds
     its breakdown columns); its name enters every fingerprint, so rows of another point
     function are never reused. ``label``: the progress line's name.
     """

@@ -1,0 +1,341 @@
+"""One definition of a layer: what the rank-program builder produces for ONE layer of each
+kind and ONE micro-batch, obtained by running the builder itself.
+
+:func:`programs` runs :class:`.passes.Pass` -- the forward, then the backward (with its
+recomputation) -- over a single layer of each kind (:class:`Kind`: the embedding, a dense
+and an MoE transformer layer, a multi-token-prediction depth, the output layer) on the
+busiest rank of the scenario's layout, and records what it built as a frozen
+:class:`LayerProgram`: its ops (stream, category, compute seconds, dependencies, phase),
+its collectives (axis, operation, bytes, group) and the kernels it timed. Everything that
+needs to know what a layer does reads this instead of restating formulas: the work census
+(:mod:`.census`, op counts), the planner's per-layer estimate (sim/plan/layers.py) and its
+simulation-cost predictor (sim/plan/cost.py). A feature added to the builder reaches them
+with no other edit. :func:`step_skeleton` is the rest of a rank's program for the census:
+the real builder run with the fewest micro-batches the schedule takes, so the per-step ops
+(gradient buckets, parameter gathers, FSDP reduce-scatters, optimizer) and the pipeline
+transfers are counted, not re-derived.
+
+Phases: an op built by the forward pass is FORWARD, by the backward pass BACKWARD, and
+RECOMPUTE where the builder tagged it a recomputation (its name or its collective's key
+says ``recompute``; to be replaced by the op's own phase once ops carry one).
+
+Programs are cached by content (the model, training and parallel sections, the seed that
+draws expert loads, the GPU and its efficiency), at most :data:`CACHE_SIZE` of them.
+
+Run ``python -c "import sim; from sim.parallel import layer_program as lp;
+print(lp.programs(sim.load_scenario('scenarios/mixtral-small-ep-h100.toml'), 'h100-sxm'))"``.
+"""
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from ..hardware.gpus import gpu_preset
+from ..model import transformer as model_costs
+from ..model.compute import ComputeModel
+from ..model.layers import Shard
+from .layout import Layout
+from .params import EMBEDDING, moe_block_ids, mtp_ids, stage_layer_ids
+from .passes import Pass
+from .program import Context, RankBuilder
+from . import pp as pipeline
+from . import workload
+from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
+
+CACHE_SIZE = 4096  # programs kept; a planner search of DeepSeek-V3 on 2,048 GPUs asks for ~11k
+
+
+class Kind(Enum):
+    """The kinds of layer a rank program holds."""
+
+    EMBEDDING = "embedding"
+    DENSE = "dense"
+    MOE = "moe"
+    MTP = "mtp"  # a multi-token-prediction depth (dense or MoE, as its layer id says)
+    OUTPUT = "output"
+
+
+class Phase(Enum):
+    """Which pass of the layer an op belongs to."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    RECOMPUTE = "recompute"  # the forward rerun during the backward (full or selective recompute)
+
+
+@dataclass(frozen=True)
+class LayerCollective:
+    """One collective call of the layer on its rank."""
+
+    axis: str  # tp, cp, ep, dp, pp (the builder's category)
+    op: str  # all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift, send_recv
+    nbytes: float
+    group: tuple[int, ...]  # the ranks of its group
+
+    @property
+    def size(self) -> int:
+        """Ranks in the group."""
+        return len(self.group)
+
+
+@dataclass(frozen=True)
+class LayerOp:
+    """One op of the layer's program: enough to schedule it on its streams."""
+
+    stream: str
+    category: str  # compute or the collective's axis
+    duration: float  # seconds, compute ops (0 for collectives)
+    deps: tuple[int, ...]  # earlier ops of this layer program
+    phase: Phase
+    collective: LayerCollective | None = None
+    kernels: int = 0  # kernels timed (compute ops)
+
+
+@dataclass(frozen=True)
+class LayerProgram:
+    """What the builder produces for one layer of ``kind`` and one micro-batch on ``rank``."""
+
+    kind: Kind
+    layer: int  # the layer id it was built for (the first of its kind)
+    rank: int
+    ops: tuple[LayerOp, ...]
+
+    @property
+    def count(self) -> int:
+        """Ops per micro-batch."""
+        return len(self.ops)
+
+    def compute_s(self, phase: Phase) -> float:
+        """Compute seconds of one phase."""
+        return sum(op.duration for op in self.ops if op.phase is phase and op.collective is None)
+
+    @property
+    def forward_s(self) -> float:
+        return self.compute_s(Phase.FORWARD)
+
+    @property
+    def backward_s(self) -> float:
+        return self.compute_s(Phase.BACKWARD)
+
+    @property
+    def recompute_s(self) -> float:
+        return self.compute_s(Phase.RECOMPUTE)
+
+    def by_category(self) -> Counter:
+        """Ops per category (compute, tp, cp, ep, dp)."""
+        return Counter(op.category for op in self.ops)
+
+    def by_stream(self) -> Counter:
+        """Ops per stream."""
+        return Counter(op.stream for op in self.ops)
+
+    def collectives(self, axis: str | None = None) -> list[LayerCollective]:
+        """The collective calls (of one axis)."""
+        return [op.collective for op in self.ops if op.collective is not None
+                and (axis is None or op.collective.axis == axis)]
+
+    @property
+    def kernels(self) -> int:
+        """Kernels timed per micro-batch."""
+        return sum(op.kernels for op in self.ops)
+
+
+class _Recorder(RankBuilder):
+    """A RankBuilder that also remembers how many kernels each compute op timed."""
+
+    def __init__(self, ctx: Context, rank: int):
+        super().__init__(ctx, rank)
+        self.kernel_counts: dict[int, int] = {}
+
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute") -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream)
+        self.kernel_counts[index] = len(kernels)
+        return index
+
+
+def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = None,
+            compute: ComputeModel | None = None) -> Context:
+    """A Context of ``s`` for building single layers: the scenario's layout, shard and
+    compute model (``compute``: one the caller keeps, with its memo of kernel times; ``loads``:
+    the expert loads when the caller has drawn them), every
+    rank simulated (no folding: a layer's ops do not depend on it)."""
+    p, t = s.parallel, s.training
+    layout, shard = Layout.from_parallel(p), shard_of(s)
+    d = model_costs.dims(s.model)
+    compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend,
+                                      calibration=s.cluster.calibration)
+    ctx = Context(s, d, layout, shard, compute,
+                  [0] * layout.world, _All(layout.world), t.global_batch // (p.dp * t.micro_batch),
+                  pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
+    ctx.expert_loads = expert_loads(s, d, shard, layout) if loads is None else loads
+    return ctx
+
+
+def shard_of(s) -> Shard:
+    """What one rank holds of one micro-batch (as :func:`sim.parallel.workload.make_context`)."""
+    p, t = s.parallel, s.training
+    return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
+                 t.flash_attention, t.precision == "fp8")
+
+
+class _All(frozenset):
+    """Every rank of the world, without listing them (``Context.simulated`` when nothing is folded)."""
+
+    def __new__(cls, world: int):
+        obj = super().__new__(cls)
+        obj.world = world
+        return obj
+
+    def __len__(self) -> int:
+        return self.world
+
+    def __contains__(self, rank) -> bool:
+        return 0 <= rank < self.world
+
+
+def representative(d, kind: Kind) -> int | None:
+    """The layer id a kind is built for (the first layer of that kind), None if the model has none."""
+    if kind is Kind.EMBEDDING:
+        return EMBEDDING
+    if kind is Kind.OUTPUT:
+        return d.layers
+    if kind is Kind.MTP:
+        return next(iter(mtp_ids(d)), None)
+    moe = kind is Kind.MOE
+    return next((l for l in range(d.layers) if model_costs.is_moe_layer(d, l) == moe), None)
+
+
+def kind_of(d, layer: int) -> Kind:
+    """The kind of layer id ``layer``."""
+    if layer == EMBEDDING:
+        return Kind.EMBEDDING
+    if layer == d.layers:
+        return Kind.OUTPUT
+    if layer > d.layers:
+        return Kind.MTP
+    return Kind.MOE if model_costs.is_moe_layer(d, layer) else Kind.DENSE
+
+
+def busiest_rank(ctx: Context, layer: int) -> int:
+    """Rank 0, or for an MoE layer with uneven loads the rank of rank 0's expert group whose
+    experts receive the most tokens (the first such)."""
+    loads = ctx.expert_loads.get(layer)
+    if loads is None or loads.min() == loads.max():
+        return 0
+    layout = ctx.layout
+    per = len(loads) // layout.ep
+    held = [float(loads[j * per:(j + 1) * per].sum()) for j in range(layout.ep)]
+    best = int(np.argmax(held))
+    return next(r for r in layout.ep_group(0) if layout.ep_index(r) == best)
+
+
+def build(ctx: Context, kind: Kind) -> LayerProgram | None:
+    """Run the builder over one layer of ``kind`` for one micro-batch: forward, then backward."""
+    layer = representative(ctx.dims, kind)
+    if layer is None:
+        return None
+    rank = busiest_rank(ctx, layer)
+    b = _Recorder(ctx, rank)
+    forward = Pass(b, [layer], 0, (), "F", param_waits={})
+    forward.run()
+    first_backward = len(b.program.ops)
+    Pass(b, [layer], 0, forward.x, "B", sync=None, last_mb=False).run()
+    ops = tuple(_layer_op(op, i, i >= first_backward, b.kernel_counts.get(i, 0))
+                for i, op in enumerate(b.program.ops))
+    return LayerProgram(kind, layer, rank, ops)
+
+
+def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
+    coll = None
+    if op.comm is not None:
+        coll = LayerCollective(op.category, op.comm.op, op.comm.nbytes, tuple(op.comm.group))
+    return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels)
+
+
+def _phase(op, backward: bool) -> Phase:
+    """Forward or backward by the pass that built it; recompute when the builder tagged the
+    op so (its name, or its collective's key: ``_recompute`` / ``"recompute"``)."""
+    tags = op.comm.key if op.comm is not None else ()
+    if "recompute" in op.name or "recompute" in tags:
+        return Phase.RECOMPUTE
+    return Phase.BACKWARD if backward else Phase.FORWARD
+
+
+_CACHE: OrderedDict = OrderedDict()
+
+
+def content_key(s, gpu_name: str, e_max: float | None) -> tuple:
+    """What a layer program depends on: the model, training and parallel sections, the seed
+    (expert loads), the GPU and its efficiency (with a measured calibration profile's)."""
+    return (s.model.model_dump_json(), s.training.model_dump_json(), s.parallel.model_dump_json(), s.seed,
+            gpu_name, e_max, s.cluster.calibration)
+
+
+def programs(s, gpu_name: str, e_max: float | None = None, key: tuple | None = None,
+             loads: dict | None = None, kinds=tuple(Kind),
+             compute: ComputeModel | None = None) -> dict[Kind, LayerProgram]:
+    """The layer program of each of ``kinds`` the model has (cached by :func:`content_key`,
+    or by ``key`` when the caller holds one that determines the same content;
+    ``loads`` and ``compute`` as :func:`context` takes them)."""
+    kinds = tuple(kinds)
+    key = ("programs", kinds) + (key if key is not None else content_key(s, gpu_name, e_max))
+    found = _CACHE.get(key)
+    if found is None:
+        ctx = context(s, gpu_name, e_max, loads, compute)
+        found = {k: lp for k in kinds if (lp := build(ctx, k)) is not None}
+        _remember(key, found)
+    else:
+        _CACHE.move_to_end(key)
+    return found
+
+
+def _remember(key, value) -> None:
+    _CACHE[key] = value
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+
+
+def stage_layers(s) -> list[list[int]]:
+    """Layer ids (pseudo layers included) of every pipeline stage, all its chunks, as the
+    builder assigns them (:func:`.params.stage_layer_ids`)."""
+    p, d = s.parallel, model_costs.dims(s.model)
+    ctx = Context(s, d, None, None, None, [], frozenset(), 0,
+                  pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
+    return [[l for vs in range(stage, len(ctx.stage_layers), p.pp) for l in stage_layer_ids(ctx, vs)]
+            for stage in range(p.pp)]
+
+
+def counting_loads(s) -> dict:
+    """Expert loads for counting ops and kernels without routing a token (the census must
+    not do the work it estimates): every expert receives some. An MoE layer's ops do not
+    depend on its loads; its kernels do only where an expert receives none (it then times
+    no MLP), so the kernels counted with these are an upper bound."""
+    d = model_costs.dims(s.model)
+    return {layer: np.ones(d.experts) for layer in moe_block_ids(d)}
+
+
+def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
+    """:func:`programs` with :func:`counting_loads`: ops and kernels, not durations."""
+    return programs(s, gpu_name, key=("counting",) + content_key(s, gpu_name, None), loads=counting_loads(s))
+
+
+def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
+    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its pipeline
+    transfers per micro-batch): the builder itself (:func:`sim.parallel.workload.build_rank`)
+    on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
+    runs them in groups of pp, sim/input/rules.py). The census adds the other micro-batches
+    from the layer programs."""
+    p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
+    m0 = min(m, p.pp) if p.schedule == "interleaved" else 1
+    key = ("skeleton", stage, m0) + content_key(s, gpu_name, None)
+    found = _CACHE.get(key)
+    if found is None:
+        ctx = context(s, gpu_name, loads=counting_loads(s))
+        ctx.micro_batches = m0
+        rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
+        ops = workload.build_rank(ctx, rank).program.ops
+        found = (len(ops), m0, sum(op.category == "pp" for op in ops) // m0)
+        _remember(key, found)
+    return found
