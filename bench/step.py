@@ -43,7 +43,7 @@ use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "rss_bytes": use.ru_maxrss * 1024,
                   "events": r.summary["sim_events"], "engine_s": r.summary["sim_wall_s"],
                   "step_s": r.summary["step_time_s"], "mfu": r.summary["mfu"], "gpus": r.summary["num_gpus"],
-                  "simulated": len(r.info["simulated_ranks"]), "cost_s": r.summary.get("straggler_cost_s")}))
+                  "simulated": len(r.facts.simulated_ranks), "cost_s": r.summary.get("straggler_cost_s")}))
 """
 LLAMA_405B = "scenarios/llama3-405b-16k-h100.toml"
 GB = 1e9  # the issues' targets are in decimal gigabytes

@@ -1,46 +1,46 @@
 """One training step: ``simulate(scenario) -> Result`` (exposed as ``sim.simulate``):
-topology -> rank programs -> engine -> spans -> summary.
+topology -> rank programs -> engine -> spans -> summary. :func:`build_topology`,
+:func:`build` and :func:`execute` are that pipeline's stages; the shared fabric
+(:mod:`sim.fabric.shared`) and the RL trainer (:mod:`sim.rl.trainer`) call them too, their
+differences as parameters (NVLink domains of a job placed on other GPUs, an op added to a
+program before it runs).
 
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
 
 import time
 
+import pandas as pd
+
 from . import collectives
 from . import work
-from .hardware import calibration, topology
+from .hardware import topology
 from .parallel import workload
-from .engine.core import Engine, cycle_collector_paused
+from .engine.core import Engine, RankProgram, cycle_collector_paused
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset, low_peak
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
-from .outputs.result import Result, spans_frame
-from .hardware.faults import perturbed, straggler_slowdowns
+from .outputs.result import Result, StepFacts, spans_frame
+from .hardware.faults import compute_scale, perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
 from .input.scenario import Scenario
+from .parallel.program import Context
 
 
 def build_topology(s: Scenario) -> topology.Topology:
     """The cluster's graph with overrides and link faults applied."""
     spec = topology_spec(s)
-    gpu = gpu_preset(s.cluster.gpu or spec.gpu)
-    graph = topology.fat_tree(s.cluster.gpus, spec, gpu)
-    from .hardware.faults import apply_faults
-
-    apply_faults(graph, s.cluster.faults, spec)
-    calibration.apply(graph, s.cluster.calibration)  # a measured profile's link efficiencies and latencies
-    if spec.max_gpus is not None and s.cluster.gpus > spec.max_gpus:
-        raise InputError("cluster", f"{s.cluster.gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
-    return topology.Topology(graph, spec)
+    return topology.build(spec, s.cluster.gpus, gpu_preset(s.cluster.gpu or spec.gpu), "cluster", s.cluster.faults,
+                          s.cluster.calibration)
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
              record_links: bool = False, force: bool = False) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
-    ``record_links`` keeps every rate change of every transfer (``info["link_log"]``, see
+    ``record_links`` keeps every rate change of every transfer (``facts.link_log``, see
     ``Network.log``) for the link-utilization tracks of a trace; off by default (memory on
     huge runs). Unless ``force``, a scenario past the work budget is refused first
     (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
@@ -54,27 +54,46 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
         return _simulate(s, baseline, e_max, record_links)
 
 
-def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
+def build(s: Scenario, topo: topology.Topology, e_max: float | None = None, domains: list[int] | None = None,
+          check: bool = True) -> tuple[Context, list[RankProgram]]:
+    """The context and the simulated ranks' programs of ``s`` on ``topo``. ``domains``:
+    the NVLink domain of each of its ranks (default: rank i runs on GPU i). Unless
+    ``check`` is off (a caller that moves the programs checks them where they land), a
+    ``dp_algo`` that needs the fabric (NVLS, SHARP, PAT) must be one this cluster runs."""
     with cycle_collector_paused():  # (building a 131k-GPU graph and programs allocates millions of objects)
-        topo = build_topology(s)
-        gpu_name = s.cluster.gpu or topo.spec.gpu
-        gpu = gpu_preset(gpu_name)
-        from .hardware.faults import compute_scale
-
-        ctx = workload.make_context(s, [int(d) for d in topo.domains], gpu_name, e_max, topo.spec)
+        ctx = workload.make_context(s, [int(d) for d in topo.domains] if domains is None else domains,
+                                    s.cluster.gpu or topo.spec.gpu, e_max, topo.spec)
         programs = workload.build_programs(ctx)
-    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # NVLS, SHARP, PAT: can this cluster run it?
+    if check and s.parallel.dp_algo in collectives.NEEDS_FABRIC:
         collectives.check_programs(programs, topo, "parallel.dp_algo")
-    engine = Engine(topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
+    return ctx, programs
+
+
+def execute(name: str, topo: topology.Topology, programs: list[RankProgram], scale=None, arrivals=None,
+            record_links: bool = False) -> tuple[Engine, pd.DataFrame, float]:
+    """Run ``programs`` on ``topo``: (engine, spans, wall seconds). ``scale``: compute
+    slowdowns (stragglers); ``arrivals``: when folded members of a group arrive (sampled
+    jitter: ``Folding.arrivals``); ``record_links``: keep the network's rate log. A run that
+    fails (a deadlock, a stalled transfer) is a SimulationError naming ``name``."""
+    engine = Engine(topo, programs, scale, arrivals)
     if record_links:
         engine.net.log = []
     t0 = time.perf_counter()
     try:
         engine.run()
     except RuntimeError as exc:  # a deadlock, a stalled transfer (SimulationError), a recursion
-        raise SimulationError(f"scenario {s.name!r}: {type(exc).__name__}: {exc}") from exc
+        raise SimulationError(f"scenario {name!r}: {type(exc).__name__}: {exc}") from exc
     spans = spans_frame(engine)
-    wall = time.perf_counter() - t0
+    return engine, spans, time.perf_counter() - t0
+
+
+def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool) -> Result:
+    with cycle_collector_paused():
+        topo = build_topology(s)
+    gpu_name = s.cluster.gpu or topo.spec.gpu
+    gpu = gpu_preset(gpu_name)
+    ctx, programs = build(s, topo, e_max)
+    engine, spans, wall = execute(s.name, topo, programs, compute_scale(s, topo), ctx.folding.arrivals, record_links)
     memory = peak_memory(ctx)
     arrivals = ctx.folding.arrivals  # sampled jitter: the folded ranks' own end of step
     folded_end = arrivals.step_end(spans.groupby("rank").end_s.max()) if arrivals is not None else None
@@ -88,12 +107,9 @@ def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bo
     slow = straggler_slowdowns(s, topo.spec.gpus_per_node, from_start=True)
     peak = low_peak(gpu, s.training.precision) or gpu.peak_flops
     invariants.check(summary, invariants.compute_floor(programs, slow), s.name, peak / gpu.peak_flops)
-    info = {"simulated_ranks": sorted(ctx.simulated), "folded": len(ctx.simulated) < ctx.layout.world,
-            "folding": ctx.folding,
-            "micro_batches": ctx.micro_batches, "layout": ctx.layout, "gpu": gpu_name,
-            "link_bytes": engine.net.bytes_by_link, "topology": topo, "programs": programs,
-            "held_by": engine.held_by, "arrived": engine.arrived, "link_log": engine.net.log}
-    return Result(summary, spans, s, memory, info)
+    facts = StepFacts(topo, sorted(ctx.simulated), programs, ctx.layout, ctx.folding, gpu_name, ctx.micro_batches,
+                      engine.net.bytes_by_link, engine.held_by, engine.arrived, engine.net.log)
+    return Result(summary, spans, s, memory, facts)
 
 
 def jitter_summary(ctx) -> dict:

@@ -60,7 +60,7 @@ def pair(name):
                                     "cluster": {"topology": "dgx-h100", "gpus": gpus},
                                     "parallel": {**parallel, "fold": fold}})
             result = simulate(s)
-            runs.append((result.summary, result.info))
+            runs.append((result.summary, result.facts))
         _cache[name] = runs
     return _cache[name]
 
@@ -86,8 +86,8 @@ def same(a, b) -> bool:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_folded_step_time_equals_every_rank_simulated(name):
     (folded, info_f), (full, info_u) = pair(name)
-    assert info_f["folded"] and not info_u["folded"]
-    assert len(info_f["simulated_ranks"]) < len(info_u["simulated_ranks"]) == full["num_gpus"]
+    assert info_f.folded and not info_u.folded
+    assert len(info_f.simulated_ranks) < len(info_u.simulated_ranks) == full["num_gpus"]
     assert folded["step_time_s"] == pytest.approx(full["step_time_s"], rel=1e-9)
 
 

@@ -88,11 +88,11 @@ def timeline(result, rank: int) -> np.ndarray:
 def test_folded_equals_unfolded_under_perturbation(name):
     folded, full = pair(name)
     world = full.summary["num_gpus"]
-    assert folded.info["folded"] and len(folded.info["simulated_ranks"]) < world
+    assert folded.facts.folded and len(folded.facts.simulated_ranks) < world
     a, b = flat(folded.summary), flat(full.summary)
     assert a.keys() == b.keys()
     assert {k: (a[k], b[k]) for k in a if not same(a[k], b[k])} == {}
-    rep = folded.info["folding"].representative
+    rep = folded.facts.folding.representative
     for rank in range(world):  # every rank's timeline is its representative's
         np.testing.assert_allclose(timeline(folded, int(rep[rank])), timeline(full, rank), rtol=1e-9, atol=1e-15)
 
@@ -103,8 +103,8 @@ def test_folded_links_carry_the_unfolded_bytes(name):
     NVLink port carries no more (collectives inside a domain are not copied: they share
     no link with other domains)."""
     folded, full = pair(name)
-    kinds = full.info["topology"].kinds
-    a, b = folded.info["link_bytes"], full.info["link_bytes"]
+    kinds = full.facts.topology.kinds
+    a, b = folded.facts.link_bytes, full.facts.link_bytes
     off_domain = kinds != "nvlink"
     np.testing.assert_allclose(a[off_domain], b[off_domain], rtol=1e-9, atol=1e-3)
     assert (a[~off_domain] <= b[~off_domain] * (1 + 1e-9) + 1e-3).all()
@@ -115,14 +115,14 @@ def test_one_straggler_splits_each_stage_in_four():
     """Straggler (tp 1, dp 2, stage 0): its TP peers, its DP peers and everyone else
     differ, and the pipelines carry the split to stage 1: 4 classes per stage."""
     folded, _ = pair("straggler")
-    classes = folded.info["folding"].classes
+    classes = folded.facts.folding.classes
     assert len(set(classes.tolist())) == 8
-    assert len(folded.info["simulated_ranks"]) == 8
+    assert len(folded.facts.simulated_ranks) == 8
 
 
 def test_spine_fault_folds_like_a_clean_run():
     folded, _ = pair("degraded-spine")
-    assert len(folded.info["simulated_ranks"]) == 2  # one rank per stage
+    assert len(folded.facts.simulated_ranks) == 2  # one rank per stage
 
 
 def test_every_collective_runs_over_a_known_group_type():
@@ -130,8 +130,8 @@ def test_every_collective_runs_over_a_known_group_type():
     program meets must be one of them (or a pipeline pair), or folding could be wrong."""
     for name in ("straggler", "moe-skew-straggler", "fsdp-straggler", "interleaved-straggler"):
         folded, _ = pair(name)
-        folding = folded.info["folding"]
-        groups = {op.comm.group for p in folded.info["programs"] for op in p.ops if op.comm is not None}
+        folding = folded.facts.folding
+        groups = {op.comm.group for p in folded.facts.programs for op in p.ops if op.comm is not None}
         assert all(folding.locate(g) is not None for g in groups), name
 
 
@@ -175,10 +175,10 @@ def test_a_straggler_costs_its_extra_compute_at_128_and_at_16k_gpus(straggler_at
     costs = {}
     for gpus, result in ((128, simulate(pure_dp(128, [{"ranks": [77], "slowdown": 1.5}]))),
                          (16384, straggler_at_16k)):
-        slow = {p.rank: p for p in result.info["programs"]}[77 if gpus == 128 else 12345]
+        slow = {p.rank: p for p in result.facts.programs}[77 if gpus == 128 else 12345]
         extra = 0.5 * sum(op.duration for op in slow.ops if op.comm is None)
         assert result.summary["straggler_cost_s"] == pytest.approx(extra, rel=1e-9)
-        assert len(result.info["simulated_ranks"]) == 2  # the straggler and one for everyone else
+        assert len(result.facts.simulated_ranks) == 2  # the straggler and one for everyone else
         costs[gpus] = result.summary["straggler_cost_s"]
     assert costs[16384] == pytest.approx(costs[128], rel=1e-9)
 

@@ -72,7 +72,7 @@ def test_summary_says_which_mode_ran():
     r = simulate(scenario(256, sigma=0.05, mode="sampled", sample_ranks=32), baseline=False)
     assert r.summary["jitter_mode"] == "sampled"
     assert (r.summary["jitter_sampled_replicas"], r.summary["jitter_replicas"]) == (4, 16)
-    assert r.summary["jitter_sampled_ranks"] == 64 == len(r.info["simulated_ranks"])
+    assert r.summary["jitter_sampled_ranks"] == 64 == len(r.facts.simulated_ranks)
     assert simulate(scenario(32, sigma=0.05), baseline=False).summary["jitter_mode"] == "exact"
 
 

@@ -89,7 +89,7 @@ def test_ep_32_over_tp_2_x_dp_16_all_to_all_groups_and_bytes():
     result = folded_run()
     h, k, ep, tp = MOE["hidden"], MOE["moe"]["top_k"], 32, 2
     per_call = SEQ / tp * k * h * 2 * (ep - 1) / ep  # own SP shard, bf16, sent to the 31 others
-    for prog in result.info["programs"]:
+    for prog in result.facts.programs:
         a2a = [op for op in prog.ops if op.category == "ep"]
         assert len(a2a) == 4 * MOE["layers"] and all(op.comm.group == tuple(range(32)) for op in a2a)
     a2a = result.spans[result.spans.category == "ep"]
@@ -118,7 +118,7 @@ def test_folded_skewed_routing_loads_the_hot_experts_ranks_across_tp():
         "model": {**MOE, "moe": {**MOE["moe"], "routing": "token_choice", "skew": 1.0}},
         "training": {"seq_len": SEQ, "global_batch": 16}, "cluster": {"topology": "dgx-h100", "gpus": 32},
         "parallel": {"tp": 2, "dp": 16, "ep": 32, "expert_tp": 1, "sequence_parallel": True}}))
-    assert sorted(skewed.info["simulated_ranks"]) == list(range(32))  # the whole expert group
+    assert sorted(skewed.facts.simulated_ranks) == list(range(32))  # the whole expert group
     e = skewed.spans[(skewed.spans.name == "experts_fwd") & (skewed.spans.layer == 0) & (skewed.spans.micro_batch == 0)]
     took = (e.end_s - e.start_s).to_numpy()
     assert took.max() > 1.5 * took.min() and skewed.summary["step_time_s"] > result.summary["step_time_s"]

@@ -44,7 +44,7 @@ def test_waits_end_when_the_straggler_arrives(straggler):
     sp = straggler.spans
     from sim.outputs.rank_selection import representative
 
-    w = waits(straggler, straggler.info["simulated_ranks"])  # folded: rank 3 and one for the 15 others
+    w = waits(straggler, straggler.facts.simulated_ranks)  # folded: rank 3 and one for the 15 others
     waiting = {r for r, *_ in w}
     assert waiting and 3 not in waiting  # everyone waits but the straggler
     assert {representative(straggler, r) for r in range(16) if r != 3} == waiting
@@ -96,9 +96,9 @@ def test_streams_sharing_a_row_do_not_hide_each_other(path, over):
 
 def test_folded_ranks_are_drawn_as_their_representative():
     r = simulate(load_scenario(str(ROOT / "sim" / "studies" / "gallery_scenarios" / "fsdp-prefetch.toml")))
-    assert r.info["folded"]
-    assert _shown_ranks(r, [5, 63]) == r.info["simulated_ranks"]
-    assert _shown_ranks(r, "5") == r.info["simulated_ranks"]
+    assert r.facts.folded
+    assert _shown_ranks(r, [5, 63]) == r.facts.simulated_ranks
+    assert _shown_ranks(r, "5") == r.facts.simulated_ranks
 
 
 def test_png_for_eight_ranks(tmp_path):

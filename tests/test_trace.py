@@ -111,7 +111,7 @@ def test_link_counters_are_the_busiest_links_within_capacity(pipe):
     # bytes under each counter track equal the bytes the network says the link carried
     from sim.outputs.trace import link_series
 
-    totals = pipe.info["link_bytes"]
+    totals = pipe.facts.link_bytes
     for lid, (t, r) in link_series(pipe).items():
         assert np.sum(r[:-1] * np.diff(t)) == pytest.approx(totals[lid], rel=1e-6)
 
@@ -133,14 +133,14 @@ def test_rank_selector():
 def test_default_selection_of_a_16k_run_is_small_and_has_every_stage():
     r = simulate(load_scenario(str(ROOT / "scenarios" / "llama3-405b-16k-h100.toml")))
     ranks = select_ranks(r, None)
-    layout = r.info["layout"]
+    layout = r.facts.layout
     assert {layout.coords(x)["pp"] for x in ranks} == set(range(16))
     assert len(ranks) <= 24
     trace = r.to_chrome_trace()
     assert trace["otherData"]["ranks_shown"] == ranks
     json.dumps(trace)  # serializable
     # a folded rank maps to the simulated rank of its stage
-    assert select_ranks(r, "8191") == [x for x in r.info["simulated_ranks"] if layout.coords(x)["pp"] == 7][:1]
+    assert select_ranks(r, "8191") == [x for x in r.facts.simulated_ranks if layout.coords(x)["pp"] == 7][:1]
 
 
 def test_stragglers_and_faulty_nics_are_always_in_the_default_selection():
@@ -150,7 +150,7 @@ def test_stragglers_and_faulty_nics_are_always_in_the_default_selection():
     s = s.model_copy(update={"stragglers": [Straggler(ranks=[777], slowdown=1.2)],
                              "cluster": s.cluster.model_copy(update={"faults": [LinkFault(gpu_nic=500)]})})
     r = simulate(s, baseline=False)
-    assert len(r.info["simulated_ranks"]) > 100  # faults and stragglers switch folding off
+    assert len(r.facts.simulated_ranks) > 100  # faults and stragglers switch folding off
     ranks = select_ranks(r, None)
     assert {777, 500} <= set(ranks) and len(ranks) <= 32
 
@@ -164,7 +164,7 @@ def test_folded_ranks_map_to_the_simulated_rank_they_equal():
     path = str(ROOT / "scenarios" / "mixtral-small-ep-h100.toml")
     folded = simulate(load_scenario(path, over))
     exact = simulate(load_scenario(path, over + ["parallel.fold=false"]))
-    assert len(folded.info["simulated_ranks"]) < 16
+    assert len(folded.facts.simulated_ranks) < 16
 
     def compute(r, rank):
         sp = r.spans
@@ -174,7 +174,7 @@ def test_folded_ranks_map_to_the_simulated_rank_they_equal():
     loads = set()
     for rank in range(16):
         rep = representative(folded, rank)
-        assert rep in folded.info["simulated_ranks"]
+        assert rep in folded.facts.simulated_ranks
         np.testing.assert_allclose(compute(folded, rep), compute(exact, rank), rtol=1e-9)
         loads.add(round(float(compute(exact, rank).sum()), 9))
     assert len(loads) > 2  # the ranks really differ: a wrong mapping would be caught

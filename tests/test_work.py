@@ -44,7 +44,6 @@ def _load(name, overrides=()):
 
 
 def _programs(s):
-    s = s.model_copy()  # (a copy: the run must not reuse the census's folding of s, workload.folding)
     topo = build_topology(s)
     ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu, None, topo.spec)
     return workload.build_programs(ctx)
@@ -175,8 +174,8 @@ def test_mfu_bound_is_the_runs_own_peak():
 def test_compute_floor_counts_the_straggler_slowdown_and_the_step_respects_it():
     s = _load("straggler-dp")
     r = simulate(s)
-    slow = invariants.compute_floor(r.info["programs"], {3: 1.5})
-    assert slow > invariants.compute_floor(r.info["programs"], {}) and r.summary["step_time_s"] >= slow
+    slow = invariants.compute_floor(r.facts.programs, {3: 1.5})
+    assert slow > invariants.compute_floor(r.facts.programs, {}) and r.summary["step_time_s"] >= slow
 
 
 def test_an_impossible_result_is_exit_1_and_never_printed(monkeypatch):

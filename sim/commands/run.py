@@ -56,7 +56,7 @@ def run(args) -> int:
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
         result = simulate(scenario, record_links=bool(args.trace), force=args.force)
     if not result.summary["fits_in_memory"]:
-        gpu = gpu_preset(result.info["gpu"])
+        gpu = gpu_preset(result.facts.gpu)
         print(f"warning: {scenario.name} needs {format_bytes(result.summary['memory_per_gpu_bytes'], gpu.hbm_unit)} "
               f"per GPU, more than the {gpu.name}'s {format_bytes(gpu.hbm_bytes, gpu.hbm_unit)} of HBM", file=sys.stderr)
     if args.json:
@@ -113,7 +113,7 @@ def print_summary(result) -> None:
     """A human-readable table of the summary, with the GPU and the layout it ran on; times
     in the unit that reads best, memory in the unit the GPU's capacity is quoted in."""
     s, sc = result.summary, result.scenario
-    gpu = gpu_preset(result.info["gpu"])
+    gpu = gpu_preset(result.facts.gpu)
     rows = [("scenario", s["name"]), ("GPUs", f"{s['num_gpus']:,} x {gpu.name}"),
             ("layout", layout_text(sc)), ("schedule", schedule_text(sc)),
             ("step time", format_duration(s["step_time_s"])),

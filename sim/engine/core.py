@@ -23,13 +23,14 @@ their traffic still loads the network.
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import gc
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import simpy
 
 from .. import collectives
-from ..collectives.schedule import Phase, Schedule, merge
+from ..collectives.schedule import Phase as SchedulePhase, Schedule, merge
+from .kinds import Category, Phase
 from .network import Network
 from ..hardware.topology import Topology
 
@@ -64,19 +65,25 @@ class Collective:
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 
 
-@dataclass(slots=True)
-class Op:
-    """One operation of a rank program. ``deps`` index earlier ops of the same program."""
+NO_LAYER = -1  # Op.layer of an op of no layer (the optimizer; as the embedding's id: the phase differs)
+
+
+class Op(NamedTuple):
+    """One operation of a rank program, immutable (program copies share ops); a NamedTuple,
+    as fast to build as a slotted dataclass (a frozen dataclass took 15% more time to simulate
+    scenarios/llama3-405b-16k-h100.toml). ``deps`` index earlier ops of the same program;
+    ``phase`` is None only for ops built outside a training step (engine tests)."""
 
     name: str
-    category: str  # compute | idle | tp | dp | pp | ep | cp
+    category: Category
     stream: str
     duration: float = 0.0  # seconds, compute ops
     comm: Collective | None = None
     deps: tuple[int, ...] = ()
-    layer: int = -1
+    layer: int = NO_LAYER
     micro_batch: int = -1
     stage: int = -1
+    phase: Phase | None = None
 
 
 @dataclass
@@ -93,8 +100,8 @@ class RankProgram:
 
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
-                "micro_batch", "stage", "bytes", "op")
-OP_COLUMNS = ("stream", "name", "category", "layer", "micro_batch", "stage")  # the op's own fields
+                "micro_batch", "stage", "bytes", "op", "phase")
+OP_COLUMNS = ("stream", "name", "category", "layer", "micro_batch", "stage", "phase")  # the op's own fields
 
 
 class Stream:
@@ -186,7 +193,7 @@ class Meeting:
 
 
 class Engine:
-    """Executes rank programs; ``run()`` returns the spans as a list of tuples."""
+    """Executes rank programs: ``run()`` fills ``times`` (when each op of each rank ran)."""
 
     def __init__(self, topo: Topology, programs: list[RankProgram],
                  compute_scale: Callable[[int, float], float] | None = None,
@@ -368,14 +375,14 @@ def same_domain_pattern(doms: np.ndarray) -> np.ndarray:
     return ok & (np.diff(distinct, axis=1) != 0).all(axis=1)
 
 
-def _renamed(phase: Phase, group: tuple, rows: np.ndarray) -> Phase:
+def _renamed(phase: SchedulePhase, group: tuple, rows: np.ndarray) -> SchedulePhase:
     """``phase`` of ``group`` run by every row of ``rows`` (the first is ``group``)."""
     where = {int(r): i for i, r in enumerate(group)}
     src = np.array([where[int(r)] for r in phase.src], dtype=np.int64)
     dst = np.array([where[int(r)] for r in phase.dst], dtype=np.int64)
     k, n = len(rows), phase.n_chains
     chain = (phase.chain[None, :] + (np.arange(k, dtype=np.int64) * n)[:, None]).reshape(-1)
-    return Phase(rows[:, src].reshape(-1), rows[:, dst].reshape(-1), chain, np.tile(phase.nbytes, k),
+    return SchedulePhase(rows[:, src].reshape(-1), rows[:, dst].reshape(-1), chain, np.tile(phase.nbytes, k),
                  phase.steps, phase.label, phase.latency_scale, phase.overhead, phase.wire)
 
 

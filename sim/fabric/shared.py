@@ -14,20 +14,19 @@ same network, which another job's traffic breaks. Jobs must agree on the cluster
 ``--cluster-nodes`` nodes (default: as many as the jobs need).
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 import time
 
 from .. import collectives
-from ..engine.core import Collective, Engine, RankProgram
+from ..engine.core import Collective, RankProgram
 from ..errors import InputError
 from ..hardware.faults import compute_scale
 from ..hardware import topology
 from ..input.scenario import Scenario
 from ..outputs.metrics import summarize
-from ..outputs.result import spans_frame
-from ..parallel import workload
 from ..parallel.memory import peak_memory
-from ..step import build_topology
+from ..parallel.program import Context
+from ..step import build, build_topology, execute
 from .placement import gpu_map, node_lists
 
 
@@ -38,7 +37,7 @@ class Job:
     scenario: Scenario
     nodes: list[int]
     gpus: list[int]  # job rank -> cluster GPU
-    ctx: object = None
+    ctx: Context | None = None
     programs: list = None
     summary: dict = None
     alone_step_s: float = 0.0
@@ -64,14 +63,12 @@ def run_shared(scenarios: list[Scenario], placement: str = "packed", cluster_nod
     jobs = [Job(s, nodes, gpu_map(nodes, per_node)) for s, nodes in zip(scenarios, node_lists(placement, needs, total))]
     for j, job in enumerate(jobs):
         _build(job, j, topo)
-    engine = Engine(topo, [p for job in jobs for p in job.programs], _scale(jobs, topo))
-    engine.run()
-    spans = spans_frame(engine)
+    name = "+".join(s.name for s in scenarios)
+    engine, spans, _wall = execute(name, topo, [p for job in jobs for p in job.programs], _scale(jobs, topo))
     for job in jobs:
         job.summary = _summary(job, spans[spans["rank"].isin(job.gpus)])
-        alone = Engine(topo, job.programs, _scale([job], topo))
-        alone.run()
-        job.alone_step_s = float(spans_frame(alone).end_s.max())
+        alone = execute(job.scenario.name, topo, job.programs, _scale([job], topo))[1]
+        job.alone_step_s = float(alone.end_s.max())
     return {"num_gpus": topo.num_gpus, "placement": placement, "jobs": [job.report() for job in jobs],
             "sim_events": engine.events, "sim_wall_s": round(time.perf_counter() - t0, 3)}
 
@@ -101,10 +98,8 @@ def _build(job: Job, j: int, topo) -> None:
     """The job's programs, built as if alone (every rank simulated) and moved onto its GPUs."""
     s = job.scenario.model_copy(update={"parallel": job.scenario.parallel.model_copy(update={"fold": False})})
     job.scenario = s
-    gpu_name = s.cluster.gpu or topo.spec.gpu
-    job.ctx = workload.make_context(s, [int(topo.domains[g]) for g in job.gpus], gpu_name, None, topo.spec)
-    programs = workload.build_programs(job.ctx)
-    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:
+    job.ctx, programs = build(s, topo, domains=[int(topo.domains[g]) for g in job.gpus], check=False)
+    if s.parallel.dp_algo in collectives.NEEDS_FABRIC:  # (checked where the programs land)
         _check_algorithms(programs, job, topo)
     job.programs = [relabel(p, job.gpus, j) for p in programs]
 
@@ -129,7 +124,7 @@ def relabel(prog: RankProgram, gpus: list[int], job: int) -> RankProgram:
                 moved = calls[id(c)] = Collective(("job", job) + c.key, c.op, tuple(gpus[g] for g in c.group),
                                                   c.nbytes, c.algo, tuple(tuple(gpus[g] for g in s) for s in c.siblings),
                                                   c.shares)
-            op = replace(op, comm=moved)
+            op = op._replace(comm=moved)
         ops.append(op)
     return RankProgram(gpus[prog.rank], ops)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError
+from .faults import apply_faults
 from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_efficiency  # noqa: F401 (doctests)
 from . import mesh
 from .rails import pxn_relay
@@ -393,11 +394,14 @@ def _short_paths(graph: nx.Graph, u, v) -> list[list]:
     return [[u, w, v] for w in sorted(set(graph.adj[u]) & set(graph.adj[v]))]
 
 
-def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", calibration=None) -> Topology:
-    """Build and index the topology for ``num_gpus`` GPUs (``calibration``: a measured
-    profile's link efficiencies and latencies, :mod:`sim.hardware.calibration`)."""
+def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", faults=(), calibration=None) -> Topology:
+    """Build and index the topology for ``num_gpus`` GPUs (refused before any graph is
+    built when the topology holds fewer), with link ``faults`` applied
+    (:func:`sim.hardware.faults.apply_faults`) and ``calibration``: a measured profile's
+    link efficiencies and latencies (:mod:`sim.hardware.calibration`)."""
     if spec.max_gpus is not None and num_gpus > spec.max_gpus:
         raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
     graph = fat_tree(num_gpus, spec, gpu)
+    apply_faults(graph, faults, spec)
     apply_calibration(graph, calibration)
     return Topology(graph, spec)

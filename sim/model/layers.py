@@ -137,7 +137,7 @@ def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
     return down + norms + up
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and the Q, K, V projections (MLA: down, norm, up)."""
     norm = _norm_and_residual(d, sh)[:1]
@@ -146,7 +146,7 @@ def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
     """Output projection, dropout and residual."""
     return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh, tp=2) + _norm_and_residual(d, sh)[1:])
@@ -168,7 +168,7 @@ def _mlp(d: Dims, sh: Shard, f: int, t: float, fused: bool) -> tuple[Kernel, ...
     return tuple(up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, dense MLP, dropout and residual."""
     nr = _norm_and_residual(d, sh)
@@ -200,7 +200,7 @@ def local_sort(n_local: int, received: float, width: float) -> list[Kernel]:
     return [Kernel(bytes=2 * ELEM * received * width, bwd=1.0)] if n_local > 1 else []
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def router(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, router logits, top-k and softmax (fp32 scores, tokens x experts) and the
     permutation of an MoE layer's tokens into the dispatch buffer."""
@@ -217,7 +217,7 @@ def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: in
     return sort + [k for load in local_loads for k in each[load]] + sort
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
     """The local experts' routed MLPs (:func:`routed_experts`), plus shared experts."""
     kernels = routed_experts(d, sh, local_loads)
@@ -226,13 +226,13 @@ def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
     return tuple(kernels + _norm_and_residual(d, sh)[1:])
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def embedding(d: Dims, sh: Shard) -> list[Kernel]:
     """Token embedding lookup (memory-bound)."""
     return (elementwise(2 * ELEM * sh.tokens * d.h),)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
     """The input of a multi-token-prediction depth (Megatron-Core multi_token_prediction.py):
     the embedding of the tokens one further on (a lookup), enorm and hnorm, and eh_proj, the
@@ -242,7 +242,7 @@ def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
                  + linear(sh.tokens, d.h / sh.tp, 2 * d.h, sh, tp=1))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def logits(d: Dims, sh: Shard) -> list[Kernel]:
     """Final norm, output projection over vocab/tp and fp32 cross-entropy (BF16 under FP8:
     Megatron's output layer is not a Transformer Engine module)."""
@@ -255,7 +255,7 @@ def backward(kernels: list[Kernel] | tuple[Kernel, ...]) -> tuple[Kernel, ...]:
     return _backward(tuple(kernels))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def _backward(kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
     return tuple(k.backward() for k in kernels)
 

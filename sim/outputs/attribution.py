@@ -31,11 +31,11 @@ class Attribution:
 
 def critical_path(result) -> Attribution:
     """Walk the dependencies of ``result`` backwards from the end of the step."""
-    spans, info = result.spans, result.info
+    spans, facts = result.spans, result.facts
     ends = {(r, i): e for r, i, e in zip(spans["rank"], spans["op"], spans["end_s"])}
     starts = {(r, i): s for r, i, s in zip(spans["rank"], spans["op"], spans["start_s"])}
-    held_by, arrived = info["held_by"], info["arrived"]
-    preds = _predecessors(info["programs"])
+    held_by, arrived = facts.held_by, facts.arrived
+    preds = _predecessors(facts.programs)
     current = max(ends, key=lambda k: (ends[k], -k[0]))
     path, compute, comm = [], defaultdict(float), defaultdict(float)
     cats = {(r, i): c for r, i, c in zip(spans["rank"], spans["op"], spans["category"])}
@@ -78,7 +78,7 @@ def _latest(candidates, ends, begin: float):
 
 def busiest_links(result, top: int = 5) -> list[tuple[str, float]]:
     """(link name, average utilization over the step) of the most loaded links."""
-    topo, used = result.info["topology"], result.info["link_bytes"]
+    topo, used = result.facts.topology, result.facts.link_bytes
     step = result.summary["step_time_s"]
     util = used / (topo.caps * step) if step > 0 else used * 0
     names = topo.link_ends
@@ -96,7 +96,7 @@ def report(result) -> str:
     a = critical_path(result)
     s, lines = result.summary, []
     lines.append(f"step {a.step_s * 1e3:.2f} ms; critical path of {len(a.path)} ops")
-    slow = straggler_slowdowns(result.scenario, result.info["topology"].spec.gpus_per_node)
+    slow = straggler_slowdowns(result.scenario, result.facts.topology.spec.gpus_per_node)
     for rank, t in sorted(a.compute_by_rank.items(), key=lambda kv: -kv[1])[:5]:
         note = f"  (straggler, {slow[rank]}x compute)" if rank in slow else ""
         lines.append(f"  compute on rank {rank}: {t * 1e3:.2f} ms of the path{note}")

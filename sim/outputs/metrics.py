@@ -8,9 +8,8 @@ compute stream is idle with no communication in flight at all.
 import numpy as np
 import pandas as pd
 
+from ..engine.kinds import COMM_AXES as AXES, Category, Phase
 from ..model.transformer import model_flops_per_token
-
-AXES = ("dp", "tp", "pp", "ep", "cp")
 
 
 def union(intervals: np.ndarray) -> np.ndarray:
@@ -76,7 +75,7 @@ def critical_rank(per_rank: pd.DataFrame) -> pd.Series:
         ["held", "rank"], ascending=[False, True]).iloc[0]
 
 
-PHASES = (("optimizer", "optimizer"), ("recompute", "_recompute"), ("backward", "_bwd"), ("forward", ""))
+PHASES = (Phase.OPTIMIZER, Phase.RECOMPUTE, Phase.BACKWARD, Phase.FORWARD)  # compute_<phase> keys, in this order
 
 
 def rank_breakdown(spans: pd.DataFrame, rank: int, step: float) -> dict:
@@ -85,16 +84,12 @@ def rank_breakdown(spans: pd.DataFrame, rank: int, step: float) -> dict:
     time with nothing running (the bubble). Axes' exposed times can overlap one another;
     ``exposed_comm`` is their union."""
     mine = spans[spans["rank"] == rank]
-    comp = mine[mine.category == "compute"]
-    phase = np.full(len(comp), "forward", dtype=object)
-    names = comp["name"].to_numpy()
-    for label, marker in PHASES[:-1]:
-        hit = np.array([marker in n for n in names], dtype=bool) & (phase == "forward")
-        phase[hit] = label
+    comp = mine[mine.category == Category.COMPUTE]
+    phase = comp["phase"].to_numpy()
     iv = comp[["start_s", "end_s"]].to_numpy()
     busy = union(iv)
-    out = {f"compute_{label}": float((iv[:, 1] - iv[:, 0])[phase == label].sum()) for label, _ in PHASES}
-    comm = mine[mine.category != "compute"]
+    out = {f"compute_{label}": float((iv[:, 1] - iv[:, 0])[phase == label].sum()) for label in PHASES}
+    comm = mine[mine.category != Category.COMPUTE]
     for axis in AXES:
         sel = comm[comm.category == axis][["start_s", "end_s"]].to_numpy()
         out[f"exposed_{axis}"] = length(subtract(union(sel), busy))

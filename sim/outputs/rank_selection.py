@@ -7,7 +7,7 @@ every rank a straggler or a fault names.
 
 Folded runs simulate one rank per class of identical ranks (per pipeline stage in a clean
 run; a straggler, a faulty NIC or skewed experts split the classes, see
-:mod:`sim.parallel.folding`; ``result.info["simulated_ranks"]``). A rank that was not
+:mod:`sim.parallel.folding`; ``result.facts.simulated_ranks``). A rank that was not
 simulated is shown as the simulated rank whose timeline it shares, its *representative*
 (:func:`representative`): ``--trace-ranks 8191`` on the 16k-GPU Llama 3 run shows stage
 7's simulated rank.
@@ -43,7 +43,7 @@ def parse_ranks(text: str, world: int, key: str = "--trace-ranks") -> list[int]:
 def representative(result, rank: int) -> int:
     """The simulated rank whose timeline ``rank`` shares (itself when simulated): the
     smallest simulated rank of its class (:mod:`sim.parallel.folding`)."""
-    folding = result.info.get("folding")
+    folding = result.facts.folding
     if folding is None:
         return rank
     return int(folding.representative[rank])
@@ -51,7 +51,7 @@ def representative(result, rank: int) -> int:
 
 def stands_for(result, rank: int) -> int:
     """How many ranks a simulated rank's timeline stands for (1 when nothing is folded)."""
-    folding = result.info.get("folding")
+    folding = result.facts.folding
     return 1 if folding is None else int(round(folding.weight(rank)))
 
 
@@ -59,7 +59,7 @@ def straggler_ranks(result) -> set[int]:
     """Ranks named by ``[[stragglers]]`` (ranks, or every rank of the listed nodes)."""
     from ..hardware.faults import straggler_ranks as entry_ranks
 
-    per_node = result.info["topology"].spec.gpus_per_node
+    per_node = result.facts.topology.spec.gpus_per_node
     return set().union(*(entry_ranks(st, per_node) for st in getattr(result.scenario, "stragglers", []) or []))
 
 
@@ -68,7 +68,7 @@ def fault_ranks(result) -> set[int]:
     of ``node_nics``); a spine fault names no rank."""
     from ..hardware.faults import nic_ranks
 
-    topo = result.info["topology"]
+    topo = result.facts.topology
     faults = getattr(getattr(result.scenario, "cluster", None), "faults", []) or []
     return {g for f in faults for g in nic_ranks(f, topo.spec.gpus_per_node) if g < topo.num_gpus}
 
@@ -82,10 +82,10 @@ def default_ranks(result) -> list[int]:
     """All simulated ranks when they are few; else one per pipeline stage, one peer per
     parallel axis (a tp, cp, dp, ep neighbour of stage 0's representative), the two ranks
     whose compute took longest (hot experts, stragglers) and every flagged rank."""
-    simulated = result.info["simulated_ranks"]
+    simulated = result.facts.simulated_ranks
     if len(simulated) <= MAX_DEFAULT_RANKS:
         return list(simulated)
-    layout, sim_set = result.info["layout"], set(simulated)
+    layout, sim_set = result.facts.layout, set(simulated)
     chosen = {}
     for r in simulated:  # first simulated rank of each stage
         chosen.setdefault(layout.coords(r)["pp"], r)
@@ -120,6 +120,6 @@ def select_ranks(result, text: str | None, key: str = "--trace-ranks") -> list[i
     if text is None or text.strip() == "":
         return default_ranks(result)
     if text.strip().lower() == "all":
-        return list(result.info["simulated_ranks"])
-    world = result.info["layout"].world
+        return list(result.facts.simulated_ranks)
+    world = result.facts.layout.world
     return sorted({representative(result, r) for r in parse_ranks(text, world, key)})

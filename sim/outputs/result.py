@@ -1,12 +1,40 @@
-"""The result of one simulated step: the summary dict and the spans DataFrame."""
+"""The result of one simulated step: the summary dict, the spans DataFrame and the step's
+facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
 from dataclasses import dataclass, field
-import json
 
 import numpy as np
 import pandas as pd
 
-from ..engine.core import OP_COLUMNS, SPAN_COLUMNS
+from ..engine.core import OP_COLUMNS, SPAN_COLUMNS, RankProgram
+from ..hardware.topology import Topology
+from ..input.scenario import Scenario
+from ..parallel.folding import Folding
+from ..parallel.layout import Layout
+from ..parallel.memory import Memory
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What a simulated step knew besides its summary and spans. A timeline of the RL loop
+    (:mod:`sim.rl.exports`) has no programs, layout or folding: those are None."""
+
+    topology: Topology
+    simulated_ranks: list[int]  # ascending
+    programs: list[RankProgram] | None = None  # the simulated ranks' programs (spans' ``op`` indexes them)
+    layout: Layout | None = None
+    folding: Folding | None = None  # whose timeline each rank shares
+    gpu: str | None = None  # the GPU preset's name
+    micro_batches: int = 0  # per pipeline, per step
+    link_bytes: np.ndarray | None = None  # bytes carried per directed link (Network.bytes_by_link)
+    held_by: dict = field(default_factory=dict)  # (rank, op) that waited -> (rank, op) it waited for
+    arrived: dict = field(default_factory=dict)  # (rank, op) that waited -> when it arrived, s
+    link_log: list | None = None  # every rate change of every transfer, when recorded (Network.log)
+
+    @property
+    def folded(self) -> bool:
+        """Whether fewer ranks were simulated than the layout has."""
+        return self.layout is not None and len(self.simulated_ranks) < self.layout.world
 
 
 @dataclass
@@ -15,13 +43,9 @@ class Result:
 
     summary: dict
     spans: pd.DataFrame
-    scenario: object = None
-    memory: object = None
-    info: dict = field(default_factory=dict)  # layout facts plots and reports use
-
-    def to_json(self) -> str:
-        """The summary as one line of JSON (stable key order)."""
-        return json.dumps(self.summary)
+    scenario: Scenario | None = None
+    memory: Memory | None = None
+    facts: StepFacts | None = None
 
     def to_chrome_trace(self, ranks=None) -> dict:
         """Chrome/Perfetto trace of the spans (see :mod:`sim.outputs.trace`)."""

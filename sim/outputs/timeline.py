@@ -21,6 +21,7 @@ visible.
 import numpy as np
 import pandas as pd
 
+from ..engine.kinds import Phase
 from ..errors import InputError
 from .metrics import length, subtract, union
 
@@ -53,13 +54,11 @@ def idle_compute(spans, rank: int, end: float) -> np.ndarray:
 
 
 def _rank_label(result, rank: int) -> str:
-    layout = result.info.get("layout")
-    if layout is None:
-        return f"rank {rank}"
     from .rank_selection import fault_ranks, straggler_ranks
 
-    c = layout.coords(rank)
-    parts = [f"{a}{c[a]}" for a in ("pp", "tp", "cp", "dp") if layout.sizes[a] > 1]
+    layout = result.facts.layout  # (None: the RL loop's ranks, labelled by number)
+    c = layout.coords(rank) if layout is not None else {}
+    parts = [f"{a}{c[a]}" for a in ("pp", "tp", "cp", "dp") if layout is not None and layout.sizes[a] > 1]
     flag = " SLOW" if rank in straggler_ranks(result) else " FAULTY NIC" if rank in fault_ranks(result) else ""
     return f"rank {rank}" + (f" ({' '.join(parts)})" if parts else "") + flag
 
@@ -162,7 +161,7 @@ def _fit_ranks(result, ranks) -> list[int]:
 def waits(result, ranks) -> list[tuple[int, str, float, float, str]]:
     """(rank, kind, start, end, stream) of every collective of ``ranks`` that waited for
     its last member to arrive: from this rank's arrival to the last member's."""
-    held, sp = result.info.get("held_by", {}), result.spans
+    held, sp = result.facts.held_by, result.spans
     wanted = set(ranks)
     mine = [(k, v) for k, v in held.items() if k[0] in wanted]
     if not mine:
@@ -178,11 +177,13 @@ def waits(result, ranks) -> list[tuple[int, str, float, float, str]]:
     return out
 
 
-def _phase(name: str) -> str:
-    """forward, backward (recomputation belongs to the backward pass) or other compute."""
-    if name.endswith("_fwd"):
-        return "forward"
-    return "backward" if "_bwd" in name or "recompute" in name else "compute"
+DRAWN_PHASE = {Phase.FORWARD: "forward", Phase.BACKWARD: "backward", Phase.RECOMPUTE: "backward"}
+
+
+def drawn_phase(phase) -> str:
+    """How a compute span of ``phase`` is drawn: forward, backward (recomputation belongs to
+    the backward pass) or other compute (the optimizer)."""
+    return DRAWN_PHASE.get(phase, "compute")
 
 
 def _chunks(layer: np.ndarray, phase: np.ndarray) -> np.ndarray:
@@ -203,7 +204,7 @@ def _compute_blocks(ax, g, y: float, px: float, labels_left: int) -> int:
     direction and chunk; a white line where the micro-batch, direction or chunk changes
     and the micro-batch number inside blocks wide enough; returns labels still allowed."""
     g = g.sort_values("start_s", kind="stable")
-    phase = g.name.map(_phase).to_numpy()
+    phase = g.phase.map(drawn_phase).to_numpy()
     chunk = _chunks(g.layer.to_numpy(), phase)
     mb = g.micro_batch.to_numpy()
     starts, ends = g.start_s.to_numpy(), g.end_s.to_numpy()
@@ -279,7 +280,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     chunked = False
     for rank, g in shown[shown.category == "compute"].groupby("rank"):
         labels_left = _compute_blocks(ax, g, y_of[(int(rank), "compute", 0)], px, labels_left)
-        chunked |= bool((_chunks(g.layer.to_numpy(), g.name.map(_phase).to_numpy()) > 0).any())
+        chunked |= bool((_chunks(g.layer.to_numpy(), g.phase.map(drawn_phase).to_numpy()) > 0).any())
     comm = shown[~shown.category.isin(["idle", "compute"])]
     for (rank, stream, kind), g in comm.groupby(["rank", "stream", "category"]):
         _bars(ax, g[["start_s", "end_s"]].to_numpy(), y_of[row_of[(int(rank), stream)]], px,
@@ -354,7 +355,7 @@ def headline(result) -> str:
 
 
 def _shown_note(result, ranks) -> str:
-    total, sim = result.summary["num_gpus"], len(result.info["simulated_ranks"])
+    total, sim = result.summary["num_gpus"], len(result.facts.simulated_ranks)
     note = f"showing {len(ranks)} of {total:,} ranks"
     if sim < total:
         note += f"; each stands for {total // sim:,} identical ranks ({sim:,} simulated)"

@@ -56,7 +56,7 @@ def chrome_trace(result, ranks=None) -> dict:
     if ranks is None or isinstance(ranks, str):
         ranks = select_ranks(result, ranks)
     ranks = sorted({representative(result, int(r)) for r in ranks})
-    topo, programs = result.info["topology"], {p.rank: p for p in result.info["programs"]}
+    topo, programs = result.facts.topology, {p.rank: p for p in result.facts.programs or ()}
     sp = result.spans[result.spans["rank"].isin(ranks)]
     events, tids = [], {}
     nodes = {}
@@ -79,24 +79,24 @@ def chrome_trace(result, ranks=None) -> dict:
     rows = sp.itertuples(index=False)
     for r in rows:
         rank, op_index = int(r.rank), int(r.op)
-        op = programs[rank].ops[op_index]
+        comm = programs[rank].ops[op_index].comm if programs else None  # (None: spans of no program, RL)
         args = {"layer": int(r.layer), "micro_batch": int(r.micro_batch), "stage": int(r.stage),
                 "bytes": float(r.bytes), "op": op_index}
-        if op.comm is not None:
-            args["group"] = _describe(op.comm.group)
-            args["collective"] = op.comm.op
+        if comm is not None:
+            args["group"] = _describe(comm.group)
+            args["collective"] = comm.op
         ev = {"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(rank),
               "tid": tids[(rank, r.stream)], "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US, "args": args}
         events.append(ev)
-        if op.comm is not None and op.comm.op == "send_recv":
-            (sends if r.name.startswith("send") else recvs)[op.comm.key] = ev
+        if comm is not None and comm.op == "send_recv":
+            (sends if r.name.startswith("send") else recvs)[comm.key] = ev
     events += _idle_events(sp, tids, topo)
     events += _flows(sends, recvs)
     events += _link_counters(result, pid=max(nodes, default=0) + 1)
     s = result.summary
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
-                          "ranks_shown": ranks, "simulated_ranks": len(result.info["simulated_ranks"]),
+                          "ranks_shown": ranks, "simulated_ranks": len(result.facts.simulated_ranks),
                           "num_gpus": s.get("num_gpus")}}
 
 
@@ -172,10 +172,10 @@ def series_from_log(log, bucket) -> dict:
 
 def link_series(result, top: int = TOP_LINKS) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The busiest links' throughput over time: link id -> (times, bytes/s)."""
-    log = result.info.get("link_log")
+    log = result.facts.link_log
     if not log:
         return {}
-    totals = np.asarray(result.info["link_bytes"])
+    totals = np.asarray(result.facts.link_bytes)
     busiest = {int(i) for i in np.argsort(-totals, kind="stable")[:top] if totals[i] > 0}
     series = series_from_log(log, lambda lid: lid if lid in busiest else None)
     return {lid: series[lid] for lid in sorted(series, key=lambda lid: -totals[lid])}
@@ -185,7 +185,7 @@ def _link_counters(result, pid: int) -> list[dict]:
     series = link_series(result)
     if not series:
         return []
-    topo = result.info["topology"]
+    topo = result.facts.topology
     names = link_names(topo)
     out = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "network: busiest links"}},
            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": -1}}]

@@ -70,7 +70,8 @@ def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
                 key = tuple(group if k is c.group or k == c.group else k for k in c.key)
                 call = calls[id(c)] = Collective(key, c.op, group, c.nbytes, c.algo,
                                                  ctx.siblings(op.category, group, None), c.shares)
-            op = Op(op.name, op.category, op.stream, op.duration, call, op.deps, op.layer, op.micro_batch, op.stage)
+            op = Op(op.name, op.category, op.stream, op.duration, call, op.deps, op.layer, op.micro_batch, op.stage,
+                    op.phase)
         prog.ops.append(op)
     return prog
 
@@ -88,5 +89,5 @@ def jittered(ctx, prog: RankProgram) -> RankProgram:
     out = RankProgram(prog.rank)
     out.ops = [op if op.comm is not None else
                Op(op.name, op.category, op.stream, op.duration * draws[i], None, op.deps, op.layer,
-                  op.micro_batch, op.stage) for i, op in enumerate(prog.ops)]
+                  op.micro_batch, op.stage, op.phase) for i, op in enumerate(prog.ops)]
     return out

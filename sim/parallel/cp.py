@@ -7,8 +7,9 @@ chunks. Backward circulates K/V and their gradients (twice the bytes).
 """
 
 from ..model.layers import ELEM, attention_core, backward
+from ..engine.kinds import Category
 
-AXIS = "cp"
+AXIS = Category.CP
 
 
 def _group(b):

@@ -8,8 +8,9 @@ its parameter bytes x (N-1)/N.
 """
 
 from .params import layer_params, stage_layer_ids
+from ..engine.kinds import Category
 
-AXIS = "dp"
+AXIS = Category.DP
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
 
 
@@ -59,5 +60,5 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
     pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)["pp"]))))
     nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
-    return b.collective("copy_grad_ar", "pp", "all_reduce", pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
+    return b.collective("copy_grad_ar", Category.PP, "all_reduce", pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
                         group_of=pair)

@@ -30,8 +30,9 @@ from dataclasses import replace
 
 from ..model.layers import ELEM, backward, experts, router, routed_experts, unpermute
 from . import tp
+from ..engine.kinds import Category
 
-AXIS = "ep"
+AXIS = Category.EP
 
 
 def _group(b):

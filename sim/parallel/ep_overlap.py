@@ -26,7 +26,7 @@ forward and the embedding backward. One more micro-batch's activations stay in f
 (:mod:`.memory` counts the same schedule).
 """
 
-from .params import EMBEDDING, is_block
+from ..model.layer_ids import is_block, is_embedding, is_output
 
 # (pass, piece) issue order of one forward/backward layer pair (model_chunk_schedule_plan.py)
 PAIR_ORDER = (("B", 0), ("F", 0), ("B", 1), ("F", 1), ("B", 2), ("F", 2), ("F", 3), ("B", 3))
@@ -35,11 +35,10 @@ PAIR_ORDER = (("B", 0), ("F", 0), ("B", 1), ("F", 1), ("B", 2), ("F", 2), ("F", 
 def interleave(fwd, bwd) -> None:
     """Run a forward :class:`~.passes.Pass` and a backward one as one combined step."""
     d = fwd.b.ctx.dims
-    out = d.layers
     f_mid = [l for l in fwd.layers if is_block(d, l)]
     b_mid = [l for l in bwd.layers if is_block(d, l)]
-    fwd.run([l for l in fwd.layers if l == EMBEDDING])
-    bwd.run([l for l in bwd.layers if l == out])
+    fwd.run([l for l in fwd.layers if is_embedding(l)])
+    bwd.run([l for l in bwd.layers if is_output(d, l)])
     for f_layer, b_layer in zip(f_mid, b_mid):
         pieces = {"F": fwd.pieces(f_layer), "B": bwd.pieces(b_layer)}
         for direction, i in PAIR_ORDER:
@@ -47,5 +46,5 @@ def interleave(fwd, bwd) -> None:
     paired = min(len(f_mid), len(b_mid))
     bwd.run(b_mid[paired:])
     fwd.run(f_mid[paired:])
-    fwd.run([l for l in fwd.layers if l == out])
-    bwd.run([l for l in bwd.layers if l == EMBEDDING])
+    fwd.run([l for l in fwd.layers if is_output(d, l)])
+    bwd.run([l for l in bwd.layers if is_embedding(l)])

@@ -10,8 +10,9 @@ each rank sends 3x its parameter bytes (the seeds' 50% over DP's 2x).
 """
 
 from .params import layer_params
+from ..engine.kinds import Category
 
-AXIS = "dp"
+AXIS = Category.DP
 PARAM_BYTES = 2  # bf16 weights and gradients on the wire
 
 

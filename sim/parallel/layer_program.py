@@ -156,7 +156,7 @@ class _Recorder(RankBuilder):
 
 
 def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = None,
-            compute: ComputeModel | None = None) -> Context:
+            compute: ComputeModel | None = None, micro_batches: int | None = None) -> Context:
     """A Context of ``s`` for building single layers: the scenario's layout, shard and
     compute model (``compute``: one the caller keeps, with its memo of kernel times; ``loads``:
     the expert loads when the caller has drawn them), every
@@ -166,11 +166,10 @@ def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = N
     d = model_costs.dims(s.model)
     compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend,
                                       calibration=s.cluster.calibration, precision=t.precision)
-    ctx = Context(s, d, layout, shard, compute,
-                  [0] * layout.world, _All(layout.world), t.global_batch // (p.dp * t.micro_batch),
-                  pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
-    ctx.expert_loads = expert_loads(s, d, shard, layout) if loads is None else loads
-    return ctx
+    m = t.global_batch // (p.dp * t.micro_batch) if micro_batches is None else micro_batches
+    return Context(s, d, layout, shard, compute, [0] * layout.world, _All(layout.world), m,
+                   pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers),
+                   expert_loads(s, d, shard, layout) if loads is None else loads)
 
 
 def shard_of(s) -> Shard:
@@ -334,8 +333,7 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     key = ("skeleton", stage, m0) + content_key(s, gpu_name, None)
     found = _CACHE.get(key)
     if found is None:
-        ctx = context(s, gpu_name, loads=counting_loads(s))
-        ctx.micro_batches = m0
+        ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
         found = (len(ops), m0, sum(op.category == "pp" for op in ops) // m0)

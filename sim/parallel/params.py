@@ -6,21 +6,8 @@ ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
 from .pp import virtual_stages_of
+from ..model.layer_ids import EMBEDDING, is_block, is_embedding, is_first_mtp, is_mtp, is_output, mtp_ids, output_id
 from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
-
-
-EMBEDDING = -1  # pseudo layer id of the token embedding; ``dims.layers`` is the output layer
-
-
-def mtp_ids(d) -> range:
-    """Layer ids of the multi-token-prediction depths: after the output layer's id (Megatron-
-    Core builds them all on the last pipeline stage: multi_token_prediction.py)."""
-    return range(d.layers + 1, d.layers + 1 + d.mtp)
-
-
-def is_block(d, layer: int) -> bool:
-    """A transformer layer (of the main model or of an MTP depth), not a pseudo layer."""
-    return layer != EMBEDDING and layer != d.layers
 
 
 def moe_block_ids(d) -> list[int]:
@@ -31,15 +18,15 @@ def moe_block_ids(d) -> list[int]:
 def layer_params(ctx, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of ``layer`` on one rank (pseudo layers: embedding, output)."""
     d, tp, ep, etp = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep, ctx.layout.etp
-    if layer == EMBEDDING:
+    if is_embedding(layer):
         return d.v * d.h / tp, 0.0
-    if layer == d.layers:
+    if is_output(d, layer):
         return (0.0 if ctx.scenario.model.tied_embeddings else d.v * d.h / tp) + d.h, 0.0
     whole = attention_replicated_params(d) * (1 - 1 / tp)  # MLA's down projections sit whole on every TP rank
     extra = 0.0
-    if layer > d.layers:  # an MTP depth: eh_proj (column parallel) and three norms; the first
+    if is_mtp(d, layer):  # an MTP depth: eh_proj (column parallel) and three norms; the first
         # also holds the stage's copy of the embedding (gpt_model.py builds one on the MTP stage)
-        extra = 2 * d.h * d.h / tp + 3 * d.h + (d.v * d.h / tp if layer == d.layers + 1 else 0.0)
+        extra = 2 * d.h * d.h / tp + 3 * d.h + (d.v * d.h / tp if is_first_mtp(d, layer) else 0.0)
     if is_moe_layer(d, layer):
         routed = d.experts * d.mats * d.h * d.f_expert
         dense = attention_params(d) + mlp_params(d, layer, active=False) - routed
@@ -53,7 +40,7 @@ def stage_layer_ids(ctx, virtual_stage: int) -> list[int]:
     if virtual_stage == 0:
         ids = [EMBEDDING] + ids
     if virtual_stage == len(ctx.stage_layers) - 1:
-        ids = ids + list(mtp_ids(ctx.dims)) + [ctx.dims.layers]
+        ids = ids + list(mtp_ids(ctx.dims)) + [output_id(ctx.dims)]
     return ids
 
 

@@ -14,10 +14,11 @@ and one of its output) and whose last piece ends with its own pass through the o
 head (multi_token_prediction.py, MultiTokenPredictionLayer.forward).
 """
 
+from ..engine.kinds import Phase
 from ..model import transformer as model_costs
+from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
 from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input
 from . import cp, ep, fsdp, tp, tp_overlap
-from .params import EMBEDDING, is_block
 
 PIECES = 4
 
@@ -33,13 +34,15 @@ def _tp(b):
 
 class Pass:
     """One chunk's forward ('F') or backward ('B') of one micro-batch; ``x`` is the op the
-    next piece depends on. ``defer``: a zero-bubble input-gradient pass, whose weight-
+    next piece depends on. Its ops are of ``phase`` (forward or backward; a recomputation
+    inside the backward: recompute). ``defer``: a zero-bubble input-gradient pass, whose weight-
     gradient GEMMs are recorded (:attr:`wgrads`) for :func:`weight_pass` to run later."""
 
     def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: str, param_waits: dict | None = None,
                  sync=None, last_mb: bool = False, defer: bool = False):
         self.b, self.mb, self.direction, self.x = b, mb, direction, deps
         self.layers = layer_ids if direction == "F" else layer_ids[::-1]
+        self.phase = Phase.FORWARD if direction == "F" else Phase.BACKWARD
         self.gather = fsdp.Gatherer(b, self.layers, mb, "fwd" if direction == "F" else "bwd")
         self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
         self.wgrads, self.layer_end = ([], {}) if defer else (None, None)
@@ -62,7 +65,12 @@ class Pass:
     def pieces(self, layer: int) -> list:
         """Thunks running ``layer``'s pieces in order, each advancing ``x``."""
         steps = [lambda f=f: setattr(self, "x", f(self.x)) for f in self._fns(layer)]
-        return [lambda: (self._begin(layer), steps[0]())] + steps[1:-1] + [lambda: (steps[-1](), self._end(layer))]
+        whole = [lambda: (self._begin(layer), steps[0]())] + steps[1:-1] + [lambda: (steps[-1](), self._end(layer))]
+        return [lambda step=step: self._in_phase(step) for step in whole]
+
+    def _in_phase(self, step) -> None:
+        with self.b.phase_of(self.phase):
+            step()
 
     def _begin(self, layer: int) -> None:
         if self.direction == "F":
@@ -70,7 +78,8 @@ class Pass:
             return
         self.x = (self.x, self.gather.before(layer))
         if self.b.ctx.scenario.training.recompute == "full" and is_block(self.b.ctx.dims, layer):
-            self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
+            with self.b.phase_of(Phase.RECOMPUTE):
+                self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
 
     def _end(self, layer: int) -> None:
         self.gather.after(layer, self.x)
@@ -87,16 +96,18 @@ class Pass:
 
     def run(self, layers=None) -> None:
         """Run ``layers`` (default: all of the chunk's) piece after piece."""
-        for layer in self.layers if layers is None else layers:
-            self._begin(layer)
-            for fn in self._fns(layer):
-                self.x = fn(self.x)
-            self._end(layer)
+        with self.b.phase_of(self.phase):
+            for layer in self.layers if layers is None else layers:
+                self._begin(layer)
+                for fn in self._fns(layer):
+                    self.x = fn(self.x)
+                self._end(layer)
 
     def finish(self) -> None:
         """Backward: flush the last gradient bucket."""
         if self.direction == "B" and self.sync is not None and self.wgrads is None:
-            self.sync.flush(self.x)
+            with self.b.phase_of(self.phase):
+                self.sync.flush(self.x)
 
 
 def weight_pass(ipass: Pass) -> int:
@@ -125,13 +136,13 @@ def layer_forward(b, layer: int, mb: int, deps, recompute: bool = False) -> int:
 def forward_pieces(b, layer: int, mb: int, recompute: bool = False) -> tuple:
     """The forward pieces of ``layer``: functions deps -> op."""
     d, tag = b.ctx.dims, "recompute" if recompute else "fwd"
-    if layer == EMBEDDING:
+    if is_embedding(layer):
         return (lambda x: tp.exit(b, "embed", layer, mb, b.compute("embedding_fwd", embedding(d, b.ctx.shard), x,
                                                                    layer, mb)),) + (_same,) * (PIECES - 1)
-    if layer == d.layers:
+    if is_output(d, layer):
         return (lambda x: b.compute(f"logits_{tag}", logits(d, b.ctx.shard),
                                     tp.enter(b, "logits", layer, mb, x, tag=(tag,)), layer, mb),) + (_same,) * 3
-    if layer > d.layers and not recompute:  # (full recompute reruns only its transformer layer)
+    if is_mtp(d, layer) and not recompute:  # (full recompute reruns only its transformer layer)
         return _mtp_forward(b, layer, mb, tag, _block_forward_pieces(b, layer, mb, tag))
     return _block_forward_pieces(b, layer, mb, tag)
 
@@ -166,13 +177,13 @@ def attention_forward(b, layer: int, mb: int, x, tag: str):
 def backward_pieces(b, layer: int, mb: int) -> tuple:
     """The backward pieces of ``layer`` (mirror image of :func:`forward_pieces`)."""
     d, sh = b.ctx.dims, b.ctx.shard
-    if layer == EMBEDDING:
+    if is_embedding(layer):
         return (lambda x: b.compute("embedding_bwd", backward(embedding(d, sh)),
                                     tp.enter_backward(b, "embed", layer, mb, x), layer, mb),) + (_same,) * 3
-    if layer == d.layers:
+    if is_output(d, layer):
         return (lambda x: tp.exit_backward(b, "logits", layer, mb, b.compute(
             "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
-    if layer > d.layers:
+    if is_mtp(d, layer):
         return _mtp_backward(b, layer, mb, _block_backward_pieces(b, layer, mb))
     return _block_backward_pieces(b, layer, mb)
 
@@ -200,7 +211,8 @@ def attention_backward(b, layer: int, mb: int, x):
     """Backward of :func:`attention_forward` (recomputing the core under selective recompute)."""
     x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
     if b.ctx.scenario.training.recompute == "selective":
-        x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
+        with b.phase_of(Phase.RECOMPUTE):
+            x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
     x = cp.attention(b, layer, mb, x, "bwd")
     return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
 

@@ -13,8 +13,9 @@ from ..model.layers import ELEM, attention_core, attention_post, attention_pre, 
 from . import pp_zero_bubble as zb
 from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak  # (re-exported: the planner reads schedules through pp)
 from .tp import grad_parts
+from ..engine.kinds import Category
 
-AXIS = "pp"
+AXIS = Category.PP
 
 
 def split_layers(layers: int, chunks: int, explicit: list[int] | None) -> list[range]:

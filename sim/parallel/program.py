@@ -5,20 +5,24 @@ and turns collectives into ops with the right stream, key and, when ranks are fo
 the sibling groups whose traffic must still load the network.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..model.compute import ComputeModel, Kernel
 from ..engine.core import Collective, Op, RankProgram
+from ..engine.kinds import Category, Phase
 from ..model.transformer import Dims
 from ..model.layers import Shard
+from .folding import Folding
 from .layout import Layout
 from .tp import grad_parts
 from ..input.scenario import Scenario
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
-    """Everything shared by the builders of one scenario (read-only)."""
+    """Everything shared by the builders of one scenario (frozen; ``_siblings`` memoizes
+    :meth:`siblings`, a function of the fields)."""
 
     scenario: Scenario
     dims: Dims
@@ -30,10 +34,10 @@ class Context:
     micro_batches: int
     stage_layers: list[range]  # layers of each virtual stage
     expert_loads: dict = field(default_factory=dict)  # layer -> tokens per expert
-    folding: object = None  # sim.parallel.folding.Folding when ranks are folded
+    folding: Folding | None = None  # which ranks are simulated (None: memory accounting of the planner)
     _siblings: dict = field(default_factory=dict)
 
-    def siblings(self, axis: str, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
+    def siblings(self, axis: Category, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
         """Groups that run the same collective at the same time on folded (not simulated)
         ranks, each riding with exactly one simulated copy (:mod:`sim.parallel.folding`).
         Only needed when the group leaves its NVLink domain: inside a domain, every
@@ -72,7 +76,8 @@ class Context:
 
 
 class RankBuilder:
-    """Adds ops to one rank's program."""
+    """Adds ops to one rank's program. Every op it adds is of the :class:`Phase` the
+    code building it has entered (:meth:`phase_of`: a pass, a recomputation, the optimizer)."""
 
     def __init__(self, ctx: Context, rank: int):
         self.ctx, self.rank = ctx, rank
@@ -80,6 +85,21 @@ class RankBuilder:
         self.stage = self.coords["pp"]
         self.program = RankProgram(rank)
         self.deferred: list | None = None  # weight gradients held for a later W pass (zero-bubble schedules)
+        self.phase: Phase | None = None
+
+    @contextmanager
+    def phase_of(self, phase: Phase):
+        """Ops added inside the block are of ``phase`` (the outer phase is restored after)."""
+        outer, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = outer
+
+    def _phase(self) -> Phase:
+        if self.phase is None:
+            raise RuntimeError(f"rank {self.rank}: an op built outside any phase (use RankBuilder.phase_of)")
+        return self.phase
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute",
                 weights: bool = True) -> int:
@@ -92,7 +112,8 @@ class RankBuilder:
         if self.deferred is not None and weights:
             kernels, wgrad = grad_parts(kernels)
         duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
-        op = self.program.add(Op(name, "compute", stream, duration, None, _deps(deps), layer, mb, self.stage))
+        op = self.program.add(Op(name, Category.COMPUTE, stream, duration, None, _deps(deps),
+                                 layer, mb, self.stage, self._phase()))
         if wgrad:
             self.deferred.append((name, wgrad, op, layer, mb))
         return op
@@ -105,7 +126,7 @@ class RankBuilder:
         self.deferred.append((name, kernels, deps, layer, mb))
         return deps
 
-    def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,
+    def collective(self, name: str, axis: Category, op: str, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
@@ -114,7 +135,8 @@ class RankBuilder:
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings,
                           shares)
-        return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage))
+        return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
+                                   self._phase()))
 
 
 def _deps(deps) -> tuple[int, ...]:

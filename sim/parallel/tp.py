@@ -11,8 +11,9 @@ These sit on the critical path: the next compute op depends on them (with
 from dataclasses import dataclass
 
 from ..model.layers import ELEM, backward, entry_width
+from ..engine.kinds import Category
 
-AXIS = "tp"
+AXIS = Category.TP
 
 
 @dataclass(frozen=True)

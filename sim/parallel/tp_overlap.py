@@ -45,8 +45,9 @@ Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, t
 from ..model.layers import backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
+from ..engine.kinds import Category
 
-AXIS = "tp"
+AXIS = Category.TP
 RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
 # SMs the pipelined reduce-scatter's kernels take from the GEMM: TE initialize_ub's default
 # num_sm=16 for "pipeline" (NeMo's H100 configs use 8-24), with set_sm_margin cuBLAS runs on

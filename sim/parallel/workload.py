@@ -13,6 +13,7 @@ says which ranks those are under stragglers, faults and skewed experts.
 
 import numpy as np
 
+from ..engine.kinds import Phase
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel, quantized
 from ..hardware.gpus import gpu_preset
@@ -37,19 +38,16 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                   t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8")
+    loads = expert_loads(s, d, shard, layout)
+    fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
+    uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())
+    folded_by = domains if len(domains) >= layout.world else np.arange(layout.world) // fabric.gpus_per_domain
+    found = folding(s, layout, fabric, folded_by, uneven)  # (callers that only account memory pass no domains)
     compute = ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration,
                            precision=t.precision)
-    ctx = Context(s, d, layout, shard, compute,
-                  domains, frozenset(), t.global_batch // (p.dp * t.micro_batch),
-                  pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
-    ctx.expert_loads = expert_loads(s, d, shard, layout)
-    fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
-    uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in ctx.expert_loads.values())
-    if len(domains) < layout.world:  # (callers that only account memory pass no domains)
-        domains = np.arange(layout.world) // fabric.gpus_per_domain
-    ctx.folding = folding(s, layout, fabric, domains, uneven)
-    ctx.simulated = frozenset(np.flatnonzero(ctx.folding.simulated).tolist())
-    return ctx
+    return Context(s, d, layout, shard, compute, domains, frozenset(np.flatnonzero(found.simulated).tolist()),
+                   t.global_batch // (p.dp * t.micro_batch),
+                   pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), loads, found)
 
 
 def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:
@@ -69,10 +67,10 @@ def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: b
     (:func:`sim.parallel.jitter.sampled`), or every rank on its own. ``uneven``: the
     experts' loads differ, so expert-group positions build different programs."""
     domains = np.asarray(domains)
-    key = (fabric, uneven, layout)
-    kept = _FOLDINGS.get(id(s))
-    if kept is not None and kept[0] is s and kept[1] == key and np.array_equal(kept[2], domains):
-        return kept[3]  # (the work census of sim.work asked first, for the same scenario)
+    key, rest = s.model_dump_json(), (fabric, uneven, layout, domains.tobytes())
+    kept = _FOLDINGS.get(key)
+    if kept is not None and kept[0] == rest:
+        return kept[1]  # (the work census of sim.work asked first, for an equal scenario)
     found = None
     if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
         found = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
@@ -81,11 +79,11 @@ def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: b
     found = found or unfolded(layout, uneven)
     if len(_FOLDINGS) >= 4:
         _FOLDINGS.pop(next(iter(_FOLDINGS)))
-    _FOLDINGS[id(s)] = (s, key, domains, found)  # (holding ``s``: its id is not reused meanwhile)
+    _FOLDINGS[key] = (rest, found)
     return found
 
 
-_FOLDINGS: dict[int, tuple] = {}  # the last few foldings, by scenario: a run reuses its census's
+_FOLDINGS: dict[str, tuple] = {}  # the last 4 foldings, by the scenario's content: a run reuses its census's
 
 
 def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.ndarray]:
@@ -121,7 +119,8 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     p, v = ctx.layout.sizes["pp"], par.virtual_stages
     vstages = pp.virtual_stages_of(par.schedule, p, v, b.stage)
     chunks = {c: stage_layer_ids(ctx, vs) for c, vs in enumerate(vstages)}
-    param_waits = zero.gather_params(b, [l for c in chunks for l in chunks[c]]) if zero.enabled(b) else {}
+    with b.phase_of(Phase.OPTIMIZER):  # (ZeRO: the gather of the last update's parameters)
+        param_waits = zero.gather_params(b, [l for c in chunks for l in chunks[c]]) if zero.enabled(b) else {}
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
     syncs = {c: sync_cls(b) for c in chunks} if par.zero < 3 else {}
     steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
@@ -129,7 +128,8 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     final, deferred, chunk_end = [], {}, {}
     for step in steps:
         if step[0][0] == "W":
-            chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
+            with b.phase_of(Phase.BACKWARD):  # (a zero-bubble W: the weight-gradient half of a backward)
+                chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
             continue
         passes = [open_pass(b, chunks, vstages, syncs, param_waits, item, last) for item in step]
         if len(passes) == 2:
@@ -137,22 +137,30 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
         else:
             passes[0].run()
         for ps, (kind, mb, chunk) in zip(passes, step):
-            final += close_pass(b, ps, vstages[chunk], chunk)
+            with b.phase_of(ps.phase):
+                final += close_pass(b, ps, vstages[chunk], chunk)
             if kind == "I":
                 deferred[mb, chunk] = ps
             if kind != "F":
                 chunk_end[chunk] = ps.x
     final += [op for s in syncs.values() for op in s.issued]
     if par.schedule == "dualpipe":  # the two copies of each stage add their gradients (both ranks in stage order)
-        final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
-                                    else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]
-    optimizer_step(b, final)
+        with b.phase_of(Phase.BACKWARD):
+            final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
+                                        else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]
+    with b.phase_of(Phase.OPTIMIZER):
+        optimizer_step(b, final)
     return b
 
 
 def open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:
     """Receive a chunk's input (activations or gradients) and set up its pass (kind I: a
     backward whose weight gradients wait for a W item)."""
+    with b.phase_of(Phase.FORWARD if item[0] == "F" else Phase.BACKWARD):
+        return _open_pass(b, chunks, vstages, syncs, param_waits, item, last)
+
+
+def _open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:
     kind, mb, chunk = item
     vs, last_vs = vstages[chunk], len(b.ctx.stage_layers) - 1
     if kind == "F":

@@ -23,23 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..engine.core import Op, RankProgram, SPAN_COLUMNS
-from ..outputs.result import Result
+from ..engine.core import SPAN_COLUMNS
+from ..engine.kinds import Category, Phase
+from ..outputs.result import Result, StepFacts
 
 MAX_ENGINES = 31  # engines shown (plus the trainer): the trace's default-selection size
-
-
-class PoolLayout:
-    """What the trace and timeline ask of a layout: the rank count, no parallel axes."""
-
-    sizes = {"tp": 1, "cp": 1, "dp": 1, "pp": 1}
-
-    def __init__(self, world: int):
-        self.world = world
-
-    def coords(self, rank: int) -> dict:
-        """Every coordinate 0: ranks are labelled by number."""
-        return dict.fromkeys(self.sizes, 0)
 
 
 def _merge(rows: list[tuple]) -> list[tuple]:
@@ -53,9 +41,9 @@ def _merge(rows: list[tuple]) -> list[tuple]:
     return out
 
 
-def _row(rank, stream, name, category, start, end, step=-1) -> dict:
+def _row(rank, stream, name, category, start, end, step=-1, phase=None) -> dict:
     return {"rank": rank, "stream": stream, "name": name, "category": category, "start_s": start,
-            "end_s": end, "layer": -1, "micro_batch": step, "stage": -1, "bytes": 0.0}
+            "end_s": end, "layer": -1, "micro_batch": step, "stage": -1, "bytes": 0.0, "phase": phase}
 
 
 def _trainer_rows(res) -> list[dict]:
@@ -63,12 +51,14 @@ def _trainer_rows(res) -> list[dict]:
     rows = []
     for st in res.loop.steps:
         t, d = st.start, st.end - st.start
-        for name, share in (("train_fwd", fwd), ("train_bwd", bwd), ("train_optimizer", 1 - fwd - bwd)):
+        for name, share, phase in (("train_fwd", fwd, Phase.FORWARD), ("train_bwd", bwd, Phase.BACKWARD),
+                                   ("train_optimizer", 1 - fwd - bwd, Phase.OPTIMIZER)):
             if share > 0:
-                rows.append(_row(0, "compute", name, "compute", t, t + d * share, st.step))
+                rows.append(_row(0, "compute", name, Category.COMPUTE, t, t + d * share, st.step, phase))
                 t += d * share
         if st.transfer:
-            rows.append(_row(0, "weights", "send_weights", "weights", *st.transfer, st.step + 1))
+            rows.append(_row(0, "weights", "send_weights", Category.WEIGHTS, *st.transfer, st.step + 1,
+                             Phase.WEIGHT_SYNC))
     return rows
 
 
@@ -84,10 +74,11 @@ def _engine_rows(g, wall: float, transfers: list[tuple]) -> list[dict]:
                 tail.append((start, end, 0))
         elif kind == "weights":
             weights.append((start, end, "pause" if g.mode == "pipeline" else "swap"))
-    rows = [_row(rank, "compute", "generate_fwd", "compute", a, b, v) for a, b, v in _merge(gen)]
-    rows += [_row(rank, "tail", "underfull", "tail", a, b) for a, b, _ in _merge(tail)]
-    rows += [_row(rank, "weights", name, "weights", a, b) for a, b, name in _merge(weights)]
-    rows += [_row(rank, "weights", "receive_weights", "weights", a, b) for a, b in transfers]
+    rows = [_row(rank, "compute", "generate_fwd", Category.COMPUTE, a, b, v, Phase.FORWARD) for a, b, v in _merge(gen)]
+    rows += [_row(rank, "tail", "underfull", Category.TAIL, a, b) for a, b, _ in _merge(tail)]
+    rows += [_row(rank, "weights", name, Category.WEIGHTS, a, b) for a, b, name in _merge(weights)]
+    rows += [_row(rank, "weights", "receive_weights", Category.WEIGHTS, a, b, phase=Phase.WEIGHT_SYNC)
+             for a, b in transfers]
     return rows
 
 
@@ -114,16 +105,12 @@ def spans(res) -> pd.DataFrame:
 
 def as_result(res) -> Result:
     """A :class:`~sim.outputs.result.Result` the trace and timeline modules draw."""
-    sp = spans(res)
-    programs = [RankProgram(int(r), [Op(row.name, row.category, row.stream, micro_batch=int(row.micro_batch))
-                                     for row in g.itertuples()]) for r, g in sp.groupby("rank")]
     s = res.summary
     summary = {"name": s["name"], "num_gpus": s["num_gpus"], "step_time_s": s["step_time_s"],
                "mfu": s["trainer_mfu"]}
-    info = {"topology": res.topology, "programs": programs, "layout": PoolLayout(s["num_gpus"]),
-            "simulated_ranks": list(range(s["num_gpus"])), "held_by": {},
-            "link_log": res.info.get("link_log"), "link_bytes": res.info.get("link_bytes")}
-    return Result(summary, sp, res.scenario, None, info)
+    facts = StepFacts(res.topology, list(range(s["num_gpus"])), link_bytes=res.info.get("link_bytes"),
+                      link_log=res.info.get("link_log"))  # (no programs, layout or folding: rows of two pools)
+    return Result(summary, spans(res), res.scenario, None, facts)
 
 
 def title(res) -> str:
@@ -152,11 +139,3 @@ def plot(res, path: str) -> None:
     result = as_result(res)
     plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
 
-
-def plot_modes(results: list, path: str) -> None:
-    """Several runs of one scenario (e.g. sync and pipeline) stacked on one time axis."""
-    from ..outputs.timeline import plot_panels
-
-    items = [(as_result(r), title(r)) for r in results]
-    ranks = sorted(set().union(*(set(res.spans["rank"].unique().tolist()) for res, _ in items)))
-    plot_panels(items, path, ranks=ranks)

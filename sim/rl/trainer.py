@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 import math
 
+from ..engine.kinds import Category, Phase
 from ..input.scenario import Scenario
 from ..model.transformer import dims, model_flops_per_token
 from . import lengths as length_model
@@ -56,7 +57,7 @@ class Trainer:
 
     scenario: Scenario
     per_node: int
-    anchors: dict = field(default_factory=dict)  # micro-batches -> simulated Result
+    anchors: dict = field(default_factory=dict)  # micro-batches -> Anchor
     overlapped: dict = field(default_factory=dict)  # micro-batches -> (step s, transfer s)
 
     @property
@@ -116,38 +117,51 @@ class Trainer:
     def phase_shares(self) -> tuple[float, float]:
         """(forward, backward) shares of an anchor step's compute on rank 0, for
         drawing a step as forward then backward work (the rest: the optimizer)."""
-        spans = next(iter(self.anchors.values())).spans
-        comp = spans[(spans["rank"] == 0) & (spans["category"] == "compute")]
-        dur = comp["end_s"] - comp["start_s"]
-        fwd = dur[comp["name"].str.endswith("_fwd")].sum()
-        bwd = dur[comp["name"].str.contains("_bwd|recompute")].sum()
-        total = dur.sum()
-        return (fwd / total, bwd / total) if total > 0 else (0.0, 1.0)
+        return next(iter(self.anchors.values())).shares
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What the loop keeps of a simulated training step: its summary (CONTRACT.md) and
+    rank 0's (forward, backward) shares of compute (recomputation counts as backward)."""
+
+    summary: dict
+    shares: tuple[float, float]
+
+
+def phase_shares(spans) -> tuple[float, float]:
+    """(forward, backward) shares of rank 0's compute in ``spans``."""
+    comp = spans[(spans["rank"] == 0) & (spans["category"] == Category.COMPUTE)]
+    dur = comp["end_s"] - comp["start_s"]
+    fwd = dur[comp["phase"] == Phase.FORWARD].sum()
+    bwd = dur[comp["phase"].isin([Phase.BACKWARD, Phase.RECOMPUTE])].sum()
+    total = dur.sum()
+    return (fwd / total, bwd / total) if total > 0 else (0.0, 1.0)
 
 
 @lru_cache(maxsize=16)
-def _simulate(scenario_json: str):
+def _simulate(scenario_json: str) -> Anchor:
+    """A trainer-pool step, by the scenario's content: a study's points share their trainer
+    (only the summary and shares are kept, not the spans and programs)."""
     from ..step import simulate
 
-    return simulate(Scenario.model_validate_json(scenario_json))
+    result = simulate(Scenario.model_validate_json(scenario_json))
+    return Anchor(result.summary, phase_shares(result.spans))
 
 
 def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float) -> tuple[float, float]:
     """One training step of ``s`` on ``topo`` (the whole cluster) with a ring broadcast of
     ``nbytes`` from rank 0 to ``group`` starting with it: (step end, broadcast duration)."""
-    from ..engine.core import Collective, Engine, Op
+    from ..engine.core import Collective, Op
     from ..hardware.faults import compute_scale
-    from ..outputs.result import spans_frame
-    from ..parallel import workload
+    from ..step import build, execute
 
-    ctx = workload.make_context(s, [int(d) for d in topo.domains], s.cluster.gpu or topo.spec.gpu)
-    programs = workload.build_programs(ctx)
+    ctx, programs = build(s, topo)
     rank0 = next(p for p in programs if p.rank == 0)
-    rank0.add(Op("send_weights", "weights", "weights", comm=Collective(("rl-weights",), "broadcast", group,
-                                                                           float(nbytes), "ring")))
-    engine = Engine(topo, programs, compute_scale(s, topo))
-    engine.run()
-    spans = spans_frame(engine)
+    rank0.add(Op("send_weights", Category.WEIGHTS, "weights", comm=Collective(("rl-weights",), "broadcast", group,
+                                                                                float(nbytes), "ring"),
+                 phase=Phase.WEIGHT_SYNC))
+    _engine, spans, _wall = execute(s.name, topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     sent = spans["name"] == "send_weights"
     transfer = spans[sent].iloc[0]
     return float(spans.loc[~sent, "end_s"].max()), float(transfer.end_s - transfer.start_s)

@@ -1,0 +1,38 @@
+"""What an op is, as types: its :class:`Category` (which stream family and parallel axis
+it belongs to) and its :class:`Phase` (which part of the training step it serves).
+
+Both are set where an op is built (:mod:`sim.parallel.program`'s ``RankBuilder``, the RL
+trainer's weight broadcast) and read by every output (:mod:`sim.outputs.metrics`,
+:mod:`sim.outputs.timeline`, :mod:`sim.rl.trainer`), so nothing parses op names. They are
+``StrEnum`` members: the spans table's ``category`` column, the Chrome trace's ``cat`` and
+every JSON/CSV output write their plain string value, unchanged from the strings they replace.
+"""
+
+from enum import StrEnum
+
+
+class Category(StrEnum):
+    """What an op does: compute, or a collective on one parallel axis (its stream family)."""
+
+    COMPUTE = "compute"
+    TP = "tp"  # tensor (and sequence) parallel collectives, expert-TP ones too
+    CP = "cp"  # context parallel: ring exchange of K/V
+    EP = "ep"  # expert parallel: token all-to-alls
+    PP = "pp"  # pipeline sends and receives
+    DP = "dp"  # data parallel: gradient reductions, ZeRO / FSDP gathers
+    WEIGHTS = "weights"  # RL: trainer -> generator weight transfer
+    TAIL = "tail"  # RL exports: a generator's underfull tail of a batch
+    IDLE = "idle"  # outputs only: a gap on a compute stream (trace, timeline)
+
+
+COMM_AXES = (Category.DP, Category.TP, Category.PP, Category.EP, Category.CP)  # the parallel axes (summary order)
+
+
+class Phase(StrEnum):
+    """Which part of a training step an op serves (the pass that builds it says so)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"  # data and weight gradients (one op, or split under TP: tp.split_backward)
+    RECOMPUTE = "recompute"  # a forward rerun inside the backward (full or selective recompute)
+    OPTIMIZER = "optimizer"  # the optimizer step and ZeRO's gather of the updated parameters
+    WEIGHT_SYNC = "weight_sync"  # RL: the trained weights broadcast to the generators
