@@ -18,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 UNSTABLE = ("sim_wall_s", "sim_events")
+ADDED_COLUMNS = ("phase",)  # spans columns added after the first baselines (issue 26: the op phase)
 FOLDERS = (REPO / "scenarios", REPO / "sim" / "studies" / "gallery_scenarios", REPO / "sim" / "studies" / "scenarios")
 
 
@@ -28,9 +29,14 @@ def _sha(data: bytes) -> str:
 def step_fingerprint(result) -> dict:
     """Hashes of a training step's summary and spans."""
     summary = {k: v for k, v in result.summary.items() if k not in UNSTABLE}
-    return {"summary": _sha(json.dumps(summary, sort_keys=True).encode()),
-            "spans": _sha(result.spans.to_csv(index=False).encode()),
-            "step_time_s": summary.get("step_time_s")}
+    spans = result.spans
+    out = {"summary": _sha(json.dumps(summary, sort_keys=True).encode()),
+           "spans": _sha(spans.drop(columns=[c for c in ADDED_COLUMNS if c in spans]).to_csv(index=False).encode()),
+           "step_time_s": summary.get("step_time_s")}
+    for column in ADDED_COLUMNS:  # hashed on their own: a baseline taken before they existed still compares
+        if column in spans:
+            out[f"spans_{column}"] = _sha(spans[column].astype(str).str.cat(sep="\n").encode())
+    return out
 
 
 def scenario_fingerprint(path: Path) -> dict:
