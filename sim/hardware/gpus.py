@@ -184,7 +184,8 @@ def gpu_preset(name: str) -> GPU:
 # Volta, Ampere, Hopper, Blackwell); presets not listed here get Ampere's (no NVLS).
 # AMD parts are keyed by CDNA generation (RCCL keeps NCCL's model and its own tables; no NVLS).
 ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h100-500w": "hopper", "h200": "hopper", "h800": "hopper",
-        "b200": "blackwell", "b200-power-limited": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
+        "b200": "blackwell", "b200-power-limited": "blackwell", "gb200": "blackwell", "b300": "blackwell",
+        "gb300": "blackwell",
         "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4"}
 # NVLink SHARP (NVLS) efficiency: the share of the NVLink a byte of in-switch reduction or
 # multicast gets, NVIDIA/nccl src/graph/tuning.cc ``nvlsEfficiency`` (Hopper 0.85,

@@ -131,8 +131,8 @@ def quantized(precision: str) -> bool:
 _HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
 _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
 ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
-                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "b200", "b200-power-limited", "gb200", "b300", "gb300",
-                                                 "mi300x", "mi325x", "mi355x")}}
+                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "b200", "b200-power-limited",
+                                                 "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x")}}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
