@@ -78,17 +78,21 @@ def _table(req):
 def test_rejection_counts_by_hand(tmp_path):
     """2 heads, 2 layers, 8 GPUs, 4 sequences of 1024 tokens. The space: tp 1/2/4/8, pp 1/2
     (v 1 only: pp * v <= 2 layers), cp 1 (1024 tokens hold one 1024-token CP shard),
-    schedules 1f1b + gpipe with pp 2 -> meshes (tp, pp): (1,1) (1,2)x2 (2,1) (2,2)x2 (4,1)
-    (4,2)x2 (8,1) = 10; knobs 4 zero x 3 recompute x 3 micro-batch = 36, x2 with TP overlap
-    when tp > 1: 3 x 36 + 7 x 72 = 612. tp 4 and 8 do not divide 2 heads: 4 meshes x 72 =
-    288. Batch floor (4 < dp x mb): dp 8 all 36; dp 4 (tp1 pp2 x2, tp2 pp1) mb 2 and 4:
-    24 + 24 + 48; dp 2 (tp2 pp2 x2) mb 4: 48 -> 180. Nothing else: 144 valid, all fit."""
+    schedules 1f1b, gpipe, zb-h1, dualpipe with pp 2 -> meshes (tp, pp): (1,1) (1,2)x4 (2,1)
+    (2,2)x4 (4,1) (4,2)x4 (8,1) = 16; knobs 4 zero x 3 recompute x 3 micro-batch = 36, x2
+    with TP overlap when tp > 1: 5 x 36 + 11 x 72 = 972. tp 4 and 8 do not divide 2 heads:
+    6 meshes x 72 = 432. Batch floor (4 < dp x mb): dp 8 all 36; dp 4 (tp1 pp2 x4, tp2 pp1)
+    mb 2 and 4: 4 x 24 + 48; dp 2 (tp2 pp2 x4) mb 4: 4 x 24 -> 276. ZB-H1 and DualPipe with
+    zero 3: tp1 pp2 (mb 1: 3 each) and tp2 pp2 (mb 1, 2: 12 each) -> 30. DualPipe's
+    micro-batches (4 / (dp x mb) at most 2 < 2 pp = 4): the other 9 + 36 -> 45. Valid: the
+    144 of 1F1B and GPipe and ZB-H1's 9 + 36, all fit."""
     req = _request(tmp_path, TINY)
     c, code, stages = _table(req)
-    assert len(c) == 612
-    assert rules.counts(code) == {"tp_heads": 288, "batch_floor": 180}
+    assert len(c) == 972
+    assert rules.counts(code) == {"tp_heads": 432, "batch_floor": 276, "zero_bubble_fsdp": 30,
+                                  "dualpipe_micro_batches": 45}
     valid = c[code == 0]
-    assert len(valid) == 144
+    assert len(valid) == 189
     assert (fit.peak(valid, stages, req.scenario) < fit.capacity(gpu_preset(req.gpu).hbm_bytes)).all()
 
 
@@ -140,7 +144,10 @@ def test_peak_in_flight_is_the_schedules():
 
 def test_estimate_bubble_is_the_closed_form(tmp_path):
     """Balanced stages without data parallelism: the estimate's bubble is (p - 1) / v of one
-    micro-batch's stage time (Narayanan et al. 2021), the rest m of them."""
+    micro-batch's stage time (Narayanan et al. 2021), the rest m of them; ZB-H1 a third of it
+    ((p-1)(F+B-W) vs (p-1)(F+B+W), equal passes), DualPipe (p/2-1)(F&B+B-3W) = (p-2) F of
+    1F1B's 3 (p-1) F, DualPipeV (2p/2-1) 2 half-stage F = (p-1) F of interleaved v = 2's
+    3 (p-1) F / 2."""
     text = TINY.replace("layers = 2", "layers = 8").replace("global_batch = 4", "global_batch = 16") \
         .replace("gpus = 8", "gpus = 4")
     req = _request(tmp_path, text)
@@ -150,9 +157,11 @@ def test_estimate_bubble_is_the_closed_form(tmp_path):
     est = Estimator(req.scenario, stages, req.spec, req.gpu).frame(pick)
     for (_, row), (_, e) in zip(pick.iterrows(), est.iterrows()):
         micro, p, v = 16, 4, row.virtual_stages
+        share = {"zb-h1": 1 / 3, "dualpipe": (p - 2) / (3 * (p - 1)), "dualpipev": 2 / 3}.get(row.schedule, 1)
         per_micro = (e.est_compute_s + e.est_recompute_s + e.est_tp_s + e.est_cp_s) / micro  # the slowest stage
-        assert e.est_bubble_s <= (p - 1) / v * per_micro * (1 + 1e-12)
-        assert e.est_bubble_s >= (p - 1) / v * per_micro * 0.8  # first/last stages add the embedding and loss
+        assert e.est_bubble_s <= (p - 1) / v * share * per_micro * (1 + 1e-12)
+        assert e.est_bubble_s >= (p - 1) / v * share * per_micro * 0.8  # first/last stages add the embedding, loss
+    assert {"zb-h1", "dualpipe", "dualpipev"} <= set(pick.schedule)
 
 
 def _plan(tmp_path, **kw):

@@ -84,9 +84,17 @@ def test_batch_floor_rejects_pure_fsdp_beyond_the_sequences(reports):
 def test_pipeline_bubbles_follow_the_closed_forms(reports):
     table = reports["pipeline-bubbles"].table
     ok = table[table["error"].isna()]
-    assert (ok["difference"].abs() < 0.06).all()
+    older = ok["schedule"].isin(["gpipe", "1f1b", "interleaved"])
+    assert (ok[older]["difference"].abs() < 0.06).all()
     invalid = table[table["error"].notna()]
     assert (invalid["schedule"] == "interleaved").all() and (invalid["micro_batches"] % 8 != 0).all()
+    # the zero-bubble forms assume W = B; here B > W (the attention core's backward has no
+    # weights), so they sit above them, and below interleaved 1F1B at the same m = 32
+    at32 = ok[ok["micro_batches"] == 32].set_index("schedule")
+    newer = at32.loc[["zb-h1", "zb-v", "dualpipe"]]
+    assert (newer["difference"] >= 0).all() and (newer["difference"] < 0.08).all()
+    assert at32.loc["dualpipe", "bubble_sim"] < at32.loc["zb-v", "bubble_sim"] < at32.loc["zb-h1", "bubble_sim"] \
+        < at32.loc["interleaved", "bubble_sim"] < at32.loc["1f1b", "bubble_sim"]
 
 
 def test_closed_forms_and_seeds_model_by_hand():
@@ -131,11 +139,11 @@ def test_cli_study_quick_prints_table_and_writes_files(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-m", "sim", "study", "pipeline-bubbles", "--quick", "--out-dir",
                            str(tmp_path), "--workers", "2"], capture_output=True, text=True, cwd=REPO, env=env,
-                          timeout=120)
+                          timeout=240)  # 15 points of GPT-3 175B (3 newer schedules at m = 32 since issue 32)
     assert proc.returncode == 0, proc.stderr
     assert "bubble_closed_form" in proc.stdout and "wrote plot" in proc.stdout
     assert (tmp_path / "study-pipeline-bubbles.png").read_bytes()[:8] == PNG_MAGIC
-    assert len(pd.read_csv(tmp_path / "study-pipeline-bubbles.csv")) == 12
+    assert len(pd.read_csv(tmp_path / "study-pipeline-bubbles.csv")) == 15  # 3 x 4 m, + 3 newer at m = 32
     bad = subprocess.run([sys.executable, "-m", "sim", "study", "nope"], capture_output=True, text=True, cwd=REPO,
                          env=env, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -152,6 +152,8 @@ def check(s: Scenario) -> Scenario:
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
     if p.schedule is None:  # Megatron: --num-layers-per-virtual-pipeline-stage alone means interleaved 1F1B
         p = p.model_copy(update={"schedule": "interleaved" if p.virtual_stages > 1 else "1f1b"})
+    if p.schedule in ("zb-v", "dualpipev") and p.virtual_stages == 1:  # a V: two chunks per rank (zbpp_utils.py)
+        p = p.model_copy(update={"virtual_stages": 2})
     s = s.model_copy(update={"model": model, "parallel": p, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     rules.check_all(s, gpu, gpus, _per_node(s, spec))
     if s.jitter.floor != 1.0 and s.jitter.distribution != "normal":

@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .scenario import Scenario
+from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, Scenario
 from ..hardware.gpus import low_peak
 
 
@@ -122,7 +122,9 @@ def _check_batch(t, p, whole: bool = True) -> None:
 
 def _check_stages(m, p, t, whole: bool = True) -> None:
     chunks = p.pp * p.virtual_stages
-    if (p.schedule == "interleaved") != (p.virtual_stages > 1):
+    if p.schedule in ZERO_BUBBLE:
+        _check_zero_bubble(p, t.global_batch // (p.dp * t.micro_batch), whole)
+    elif (p.schedule == "interleaved") != (p.virtual_stages > 1):
         raise InputError("parallel.schedule", f"schedule = {p.schedule!r} with virtual_stages = {p.virtual_stages}: "
                                               "interleaved needs virtual_stages > 1 and vice versa")
     micro = t.global_batch // (p.dp * t.micro_batch)
@@ -138,6 +140,37 @@ def _check_stages(m, p, t, whole: bool = True) -> None:
     _check_empty_chunks(p.stage_layers)
     if sum(p.stage_layers) != m.layers:
         raise InputError("parallel.stage_layers", f"sums to {sum(p.stage_layers)}, the model has {m.layers} layers")
+
+
+def _check_zero_bubble(p, micro: int, whole: bool) -> None:
+    """What the zero-bubble and DualPipe schedules can run: the zero-bubble repo asserts
+    pp > 1 and sets two chunks per rank for its V (megatron/core/zbpp_utils.py
+    ``validate_arguments``); DualPipe asserts an even number of ranks and an even number
+    of micro-batches of at least twice the ranks, DualPipeV at least twice the ranks
+    (deepseek-ai/DualPipe dualpipe.py, dualpipev.py ``step``)."""
+    name = p.schedule
+    if p.pp == 1:
+        raise InputError("parallel.pp", f"schedule = {name!r} is a pipeline schedule: it needs pp > 1")
+    chunks = 2 if name in V_SHAPED else 1
+    if p.virtual_stages != chunks:
+        raise InputError("parallel.virtual_stages", f"schedule = {name!r} runs {chunks} chunk(s) per rank"
+                                                    f"{' (a V)' if chunks == 2 else ''}; got virtual_stages = "
+                                                    f"{p.virtual_stages}")
+    if name == "dualpipe" and p.pp % 2:
+        raise InputError("parallel.pp", f"dualpipe feeds micro-batches from both ends: it needs an even pp, got {p.pp}")
+    if p.zero >= 3:
+        raise InputError("parallel.zero", f"schedule = {name!r} defers weight gradients past the layer's backward; "
+                                          "FSDP (zero = 3) releasing the layer's gathered weights meanwhile is not "
+                                          "modelled")
+    if p.ep_comm_overlap and not name.startswith("dualpipe"):
+        raise InputError("parallel.ep_comm_overlap", f"schedule = {name!r} has no paired forward-backward steps to "
+                                                     "overlap (dualpipe and dualpipev do)")
+    if not whole or not name.startswith("dualpipe"):
+        return
+    if micro < 2 * p.pp or (name == "dualpipe" and micro % 2):
+        raise InputError("training.global_batch", f"{name} needs {'an even number of ' if name == 'dualpipe' else ''}"
+                                                  f"micro-batches per step of at least 2 * pp = {2 * p.pp} "
+                                                  f"(DualPipe's assertion); global_batch / (dp * micro_batch) = {micro}")
 
 
 def _check_empty_chunks(counts: list[int]) -> None:
@@ -204,7 +237,7 @@ def _check_overlap(m, p, t) -> None:
         raise InputError("parallel.ep_comm_overlap", "needs expert parallelism (ep > 1)")
     if t.recompute == "full":
         raise InputError("parallel.ep_comm_overlap", "does not work with training.recompute = 'full' (Megatron's rule)")
-    if p.pp > 1 and p.virtual_stages == 1:
+    if p.pp > 1 and p.virtual_stages == 1 and p.schedule != "dualpipe":
         raise InputError("parallel.ep_comm_overlap", f"with pp = {p.pp} needs virtual_stages > 1 (interleaved 1F1B; "
                                                      "Megatron's rule)")
     if p.schedule == "gpipe":

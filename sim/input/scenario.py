@@ -22,6 +22,11 @@ from ..hardware.calibration import Calibration, from_dump as calibration_from_du
 from .fields import Flag, PathText, Text, count, real
 
 
+# pipeline schedules that split the backward into input- and weight-gradient passes
+# (sim/parallel/pp_zero_bubble.py), and those of them that run two chunks per rank in a V
+ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+V_SCHEDULES = ("zb-v", "dualpipev")
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -173,7 +178,9 @@ class Parallel(_Section):
     ep: count(B.GPUS) = 1
     virtual_stages: count(B.LAYERS) = 1
     stage_layers: list[count(B.LAYERS._replace(lo=0))] | None = Field(None, max_length=B.LAYERS.hi)
-    schedule: Literal["gpipe", "1f1b", "interleaved"] | None = None  # default: interleaved when virtual_stages > 1, else 1f1b
+    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"] | None = None
+    # default: interleaved when virtual_stages > 1, else 1f1b; zb-v and dualpipev run two chunks per rank
+    # (virtual_stages 1 means 2 there, as the zero-bubble repo sets it: megatron/core/zbpp_utils.py)
     zero: count(B.ZERO) = 0
     sequence_parallel: Flag = False
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks

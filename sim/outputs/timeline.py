@@ -396,8 +396,8 @@ def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None 
         ax.set_title(label, fontsize=9, loc="left", pad=4)
     lines = add_legend(axes[0, 0], features)
     axes[0, 0].set_title(axes[0, 0].get_title(loc="left"), fontsize=9, loc="left", pad=6 + 13 * lines)
-    if suptitle:
-        fig.suptitle(suptitle, fontsize=11)
-    fig.tight_layout()
+    if suptitle:  # (placed in a strip of its own: a tall figure's tight_layout would run under it)
+        fig.suptitle(suptitle, fontsize=11, y=1 - 0.15 / fig_h, va="top")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig_h) if suptitle else None)
     fig.savefig(path, dpi=100)
     plt.close(fig)

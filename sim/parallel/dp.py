@@ -7,7 +7,7 @@ gradients reduce over the ranks holding the same experts. Per step each rank sen
 its parameter bytes x (N-1)/N.
 """
 
-from .params import layer_params
+from .params import layer_params, stage_layer_ids
 
 AXIS = "dp"
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
@@ -49,3 +49,15 @@ class GradSync:
                     self.name + kind, AXIS, self.op, group, nbytes, op_index, stream="dp", layer=layer,
                     algo=self.b.ctx.scenario.parallel.dp_algo, group_of=group_of))
         self.pending = [0.0, 0.0]
+
+
+def copy_grad_sync(b, vs: int, deps) -> int:
+    """DualPipe: ranks s and p-1-s both hold stage ``vs`` (one copy per direction); each
+    adds the other's gradients of it before the optimizer (deepseek-ai/DualPipe
+    examples/example_dualpipe.py: ``p0.grad += p1all[pp_size - 1 - rank]``), an
+    all-reduce over the pair, on the gradient-reduction stream."""
+    layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
+    pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)["pp"]))))
+    nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
+    return b.collective("copy_grad_ar", "pp", "all_reduce", pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
+                        group_of=pair)

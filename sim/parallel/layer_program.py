@@ -149,8 +149,8 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute") -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream)
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute", weights=True) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights)
         self.kernel_counts[index] = len(kernels)
         return index
 
@@ -303,8 +303,8 @@ def stage_layers(s) -> list[list[int]]:
     p, d = s.parallel, model_costs.dims(s.model)
     ctx = Context(s, d, None, None, None, [], frozenset(), 0,
                   pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers))
-    return [[l for vs in range(stage, len(ctx.stage_layers), p.pp) for l in stage_layer_ids(ctx, vs)]
-            for stage in range(p.pp)]
+    return [[l for vs in pipeline.virtual_stages_of(p.schedule, p.pp, p.virtual_stages, stage)
+             for l in stage_layer_ids(ctx, vs)] for stage in range(p.pp)]
 
 
 def counting_loads(s) -> dict:
@@ -329,6 +329,8 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
     m0 = min(m, p.pp) if p.schedule == "interleaved" else 1
+    if p.schedule in pipeline.ZERO_BUBBLE:  # W passes and DualPipe's pairs differ by micro-batch: all of them
+        m0 = m
     key = ("skeleton", stage, m0) + content_key(s, gpu_name, None)
     found = _CACHE.get(key)
     if found is None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
-from . import pp
-from .params import block_ids, layer_params, rank_params, stage_layer_ids
+from . import pp, pp_zero_bubble as zb
+from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
 
@@ -57,9 +57,14 @@ def activations(ctx, stage: int) -> float:
     t, pl = ctx.scenario.training, ctx.scenario.parallel
     per_layer = activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                            pl.sequence_parallel, t.recompute, t.flash_attention, ctx.shard.fp8)
-    chunks, last = range(stage, len(ctx.stage_layers), pl.pp), len(ctx.stage_layers) - 1
+    chunks, last = held_stages(ctx, stage), len(ctx.stage_layers) - 1
     layers = sum(len(block_ids(ctx, vs)) for vs in chunks) / len(chunks)
-    flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap)
+    costs = pp.pass_costs(ctx)
+    flight = pp.peak_in_flight(pl.schedule, pl.pp, pl.virtual_stages, ctx.micro_batches, stage, pl.ep_comm_overlap,
+                               costs)
+    if pl.schedule in zb.ZERO_BUBBLE:  # after its input gradient a chunk holds what its W reads
+        share = w_share(ctx.dims, ctx.shard.tokens, ctx.shard.tp, ctx.shard.sp, per_layer)
+        flight = zb.held_peak(pl.schedule, pl.pp, ctx.micro_batches, stage, costs, share)
     total = per_layer * layers * flight
     if t.recompute == "full":  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
@@ -69,13 +74,35 @@ def activations(ctx, stage: int) -> float:
     return total
 
 
+def w_share(d, tokens: float, tp: int, sp: bool, per_layer: float) -> float:
+    """What a chunk waiting for its W holds, relative to its whole activations (at most 1;
+    to three decimals, so that schedules' peaks are computed once per value)."""
+    need = weight_grad_bytes(d, tokens, tp, sp)
+    return min(1.0, round(need / per_layer, 3)) if per_layer else 1.0
+
+
+def weight_grad_inputs(ctx) -> float:
+    """:func:`weight_grad_bytes` of the context's micro-batch shard."""
+    return weight_grad_bytes(ctx.dims, ctx.shard.tokens, ctx.shard.tp, ctx.shard.sp)
+
+
+def weight_grad_bytes(d, tokens: float, tp: int, sp: bool) -> float:
+    """Bytes per layer and micro-batch a deferred W pass reads (the wgrad GEMM is
+    input^T x output-gradient; Qi et al. 2024, section 2): the four linear layers' saved
+    inputs (QKV's and FC1's sequence-sharded under SP, Megatron re-gathers them for the
+    wgrad) and their output gradients (QKV and FC1 outputs tp-sharded, the row-parallel
+    projections' gradients h wide)."""
+    inputs = 2 * d.h / (tp if sp else 1) + (d.h + d.f) / tp
+    grads = 2 * d.h + (3 * d.h + (d.mats - 1) * d.f) / tp
+    return ELEM * tokens * (inputs + grads)
+
+
 def gathered(ctx, stage: int) -> float:
     """FSDP: the full weights and gradients of the two layers in use (current + prefetched),
     plus their FP8 copies (weight and transpose) under FP8."""
     if ctx.scenario.parallel.zero < 3:
         return 0.0
-    ids = [l for vs in range(stage, len(ctx.stage_layers), ctx.layout.sizes["pp"])
-           for l in stage_layer_ids(ctx, vs)]
+    ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
     biggest = max(sum(layer_params(ctx, l)) for l in ids)
     return 2 * biggest * (2 * ELEM + (2 if ctx.shard.fp8 else 0))
 

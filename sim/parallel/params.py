@@ -5,6 +5,7 @@ Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over
 ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
+from .pp import virtual_stages_of
 from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
 
 
@@ -61,10 +62,17 @@ def block_ids(ctx, virtual_stage: int) -> list[int]:
     return [l for l in stage_layer_ids(ctx, virtual_stage) if is_block(ctx.dims, l)]
 
 
+def held_stages(ctx, stage: int) -> list[int]:
+    """The virtual stages a rank of pipeline ``stage`` holds (DualPipe: stages s and p-1-s,
+    two parameter copies of the model per pipeline: :func:`.pp.virtual_stages_of`)."""
+    par = ctx.scenario.parallel
+    return virtual_stages_of(par.schedule, ctx.layout.sizes["pp"], par.virtual_stages, stage)
+
+
 def rank_params(ctx, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters a rank of pipeline ``stage`` holds (all its chunks)."""
-    pp, dense, expert = ctx.layout.sizes["pp"], 0.0, 0.0
-    for vs in range(stage, len(ctx.stage_layers), pp):
+    dense, expert = 0.0, 0.0
+    for vs in held_stages(ctx, stage):
         for layer in stage_layer_ids(ctx, vs):
             dl, el = layer_params(ctx, layer)
             dense, expert = dense + dl, expert + el

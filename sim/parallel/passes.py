@@ -33,18 +33,31 @@ def _tp(b):
 
 class Pass:
     """One chunk's forward ('F') or backward ('B') of one micro-batch; ``x`` is the op the
-    next piece depends on."""
+    next piece depends on. ``defer``: a zero-bubble input-gradient pass, whose weight-
+    gradient GEMMs are recorded (:attr:`wgrads`) for :func:`weight_pass` to run later."""
 
     def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: str, param_waits: dict | None = None,
-                 sync=None, last_mb: bool = False):
+                 sync=None, last_mb: bool = False, defer: bool = False):
         self.b, self.mb, self.direction, self.x = b, mb, direction, deps
         self.layers = layer_ids if direction == "F" else layer_ids[::-1]
         self.gather = fsdp.Gatherer(b, self.layers, mb, "fwd" if direction == "F" else "bwd")
         self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
+        self.wgrads, self.layer_end = ([], {}) if defer else (None, None)
 
     def _fns(self, layer: int) -> tuple:
         b, mb = self.b, self.mb
-        return forward_pieces(b, layer, mb) if self.direction == "F" else backward_pieces(b, layer, mb)
+        if self.direction == "F":
+            return forward_pieces(b, layer, mb)
+        fns = backward_pieces(b, layer, mb)
+        return fns if self.wgrads is None else tuple(lambda x, f=f: self._deferring(f, x) for f in fns)
+
+    def _deferring(self, fn, x):
+        """Run a backward piece with its weight gradients recorded instead of computed."""
+        self.b.deferred = self.wgrads
+        try:
+            return fn(x)
+        finally:
+            self.b.deferred = None
 
     def pieces(self, layer: int) -> list:
         """Thunks running ``layer``'s pieces in order, each advancing ``x``."""
@@ -63,6 +76,9 @@ class Pass:
         self.gather.after(layer, self.x)
         if self.direction == "F":
             return
+        if self.wgrads is not None:  # gradients are ready after the W pass
+            self.layer_end[layer] = self.x
+            return
         if self.last_mb:
             rs = fsdp.reduce_scatter(self.b, layer, self.mb, self.x)
             self.rs_ops += [rs] if rs is not None else []
@@ -79,8 +95,23 @@ class Pass:
 
     def finish(self) -> None:
         """Backward: flush the last gradient bucket."""
-        if self.direction == "B" and self.sync is not None:
+        if self.direction == "B" and self.sync is not None and self.wgrads is None:
             self.sync.flush(self.x)
+
+
+def weight_pass(ipass: Pass) -> int:
+    """The W pass of a deferred input-gradient pass: its weight-gradient GEMMs, layer by
+    layer, named ``<input-gradient op>_wgrad``, each after the op it was split from; on the
+    last micro-batch each layer's gradients go to the DP buckets after its W ops."""
+    b, x, by_layer = ipass.b, ipass.x, {}
+    for name, kernels, deps, layer, mb in ipass.wgrads:
+        x = b.compute(f"{name}_wgrad", kernels, (deps, x), layer, mb, weights=False)
+        by_layer[layer] = x
+    if ipass.sync is not None:
+        for layer in ipass.layers:
+            ipass.sync.add(layer, by_layer.get(layer, ipass.layer_end[layer]))
+        ipass.sync.flush(x)
+    return x
 
 
 def layer_forward(b, layer: int, mb: int, deps, recompute: bool = False) -> int:

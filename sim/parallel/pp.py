@@ -9,7 +9,10 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
 """
 
-from ..model.layers import ELEM
+from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
+from . import pp_zero_bubble as zb
+from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak  # (re-exported: the planner reads schedules through pp)
+from .tp import grad_parts
 
 AXIS = "pp"
 
@@ -58,12 +61,14 @@ def _warmup(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -
     return min(p - stage - 1 + combined, m)
 
 
-def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> list[tuple]:
+def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool, costs: tuple = zb.EQUAL) -> list[tuple]:
     """The schedule as steps of one (direction, micro-batch, chunk) each or, when
     ``combined``, steady-state pairs (forward, backward) that run as one step
     (Megatron-Core combined 1F1B, megatron/core/pipeline_parallel/combined_1f1b.py: with
     pp = 1 the first forward and the last backward run alone, every other forward
     together with the previous micro-batch's backward)."""
+    if schedule in zb.ZERO_BUBBLE:
+        return list(zb.steps(schedule, p, m, stage, costs))
     seq = order(schedule, p, v, m, stage, combined)
     if not combined:
         return [(item,) for item in seq]
@@ -82,14 +87,37 @@ def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
-def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> int:
+def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False,
+                   costs: tuple = zb.EQUAL) -> int:
     """``in_flight(order(...))`` without building the order: GPipe holds all m micro-batches;
     1F1B and interleaved 1F1B hold their warm-up forwards plus the one whose backward comes
     next, at most all m * v chunks (the memory of every pipeline stage, and the planner's
     thousands of layouts, need only this)."""
     if schedule == "gpipe":
         return m
+    if schedule in zb.ZERO_BUBBLE:
+        return zb.peaks(schedule, p, m, stage, costs)[0]
     return min(_warmup(schedule, p, v, m, stage, combined) + 1, m * v)
+
+
+def pass_costs(ctx) -> tuple:
+    """(F, B, W) of a transformer layer's forward, input-gradient and weight-gradient passes
+    relative to F, to two decimals: the times ZB-H2's and ZB-V's list schedules are built
+    for (the zero-bubble runtime profiles them first: runtime.py ``avg_then_mid``; here the
+    compute model times one dense layer's kernels). Equal times for the other schedules."""
+    if ctx.scenario.parallel.schedule not in ("zb-h2", "zb-v"):
+        return zb.EQUAL
+    d, sh = ctx.dims, ctx.shard
+    fwd = [*attention_pre(d, sh), attention_core(d, sh), *attention_post(d, sh), *mlp_block(d, sh)]
+    f, (dgrad, wgrad) = ctx.compute.time(fwd), grad_parts(backward(fwd))
+    return tuple(round(ctx.compute.time(k) / f, 2) for k in (fwd, dgrad, wgrad))
+
+
+def virtual_stages_of(schedule: str, p: int, v: int, stage: int) -> list[int]:
+    """The virtual stages (indices into the stage split) a rank at ``stage`` holds, chunk by
+    chunk: c * p + stage (interleaved), a V's s and 2p-1-s, DualPipe's s and p-1-s."""
+    chunks = 2 if schedule == "dualpipe" else v
+    return [zb.virtual_stage(schedule, p, stage, c) for c in range(chunks)]
 
 
 def in_flight(seq: list[tuple[str, int, int]]) -> int:
@@ -106,13 +134,19 @@ def activation_bytes(b) -> float:
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM / b.ctx.layout.sizes["tp"]
 
 
-def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool) -> int:
-    """One side of a send/recv between virtual stages (rank of vs = vs % p)."""
+def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool, chunk: int = 0) -> int:
+    """One side of a send/recv between virtual stages (the rank holding a virtual stage in
+    ``chunk``'s pipeline: vs % p, or as :func:`.pp_zero_bubble.stage_of` places it)."""
     layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
-    src = layout.stage_rank(b.rank, src_vs % p)
-    dst = layout.stage_rank(b.rank, dst_vs % p)
+    schedule = b.ctx.scenario.parallel.schedule
+    src_stage, dst_stage = zb.stage_of(schedule, p, src_vs, chunk), zb.stage_of(schedule, p, dst_vs, chunk)
+    src = layout.stage_rank(b.rank, src_stage)
+    dst = layout.stage_rank(b.rank, dst_stage)
     stream = f"pp_{'send' if sending else 'recv'}_{'fwd' if direction == 'F' else 'bwd'}"
+    if schedule in zb.ZERO_BUBBLE and chunk:  # each chunk's pipeline its own streams (its own neighbours)
+        stream += f"{chunk}"
     name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
     return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
                         tag=(direction, src_vs, dst_vs), key="p2p",
-                        group_of=lambda r: (layout.stage_rank(r, src_vs % p), layout.stage_rank(r, dst_vs % p)))
+                        group_of=lambda r: (layout.stage_rank(r, src_stage), layout.stage_rank(r, dst_stage)))
+

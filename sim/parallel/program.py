@@ -12,6 +12,7 @@ from ..engine.core import Collective, Op, RankProgram
 from ..model.transformer import Dims
 from ..model.layers import Shard
 from .layout import Layout
+from .tp import grad_parts
 from ..input.scenario import Scenario
 
 
@@ -78,13 +79,31 @@ class RankBuilder:
         self.coords = ctx.layout.coords(rank)
         self.stage = self.coords["pp"]
         self.program = RankProgram(rank)
+        self.deferred: list | None = None  # weight gradients held for a later W pass (zero-bubble schedules)
 
-    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute") -> int:
+    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute",
+                weights: bool = True) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
-        when a framework issues kernels on its communication stream); returns its index."""
+        when a framework issues kernels on its communication stream); returns its index.
+        While a pass defers its weight gradients (:attr:`deferred` is a list), the
+        weight-gradient half of the op's GEMMs (:func:`.tp.grad_parts`) is recorded there
+        instead; ``weights=False``: the kernels are already one side of that split."""
+        wgrad = ()
+        if self.deferred is not None and weights:
+            kernels, wgrad = grad_parts(kernels)
         duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
-        return self.program.add(Op(name, "compute", stream, duration, None, _deps(deps),
-                                   layer, mb, self.stage))
+        op = self.program.add(Op(name, "compute", stream, duration, None, _deps(deps), layer, mb, self.stage))
+        if wgrad:
+            self.deferred.append((name, wgrad, op, layer, mb))
+        return op
+
+    def weight_grad(self, name: str, kernels: tuple, deps, layer: int, mb: int):
+        """An op of weight-gradient GEMMs: now, or recorded for the W pass while the
+        weight gradients are deferred (then the pass goes on from ``deps``)."""
+        if self.deferred is None:
+            return self.compute(name, kernels, deps, layer, mb)
+        self.deferred.append((name, kernels, deps, layer, mb))
+        return deps
 
     def collective(self, name: str, axis: str, op: str, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,

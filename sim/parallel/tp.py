@@ -51,10 +51,28 @@ def half(kernel):
     return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=kernel.count)
 
 
-def compute_op(b, name, kernels, deps, layer, mb):
-    """A compute op of ``kernels``, or ``deps`` itself when there are none."""
+def grad_parts(kernels) -> tuple[tuple, tuple]:
+    """(input-gradient, weight-gradient) kernels of a backward op's kernel list: a weight
+    GEMM's backward (FLOPs, not flash attention) is its dgrad and its wgrad GEMM, half each
+    (:func:`half`'s split); every other kernel (attention core, norms, activations, casts,
+    the embedding's scatter-add) stays with the input gradient. The zero-bubble schedules
+    run the second part later (:mod:`.pp_zero_bubble`)."""
+    dgrad, wgrad = [], []
+    for k in kernels:
+        if k.flops and not k.attn:
+            part = k._replace(flops=k.flops / 2, bytes=k.bytes / 2, count=max(k.count // 2, 1))
+            dgrad.append(part)
+            wgrad.append(part)
+        else:
+            dgrad.append(k)
+    return tuple(dgrad), tuple(wgrad)
+
+
+def compute_op(b, name, kernels, deps, layer, mb, weights: bool = True):
+    """A compute op of ``kernels``, or ``deps`` itself when there are none (``weights``:
+    see :meth:`sim.parallel.program.RankBuilder.compute`)."""
     kernels = tuple(kernels)
-    return b.compute(name, kernels, deps, layer, mb) if kernels else deps
+    return b.compute(name, kernels, deps, layer, mb, weights=weights) if kernels else deps
 
 
 def _group(b):
@@ -151,7 +169,7 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
     if b.ctx.scenario.parallel.sequence_parallel:
         gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
                               x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
-    dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb)
+    dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
-    wgrad = compute_op(b, name, [half(k) for k in consumers], (dgrad, gather), layer, mb)
+    wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)
     return compute_op(b, name, backward(kernels[r.head]), (reduce, wgrad), layer, mb)

@@ -67,8 +67,9 @@ def _chunk(kernel, chunks: int):
     return kernel._replace(flops=kernel.flops / chunks, bytes=kernel.bytes / chunks)
 
 
-def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool) -> int:
-    """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i."""
+def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool, weights: bool = True) -> int:
+    """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i (``weights``:
+    :meth:`sim.parallel.program.RankBuilder.compute`'s)."""
     tp = b.ctx.layout.sizes["tp"]
     nbytes = sublayer_bytes(b, sub, True, entry) / tp
     shift, x = None, deps
@@ -77,7 +78,7 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
         if i < tp - 1:
             nxt = b.collective(f"{sub}_ag", AXIS, "ring_shift", _group(b), nbytes, deps if shift is None else shift,
                                layer=layer, mb=mb, tag=tag + ("ring", i), group_of=_group_of(b))
-        x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb)
+        x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights)
         shift = nxt
     return x
 
@@ -132,8 +133,8 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
         else:
             halves = [_half(k) for k in kernels[r.producer]]
             dgrad = [_chunk(k, b.ctx.layout.sizes["tp"]) for k in halves]
-            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False)
-            x = _compute(b, name, halves, x, layer, mb)
+            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False, weights=False)
+            x = b.weight_grad(name, tuple(halves), x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
     return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
         _compute(b, name, backward_of(kernels[r.head]), x, layer, mb)

@@ -22,7 +22,7 @@ from . import copies, dp, ep_overlap, jitter, pp, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import moe_block_ids, rank_params, stage_layer_ids
-from .passes import Pass
+from .passes import Pass, weight_pass
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
@@ -119,46 +119,60 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     b = RankBuilder(ctx, rank)
     par = ctx.scenario.parallel
     p, v = ctx.layout.sizes["pp"], par.virtual_stages
-    chunks = {c: stage_layer_ids(ctx, c * p + b.stage) for c in range(v)}
-    param_waits = zero.gather_params(b, [l for c in range(v) for l in chunks[c]]) if zero.enabled(b) else {}
+    vstages = pp.virtual_stages_of(par.schedule, p, v, b.stage)
+    chunks = {c: stage_layer_ids(ctx, vs) for c, vs in enumerate(vstages)}
+    param_waits = zero.gather_params(b, [l for c in chunks for l in chunks[c]]) if zero.enabled(b) else {}
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
-    syncs = {c: sync_cls(b) for c in range(v)} if par.zero < 3 else {}
-    final = []
-    for step in pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap):
-        passes = [open_pass(b, chunks, syncs, param_waits, item) for item in step]
+    syncs = {c: sync_cls(b) for c in chunks} if par.zero < 3 else {}
+    steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
+    last = {chunk: mb for step in steps for kind, mb, chunk in step if kind != "F"}  # each chunk's last backward
+    final, deferred, chunk_end = [], {}, {}
+    for step in steps:
+        if step[0][0] == "W":
+            chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
+            continue
+        passes = [open_pass(b, chunks, vstages, syncs, param_waits, item, last) for item in step]
         if len(passes) == 2:
             ep_overlap.interleave(*passes)
         else:
             passes[0].run()
-        for ps, (direction, mb, chunk) in zip(passes, step):
-            final += close_pass(b, ps, chunk * p + b.stage)
+        for ps, (kind, mb, chunk) in zip(passes, step):
+            final += close_pass(b, ps, vstages[chunk], chunk)
+            if kind == "I":
+                deferred[mb, chunk] = ps
+            if kind != "F":
+                chunk_end[chunk] = ps.x
     final += [op for s in syncs.values() for op in s.issued]
+    if par.schedule == "dualpipe":  # the two copies of each stage add their gradients (both ranks in stage order)
+        final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
+                                    else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]
     optimizer_step(b, final)
     return b
 
 
-def open_pass(b, chunks: dict, syncs: dict, param_waits: dict, item: tuple) -> Pass:
-    """Receive a chunk's input (activations or gradients) and set up its pass."""
-    direction, mb, chunk = item
-    p = b.ctx.layout.sizes["pp"]
-    vs, last_vs = chunk * p + b.stage, len(b.ctx.stage_layers) - 1
-    if direction == "F":
-        deps = pp.transfer(b, "F", mb, vs - 1, vs, (), sending=False) if vs > 0 else ()
+def open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:
+    """Receive a chunk's input (activations or gradients) and set up its pass (kind I: a
+    backward whose weight gradients wait for a W item)."""
+    kind, mb, chunk = item
+    vs, last_vs = vstages[chunk], len(b.ctx.stage_layers) - 1
+    if kind == "F":
+        deps = pp.transfer(b, "F", mb, vs - 1, vs, (), sending=False, chunk=chunk) if vs > 0 else ()
         return Pass(b, chunks[chunk], mb, deps, "F", param_waits=param_waits)
-    deps = pp.transfer(b, "B", mb, vs + 1, vs, (), sending=False) if vs < last_vs else ()
-    last = mb == b.ctx.micro_batches - 1
-    return Pass(b, chunks[chunk], mb, deps, "B", sync=syncs.get(chunk) if last else None, last_mb=last)
+    deps = pp.transfer(b, "B", mb, vs + 1, vs, (), sending=False, chunk=chunk) if vs < last_vs else ()
+    final = mb == last[chunk]
+    return Pass(b, chunks[chunk], mb, deps, "B", sync=syncs.get(chunk) if final else None, last_mb=final,
+                defer=kind == "I")
 
 
-def close_pass(b, ps: Pass, vs: int) -> list[int]:
+def close_pass(b, ps: Pass, vs: int, chunk: int = 0) -> list[int]:
     """Send a chunk's output on; returns the FSDP reduce-scatters the optimizer waits for."""
     if ps.direction == "F":
         if vs < len(b.ctx.stage_layers) - 1:
-            pp.transfer(b, "F", ps.mb, vs, vs + 1, ps.x, sending=True)
+            pp.transfer(b, "F", ps.mb, vs, vs + 1, ps.x, sending=True, chunk=chunk)
         return []
     ps.finish()
     if vs > 0:
-        pp.transfer(b, "B", ps.mb, vs, vs - 1, ps.x, sending=True)
+        pp.transfer(b, "B", ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)
     return ps.rs_ops
 
 

@@ -7,7 +7,8 @@ T_s is one micro-batch's time on pipeline stage s: its layers' compute (kernels 
 the simulator's ComputeModel, :mod:`.layers`), recompute, and the TP, CP, EP and FSDP
 communication that sits on the critical path. With v = 1 the pipeline term is
 (m + p - 1) T for balanced stages, the GPipe / 1F1B bubble (p - 1) / m of Narayanan et
-al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)). PP sends cross
+al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)); the zero-bubble
+and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross
 the fill and drain once per virtual stage boundary each way. The DP tail is the gradient
 reduction (DDP all-reduce, ZeRO reduce-scatter, in grad_bucket_mb buckets) beyond the last
 micro-batch's backward it overlaps, plus ZeRO-1/2's parameter all-gather beyond the first
@@ -40,6 +41,15 @@ COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "o
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep")  # per layer kind (:class:`.layers.Cost`)
 GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
+
+
+def fill_factor(schedules: np.ndarray, pp: int) -> np.ndarray:
+    """The fill-and-drain term's share left by each schedule, with equal F, B, W passes: 1
+    for GPipe and (interleaved) 1F1B; 1/3 for ZB-H1 ((p-1)(F+B-W) of Qi et al. 2024 against
+    1F1B's (p-1)(F+B+W)); DualPipe (p-2)/(3(p-1)) and DualPipeV 2/3 of the interleaved
+    term it is divided by v = 2 in ((PP/2-1)(F&B+B-3W), DeepSeek-V3 report Table 2)."""
+    factor = {"zb-h1": 1 / 3, "dualpipe": (pp - 2) / (3 * (pp - 1)) if pp > 1 else 1.0, "dualpipev": 2 / 3}
+    return np.array([factor.get(str(x), 1.0) for x in schedules])
 
 
 class Estimator:
@@ -142,7 +152,7 @@ class Estimator:
         crit = total.argmax(axis=1)
         rows = np.arange(len(g))
         t_crit = total[rows, crit]
-        pipe = micro * t_crit + (total.sum(axis=1) - t_crit) / v
+        pipe = micro * t_crit + (total.sum(axis=1) - t_crit) / v * fill_factor(g["schedule"].to_numpy(), pp)
         parts = micro[:, None] * stage[rows, crit]
         fwd = counts @ layer[:, :, 0].T  # stages x n
         bwd = counts @ (layer[:, :, 1] + layer[:, :, 2]).T

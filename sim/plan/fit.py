@@ -23,7 +23,7 @@ import pandas as pd
 from ..model.compute import quantized
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
-from ..parallel.memory import RUNTIME_BYTES
+from ..parallel.memory import RUNTIME_BYTES, w_share
 
 HEADROOM = 0.05  # share of HBM kept free for allocator fragmentation
 
@@ -61,7 +61,8 @@ def _plain(v):
 
 def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
     """Per candidate: (bytes per layer and micro-batch, a layer's full activations during its
-    recompute (0 unless full recompute), fp32 logits of the last stage)."""
+    recompute (0 unless full recompute), fp32 logits of the last stage, what a chunk waiting
+    for its W holds relative to its activations: ``memory.w_share``)."""
     t, d = scenario.training, stages.dims
     fp8 = quantized(t.precision)
 
@@ -70,7 +71,7 @@ def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
         layer = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, rec, t.flash_attention, fp8)
         whole = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, "none", t.flash_attention, fp8) \
             if rec == "full" else 0.0
-        return layer, whole, 4 * tokens * d.v / tp
+        return layer, whole, 4 * tokens * d.v / tp, w_share(d, tokens, tp, tp > 1, layer)
 
     return lookup(c, ["tp", "cp", "micro_batch", "recompute"], one)
 
@@ -78,12 +79,15 @@ def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
 def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndarray) -> np.ndarray:
     """``memory.stage_memory`` for every stage (columns) of every candidate (rows) of one
     pipeline shape (pp, v)."""
-    params = lookup(g, ["tp", "expert_tp", "ep"], lambda tp, etp, ep: np.stack(stages.params(tp, etp, ep, pp, v)))
+    params = lookup(g, ["tp", "expert_tp", "ep", "schedule"],
+                    lambda tp, etp, ep, sched: np.stack(stages.params(tp, etp, ep, pp, v, sched)))
     dense, expert, biggest = params[:, 0], params[:, 1], params[:, 2]
-    split = stages.split(pp, v)
-    flight = lookup(g.assign(micro=scenario.training.global_batch // (g["dp"] * g["micro_batch"])),
-                    ["schedule", "micro", "ep_comm_overlap"],
-                    lambda sched, micro, combined: stages.in_flight(sched, pp, v, micro, bool(combined)))
+    split = lookup(g, ["schedule"], lambda sched: np.stack([stages.split(pp, v, sched).layers_mean,
+                                                            stages.split(pp, v, sched).output]))
+    flight = lookup(g.assign(micro=scenario.training.global_batch // (g["dp"] * g["micro_batch"]), share=act[:, 3]),
+                    ["schedule", "micro", "ep_comm_overlap", "share"],
+                    lambda sched, micro, combined, share: stages.in_flight(sched, pp, v, micro, bool(combined),
+                                                                           share))
     fp8 = quantized(scenario.training.precision)
     zero = g["zero"].to_numpy()[:, None]
     nd = (g["dp"] * g["cp"]).to_numpy()[:, None]
@@ -93,7 +97,7 @@ def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndar
     weights = 2 * np.where(zero >= 3, sharded, full) + np.where(zero < 3, 2 * full if fp8 else 0.0, 0.0)
     gradients = 2 * np.where(zero >= 2, sharded, full)
     optimizer = 12 * np.where(zero >= 1, sharded, full)
-    activations = act[:, :1] * split.layers_mean * flight + act[:, 1:2] + act[:, 2:3] * split.output
+    activations = act[:, :1] * split[:, 0] * flight + act[:, 1:2] + act[:, 2:3] * split[:, 1]
     gathered = np.where(zero >= 3, 2 * biggest * (2 * ELEM + (2 if fp8 else 0)), 0.0)
     total = weights + gradients + optimizer + activations + gathered + RUNTIME_BYTES
     return total.max(axis=1)

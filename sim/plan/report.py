@@ -108,7 +108,19 @@ def _notes(plan, gpu) -> list[str]:
     out.append(f"best: {describe(best)}: {format_duration(best.step_time_s)} per step, {best.mfu:.1%} MFU, "
                f"{format_bytes(best.memory_per_gpu_bytes, gpu.hbm_unit)} per GPU; limited by {best.limit}"
                + ("" if best.simulated else " (estimated: no layout could be simulated within the budget)"))
+    if best.schedule in WHY:
+        out.append(f"why {best.schedule}: {WHY[best.schedule]}")
     return out
+
+
+WHY = {  # what the planner says when its best layout runs one of the newer schedules
+    "zb-h1": "weight gradients deferred into the pipeline bubbles (Qi et al. 2024): bubble (p-1)(F+B-W), a third "
+             "of 1F1B's for equal passes, at 1F1B's activation memory",
+    "dualpipe": "micro-batches fed from both ends, forward and backward of two micro-batches overlapped "
+                "(DeepSeek-V3): bubble (PP/2-1)(F&B+B-3W) and the MoE all-to-alls under compute, for a second "
+                "copy of each stage's parameters and PP+1 micro-batches' activations",
+    "dualpipev": "DualPipe cut in half (a V, two chunks per GPU): its small bubble with one parameter copy",
+}
 
 
 def describe(row) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..input.scenario import ZERO_BUBBLE_SCHEDULES
+
 
 @dataclass(frozen=True)
 class Reason:
@@ -32,6 +34,12 @@ REASONS = (  # in the loader's order (check_all: heads, batch, stages, moe, over
     Reason("cp_seq_len", "training.seq_len", "seq_len not divisible by cp"),
     Reason("interleaved_micro_batches", "parallel.virtual_stages",
            "interleaved 1F1B needs micro-batches divisible by pp (Megatron's rule)"),
+    Reason("zero_bubble_fsdp", "parallel.zero", "zero-bubble and DualPipe schedules are not modelled with FSDP "
+                                                "(zero 3)"),
+    Reason("zero_bubble_ep_overlap", "parallel.ep_comm_overlap", "EP overlap runs in paired steps: only "
+                                                                 "DualPipe(V) has them"),
+    Reason("dualpipe_micro_batches", "training.global_batch",
+           "DualPipe needs an even number of micro-batches >= 2 pp, DualPipeV >= 2 pp (DualPipe's assertions)"),
     Reason("ep_groups", "parallel.ep", "ep does not divide the ranks experts shard over (dp x cp, or tp x cp x dp "
                                        "when folded)"),
     Reason("expert_tp_groups", "parallel.expert_tp", "ep x expert_tp does not divide tp x cp x dp"),
@@ -72,16 +80,22 @@ def codes(c: pd.DataFrame, f: Fixed) -> np.ndarray:
     micro = f.global_batch // per_step
     folded = etp != tp
     recompute, epov = c["recompute"].to_numpy(), c["ep_comm_overlap"].to_numpy(dtype=bool)
+    sched = c["schedule"].to_numpy().astype(str)
+    zb = np.isin(sched, ZERO_BUBBLE_SCHEDULES)
+    dual = np.char.startswith(sched, "dualpipe")
     tests = [
         (f.heads % tp != 0) | (f.kv_heads % tp != 0),
         f.global_batch < per_step,
         f.global_batch % per_step != 0,
         f.seq_len % cp != 0,
-        (v > 1) & (micro % pp != 0),
+        (sched == "interleaved") & (micro % pp != 0),
+        zb & (c["zero"].to_numpy() >= 3),
+        zb & ~dual & epov,
+        dual & ((micro < 2 * pp) | ((sched == "dualpipe") & (micro % 2 != 0))),
         np.where(folded, (tp * cp * dp) % ep != 0, (dp * cp) % ep != 0),
         folded & ((tp * cp * dp) % (ep * etp) != 0),
         epov & (recompute == "full"),
-        epov & (pp > 1) & (v == 1),
+        epov & (pp > 1) & (v == 1) & (sched != "dualpipe"),
         epov & (pp == 1) & (micro < 2),
     ]
     out = np.zeros(len(c), dtype=np.int16)

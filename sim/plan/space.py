@@ -88,6 +88,18 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def schedules_of(pp: int, v: int) -> tuple[str, ...]:
+    """The schedules a pipeline shape can run: 1F1B and GPipe, ZB-H1 and (even pp) DualPipe
+    with one chunk per rank; interleaved 1F1B and DualPipeV with two; interleaved beyond.
+    (ZB-H2 and ZB-V are left out: their list schedules are built for the layer's pass times,
+    which the per-layer estimate does not give the memory rule.)"""
+    if pp == 1:
+        return ("1f1b",)
+    if v == 1:
+        return ("1f1b", "gpipe", "zb-h1") + (("dualpipe",) if pp % 2 == 0 else ())
+    return ("interleaved", "dualpipev") if v == 2 else ("interleaved",)
+
+
 def meshes(space: Space) -> list[tuple]:
     """Every (tp, pp, dp, cp, ep, expert_tp, v, schedule) of the space."""
     out = []
@@ -96,7 +108,7 @@ def meshes(space: Space) -> list[tuple]:
             continue
         dp = space.gpus // (tp * pp * cp)
         for v in space.v_values(pp):
-            schedules = ("interleaved",) if v > 1 else ("1f1b",) if pp == 1 else ("1f1b", "gpipe")
+            schedules = schedules_of(pp, v)
             for ep in space.ep_values(tp * cp * dp):
                 for etp, schedule in itertools.product(space.expert_tp_values(tp, ep), schedules):
                     out.append((tp, pp, dp, cp, ep, etp, v, schedule))

@@ -51,20 +51,24 @@ class Stages:
         return Context(self.scenario, self.dims, layout, None, None, [], frozenset(), 0,
                        pipeline.split_layers(self.dims.layers, pp * v, None))
 
-    def split(self, pp: int, v: int) -> Split:
-        """Layer counts per stage under the simulator's default split."""
+    def split(self, pp: int, v: int, schedule: str = "1f1b") -> Split:
+        """Layer counts per stage under the simulator's default split (the virtual stages a
+        rank holds as ``schedule`` places them: ``pp.virtual_stages_of``)."""
         ctx, d = self.context(1, pp, v), self.dims
         rows = []
         for s in range(pp):
-            mine = [block_ids(ctx, c) for c in range(s, pp * v, pp)]
+            held = pipeline.virtual_stages_of(schedule, pp, v, s)
+            mine = [block_ids(ctx, c) for c in held]
             ids = [l for c in mine for l in c]
             mtp = sum(l > d.layers for l in ids)
             moe = sum(model_costs.is_moe_layer(d, l) for l in ids if l < d.layers)
-            rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe - mtp, moe, s == 0, s == pp - 1, mtp))
+            rows.append((sum(len(c) for c in mine) / len(mine), len(ids) - moe - mtp, moe, 0 in held,
+                         pp * v - 1 in held, mtp))
         cols = np.array(rows, dtype=float).T
         return Split(*cols)
 
-    def params(self, tp: int, etp: int, ep: int, pp: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str = "1f1b") \
+            -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(dense, expert, biggest) parameters per stage on one rank: ``rank_params`` (the sum
         of ``layer_params`` over the stage's layers, in its order) and the largest layer
         (embedding and output included) that FSDP gathers whole."""
@@ -74,7 +78,7 @@ class Stages:
         for s in range(pp):
             dl = el = 0.0
             big = 0.0
-            for vs in range(s, pp * v, pp):
+            for vs in pipeline.virtual_stages_of(schedule, pp, v, s):  # (DualPipe: two copies)
                 for layer in stage_layer_ids(ctx, vs):
                     d_, e_ = per_layer[layer]
                     dl, el, big = dl + d_, el + e_, max(big, d_ + e_)
@@ -89,8 +93,14 @@ class Stages:
         ids = [*range(EMBEDDING, self.dims.layers + 1), *mtp_ids(self.dims)]
         return {layer: layer_params(ctx, layer) for layer in ids}
 
-    def in_flight(self, schedule: str, pp: int, v: int, micro: int, combined: bool) -> np.ndarray:
-        """Micro-batch chunks whose activations each stage holds at once, at its peak."""
+    def in_flight(self, schedule: str, pp: int, v: int, micro: int, combined: bool, w_share: float = 1.0) \
+            -> np.ndarray:
+        """Micro-batch chunks whose activations each stage holds at once, at its peak (the
+        zero-bubble schedules: ``memory.activations``' count, a chunk counting ``w_share``
+        between its input-gradient pass and its W)."""
+        if schedule in pipeline.ZERO_BUBBLE:
+            return np.array([pipeline.held_peak(schedule, pp, micro, s, pipeline.EQUAL, w_share) for s in range(pp)],
+                            dtype=float)
         return np.array([pipeline.peak_in_flight(schedule, pp, v, micro, s, combined) for s in range(pp)], dtype=float)
 
     def layer_ids(self, pp: int, v: int, stage: int) -> list[int]:

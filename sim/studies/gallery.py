@@ -5,8 +5,11 @@ scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and
 - ``gallery-fsdp-prefetch.png``: FSDP with and without prefetching the next layer's
   all-gather: compute/communication overlap, and the exposed gathers without it.
 - ``gallery-pipeline-schedules.png``: GPipe, 1F1B and interleaved 1F1B on the same
-  model and time axis: where the bubbles sit and how interleaving shrinks them.
-- ``gallery-straggler.png``: one rank 1.5x slower in data parallelism holds every rank
+  model and time axis: where the bubbles sit and how interleaving shrinks them; then
+  ZB-H1, ZB-H2, ZB-V, DualPipe and DualPipeV on the same case.
+- ``gallery-dualpipe.png``, ``gallery-dualpipe-pairs.png``: DualPipe's two directions and
+  (zoomed) its overlapped forward-backward pairs on an MoE model with expert parallelism.
+- ``gallery-straggler.png: one rank 1.5x slower in data parallelism holds every rank
   at the gradient all-reduce (pale bars: waiting for it).
 - ``gallery-hierarchical.png``: flat ring vs hierarchical all-reduce across NVLink
   domains: how busy NVLink and InfiniBand are over time with fast and with slow NICs,
@@ -47,19 +50,43 @@ def fsdp_prefetch(out: Path) -> list[str]:
             f"exposed {off.summary['exposed_comm_s'] * 1e3:.1f} ms"]
 
 
+NEW_SCHEDULES = (("ZB-H1", "zb-h1"), ("ZB-H2", "zb-h2"), ("ZB-V (two chunks per GPU in a V)", "zb-v"),
+                 ("DualPipe (both directions, two parameter copies)", "dualpipe"), ("DualPipeV", "dualpipev"))
+
+
 def pipeline_schedules(out: Path) -> list[str]:
-    """Three panels: GPipe, 1F1B, interleaved 1F1B (v = 2)."""
+    """GPipe, 1F1B, interleaved 1F1B (v = 2), then the zero-bubble schedules and DualPipe(V)
+    on the same model, 4 stages and 8 micro-batches."""
     from ..outputs.timeline import plot_panels
 
     path = SCENARIOS / "pipeline.toml"
     runs = [("GPipe", _run(path, ["parallel.schedule=gpipe"])),
             ("1F1B", _run(path, ["parallel.schedule=1f1b"])),
             ("interleaved 1F1B, v=2", _run(path, ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]))]
+    runs += [(label, _run(path, [f"parallel.schedule={name}"])) for label, name in NEW_SCHEDULES]
     plot_panels([(r, label) for label, r in runs], out / "gallery-pipeline-schedules.png", ranks="all",
-                suptitle="Pipeline bubbles (hatched): p = 4 stages, m = 8 micro-batches; "
-                         "(p-1)/(m+p-1) = 27% for GPipe and 1F1B, (p-1)/(v m+p-1) = 16% interleaved")
+                suptitle="Pipeline bubbles (hatched), p = 4, m = 8: GPipe, 1F1B 27%, interleaved 16% (closed forms); "
+                         "ZB-*, DualPipe(V) move weight gradients into them")
     return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble {r.summary['bubble_fraction']:.1%}"
             for label, r in runs]
+
+
+def dualpipe(out: Path) -> list[str]:
+    """DualPipe on 4 stages, 8 micro-batches (0-3 enter at GPU 0, 4-7 at GPU 3), MoE with
+    expert parallelism so that each paired forward and backward hides the other's all-to-alls."""
+    from ..outputs.timeline import plot_panels
+
+    r = _run(SCENARIOS / "dualpipe.toml")
+    plot_panels([(r, "DualPipe")], out / "gallery-dualpipe.png", ranks="all",
+                suptitle="DualPipe: micro-batches 0-3 flow GPU 0 -> 3, 4-7 flow GPU 3 -> 0; in the middle each "
+                         "forward runs interleaved with another micro-batch's backward (all-to-alls under compute)")
+    step = r.summary["step_time_s"]
+    plot_panels([(r, "DualPipe, the middle of the step")], out / "gallery-dualpipe-pairs.png", ranks="0,4",
+                window=(0.22 * step, 0.42 * step),
+                suptitle="DualPipe's overlapped pairs: a forward (light) and another micro-batch's backward (dark), "
+                         "layer piece by layer piece; all-to-alls (ep) under the other's compute")
+    return [f"DualPipe (MoE, EP 4): step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble "
+            f"{r.summary['bubble_fraction']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms"]
 
 
 def straggler(out: Path) -> list[str]:
@@ -191,7 +218,7 @@ def hardware(out: Path) -> list[str]:
             for label, r in runs]
 
 
-PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical, hardware)
+PICTURES = (fsdp_prefetch, pipeline_schedules, dualpipe, straggler, hierarchical, hardware)
 
 
 def main(argv=None) -> int:

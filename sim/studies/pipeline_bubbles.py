@@ -1,5 +1,5 @@
-"""Study: pipeline bubble fraction vs micro-batches per step, GPipe / 1F1B / interleaved,
-against the closed forms.
+"""Study: pipeline bubble fraction vs micro-batches per step, GPipe / 1F1B / interleaved and
+the zero-bubble schedules (ZB-H1, ZB-H2, ZB-V) and DualPipe(V), against the closed forms.
 
 Run ``clustersim study pipeline-bubbles [--quick]`` (scenario: sim/studies/scenarios/pipeline-bubbles.toml).
 
@@ -9,6 +9,16 @@ forms (Narayanan et al. 2021, section 2.2): bubble time / step time = (p-1)/(m+p
 GPipe and 1F1B alike, (p-1)/(v m+p-1) for interleaved 1F1B with v chunks per GPU. The
 simulator executes the real schedules op by op; its ``bubble_fraction`` is the time a
 GPU's compute is idle with no communication in flight, averaged over GPUs.
+
+The newer schedules split the backward into B (input gradients) and W (weight gradients)
+and run W in the bubbles. With equal F, B, W times (the papers' premise) one step's idle
+fraction is (p-1)/(3m+p-1) for ZB-H1 (Qi et al. 2024: bubble (p-1)(F+B-W), a third of
+1F1B's) and for DualPipeV (DeepSeek-V3 report Table 2: (PP/2-1)(F&B+B-3W) with PP = 2p
+stages of half the size); (p-2)/(3m+p-2) for DualPipe (PP = p); ZB-H2 and ZB-V reach the
+papers' zero bubble only across steps (their post-validated optimizer lets the next step
+start early), so within one step their floor is the warm-up ramp: (p-1)/(3m+p-1) and
+(p-1)/(6m+p-1) (ZB-V's chunks are half a stage). Real layers have B > W (the attention
+core's backward has no weights), which the simulated points show.
 """
 
 import numpy as np
@@ -19,7 +29,8 @@ from .base import text_table
 TITLE = "Pipeline bubbles: simulated idle fraction vs the closed forms (GPT-3 175B, p = 8)"
 STAGES = 8  # parallel.pp in the bundled scenario
 CHUNKS = 2  # virtual_stages for interleaved 1F1B
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+QUICK_NEW = ("zb-h1", "zb-v", "dualpipe")  # quick mode: these at m = 32 only (DualPipe needs m >= 2p)
 HBM_GB = 80 * 2**30 / 1e9  # H100 SXM, GB
 
 
@@ -29,17 +40,29 @@ def micro_batches(quick: bool) -> list[int]:
 
 
 def points(quick: bool) -> list[tuple[dict, dict]]:
-    """Every schedule at every m; interleaved with m not divisible by p is invalid (an
-    error row: Megatron-LM's rule)."""
+    """Every schedule at every m (quick: the older three at four m, three newer ones at m =
+    32); interleaved with m not divisible by p, DualPipe(V) with m < 2p are invalid (error
+    rows: Megatron-LM's and DualPipe's rules)."""
+    grid = [(s, m) for s in SCHEDULES[:3] for m in micro_batches(quick)]
+    grid += [(s, 32) for s in QUICK_NEW] if quick else [(s, m) for s in SCHEDULES[3:] for m in micro_batches(quick)]
     return [({"schedule": s, "m": m}, {"parallel.schedule": s, "training.global_batch": m,
-                                       "parallel.virtual_stages": CHUNKS if s == "interleaved" else 1})
-            for s in SCHEDULES for m in micro_batches(quick)]
+                                       "parallel.virtual_stages": {"interleaved": CHUNKS, "zb-v": 2,
+                                                                   "dualpipev": 2}.get(s, 1)})
+            for s, m in grid]
 
 
 def closed_form(schedule: str, m, p: int = STAGES, v: int = CHUNKS):
-    """(p-1)/(m+p-1), or (p-1)/(v m+p-1) for interleaved."""
+    """(p-1)/(m+p-1), or (p-1)/(v m+p-1) for interleaved; the zero-bubble schedules and
+    DualPipe(V) with equal F, B, W (see the module docstring)."""
+    m = np.asarray(m, dtype=float)
+    if schedule in ("zb-h1", "zb-h2", "dualpipev"):
+        return (p - 1) / (3 * m + p - 1)
+    if schedule == "zb-v":
+        return (p - 1) / (6 * m + p - 1)
+    if schedule == "dualpipe":
+        return (p - 2) / (3 * m + p - 2)
     chunks = v if schedule == "interleaved" else 1
-    return (p - 1) / (chunks * np.asarray(m, dtype=float) + p - 1)
+    return (p - 1) / (chunks * m + p - 1)
 
 
 def analyze(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -64,12 +87,18 @@ def notes(table: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     """How close the simulator is, and why it departs."""
     out = [f"{s.schedule}: measured bubble within {s.max_abs_difference:.3f} of the closed form over {s.points} "
            f"points (mean difference {s.mean_difference:+.3f})" + (f"; {s.invalid_points} invalid points "
-                                                                 f"(m not divisible by p) recorded as error rows"
+                                                                 f"(the schedule's micro-batch rule) recorded as error rows"
                                                                  if s.invalid_points else "") + "."
            for s in summary.itertuples()]
     out.append("Below the closed form at small m: the optimizer step (no bubble) lengthens the step; above it "
                "at large m: the last stage also runs the output layer, so the other stages wait a little every "
                "micro-batch (the closed form assumes equal stages).")
+    zero = table[table["schedule"].isin(["zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"]) & table["error"].isna()]
+    if len(zero):
+        out.append(f"Zero-bubble schedules and DualPipe: {zero['difference'].min():+.3f} to "
+                   f"{zero['difference'].max():+.3f} from their equal-F-B-W forms: here a layer's input-gradient "
+                   "pass B outlasts its weight-gradient pass W (the attention core's backward and the recomputed "
+                   "attention have no weights), so less W is left to fill the bubbles.")
     gpipe = table[(table["schedule"] == "gpipe") & table["error"].isna()]
     too_big = gpipe[~gpipe["fits_in_memory"].astype(bool)]
     if len(too_big):
@@ -98,10 +127,19 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, path) -> None:
     mi = m[m >= STAGES]
     ax.plot(mi, closed_form("interleaved", mi), "--", color="tab:red", lw=1.5,
             label=f"(p-1)/(v m+p-1): interleaved, v = {CHUNKS} (needs m divisible by p = {STAGES})")
+    newer = {"zb-h1": ("^", "tab:purple", "ZB-H1, ZB-H2, DualPipeV: (p-1)/(3m+p-1)"),
+             "zb-v": ("v", "tab:brown", "ZB-V: (p-1)/(6m+p-1)"), "dualpipe": ("P", "tab:orange",
+                                                                            "DualPipe: (p-2)/(3m+p-2)")}
+    for schedule, (_, color, label) in newer.items():
+        ax.plot(m, closed_form(schedule, m), ":", color=color, lw=1.3, label=label)
     styles = {"gpipe": ("D", 10, "lightsteelblue", "tab:blue"), "1f1b": ("o", 5, None, "tab:green"),
-              "interleaved": ("s", 7, None, "tab:red")}
+              "interleaved": ("s", 7, None, "tab:red"), "zb-h1": ("^", 7, None, "tab:purple"),
+              "zb-h2": ("<", 7, "white", "tab:purple"), "zb-v": ("v", 7, None, "tab:brown"),
+              "dualpipe": ("P", 8, None, "tab:orange"), "dualpipev": ("X", 7, "white", "tab:orange")}
     for schedule, (marker, size, face, color) in styles.items():
         g = ok[ok["schedule"] == schedule]
+        if g.empty:
+            continue
         ax.plot(g["micro_batches"], g["bubble_sim"], marker, ms=size, mfc=face or color, mec=color, mew=2,
                 ls="none", label=f"simulated {schedule}")
         bx.plot(g["micro_batches"], g["memory_gb"], marker + "-", ms=size, mfc=face or color, color=color, mew=2,
@@ -116,7 +154,7 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, path) -> None:
     ax.set_ylim(0, 1)
     ax.set_ylabel("bubble fraction (idle time / step time)")
     ax.set_title(f"GPT-3 175B, p = {STAGES} stages x TP 8 on 64 H100s")
-    ax.legend(loc="upper right", fontsize=9)
+    ax.legend(loc="upper right", fontsize=8, ncol=2)
     bx.axhline(HBM_GB, color="black", ls="--", lw=1)
     bx.text(ok["micro_batches"].max(), HBM_GB, "HBM: 80 GiB = 85.9 GB ", va="bottom", ha="right", fontsize=9)
     bx.set_ylim(0, max(ok["memory_gb"].max(), HBM_GB) * 1.15)
