@@ -1,0 +1,40 @@
+"""Full-power Blackwell against Hopper: the same dense step on 8x B200 (dgx-b200) and 8x H100
+(dgx-h100) must speed up as MLPerf Training measured, not as the power-limited torchtitan B200
+rows (the b200-power-limited part) do.
+
+MLPerf Training v5.0 (NVIDIA Technical Blog, "NVIDIA Blackwell Delivers up to 2.6x Higher
+Performance in MLPerf Training v5.0", June 2025): Blackwell 2.2x Hopper per GPU on Llama 3.1
+405B pretraining at the same scale; DGX B200 (8 GPUs) 2.5x 8x H100 on Llama 2 70B LoRA.
+Accepted band: 2.0x to 2.6x -- the published 2.2-2.5x, widened by 10% below because those
+ratios are FP8 runs each tuned by NVIDIA for its round while this compares one BF16 layout
+unchanged, and by 0.1 above. The power-limited factor (0.305) gave 0.87x here.
+
+Run: ``python -m pytest tests/test_blackwell_speedup.py``
+"""
+
+from sim import simulate
+from sim.input.load import scenario_from_dict
+
+MLPERF_BAND = (2.0, 2.6)
+
+
+def step_s(topology: str, gpu: str | None = None) -> float:
+    """Llama 3 8B, FSDP (ZeRO-3) over one 8-GPU node, 8192 tokens, selective recompute, BF16."""
+    cluster = {"topology": topology, "nodes": 1} | ({"gpu": gpu} if gpu else {})
+    s = scenario_from_dict({"name": "blackwell-vs-hopper", "seed": 0, "model": {"preset": "llama3-8b"},
+                            "training": {"seq_len": 8192, "global_batch": 16, "micro_batch": 1,
+                                         "recompute": "selective"},
+                            "cluster": cluster, "parallel": {"dp": 8, "zero": 3}})
+    return simulate(s).summary["step_time_s"]
+
+
+def test_dgx_b200_over_dgx_h100_within_mlperf_per_gpu_ratio():
+    speedup = step_s("dgx-h100") / step_s("dgx-b200")
+    assert MLPERF_BAND[0] <= speedup <= MLPERF_BAND[1], speedup
+
+
+def test_power_limited_b200_is_the_slower_part_on_the_same_board():
+    """The torchtitan part keeps its fitted factor: on the same DGX B200 board it is well below
+    a full-power B200 (and below the H100: 19-25% MFU published)."""
+    h100, full, capped = step_s("dgx-h100"), step_s("dgx-b200"), step_s("dgx-b200", "b200-power-limited")
+    assert capped > h100 > full
