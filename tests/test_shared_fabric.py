@@ -145,3 +145,32 @@ def test_bad_shared_runs_exit_2(files, extra, key):
 def test_jobs_must_share_one_cluster(files):
     out = clustersim("run", files("a"), files("b", topology="dgx-h100"), "--shared-fabric")
     assert_input_error(out, "cluster")
+
+
+def with_fault(path: str, gpu_nic: int = 0, factor: float = 0.001) -> str:
+    text = open(path).read() + f"\n[[cluster.faults]]\ngpu_nic = {gpu_nic}\nfactor = {factor}\n"
+    open(path, "w").write(text)
+    return path
+
+
+@pytest.mark.parametrize("order", ["faulty first", "faulty second"])
+def test_each_job_keeps_its_own_fault_in_either_order(files, order):
+    """issue 30: faults came from the first scenario only, indexed by cluster GPU: job A with a
+    NIC at 0.1% on nodes 2-3 reported a clean step and the clean job B took A's fault."""
+    faulty, clean = with_fault(files("a")), files("b")
+    alone = json.loads(clustersim("run", faulty, "--json").stdout)["step_time_s"]
+    clean_alone = json.loads(clustersim("run", clean, "--json").stdout)["step_time_s"]
+    first, second = (faulty, clean) if order == "faulty first" else (clean, faulty)
+    out = clustersim("run", first, second, "--shared-fabric", "--placement", "nodes:2-3/0-1" if order ==
+                     "faulty first" else "nodes:0-1/2-3", "--cluster-nodes", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    jobs = {j["name"]: j for j in json.loads(out.stdout)["jobs"]}
+    assert jobs["a"]["alone_step_time_s"] == pytest.approx(alone, rel=1e-9)  # its own fault, on its own GPUs
+    assert jobs["b"]["alone_step_time_s"] == pytest.approx(clean_alone, rel=1e-9)  # none of A's
+    assert jobs["a"]["summary"]["straggler_cost_s"] > 0.5 * alone  # a NIC at 0.1% is most of the step
+    assert "straggler_cost_s" not in jobs["b"]["summary"]
+
+
+def test_an_rl_scenario_is_refused_on_a_shared_fabric(files):
+    out = clustersim("run", files("a"), "scenarios/rl-llama3-8b-h100.toml", "--shared-fabric")
+    assert_input_error(out, "rl")

@@ -11,7 +11,10 @@ place; its slowdown is its shared step time over that.
 Every rank is simulated (folding is off): folding assumes the ranks of a stage see the
 same network, which another job's traffic breaks. Jobs must agree on the cluster
 (topology, GPU, overrides, GPUs per node); the cluster is the first job's, with
-``--cluster-nodes`` nodes (default: as many as the jobs need).
+``--cluster-nodes`` nodes (default: as many as the jobs need). Each job keeps its own
+stragglers, jitter and link faults, mapped through its placement (:func:`cluster_faults`);
+"alone" is the job at its place with only its own faults, and a perturbed job's
+``straggler_cost_s`` is, as ``run`` prices it, that step minus the clean one.
 """
 
 from dataclasses import dataclass
@@ -20,7 +23,8 @@ import time
 from .. import collectives
 from ..engine.core import Collective, RankProgram
 from ..errors import InputError
-from ..hardware.faults import compute_scale
+from ..hardware.faults import compute_scale, perturbed
+from ..input.load import clean_copy
 from ..hardware import topology
 from ..input.scenario import Scenario
 from ..outputs.metrics import summarize
@@ -57,24 +61,63 @@ def run_shared(scenarios: list[Scenario], placement: str = "packed", cluster_nod
     total = cluster_nodes if cluster_nodes is not None else sum(needs)
     if total < 1:
         raise InputError("--cluster-nodes", f"expected a positive number of nodes, got {total}")
-    first = scenarios[0]
-    topo = build_topology(first.model_copy(update={"cluster": first.cluster.model_copy(
-        update={"gpus": total * per_node, "nodes": None})}))
     jobs = [Job(s, nodes, gpu_map(nodes, per_node)) for s, nodes in zip(scenarios, node_lists(placement, needs, total))]
+    cluster = _cluster(scenarios[0], total * per_node)
+    topo = build_topology(_with_faults(cluster, [f for job in jobs for f in cluster_faults(job, per_node)]))
     for j, job in enumerate(jobs):
         _build(job, j, topo)
     name = "+".join(s.name for s in scenarios)
     engine, spans, _wall = execute(name, topo, [p for job in jobs for p in job.programs], _scale(jobs, topo))
-    for job in jobs:
+    for j, job in enumerate(jobs):
         job.summary = _summary(job, spans[spans["rank"].isin(job.gpus)])
-        alone = execute(job.scenario.name, topo, job.programs, _scale([job], topo))[1]
-        job.alone_step_s = float(alone.end_s.max())
+        job.alone_step_s = _alone(job, j, cluster, per_node)
+        if perturbed(job.scenario):  # as `run` prices them: the job alone, with and without its perturbations
+            job.summary["straggler_cost_s"] = job.alone_step_s - _alone(job, j, cluster, per_node, clean=True)
     return {"num_gpus": topo.num_gpus, "placement": placement, "jobs": [job.report() for job in jobs],
             "sim_events": engine.events, "sim_wall_s": round(time.perf_counter() - t0, 3)}
 
 
+def _cluster(first: Scenario, gpus: int) -> Scenario:
+    """The shared cluster: the first job's (all jobs describe the same), ``gpus`` GPUs, no faults."""
+    return first.model_copy(update={"cluster": first.cluster.model_copy(update={"gpus": gpus, "nodes": None,
+                                                                                 "faults": []})})
+
+
+def _with_faults(cluster: Scenario, faults: list) -> Scenario:
+    return cluster.model_copy(update={"cluster": cluster.cluster.model_copy(update={"faults": faults})})
+
+
+def cluster_faults(job: Job, per_node: int) -> list:
+    """The job's ``[[cluster.faults]]`` on the shared cluster: a GPU's NIC and a server's NICs
+    move with the job's placement (job GPU r -> cluster GPU gpus[r], job node n -> nodes[n]);
+    a spine is the shared fabric's own and stays where it is named (every job crosses it)."""
+    out = []
+    for f in job.scenario.cluster.faults:
+        moved = {}
+        if f.gpu_nic is not None:
+            moved["gpu_nic"] = job.gpus[f.gpu_nic]
+        if f.node_nics is not None:
+            moved["node_nics"] = job.nodes[f.node_nics]
+        out.append(f.model_copy(update=moved))
+    return out
+
+
+def _alone(job: Job, j: int, cluster: Scenario, per_node: int, clean: bool = False) -> float:
+    """The job's step at its place on the cluster with no other job: its own faults only
+    (``clean``: none, and no stragglers or jitter either)."""
+    alone = Job(clean_copy(job.scenario) if clean else job.scenario, job.nodes, job.gpus)
+    topo = build_topology(_with_faults(cluster, [] if clean else cluster_faults(job, per_node)))
+    _build(alone, j, topo)
+    return float(execute(alone.scenario.name, topo, alone.programs, _scale([alone], topo))[1].end_s.max())
+
+
 def _check_cluster(scenarios: list[Scenario]) -> int:
-    """GPUs per node; every job must describe the same cluster."""
+    """GPUs per node; every job must describe the same cluster (and be a training step:
+    an [rl] scenario runs with `clustersim rl`, as `run` says)."""
+    for s in scenarios:
+        if s.rl is not None:
+            raise InputError("rl", f"job {s.name!r} is an [rl] scenario: it runs with `clustersim rl`, not on a "
+                                   "shared fabric of training steps")
     def cluster_of(s):
         c = s.cluster
         return (c.topology, c.gpu, dict(c.topology_overrides), c.gpus_per_node)
