@@ -174,3 +174,19 @@ def test_each_job_keeps_its_own_fault_in_either_order(files, order):
 def test_an_rl_scenario_is_refused_on_a_shared_fabric(files):
     out = clustersim("run", files("a"), "scenarios/rl-llama3-8b-h100.toml", "--shared-fabric")
     assert_input_error(out, "rl")
+
+
+@pytest.mark.parametrize("extra, key", [
+    (("--cluster-nodes", "1000000000"), "--cluster-nodes"),  # issue 30: hung
+    (("--placement", "nodes:0-1/2-99999999999"), "--placement"),  # issue 30: an instant MemoryError
+])
+def test_shared_fabric_bounds_exit_2(files, extra, key):
+    assert_input_error(clustersim("run", files("a"), files("b"), "--shared-fabric", *extra), key)
+
+
+def test_shared_fabric_jobs_past_the_work_budget_are_refused():
+    """issue 30: two 16k-GPU jobs ran 240 s to a MemoryError: every rank is simulated there."""
+    big = "scenarios/llama3-405b-16k-h100.toml"
+    out = clustersim("run", big, big, "--shared-fabric")
+    assert_input_error(out, "cluster.gpus")
+    assert "--force" in out.stderr

@@ -7,7 +7,9 @@ jobs' traffic (:mod:`.shared`, :mod:`.placement`; docs/collectives.md).
 
 import json
 
+from .. import work
 from ..errors import InputError
+from ..work import watchdog
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from .shared import run_shared
@@ -26,12 +28,34 @@ def run_cli(args) -> int:
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         scenarios = [s.model_copy(update={"name": f"{s.name}#{i}"}) for i, s in enumerate(scenarios)]
-    result = run_shared(scenarios, args.placement or "packed", args.cluster_nodes)
+    limit = None if args.force else check_work(scenarios)
+    with watchdog("+".join(names), limit):
+        result = run_shared(scenarios, args.placement or "packed", args.cluster_nodes)
     if args.json:
         print(json.dumps(result))
     else:
         print_shared(result)
     return 0
+
+
+def check_work(scenarios) -> float:
+    """The work budget of a shared run (sim/work.py): every rank of every job is simulated
+    (no folding), together once and each job alone (twice when perturbed, for its
+    straggler cost); refused past the budget naming the job's GPUs, else the watchdog's CPU limit."""
+    from ..hardware.faults import perturbed
+
+    seconds = nbytes = 0.0
+    for s in scenarios:
+        w = work.estimate(s.model_copy(update={"parallel": s.parallel.model_copy(update={"fold": False}),
+                                               "stragglers": [], "jitter": type(s.jitter)()}))
+        seconds += w.seconds * (2 + perturbed(s))
+        nbytes += w.bytes
+    if seconds > work.BUDGET_S or nbytes > work.BUDGET_BYTES:
+        raise InputError("cluster.gpus", f"these {len(scenarios)} jobs on one fabric, every rank simulated, would need "
+                                         f"~{seconds:,.0f} s of CPU and {nbytes / 2**30:,.1f} GiB, past this "
+                                         f"machine's budget of {work.BUDGET_S:,.0f} s and "
+                                         f"{work.BUDGET_BYTES / 2**30:,.1f} GiB; --force runs it anyway")
+    return max(work.WATCHDOG_MIN_S, work.WATCHDOG_FACTOR * seconds)
 
 
 def print_shared(result: dict) -> None:

@@ -8,6 +8,7 @@ order of the scenario files. Job rank r runs on the r % per_node-th GPU of its
 number of nodes) are input errors naming ``--placement``.
 """
 
+from .. import bounds
 from ..errors import InputError
 
 KEY = "--placement"
@@ -65,6 +66,8 @@ def _parse_list(part: str) -> list[int]:
             first, last = int(lo), int(hi) if hi else int(lo)
             if first < 0 or last < first:
                 raise ValueError
+            if last >= bounds.GPUS.hi:  # (a huge range was an instant MemoryError)
+                raise InputError(KEY, f"{part!r}: node {last:,} is past the largest cluster ({bounds.GPUS.why})")
             nodes += range(first, last + 1)
     except ValueError:
         raise InputError(KEY, f"{part!r}: expected node numbers and ranges like 0-3,8") from None

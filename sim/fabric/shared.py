@@ -20,7 +20,7 @@ stragglers, jitter and link faults, mapped through its placement (:func:`cluster
 from dataclasses import dataclass
 import time
 
-from .. import collectives
+from .. import bounds, collectives
 from ..engine.core import Collective, RankProgram
 from ..errors import InputError
 from ..hardware.faults import compute_scale, perturbed
@@ -61,6 +61,9 @@ def run_shared(scenarios: list[Scenario], placement: str = "packed", cluster_nod
     total = cluster_nodes if cluster_nodes is not None else sum(needs)
     if total < 1:
         raise InputError("--cluster-nodes", f"expected a positive number of nodes, got {total}")
+    if total * per_node > bounds.GPUS.hi:  # (1e9 nodes hung building the graph)
+        raise InputError("--cluster-nodes", f"{total:,} nodes of {per_node} GPUs is past {bounds.GPUS.hi:,} GPUs "
+                                            f"({bounds.GPUS.why})")
     jobs = [Job(s, nodes, gpu_map(nodes, per_node)) for s, nodes in zip(scenarios, node_lists(placement, needs, total))]
     cluster = _cluster(scenarios[0], total * per_node)
     topo = build_topology(_with_faults(cluster, [f for job in jobs for f in cluster_faults(job, per_node)]))
