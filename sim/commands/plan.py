@@ -112,6 +112,9 @@ def _timeline(req, plan, path: str, quiet: bool) -> None:
     scenario = scenario_from_dict(req.data, overrides(best))
     with status(f"simulating the winner for its timeline: {describe(best)}", quiet):
         result = simulate(scenario)
-    plot_timeline(result, path, title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
+    from ..outputs.paths import written
+
+    with written(path, "--timeline") as tmp:
+        plot_timeline(result, tmp, title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
     if not quiet:
         print(f"timeline of the winner: {path}", file=sys.stderr)

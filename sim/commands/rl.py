@@ -59,16 +59,19 @@ def _warn_underfull(result) -> None:
 
 
 def _exports(args, result) -> None:
+    from ..outputs.paths import written
     from ..rl import exports
     from ..rl.summary import step_table
 
     if args.trace:
-        exports.write_trace(result, args.trace)
+        with written(args.trace, "--trace") as tmp:
+            exports.write_trace(result, tmp)
     if args.timeline:
-        exports.plot(result, args.timeline)
+        with written(args.timeline, "--timeline") as tmp:
+            exports.plot(result, tmp)
     if args.steps_csv:
         rows = step_table(result.loop.steps)
-        with open(args.steps_csv, "w", newline="") as f:
+        with written(args.steps_csv, "--steps") as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)

@@ -7,7 +7,6 @@ Every flag is checked here, before anything is enumerated; a bad one is one line
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-import tomllib
 
 from ..errors import InputError
 from .. import bounds
@@ -35,9 +34,10 @@ class Request:
 def source_data(arg: str) -> dict:
     """MODEL_OR_SCENARIO -> scenario data (a config's or scenario's paths made absolute)."""
     path = Path(arg)
-    if path.is_file() and path.suffix == ".json":
-        return {"model": {"hf_config": str(path.resolve())}}
-    if path.is_file():
+    if path.is_file() or ((path.exists() or path.is_symlink()) and arg not in presets.MODELS):  # FIFOs named too
+        if path.suffix == ".json":
+            bounds.read_text(path, "MODEL_OR_SCENARIO")  # a regular file of at most 1 MiB
+            return {"model": {"hf_config": str(path.resolve())}}
         return _absolute_config(_read_toml(path), path.parent)
     if arg in presets.MODELS:
         return {"model": {"preset": arg}}
@@ -58,10 +58,9 @@ def _absolute_config(data: dict, folder: Path) -> dict:
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("MODEL_OR_SCENARIO", f"{path}: malformed TOML ({exc})") from None
+    from ..input.load import read_toml
+
+    return read_toml(path, "MODEL_OR_SCENARIO")
 
 
 def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, seq_len: int | None,

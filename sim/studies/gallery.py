@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..input.bundled import EXAMPLES
-from ..outputs.paths import make_dir
+from ..outputs.paths import make_dir, written
 
 SCENARIOS = Path(__file__).resolve().parent / "gallery_scenarios"  # package data
 
@@ -37,8 +37,10 @@ def fsdp_prefetch(out: Path) -> list[str]:
 
     path = SCENARIOS / "fsdp-prefetch.toml"
     on, off = _run(path), _run(path, ["training.fsdp_prefetch=false"])
-    plot_panels([(on, "prefetch on"), (off, "prefetch off")], out / "gallery-fsdp-prefetch.png",
-                suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only with prefetch")
+    with written(out / "gallery-fsdp-prefetch.png", "--out") as tmp:
+        plot_panels([(on, "prefetch on"), (off, "prefetch off")], tmp,
+                    suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only "
+                             "with prefetch")
     return [f"FSDP prefetch on: step {on.summary['step_time_s'] * 1e3:.1f} ms, exposed comm "
             f"{on.summary['exposed_comm_s'] * 1e3:.1f} ms; off: {off.summary['step_time_s'] * 1e3:.1f} ms, "
             f"exposed {off.summary['exposed_comm_s'] * 1e3:.1f} ms"]
@@ -52,9 +54,10 @@ def pipeline_schedules(out: Path) -> list[str]:
     runs = [("GPipe", _run(path, ["parallel.schedule=gpipe"])),
             ("1F1B", _run(path, ["parallel.schedule=1f1b"])),
             ("interleaved 1F1B, v=2", _run(path, ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]))]
-    plot_panels([(r, label) for label, r in runs], out / "gallery-pipeline-schedules.png", ranks="all",
-                suptitle="Pipeline bubbles (hatched): p = 4 stages, m = 8 micro-batches; "
-                         "(p-1)/(m+p-1) = 27% for GPipe and 1F1B, (p-1)/(v m+p-1) = 16% interleaved")
+    with written(out / "gallery-pipeline-schedules.png", "--out") as tmp:
+        plot_panels([(r, label) for label, r in runs], tmp, ranks="all",
+                    suptitle="Pipeline bubbles (hatched): p = 4 stages, m = 8 micro-batches; "
+                             "(p-1)/(m+p-1) = 27% for GPipe and 1F1B, (p-1)/(v m+p-1) = 16% interleaved")
     return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble {r.summary['bubble_fraction']:.1%}"
             for label, r in runs]
 
@@ -64,8 +67,9 @@ def straggler(out: Path) -> list[str]:
     from ..outputs.timeline import plot_panels
 
     r = _run(EXAMPLES / "straggler-dp.toml")
-    plot_panels([(r, "rank 3 computes 1.5x slower")], out / "gallery-straggler.png", ranks="0-5",
-                suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
+    with written(out / "gallery-straggler.png", "--out") as tmp:
+        plot_panels([(r, "rank 3 computes 1.5x slower")], tmp, ranks="0-5",
+                    suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
     return [f"straggler: step {r.summary['step_time_s'] * 1e3:.1f} ms, straggler cost "
             f"{r.summary['straggler_cost_s'] * 1e3:.1f} ms"]
 
@@ -164,7 +168,8 @@ def hierarchical(out: Path) -> list[str]:
     fig.suptitle("Flat ring vs hierarchical all-reduce of 3.4 GB over 2 DGX H100 nodes (16 GPUs). NCCL-style rings "
                  "already drive every NIC;\nhierarchical adds two NVLink phases and wins only when the NICs are the "
                  "bottleneck (and the domains few)", fontsize=11)
-    fig.savefig(out / "gallery-hierarchical.png", dpi=100)
+    with written(out / "gallery-hierarchical.png", "--out") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return lines
 

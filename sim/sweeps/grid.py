@@ -21,7 +21,6 @@ import itertools
 import json
 import os
 from pathlib import Path
-import tomllib
 import typing
 
 from pydantic import BaseModel
@@ -29,7 +28,7 @@ from pydantic import BaseModel
 from ..errors import InputError
 from ..hardware.topology import load_spec
 from ..input.bundled import scenario_file
-from ..input.load import override_pairs, scenario_from_dict
+from ..input.load import override_pairs, read_toml, scenario_from_dict
 from ..input.scenario import Scenario
 from ..outputs.paths import output_file
 from ..outputs.progress import Progress
@@ -154,10 +153,7 @@ def _scenario_data(scenario) -> tuple[dict, Path | None]:
         return scenario, None
     if isinstance(scenario, (str, Path)):
         path = scenario_file(scenario)
-        try:
-            return tomllib.loads(path.read_text()), path.parent
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError("scenario", f"{path}: malformed TOML ({exc})") from None
+        return read_toml(path), path.parent  # the guarded reader run uses (regular file, size, depth)
     raise InputError("scenario", f"expected a path or a scenario dict, got {type(scenario).__name__}")
 
 
@@ -192,9 +188,13 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
         if out is not None:
             held.enter_context(exclusive(output_file(out, "--out", (".csv", ".parquet"))))
         sink = open_sink(out, columns)
-        tasks = _plan(sink, data, base, points, counts, _fn_name(point_fn))
-        _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet,
-                 point_fn, label)
+        try:
+            tasks = _plan(sink, data, base, points, counts, _fn_name(point_fn))
+            _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet,
+                     point_fn, label)
+        except KeyboardInterrupt:
+            sink.flush()  # the file then holds every row counted (a Parquet's journal rows included)
+            raise
         sink.finish(list(points))
     df = sink.frame()
     df = df[df["point"].isin(set(points))]
