@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 import typing
@@ -81,6 +82,7 @@ def expand(grid) -> list[dict]:
             check_key(key)
             if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
                 raise InputError("grid", f"{key}: expected a non-empty list of values, got {values!r}")
+        check_count(grid)  # counted before the product is built: 1e10 points is refused, not enumerated
         points = [dict(zip(grid, combo)) for combo in itertools.product(*(list(v) for v in grid.values()))]
     elif isinstance(grid, (list, tuple)) and all(isinstance(p, dict) for p in grid):
         points = [dict(p) for p in grid]
@@ -91,6 +93,16 @@ def expand(grid) -> list[dict]:
     if len(points) > MAX_POINTS:
         raise InputError("grid", f"{len(points)} points (at most {MAX_POINTS})")
     return [{k: _plain(v) for k, v in p.items()} for p in points]
+
+
+def check_count(grid: dict, flag: str = "grid") -> int:
+    """The number of points of a cartesian grid (the product of its value counts), computed
+    without building it; InputError naming ``flag`` past MAX_POINTS."""
+    count = math.prod(len(list(v)) for v in grid.values())
+    if count > MAX_POINTS:
+        counts = " x ".join(f"{len(list(v)):,} {k}" for k, v in grid.items())
+        raise InputError(flag, f"{count:,} points ({counts}); at most {MAX_POINTS:,}")
+    return count
 
 
 def _plain(v):
