@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of both pools (JSON)")
     p.add_argument("--timeline", help="write a PNG timeline of both pools")
     p.add_argument("--steps", dest="steps_csv", help="write one CSV row per training step")
+    p.add_argument("--force", action="store_true", help="run even past the work budget (sim/rl/budget.py), "
+                                                        "without the watchdog")
     p.set_defaults(func=run)
 
 
@@ -40,7 +42,12 @@ def run(args) -> int:
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     if scenario.rl is None:
         raise InputError("rl", f"{args.scenario} has no [rl] section (CONTRACT.md: clustersim rl)")
-    result = simulate_rl(scenario, record_links=bool(args.trace))
+    from ..rl import budget
+    from ..work import watchdog
+
+    limit = None if args.force else budget.watchdog_seconds(budget.check(scenario))
+    with watchdog(scenario.name, limit):
+        result = simulate_rl(scenario, record_links=bool(args.trace))
     _warn_underfull(result)
     print(json.dumps(result.summary) if args.json else summary_text(result.summary))
     _exports(args, result)
