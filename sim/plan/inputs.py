@@ -115,6 +115,9 @@ def _apply(data: dict, overrides) -> None:
     for key, value in override_pairs(overrides):
         if key.startswith("parallel.") or key in SEARCHED or key.startswith("cluster."):
             raise InputError("--set", f"{key} is the planner's to choose (or a flag's); set model.* or training.* keys")
+        if key.split(".")[0] in NOT_PLANNED:  # as in a scenario file: the estimate knows no perturbation
+            raise InputError("--set", f"{key}: the planner searches layouts of a clean training step, so "
+                                      f"[{key.split('.')[0]}] is refused here as in a scenario file")
         set_key(data, key, value)
 
 
