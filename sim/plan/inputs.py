@@ -91,8 +91,12 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
     gpu = _gpu(gpu or cluster.get("gpu") or spec.gpu, "--gpu" if gpu else "cluster.gpu")
     gpus = _gpus(gpus if gpus is not None else cluster.get("gpus") or _nodes(cluster, spec), spec, topology)
     seq = _positive(seq_len if seq_len is not None else training.get("seq_len"), "--seq-len")
+    bounds.SEQ_LEN.check("--seq-len", seq, whole=True)
     tokens = _positive(batch_tokens if batch_tokens is not None else
                        (training.get("global_batch") or 0) * seq or None, "--global-batch-tokens")
+    if tokens > bounds.BATCH.hi * seq:
+        raise InputError("--global-batch-tokens", f"{tokens:,} tokens are more than {bounds.BATCH.hi:,} sequences of "
+                                                  f"{seq:,} ({bounds.BATCH.why})")
     if tokens % seq:
         raise InputError("--global-batch-tokens", f"{tokens} is not a multiple of --seq-len {seq} (whole sequences)")
     if precision == "fp8" and not gpu_preset(gpu).fp8_flops:
