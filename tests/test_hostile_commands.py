@@ -35,6 +35,7 @@ def _files(root) -> dict:
         os.mkfifo(root / f"fifo{suffix}")
     os.symlink("/dev/zero", root / "zero.toml")
     os.symlink("/dev/full", root / "full.csv")
+    os.symlink("/dev/full", root / "plan.sims.csv")  # the planner's resume file
     (root / "adir.toml").mkdir()
     (root / "nested.toml").write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
     with open(root / "big.toml", "wb") as f:
@@ -67,6 +68,8 @@ def _cases(f: dict) -> list[tuple[str, list[str], str]]:
         ("plan --set jitter", ["plan", "llama3-8b", *PLAN, "--set", "jitter.sigma=0.1"], "--set"),
         ("plan --set stragglers", ["plan", "llama3-8b", *PLAN, "--set", "stragglers=[{ranks = [1], slowdown = 2.0}]"],
          "--set"),
+        ("plan .sims.csv -> /dev/full", ["plan", "llama3-8b", *PLAN, "--out", f["plan.sims.csv"][:-9] + ".csv"],
+         "--out"),
         ("plan --out in /proc", ["plan", "llama3-8b", *PLAN, "--out", "/proc/x.csv"], "--out"),
         ("rl 10,000 steps", ["rl", RL, *rl_set("rl.steps=10000")], "rl.steps"),
         ("rl a million generators", ["rl", RL, *rl_set("rl.generator_gpus=1000000", "cluster.nodes=125002")],
