@@ -52,7 +52,10 @@ def run(args) -> int:
 
     _check_numbers(args)
     if args.out is not None:
+        from ..plan.driver import sims_path
+
         output_file(args.out, "--out", (".csv", ".parquet"))
+        output_file(sims_path(args.out), "--out", (".csv", ".parquet"))  # the resume file, before any work
     if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
