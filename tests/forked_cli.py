@@ -29,15 +29,18 @@ class Outcome:
 
 
 def run_cli(args: list[str], timeout: float = 60.0, memory_bytes: int = 3 << 30,
-            budget_s: float | None = None, budget_bytes: float | None = None) -> Outcome:
-    """Run ``clustersim *args`` in a fork; ``budget_*`` replace sim.work's budget there."""
+            budget_s: float | None = None, budget_bytes: float | None = None,
+            file_bytes: int | None = None) -> Outcome:
+    """Run ``clustersim *args`` in a fork; ``budget_*`` replace sim.work's budget there;
+    ``file_bytes`` caps the size of any file the child writes (RLIMIT_FSIZE, SIGXFSZ
+    ignored: a write past it fails with EFBIG, as a full disk fails with ENOSPC)."""
     import sim.cli  # noqa: F401  (imported before the fork: the child starts warm)
 
     fd, path = tempfile.mkstemp(prefix="clustersim-fork-")  # a file, not a pipe: no size limit
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # the child: never returns
-        _child(args, fd, memory_bytes, budget_s, budget_bytes)
+        _child(args, fd, memory_bytes, budget_s, budget_bytes, file_bytes)
     os.close(fd)
     status, usage, killed = _wait(pid, timeout)
     with open(path, "rb") as f:
@@ -49,10 +52,13 @@ def run_cli(args: list[str], timeout: float = 60.0, memory_bytes: int = 3 << 30,
                    usage.ru_maxrss / 1024, time.perf_counter() - t0)
 
 
-def _child(args, write: int, memory_bytes: int, budget_s, budget_bytes) -> None:
+def _child(args, write: int, memory_bytes: int, budget_s, budget_bytes, file_bytes=None) -> None:
     code = 70
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        if file_bytes is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
         import sim.cli
         import sim.work
 
@@ -108,7 +114,7 @@ def main() -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out = {"import_cpu_s": usage.ru_utime + usage.ru_stime, "outcomes": {}}
     for job in jobs:
-        got = run_cli(job["args"], timeout=job.get("timeout", 120.0))
+        got = run_cli(job["args"], timeout=job.get("timeout", 120.0), file_bytes=job.get("file_bytes"))
         out["outcomes"][job["name"]] = vars(got)
     print(json.dumps(out))
 

@@ -155,16 +155,18 @@ def _plots(args, campaign, outcome, facts, summary, seed) -> None:
     if not (args.plot_run or args.plot_interval):
         return
     from ..campaign import plots  # (matplotlib: seconds to import, only when a picture is asked for)
+    from ..outputs.paths import written
 
     title = (f"{summary['name']}: {summary['tokens']:.3g} tokens on {summary['gpus']:,} GPUs, "
              f"{summary['interruptions_per_day']:.1f} interruptions/day, ETTR {summary['ettr']:.1%}")
     if args.plot_run:
-        plots.plot_run(campaign, outcome.history, title + " (trial 0)", args.plot_run)
+        with written(args.plot_run, "--plot-run") as tmp:
+            plots.plot_run(campaign, outcome.history, title + " (trial 0)", tmp)
         print(f"wrote {args.plot_run}", file=sys.stderr)
     if args.plot_interval:
         from ..campaign.optimum import best, interval_curve, interval_grid
 
         curve = interval_curve(campaign, interval_grid(campaign.interval), min(args.trials, 200), seed)
-        plots.plot_interval(curve, best(curve), facts.young_s, facts.daly_s, campaign.step_s, title,
-                            args.plot_interval)
+        with written(args.plot_interval, "--plot-interval") as tmp:
+            plots.plot_interval(curve, best(curve), facts.young_s, facts.daly_s, campaign.step_s, title, tmp)
         print(f"wrote {args.plot_interval}", file=sys.stderr)

@@ -53,7 +53,10 @@ def run(args) -> int:
 
     _check_numbers(args)
     if args.out is not None:
+        from ..plan.driver import sims_path
+
         output_file(args.out, "--out", (".csv", ".parquet"))
+        output_file(sims_path(args.out), "--out", (".csv", ".parquet"))  # the resume file, before any work
     if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
@@ -113,6 +116,9 @@ def _timeline(req, plan, path: str, quiet: bool) -> None:
     scenario = scenario_from_dict(req.data, overrides(best))
     with status(f"simulating the winner for its timeline: {describe(best)}", quiet):
         result = simulate(scenario)
-    plot_timeline(result, path, title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
+    from ..outputs.paths import written
+
+    with written(path, "--timeline") as tmp:
+        plot_timeline(result, tmp, title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
     if not quiet:
         print(f"timeline of the winner: {path}", file=sys.stderr)

@@ -56,7 +56,10 @@ def run(args) -> int:
             raise InputError("--end-ms", f"must be after --start-ms ({window[0] * 1e3:g} ms)")
     if not args.out:
         make_dir(out.parent, "--out")
-    plot_timeline(result, str(out), args.ranks, window)
+    from ..outputs.paths import written
+
+    with written(out, "--out") as tmp:
+        plot_timeline(result, tmp, args.ranks, window)
     print(f"wrote {out} ({result.summary['name']}: step {format_duration(result.summary['step_time_s'])}, "
           f"MFU {result.summary['mfu']:.1%})")
     return 0

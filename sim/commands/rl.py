@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of both pools (JSON)")
     p.add_argument("--timeline", help="write a PNG timeline of both pools")
     p.add_argument("--steps", dest="steps_csv", help="write one CSV row per training step")
+    p.add_argument("--force", action="store_true", help="run even past the work budget (sim/rl/budget.py), "
+                                                        "without the watchdog")
     p.set_defaults(func=run)
 
 
@@ -40,7 +42,12 @@ def run(args) -> int:
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     if scenario.rl is None:
         raise InputError("rl", f"{args.scenario} has no [rl] section (CONTRACT.md: clustersim rl)")
-    result = simulate_rl(scenario, record_links=bool(args.trace))
+    from ..rl import budget
+    from ..work import watchdog
+
+    limit = None if args.force else budget.watchdog_seconds(budget.check(scenario))
+    with watchdog(scenario.name, limit):
+        result = simulate_rl(scenario, record_links=bool(args.trace))
     _warn_underfull(result)
     print(json.dumps(result.summary) if args.json else summary_text(result.summary))
     _exports(args, result)
@@ -59,16 +66,19 @@ def _warn_underfull(result) -> None:
 
 
 def _exports(args, result) -> None:
+    from ..outputs.paths import written
     from ..rl import exports
     from ..rl.summary import step_table
 
     if args.trace:
-        exports.write_trace(result, args.trace)
+        with written(args.trace, "--trace") as tmp:
+            exports.write_trace(result, tmp)
     if args.timeline:
-        exports.plot(result, args.timeline)
+        with written(args.timeline, "--timeline") as tmp:
+            exports.plot(result, tmp)
     if args.steps_csv:
         rows = step_table(result.loop.steps)
-        with open(args.steps_csv, "w", newline="") as f:
+        with written(args.steps_csv, "--steps") as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)

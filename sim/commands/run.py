@@ -90,19 +90,26 @@ def _check_outputs(args, scenario) -> None:
 
 
 def _exports(args, result) -> None:
+    """Each output through :func:`sim.outputs.paths.written`: a failed write exits 2 naming
+    the flag and leaves any old file intact."""
+    from ..outputs.paths import written
+
     if args.spans:
-        if args.spans.endswith(".csv"):
-            result.spans.to_csv(args.spans, index=False)
-        else:
-            result.spans.to_parquet(args.spans, index=False)
+        with written(args.spans, "--spans") as tmp:
+            if args.spans.endswith(".csv"):
+                result.spans.to_csv(tmp, index=False)
+            else:
+                result.spans.to_parquet(tmp, index=False)
     if args.trace:
         from ..outputs.trace import write_trace
 
-        write_trace(result, args.trace, args.trace_ranks)
+        with written(args.trace, "--trace") as tmp:
+            write_trace(result, tmp, args.trace_ranks)
     if args.timeline:
         from ..outputs.timeline import plot_timeline
 
-        plot_timeline(result, args.timeline)
+        with written(args.timeline, "--timeline") as tmp:
+            plot_timeline(result, tmp)
     if args.report:
         from ..outputs.attribution import report
 

@@ -88,6 +88,9 @@ def parse_grid(specs: list[str], flag: str = "--grid") -> dict[str, list]:
             raise InputError(flag, f"{key} is given twice")
         check_key(key, flag)
         grid[key] = parse_values(text, f"{flag} {key}")
+    from ..sweeps.grid import check_count
+
+    check_count(grid, flag)
     return grid
 
 
@@ -120,11 +123,17 @@ def _range(m, text: str, flag: str) -> list:
 
 
 def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets and quotes."""
-    items, depth, quote, cur = [], 0, None, []
+    """Split on commas outside brackets and quotes; inside a quoted string a backslash
+    escapes the next character (``\\"`` does not end the string, as in TOML)."""
+    items, depth, quote, cur, escaped = [], 0, None, [], False
     for ch in text:
         if quote:
-            quote = None if ch == quote else quote
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = quote == '"'  # TOML: basic strings have escapes, literal ('...') strings none
+            else:
+                quote = None if ch == quote else quote
         elif ch in "\"'":
             quote = ch
         elif ch in "[{":

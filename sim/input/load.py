@@ -21,12 +21,25 @@ from .scenario import Scenario
 def load_scenario(path: str | Path, overrides: list[str] | dict | None = None) -> Scenario:
     """Read, override, resolve and check a scenario file."""
     path = Path(path)
-    text = bounds.read_text(path, "scenario")
+    return scenario_from_dict(read_toml(path), overrides, base=path.parent)
+
+
+def read_toml(path: str | Path, key: str = "scenario") -> dict:
+    """The table of a TOML file read through the one guarded door (:func:`sim.bounds.read_text`:
+    a regular file of at most 1 MiB, UTF-8), nested at most :data:`sim.bounds.MAX_DEPTH` levels;
+    InputError(key) naming the file otherwise. Every command that reads a scenario uses it
+    (run, plot, sweep, plan, rl, campaign, study)."""
+    path = Path(path)
+    text = bounds.read_text(path, key)
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise InputError("scenario", f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
-    return scenario_from_dict(data, overrides, base=path.parent)
+        raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
+    try:
+        bounds.check_depth(data, key)
+    except InputError as exc:
+        raise InputError(key, f"{path}: {exc.reason}") from None
+    return data
 
 
 def scenario_from_dict(data: dict, overrides: list[str] | dict | None = None,

@@ -294,7 +294,11 @@ def run(args) -> int:
         _print(out)
     if args.plot:
         top = int(math.log2(max(args.ranks, 2)))
-        plot(sweep(tuple(2 ** i for i in range(1, top + 1)), seed=args.seed), args.plot)
+        from ..outputs.paths import written
+
+        rows = sweep(tuple(2 ** i for i in range(1, top + 1)), seed=args.seed)
+        with written(args.plot, "--plot") as tmp:
+            plot(rows, tmp)
         if not args.json:
             print(f"wrote {args.plot}")
     return 0

@@ -89,7 +89,7 @@ def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.
     seconds["estimate"] = round(_lap(clock) - seconds["rules"], 3)
     plan = Plan(len(candidates), rejected, pd.DataFrame(), budget, headroom, seconds=seconds)
     sims = _simulate_rounds(req, ranked, plan, top,
-                            dict(workers=workers, dask=dask, out=_sims_path(out), point_timeout=point_timeout,
+                            dict(workers=workers, dask=dask, out=sims_path(out), point_timeout=point_timeout,
                                  quiet=quiet))
     seconds["simulate"] = round(_lap(clock) - seconds["rules"] - seconds["estimate"], 3)
     table = rank.table(ranked, sims, req.scenario, gpu_preset(req.gpu).peak_flops)
@@ -186,7 +186,7 @@ def _pairs(ranked: pd.DataFrame, sims: dict, positions) -> tuple[list, list]:
     return [float(ranked["estimate_s"].iat[p]) for p in ps], [float(sims[p]["step_time_s"]) for p in ps]
 
 
-def _sims_path(out) -> str | None:
+def sims_path(out) -> str | None:
     """Where the simulations are kept: ``plan.csv`` -> ``plan.sims.csv`` (same format)."""
     if out is None:
         return None

@@ -7,7 +7,6 @@ Every flag is checked here, before anything is enumerated; a bad one is one line
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-import tomllib
 
 from ..errors import InputError
 from .. import bounds
@@ -36,9 +35,10 @@ class Request:
 def source_data(arg: str) -> dict:
     """MODEL_OR_SCENARIO -> scenario data (a config's or scenario's paths made absolute)."""
     path = Path(arg)
-    if path.is_file() and path.suffix == ".json":
-        return {"model": {"hf_config": str(path.resolve())}}
-    if path.is_file():
+    if path.is_file() or ((path.exists() or path.is_symlink()) and arg not in presets.MODELS):  # FIFOs named too
+        if path.suffix == ".json":
+            bounds.read_text(path, "MODEL_OR_SCENARIO")  # a regular file of at most 1 MiB
+            return {"model": {"hf_config": str(path.resolve())}}
         return _absolute_config(_read_toml(path), path.parent)
     if arg in presets.MODELS:
         return {"model": {"preset": arg}}
@@ -62,10 +62,9 @@ def _absolute_config(data: dict, folder: Path) -> dict:
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("MODEL_OR_SCENARIO", f"{path}: malformed TOML ({exc})") from None
+    from ..input.load import read_toml
+
+    return read_toml(path, "MODEL_OR_SCENARIO")
 
 
 def request(arg: str, gpus: int | None, topology: str | None, gpu: str | None, seq_len: int | None,
@@ -102,8 +101,12 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
     mesh.check_gpu(spec, gpu_preset(gpu), flag)
     gpus = _gpus(gpus if gpus is not None else cluster.get("gpus") or _nodes(cluster, spec), spec, topology)
     seq = _positive(seq_len if seq_len is not None else training.get("seq_len"), "--seq-len")
+    bounds.SEQ_LEN.check("--seq-len", seq, whole=True)
     tokens = _positive(batch_tokens if batch_tokens is not None else
                        (training.get("global_batch") or 0) * seq or None, "--global-batch-tokens")
+    if tokens > bounds.BATCH.hi * seq:
+        raise InputError("--global-batch-tokens", f"{tokens:,} tokens are more than {bounds.BATCH.hi:,} sequences of "
+                                                  f"{seq:,} ({bounds.BATCH.why})")
     if tokens % seq:
         raise InputError("--global-batch-tokens", f"{tokens} is not a multiple of --seq-len {seq} (whole sequences)")
     if precision not in (None, "bf16", "fp16") and not low_peak(gpu_preset(gpu), precision):
@@ -126,6 +129,9 @@ def _apply(data: dict, overrides) -> None:
     for key, value in override_pairs(overrides):
         if key.startswith("parallel.") or key in SEARCHED or key.startswith("cluster."):
             raise InputError("--set", f"{key} is the planner's to choose (or a flag's); set model.* or training.* keys")
+        if key.split(".")[0] in NOT_PLANNED:  # as in a scenario file: the estimate knows no perturbation
+            raise InputError("--set", f"{key}: the planner searches layouts of a clean training step, so "
+                                      f"[{key.split('.')[0]}] is refused here as in a scenario file")
         set_key(data, key, value)
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..hardware.gpus import gpu_preset
+from ..outputs.paths import write_bytes
 from ..units import format_bytes, format_duration
 from .rank import AXES
 from .rules import BY_ID
@@ -145,9 +146,7 @@ def write_table(plan, path) -> None:
         frame.to_parquet(buf, index=False)
     else:
         buf.write(frame.to_csv(index=False).encode())
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    write_bytes(path, buf.getvalue(), "--out")
 
 
 def _plain(v):

@@ -16,7 +16,7 @@ from ..hardware import topology
 from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from ..input.load import scenario_from_dict
 from ..model.transformer import dims, non_embedding_params, total_params
-from ..outputs.paths import make_dir, output_dir
+from ..outputs.paths import make_dir, output_dir, written
 from ..sweeps.grid import point_key, sweep
 from ..units import GB
 
@@ -54,9 +54,11 @@ def run_study(name: str, module, out_dir: Path, quick: bool = False, workers=Non
     out_dir = make_dir(out_dir, "--out-dir")
     paths = {"table": out_dir / f"study-{name}.csv", "summary": out_dir / f"study-{name}-summary.csv",
              "plot": out_dir / f"study-{name}.png"}
-    table.to_csv(paths["table"], index=False)
-    summary.to_csv(paths["summary"], index=False)
-    module.plot(table, summary, paths["plot"])
+    for what, frame in (("table", table), ("summary", summary)):
+        with written(paths[what], "--out-dir") as tmp:
+            frame.to_csv(tmp, index=False)
+    with written(paths["plot"], "--out-dir") as tmp:
+        module.plot(table, summary, tmp)
     return Report(module.TITLE, table, summary, notes, paths)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..input.bundled import EXAMPLES
-from ..outputs.paths import make_dir
+from ..outputs.paths import make_dir, written
 
 SCENARIOS = Path(__file__).resolve().parent / "gallery_scenarios"  # package data
 
@@ -43,8 +43,10 @@ def fsdp_prefetch(out: Path) -> list[str]:
 
     path = SCENARIOS / "fsdp-prefetch.toml"
     on, off = _run(path), _run(path, ["training.fsdp_prefetch=false"])
-    plot_panels([(on, "prefetch on"), (off, "prefetch off")], out / "gallery-fsdp-prefetch.png",
-                suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only with prefetch")
+    with written(out / "gallery-fsdp-prefetch.png", "--out") as tmp:
+        plot_panels([(on, "prefetch on"), (off, "prefetch off")], tmp,
+                    suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only "
+                             "with prefetch")
     return [f"FSDP prefetch on: step {on.summary['step_time_s'] * 1e3:.1f} ms, exposed comm "
             f"{on.summary['exposed_comm_s'] * 1e3:.1f} ms; off: {off.summary['step_time_s'] * 1e3:.1f} ms, "
             f"exposed {off.summary['exposed_comm_s'] * 1e3:.1f} ms"]
@@ -64,9 +66,10 @@ def pipeline_schedules(out: Path) -> list[str]:
             ("1F1B", _run(path, ["parallel.schedule=1f1b"])),
             ("interleaved 1F1B, v=2", _run(path, ["parallel.schedule=interleaved", "parallel.virtual_stages=2"]))]
     runs += [(label, _run(path, [f"parallel.schedule={name}"])) for label, name in NEW_SCHEDULES]
-    plot_panels([(r, label) for label, r in runs], out / "gallery-pipeline-schedules.png", ranks="all",
-                suptitle="Pipeline bubbles (hatched), p = 4, m = 8: GPipe, 1F1B 27%, interleaved 16% (closed forms); "
-                         "ZB-*, DualPipe(V) move weight gradients into them")
+    with written(out / "gallery-pipeline-schedules.png", "--out") as tmp:
+        plot_panels([(r, label) for label, r in runs], tmp, ranks="all",
+                    suptitle="Pipeline bubbles (hatched), p = 4, m = 8: GPipe, 1F1B 27%, interleaved 16% (closed forms); "
+                             "ZB-*, DualPipe(V) move weight gradients into them")
     return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble {r.summary['bubble_fraction']:.1%}"
             for label, r in runs]
 
@@ -77,14 +80,15 @@ def dualpipe(out: Path) -> list[str]:
     from ..outputs.timeline import plot_panels
 
     r = _run(SCENARIOS / "dualpipe.toml")
-    plot_panels([(r, "DualPipe")], out / "gallery-dualpipe.png", ranks="all",
-                suptitle="DualPipe: micro-batches 0-3 flow GPU 0 -> 3, 4-7 flow GPU 3 -> 0; in the middle each "
-                         "forward runs interleaved with another micro-batch's backward (all-to-alls under compute)")
+    with written(out / "gallery-dualpipe.png", "--out") as tmp:
+        plot_panels([(r, "DualPipe")], tmp, ranks="all",
+                    suptitle="DualPipe: micro-batches 0-3 flow GPU 0 -> 3, 4-7 flow GPU 3 -> 0; in the middle each "
+                             "forward runs interleaved with another micro-batch's backward (all-to-alls under compute)")
     step = r.summary["step_time_s"]
-    plot_panels([(r, "DualPipe, the middle of the step")], out / "gallery-dualpipe-pairs.png", ranks="0,4",
-                window=(0.22 * step, 0.42 * step),
-                suptitle="DualPipe's overlapped pairs: a forward (light) and another micro-batch's backward (dark), "
-                         "layer piece by layer piece; all-to-alls (ep) under the other's compute")
+    with written(out / "gallery-dualpipe-pairs.png", "--out") as tmp:
+        plot_panels([(r, "DualPipe, the middle of the step")], tmp, ranks="0,4", window=(0.22 * step, 0.42 * step),
+                    suptitle="DualPipe's overlapped pairs: a forward (light) and another micro-batch's backward "
+                             "(dark), layer piece by layer piece; all-to-alls (ep) under the other's compute")
     return [f"DualPipe (MoE, EP 4): step {r.summary['step_time_s'] * 1e3:.1f} ms, bubble "
             f"{r.summary['bubble_fraction']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms"]
 
@@ -94,8 +98,9 @@ def straggler(out: Path) -> list[str]:
     from ..outputs.timeline import plot_panels
 
     r = _run(EXAMPLES / "straggler-dp.toml")
-    plot_panels([(r, "rank 3 computes 1.5x slower")], out / "gallery-straggler.png", ranks="0-5",
-                suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
+    with written(out / "gallery-straggler.png", "--out") as tmp:
+        plot_panels([(r, "rank 3 computes 1.5x slower")], tmp, ranks="0-5",
+                    suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
     return [f"straggler: step {r.summary['step_time_s'] * 1e3:.1f} ms, straggler cost "
             f"{r.summary['straggler_cost_s'] * 1e3:.1f} ms"]
 
@@ -194,7 +199,8 @@ def hierarchical(out: Path) -> list[str]:
     fig.suptitle("Flat ring vs hierarchical all-reduce of 3.4 GB over 2 DGX H100 nodes (16 GPUs). NCCL-style rings "
                  "already drive every NIC;\nhierarchical adds two NVLink phases and wins only when the NICs are the "
                  "bottleneck (and the domains few)", fontsize=11)
-    fig.savefig(out / "gallery-hierarchical.png", dpi=100)
+    with written(out / "gallery-hierarchical.png", "--out") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return lines
 
@@ -210,9 +216,10 @@ def hardware(out: Path) -> list[str]:
     path = SCENARIOS / "hardware.toml"
     runs = [(label, _run(path, [f"cluster.topology={topo}", f"cluster.gpu={gpu}"])) for label, topo, gpu in CLUSTERS]
     base = runs[0][1].summary["step_time_s"]
-    plot_panels([(r, f"{label}: {r.summary['step_time_s'] * 1e3:.0f} ms, MFU {r.summary['mfu']:.0%}")
-                 for label, r in runs], out / "gallery-hardware.png", ranks="0-1",
-                suptitle="One step of Llama 3 70B (16 layers), TP 8 x DP 16 on 128 GPUs, on four clusters")
+    with written(out / "gallery-hardware.png", "--out") as tmp:
+        plot_panels([(r, f"{label}: {r.summary['step_time_s'] * 1e3:.0f} ms, MFU {r.summary['mfu']:.0%}")
+                     for label, r in runs], tmp, ranks="0-1",
+                    suptitle="One step of Llama 3 70B (16 layers), TP 8 x DP 16 on 128 GPUs, on four clusters")
     return [f"{label}: step {r.summary['step_time_s'] * 1e3:.1f} ms ({base / r.summary['step_time_s']:.2f}x the "
             f"H100 SuperPOD), MFU {r.summary['mfu']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms"
             for label, r in runs]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..input.load import scenario_from_dict
-from ..outputs.paths import make_dir
+from ..outputs.paths import make_dir, written
 
 BASE = {
     "name": "jitter-scaling",
@@ -98,7 +98,8 @@ def main(out: str = "plots/jitter-vs-gpus.png", sigma: float = 0.05) -> None:
         print(f"{r['gpus']:>6} {r['clean_s'] * 1e3:>9.2f} {r['jitter_s'] * 1e3:>10.2f} {r['ratio']:>7.4f} "
               f"{r['expected_ratio']:>8.4f}")
     make_dir(Path(out).parent, "out")
-    plot(rows, out, sigma)
+    with written(out, "out") as tmp:
+        plot(rows, tmp, sigma)
     print(f"wrote {out}")
 
 

@@ -19,9 +19,9 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 from pathlib import Path
-import tomllib
 import typing
 
 from pydantic import BaseModel
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from ..errors import InputError
 from ..hardware.topology import load_spec
 from ..input.bundled import scenario_file
-from ..input.load import override_pairs, scenario_from_dict
+from ..input.load import override_pairs, read_toml, scenario_from_dict
 from ..input.scenario import Scenario
 from ..outputs.paths import output_file
 from ..outputs.progress import Progress
@@ -82,6 +82,7 @@ def expand(grid) -> list[dict]:
             check_key(key)
             if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not list(values):
                 raise InputError("grid", f"{key}: expected a non-empty list of values, got {values!r}")
+        check_count(grid)  # counted before the product is built: 1e10 points is refused, not enumerated
         points = [dict(zip(grid, combo)) for combo in itertools.product(*(list(v) for v in grid.values()))]
     elif isinstance(grid, (list, tuple)) and all(isinstance(p, dict) for p in grid):
         points = [dict(p) for p in grid]
@@ -92,6 +93,16 @@ def expand(grid) -> list[dict]:
     if len(points) > MAX_POINTS:
         raise InputError("grid", f"{len(points)} points (at most {MAX_POINTS})")
     return [{k: _plain(v) for k, v in p.items()} for p in points]
+
+
+def check_count(grid: dict, flag: str = "grid") -> int:
+    """The number of points of a cartesian grid (the product of its value counts), computed
+    without building it; InputError naming ``flag`` past MAX_POINTS."""
+    count = math.prod(len(list(v)) for v in grid.values())
+    if count > MAX_POINTS:
+        counts = " x ".join(f"{len(list(v)):,} {k}" for k, v in grid.items())
+        raise InputError(flag, f"{count:,} points ({counts}); at most {MAX_POINTS:,}")
+    return count
 
 
 def _plain(v):
@@ -154,10 +165,7 @@ def _scenario_data(scenario) -> tuple[dict, Path | None]:
         return scenario, None
     if isinstance(scenario, (str, Path)):
         path = scenario_file(scenario)
-        try:
-            return tomllib.loads(path.read_text()), path.parent
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError("scenario", f"{path}: malformed TOML ({exc})") from None
+        return read_toml(path), path.parent  # the guarded reader run uses (regular file, size, depth)
     raise InputError("scenario", f"expected a path or a scenario dict, got {type(scenario).__name__}")
 
 
@@ -192,9 +200,13 @@ def sweep(scenario, grid, workers: int | None = None, out=None, dask=None, overr
         if out is not None:
             held.enter_context(exclusive(output_file(out, "--out", (".csv", ".parquet"))))
         sink = open_sink(out, columns)
-        tasks = _plan(sink, data, base, points, counts, _fn_name(point_fn))
-        _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet,
-                 point_fn, label)
+        try:
+            tasks = _plan(sink, data, base, points, counts, _fn_name(point_fn))
+            _execute(sink, tasks, points, counts, workers or os.cpu_count() or 1, dask, point_timeout, quiet,
+                     point_fn, label)
+        except KeyboardInterrupt:
+            sink.flush()  # the file then holds every row counted (a Parquet's journal rows included)
+            raise
         sink.finish(list(points))
     df = sink.frame()
     df = df[df["point"].isin(set(points))]

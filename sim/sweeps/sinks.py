@@ -16,7 +16,7 @@ from pathlib import Path
 import time
 
 from ..errors import InputError
-from ..outputs.paths import output_file
+from ..outputs.paths import output_file, regular_file, write_bytes
 
 JOURNAL_SUFFIX = ".partial.jsonl"  # Parquet outputs: the durable row-by-row record
 
@@ -33,17 +33,36 @@ def _cell(v) -> str:
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically: write a temporary file, fsync, rename over."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace ``path`` atomically (a temporary file, fsynced, renamed over); a failed write
+    exits 2 naming --out and the path (:func:`sim.outputs.paths.write_bytes`)."""
+    write_bytes(path, data, "--out")
+
+
+MAX_RESUME_BYTES = 1 << 30  # a resumed output or journal: 100,000 points (the grid's cap) x ~2 KB a row is 200 MB
+
+
+def _read_back(path: Path) -> bytes:
+    """The bytes of an output being resumed: a regular file (never a device such as
+    /dev/full, which reads without end, or a FIFO) of at most MAX_RESUME_BYTES."""
+    regular_file(path, "--out")
+    size = path.stat().st_size
+    if size > MAX_RESUME_BYTES:
+        raise InputError("--out", f"{path} has {size:,} bytes, more than a sweep output of the largest grid "
+                                  f"({MAX_RESUME_BYTES:,}); move it away or give another --out")
+    with open(path, "rb") as f:
+        return f.read(MAX_RESUME_BYTES + 1)
+
+
+def one_line(exc) -> str:
+    """An exception's first line, at most 200 characters."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 class _Sink:
     """Rows by point key, in memory; subclasses also keep them in a file."""
+
+    def flush(self) -> None:
+        """Make the file hold every row added so far (Parquet: rewrite it from the journal)."""
 
     def __init__(self, columns: list[str]):
         self.columns, self.rows = list(columns), {}
@@ -76,7 +95,7 @@ class CsvSink(_Sink):
         self._rewrite()
 
     def _load(self) -> None:
-        raw = self.path.read_bytes()
+        raw = _read_back(self.path)
         if raw and not raw.endswith(b"\n"):
             raw = raw[:raw.rfind(b"\n") + 1]  # the torn row; the rewrite below drops it
         lines = raw.decode("utf-8", errors="replace").split("\n")[:-1]
@@ -140,7 +159,12 @@ class ParquetSink(_Sink):
     def _load_parquet(self) -> None:
         import pandas as pd
 
-        df = pd.read_parquet(self.path)
+        regular_file(self.path, "--out")
+        try:
+            df = pd.read_parquet(self.path)
+        except (OSError, ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError("--out", f"{self.path} exists and is not a readable Parquet sweep output "
+                                      f"({one_line(exc)}); move it away or give another --out") from None
         if "point" not in df.columns:
             raise InputError("--out", f"{self.path} exists and is not a sweep output (no 'point' column)")
         self._extend(dict.fromkeys(df.columns))
@@ -148,10 +172,17 @@ class ParquetSink(_Sink):
             self.rows[rec["point"]] = {k: _from_frame(v) for k, v in rec.items()}
 
     def _load_journal(self) -> None:
-        raw = self.journal.read_bytes()
+        raw = _read_back(self.journal)
         good = raw[:raw.rfind(b"\n") + 1]  # drop a torn last line
-        for line in good.decode("utf-8", errors="replace").splitlines():
-            row = json.loads(line)
+        for n, line in enumerate(good.decode("utf-8", errors="replace").splitlines(), start=1):
+            try:
+                row = json.loads(line)
+                ok = isinstance(row, dict) and isinstance(row.get("point"), str)
+            except (ValueError, RecursionError):
+                ok = False
+            if not ok:
+                raise InputError("--out", f"{self.journal}:{n}: not a sweep journal row (a JSON object with a "
+                                          "'point'); move it away or give another --out")
             self._extend(row)
             self.rows[row["point"]] = row
         if len(good) < len(raw):
@@ -165,6 +196,9 @@ class ParquetSink(_Sink):
             os.fsync(f.fileno())
         if time.monotonic() - self._written > 1.0:
             self._write_parquet()
+
+    def flush(self) -> None:
+        self._write_parquet()
 
     def _write_parquet(self) -> None:
         buf = io.BytesIO()
@@ -217,6 +251,8 @@ def open_sink(out, columns: list[str]) -> _Sink:
     if out is None:
         return MemorySink(columns)
     path = output_file(out, "--out", (".csv", ".parquet"))
+    if path.suffix == ".parquet":
+        regular_file(path.with_name(path.name + JOURNAL_SUFFIX), "--out")
     return CsvSink(path, columns) if path.suffix == ".csv" else ParquetSink(path, columns)
 
 
