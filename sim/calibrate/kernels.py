@@ -124,5 +124,8 @@ def picture(rows: list[dict], path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from ..outputs.paths import written
+
+    with written(path, "--picture") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)

@@ -59,8 +59,10 @@ def _value(v) -> str:
 
 def write(path: str, text: str) -> None:
     """Write the profile, checking first that it reads back as a valid one."""
+    from ..outputs.paths import write_bytes
+
     calibration.from_dict(tomllib.loads(text), path, "--out")
-    Path(path).write_text(text)
+    write_bytes(path, text.encode(), "--out")
 
 
 def read(path: str | Path) -> tuple[dict, calibration.Calibration]:
