@@ -76,7 +76,7 @@ MUTATIONS = (
     Mutation("failed-link-kept", "a failed link (factor 0) stays up at full bandwidth", "sim/hardware/faults.py",
              (("                graph.remove_edge(u, v)\n", "                pass\n"),),
              ("tests/test_golden.py", "-k", "golden and nic")),
-    Mutation("mtp-depths-dropped", "model.mtp_layers builds no multi-token-prediction depth", "sim/parallel/params.py",
+    Mutation("mtp-depths-dropped", "model.mtp_layers builds no multi-token-prediction depth", "sim/model/layer_ids.py",
              (("    return range(d.layers + 1, d.layers + 1 + d.mtp)\n", "    return range(0)\n"),),
              ("tests/test_golden.py", "-k", "golden and mtp")),
     Mutation("doctest-stale", "a docstring example's expected output no longer matches", "sim/units.py",
