@@ -1,4 +1,5 @@
-"""The plots/ gallery: ``python -m sim.studies.gallery [--out plots]`` regenerates every picture
+"""The gallery: ``python -m sim.studies.gallery [--out-dir DIR]`` regenerates every picture into DIR (default
+``out/``, untracked; ``--out-dir plots`` replaces the pictures the repository ships)
 from the bundled scenarios (sim/studies/gallery_scenarios/*.toml and the example
 scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
 
@@ -175,13 +176,14 @@ PICTURES = (fsdp_prefetch, pipeline_schedules, straggler, hierarchical)
 def main(argv=None) -> int:
     """Regenerate every picture; print what each shows."""
     parser = argparse.ArgumentParser(prog="python -m sim.studies.gallery",
-                                     description="Regenerate plots/gallery-*.png from the bundled scenarios and "
+                                     description="Regenerate gallery-*.png from the bundled scenarios and "
                                                  "print the figures each picture shows.")
-    parser.add_argument("--out", default="plots", help="output folder, created if missing (its parent must exist; "
-                                                       "default: plots/ in the current folder)")
+    parser.add_argument("--out-dir", "--out", dest="out", default="out",
+                        help="output folder, created if missing (its parent must exist; default: out/ in the current "
+                             "folder; --out-dir plots replaces the pictures the repository ships)")
     args = parser.parse_args(argv)
     try:
-        out = make_dir(args.out, "--out")
+        out = make_dir(args.out, "--out-dir")
     except InputError as exc:
         parser.exit(2, f"{parser.prog}: {exc}\n")
     for picture in PICTURES:
