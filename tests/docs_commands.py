@@ -54,3 +54,57 @@ def slug(command: str) -> str:
     """A file name for a command's stored output."""
     s = re.sub(r"[^A-Za-z0-9.=]+", "-", command.replace("scenarios/", "")).strip("-")
     return s[:150]
+
+
+# Commands shown as a pattern (placeholders in capitals, ``...``, ``[optional]``) or that change
+# the checkout on purpose: never run, each with the reason. Matched as substrings.
+NOT_RUN = {
+    "SCENARIO": "a synopsis: SCENARIO stands for any scenario",
+    "A.toml B.toml": "a synopsis: A.toml and B.toml stand for two scenarios (tests/test_shared_fabric.py runs it)",
+    "my.toml": "a synopsis: my.toml stands for a scenario of the reader's",
+    " ...": "a synopsis: ... stands for the options of the command above",
+    "[--": "a synopsis: [--option] is optional",
+    "python - <<": "edits sim/outputs/timeline.py on purpose (bench/mutations.py runs it in a copy)",
+    "python bench/mutations.py": "runs the test suite once per mutation (minutes; docs/mutations.md's own table)",
+}
+
+# Commands the docs show failing on purpose: substring -> the exit status they show (stderr compared).
+EXIT = {"--algo pat --gpus 64 --topology generic": 2}
+
+
+def expected_exit(command: str) -> int:
+    """The exit status the docs show for ``command`` (0 unless listed in EXIT)."""
+    return next((code for pattern, code in EXIT.items() if pattern in command), 0)
+
+
+# Commands too long for CI (seconds of CPU each on 2 cores, measured): run with ``-m slow``.
+SLOW = (
+    "clustersim validate",
+    "clustersim study ",
+    "clustersim sweep ",
+    "clustersim run scenarios/gpt3-175b-ptd.toml",
+    "clustersim run scenarios/llama3-405b-16k-h100.toml",
+    "clustersim run scenarios/llama3.1-70b-fp8-h100.toml",
+    "clustersim plan llama3.1-70b",
+    "clustersim campaign scenarios/llama3-405b-16k-h100.toml",
+    "python -m sim.rl.validation",
+)
+
+# Parts of an output that differ from run to run (wall-clock time): masked before comparing.
+VOLATILE = (
+    re.compile(r"\bin [0-9][0-9.,]* (s|ms|min)\b"),  # "918 events in 0.13 s"
+    re.compile(r"\b[0-9][0-9.,]* (s|ms|min) (wall|CPU)\b"),
+)
+
+
+def not_run_reason(command: str) -> str | None:
+    """Why ``command`` is not run, or None when it is."""
+    for pattern, reason in NOT_RUN.items():
+        if pattern in command:
+            return reason
+    return None
+
+
+def is_slow(command: str) -> bool:
+    """Whether ``command`` runs only with ``-m slow``."""
+    return command.startswith(SLOW)
