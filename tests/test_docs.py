@@ -107,12 +107,12 @@ def test_every_docs_command_is_run_or_says_why():
     assert not stale, f"stored outputs of commands the docs no longer show: {stale}"
 
 
-@pytest.mark.parametrize("command", FAST)
+@pytest.mark.parametrize("command", FAST, ids=dc.slug)
 def test_docs_command(command, tmp_path):
     check(command, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", LONG)
+@pytest.mark.parametrize("command", LONG, ids=dc.slug)
 def test_docs_command_long(command, tmp_path):
     check(command, tmp_path)
