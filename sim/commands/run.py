@@ -11,6 +11,7 @@ from ..hardware.gpus import gpu_preset
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from ..units import format_bytes, format_duration
+from ..outputs.echo import echo_rows, mfu_text
 
 
 def add_parser(sub) -> None:
@@ -112,10 +113,10 @@ def print_summary(result) -> None:
     s, sc = result.summary, result.scenario
     gpu = gpu_preset(result.info["gpu"])
     rows = [("scenario", s["name"]), ("GPUs", f"{s['num_gpus']:,} x {gpu.name}"),
-            ("layout", layout_text(sc)), ("schedule", schedule_text(sc)),
+            ("layout", layout_text(sc)), ("schedule", schedule_text(sc)), *echo_rows(result),
             ("step time", format_duration(s["step_time_s"])),
             ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
-            ("TFLOP/s per GPU", f"{s['tflops_per_gpu']:.1f}"), ("MFU", f"{s['mfu']:.1%}"),
+            ("TFLOP/s per GPU", f"{s['tflops_per_gpu']:.1f}"), ("MFU", mfu_text(s, sc, gpu)),
             ("pipeline bubble", f"{s['bubble_fraction']:.1%}"),
             ("exposed comm", format_duration(s["exposed_comm_s"])),
             ("memory per GPU", f"{format_bytes(s['memory_per_gpu_bytes'], gpu.hbm_unit)} of "
