@@ -12,6 +12,7 @@ from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from ..units import format_bytes, format_duration
 from ..outputs.echo import echo_rows, mfu_text
+from ..outputs.fit_hints import hint
 
 
 def add_parser(sub) -> None:
@@ -122,6 +123,9 @@ def print_summary(result) -> None:
             ("memory per GPU", f"{format_bytes(s['memory_per_gpu_bytes'], gpu.hbm_unit)} of "
                                f"{format_bytes(gpu.hbm_bytes, gpu.hbm_unit)}"
                                + ("" if s["fits_in_memory"] else "  (DOES NOT FIT)"))]
+    fix = hint(result)
+    if fix:
+        rows.append(("to fit", fix))
     rows += [(f"sent per GPU ({k})", f"{v / 1e9:.2f} GB") for k, v in s["comm_bytes_per_gpu"].items() if v]
     if "straggler_cost_s" in s:
         rows.append(("straggler cost", format_duration(s["straggler_cost_s"])))
