@@ -60,6 +60,8 @@ REFUSED = [
      "model.moe.dense_layers"),
     ("seq_len = true", _set("training.seq_len=true"), "training.seq_len"),
     ("a straggler naming nobody (did nothing)", _set("stragglers=[{slowdown = 2.0}]"), "stragglers[0]"),
+    ("JSON in --set (was: Input should be a valid list)", _set('stragglers=[{"ranks":[3],"slowdown":1.5}]'),
+     "stragglers: --set value"),
     ("jitter floor under lognormal (did nothing)", _set("jitter={sigma = 0.1, floor = 5.0}"), "jitter.floor"),
     ("micro_batch = 1.5", _set("training.micro_batch=1.5"), "training.micro_batch"),
     ("expert choice over 1M tokens x 16k experts",

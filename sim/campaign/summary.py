@@ -85,8 +85,8 @@ def report(summary: dict) -> str:
              f"days         P10 {s['p10']:.1f}  P50 {s['p50']:.1f}  P90 {s['p90']:.1f}  (mean {s['days']:.1f})",
              f"ETTR         {s['ettr']:.1%}  (P10 {s['ettr_p10']:.1%}, P90 {s['ettr_p90']:.1%})",
              "time         " + ", ".join(f"{k.replace('_', ' ')} {v:.1%}" for k, v in s["time_shares"].items()),
-             f"GPU-hours    {s['gpu_hours'] / 1e6:,.2f} M" + (f"   cost ${s['cost_usd'] / 1e6:,.1f} M"
-                                                             if "cost_usd" in s else ""),
+             f"GPU-hours    {s['gpu_hours']:,.0f}" + (f"   cost ${s['cost_usd']:,.0f}"  # plain units, not "$0.4 M"
+                                                          if "cost_usd" in s else ""),
              f"interrupts   {s['interruptions']:,.1f} per run"
              + (f", {s['hardware_waits']:.1f} waited for a node" if s["spares"] is not None else "")]
     width = max(len(c) for c in s["interruptions_by_cause"])

@@ -12,6 +12,8 @@ from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from .calibrate import add_calibration_flag, calibration_overrides
 from ..units import format_bytes, format_duration
+from ..outputs.echo import echo_rows, mfu_text
+from ..outputs.fit_hints import hint
 
 
 def add_parser(sub) -> None:
@@ -122,15 +124,18 @@ def print_summary(result) -> None:
     s, sc = result.summary, result.scenario
     gpu = gpu_preset(result.facts.gpu)
     rows = [("scenario", s["name"]), ("GPUs", f"{s['num_gpus']:,} x {gpu.name}"),
-            ("layout", layout_text(sc)), ("schedule", schedule_text(sc)),
+            ("layout", layout_text(sc)), ("schedule", schedule_text(sc)), *echo_rows(result),
             ("step time", format_duration(s["step_time_s"])),
             ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
-            ("TFLOP/s per GPU", f"{s['tflops_per_gpu']:.1f}"), ("MFU", f"{s['mfu']:.1%}"),
+            ("TFLOP/s per GPU", f"{s['tflops_per_gpu']:.1f}"), ("MFU", mfu_text(s, sc, gpu)),
             ("pipeline bubble", f"{s['bubble_fraction']:.1%}"),
             ("exposed comm", format_duration(s["exposed_comm_s"])),
             ("memory per GPU", f"{format_bytes(s['memory_per_gpu_bytes'], gpu.hbm_unit)} of "
                                f"{format_bytes(gpu.hbm_bytes, gpu.hbm_unit)}"
                                + ("" if s["fits_in_memory"] else "  (DOES NOT FIT)"))]
+    fix = hint(result)
+    if fix:
+        rows.append(("to fit", fix))
     rows += [(f"sent per GPU ({k})", f"{v / 1e9:.2f} GB") for k, v in s["comm_bytes_per_gpu"].items() if v]
     if "straggler_cost_s" in s:
         rows.append(("straggler cost", format_duration(s["straggler_cost_s"])))

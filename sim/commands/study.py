@@ -1,8 +1,10 @@
-"""``clustersim study NAME [--out-dir plots] [--quick] [--workers N] [--dask ADDR]``.
+"""``clustersim study NAME [--out-dir DIR] [--quick] [--workers N] [--dask ADDR]``.
 
 Example: ``clustersim study fsdp-crossover --quick``: sweeps the study's bundled scenario
 (sim/studies/scenarios/NAME.toml, shipped with the package), prints its table, summary and findings, and writes
-``plots/study-NAME.png``, ``plots/study-NAME.csv`` and ``plots/study-NAME-summary.csv``.
+``out/study-NAME.png``, ``out/study-NAME.csv`` and ``out/study-NAME-summary.csv``. The default folder
+``out/`` is not tracked; ``--out-dir plots`` replaces the figures the repository ships (do that only
+with a full run, never ``--quick``).
 """
 
 import importlib
@@ -11,6 +13,7 @@ from pathlib import Path
 from .. import campaign, rl, studies
 from ..errors import InputError
 
+DEFAULT_OUT = "out"  # untracked (.gitignore); the shipped figures live in plots/
 ROOMS = (studies, campaign, rl)  # each registers its studies: ``STUDIES``, name -> its module there
 
 
@@ -39,7 +42,9 @@ def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("study", help="run a bundled study (sweep + table + plot) answering a seed question")
     p.add_argument("name", choices=sorted(STUDIES), help="which study")
-    p.add_argument("--out-dir", default="plots", help="where the PNG and CSVs go (default: plots)")
+    p.add_argument("--out-dir", default=DEFAULT_OUT,
+                   help=f"where the PNG and CSVs go (default: {DEFAULT_OUT}/; --out-dir plots replaces the shipped "
+                        "figures)")
     p.add_argument("--quick", action="store_true", help="fewer points (well under a minute)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--dask", metavar="ADDR", help="run the sweep on a dask.distributed scheduler")

@@ -87,7 +87,12 @@ def override_pairs(overrides) -> list[tuple[str, object]]:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise InputError("--set", f"expected key=value, got {item!r}")
-        pairs.append((key.strip(), parse_value(text.strip())))
+        value = parse_value(text.strip())
+        if isinstance(value, str) and value.startswith(("[", "{")):  # meant as a list or table, not TOML
+            raise InputError(key.strip(), f"--set value {value[:60]!r} is not a TOML value (lists are [a, b], "
+                                          "tables {key = value}; JSON's \"key\": value is not TOML), e.g. "
+                                          "--set 'stragglers=[{ranks = [3], slowdown = 1.5}]'")
+        pairs.append((key.strip(), value))
     return pairs
 
 

@@ -106,7 +106,8 @@ def _notes(plan, gpu) -> list[str]:
     if plan.stats.get("resumed"):
         out.append(f"{plan.stats['resumed']} simulations resumed from a previous run")
     best = plan.table.iloc[0]
-    out.append(f"best: {describe(best)}: {format_duration(best.step_time_s)} per step, {best.mfu:.1%} MFU, "
+    out.append(f"best: {describe(best)}: {format_duration(best.step_time_s)} per step, {best.mfu:.1%} MFU (of the dense "
+               f"BF16 peak, {gpu.peak_flops / 1e12:,.0f} TFLOP/s, under every precision, as in the MFU column), "
                f"{format_bytes(best.memory_per_gpu_bytes, gpu.hbm_unit)} per GPU; limited by {best.limit}"
                + ("" if best.simulated else " (estimated: no layout could be simulated within the budget)"))
     if best.schedule in WHY:

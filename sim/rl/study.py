@@ -1,7 +1,7 @@
 """Study ``rl-stragglers``: generator utilization and staleness vs response-length spread, per mode.
 
 Run ``clustersim study rl-stragglers [--quick]`` (scenario: sim/studies/scenarios/rl-stragglers.toml);
-it writes ``plots/study-rl-stragglers.png``, ``.csv`` and ``-summary.csv``.
+it writes ``out/study-rl-stragglers.png``, ``.csv`` and ``-summary.csv``.
 
 The seeds: "RL responses grow in mean and variance of length, straggling GPU utilization.
 Pipeline RL does in-flight weight updates ... so rollouts come from a recent model without

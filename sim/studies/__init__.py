@@ -1,8 +1,9 @@
 """Studies: bundled scenarios swept and analysed to answer the seeds' questions.
 
 Run ``clustersim study fsdp-crossover`` (or ``--quick`` for fewer points); each study
-writes ``plots/study-NAME.png``, its table ``plots/study-NAME.csv`` and a per-curve
-summary ``plots/study-NAME-summary.csv``, and prints both tables.
+writes ``out/study-NAME.png``, its table ``out/study-NAME.csv`` and a per-curve
+summary ``out/study-NAME-summary.csv`` (``--out-dir plots`` regenerates the shipped ones), and
+prints both tables.
 
 A study is a module with ``TITLE``, ``points(quick)`` (labelled override dicts swept over
 ``sim/studies/scenarios/NAME.toml``), ``analyze(rows)`` and ``plot(table, summary, path)``;

@@ -1,4 +1,5 @@
-"""The plots/ gallery: ``python -m sim.studies.gallery [--out plots]`` regenerates every picture
+"""The gallery: ``python -m sim.studies.gallery [--out-dir DIR]`` regenerates every picture into DIR (default
+``out/``, untracked; ``--out-dir plots`` replaces the pictures the repository ships)
 from the bundled scenarios (sim/studies/gallery_scenarios/*.toml and the example
 scenarios/straggler-dp.toml, all shipped with the package) in a few seconds, and prints the figures each one shows (docs/gallery.md explains them).
 
@@ -47,9 +48,9 @@ def fsdp_prefetch(out: Path) -> list[str]:
         plot_panels([(on, "prefetch on"), (off, "prefetch off")], tmp,
                     suptitle="FSDP (ZeRO-3): the next layer's all-gather overlaps this layer's compute only "
                              "with prefetch")
-    return [f"FSDP prefetch on: step {on.summary['step_time_s'] * 1e3:.1f} ms, exposed comm "
-            f"{on.summary['exposed_comm_s'] * 1e3:.1f} ms; off: {off.summary['step_time_s'] * 1e3:.1f} ms, "
-            f"exposed {off.summary['exposed_comm_s'] * 1e3:.1f} ms"]
+    return [f"FSDP prefetch on: step {on.summary['step_time_s'] * 1e3:.1f} ms, MFU {on.summary['mfu']:.1%}, exposed "
+            f"comm {on.summary['exposed_comm_s'] * 1e3:.1f} ms; off: {off.summary['step_time_s'] * 1e3:.1f} ms, "
+            f"MFU {off.summary['mfu']:.1%}, exposed {off.summary['exposed_comm_s'] * 1e3:.1f} ms"]
 
 
 NEW_SCHEDULES = (("ZB-H1", "zb-h1"), ("ZB-H2", "zb-h2"), ("ZB-V (two chunks per GPU in a V)", "zb-v"),
@@ -101,7 +102,8 @@ def straggler(out: Path) -> list[str]:
     with written(out / "gallery-straggler.png", "--out") as tmp:
         plot_panels([(r, "rank 3 computes 1.5x slower")], tmp, ranks="0-5",
                     suptitle="A data-parallel straggler: every rank waits for rank 3 at the gradient all-reduce")
-    return [f"straggler: step {r.summary['step_time_s'] * 1e3:.1f} ms, straggler cost "
+    return [f"straggler: step {r.summary['step_time_s'] * 1e3:.1f} ms, without it "
+            f"{(r.summary['step_time_s'] - r.summary['straggler_cost_s']) * 1e3:.1f} ms, straggler cost "
             f"{r.summary['straggler_cost_s'] * 1e3:.1f} ms"]
 
 
@@ -187,7 +189,7 @@ def hierarchical(out: Path) -> list[str]:
         ax.set_title(f"training step, 100 Gb/s NICs, dp_algo = {algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
                      f"MFU {r.summary['mfu']:.1%}", fontsize=10, loc="left")
         lines.append(f"step with 100 Gb/s NICs, dp_algo={algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
-                     f"exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms")
+                     f"MFU {r.summary['mfu']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms")
     fig.tight_layout(rect=(0, 0.07, 1, 0.91))
     legend_ax = fig.add_axes((0.06, 0.0, 0.9, 0.05))  # the timelines' legend, under them
     legend_ax.axis("off")
@@ -231,13 +233,14 @@ PICTURES = (fsdp_prefetch, pipeline_schedules, dualpipe, straggler, hierarchical
 def main(argv=None) -> int:
     """Regenerate every picture; print what each shows."""
     parser = argparse.ArgumentParser(prog="python -m sim.studies.gallery",
-                                     description="Regenerate plots/gallery-*.png from the bundled scenarios and "
+                                     description="Regenerate gallery-*.png from the bundled scenarios and "
                                                  "print the figures each picture shows.")
-    parser.add_argument("--out", default="plots", help="output folder, created if missing (its parent must exist; "
-                                                       "default: plots/ in the current folder)")
+    parser.add_argument("--out-dir", "--out", dest="out", default="out",
+                        help="output folder, created if missing (its parent must exist; default: out/ in the current "
+                             "folder; --out-dir plots replaces the pictures the repository ships)")
     args = parser.parse_args(argv)
     try:
-        out = make_dir(args.out, "--out")
+        out = make_dir(args.out, "--out-dir")
     except InputError as exc:
         parser.exit(2, f"{parser.prog}: {exc}\n")
     for picture in PICTURES:

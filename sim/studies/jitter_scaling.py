@@ -6,7 +6,8 @@ the ranks meet once, at the all-reduce) and plots the step time beside the expec
 of a maximum over N ranks, estimated by Monte Carlo from the same distribution:
 E[step] = E[max_i sum_j d_j X_ij] + all-reduce + E[max_i d_opt X_i], where d_j are the
 compute ops before the all-reduce and d_opt the optimizer after it. Output:
-plots/jitter-vs-gpus.png and a printed table.
+out/jitter-vs-gpus.png and a printed table (``python -m sim.studies.jitter_scaling
+plots/jitter-vs-gpus.png`` replaces the shipped one).
 """
 
 from pathlib import Path
@@ -90,7 +91,7 @@ def plot(rows: list[dict], path: str, sigma: float) -> None:
     plt.close(fig)
 
 
-def main(out: str = "plots/jitter-vs-gpus.png", sigma: float = 0.05) -> None:
+def main(out: str = "out/jitter-vs-gpus.png", sigma: float = 0.05) -> None:
     """Run the study, print the table, write the plot."""
     rows = scaling(sigma=sigma)
     print(f"{'gpus':>6} {'clean ms':>9} {'jitter ms':>10} {'ratio':>7} {'expected':>8}")
@@ -104,4 +105,5 @@ def main(out: str = "plots/jitter-vs-gpus.png", sigma: float = 0.05) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(*sys.argv[1:2])  # ``python -m sim.studies.jitter_scaling [PNG]``

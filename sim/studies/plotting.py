@@ -1,7 +1,7 @@
 """Matplotlib pieces the study plots share: figure, GPU-count axis, simulated curves
 with hollow markers where the point does not fit in memory, notes box, saving.
 
-Run ``clustersim study NAME`` to produce ``plots/study-NAME.png``.
+Run ``clustersim study NAME`` to produce ``out/study-NAME.png`` (``--out-dir plots``: the shipped one).
 """
 
 import matplotlib
