@@ -106,6 +106,17 @@ def not_run_reason(command: str) -> str | None:
     return None
 
 
+# Commands that read what an earlier command of the same walk-through wrote (a file in the
+# folder it runs in): that command runs first, in the same scratch folder. Matched as substrings.
+SETUP = {"gb200.toml": "clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt "
+                       "--topology gb200-nvl72 --out gb200.toml"}
+
+
+def setup_of(command: str) -> list[str]:
+    """The commands to run before ``command``, in its folder."""
+    return [first for key, first in SETUP.items() if key in command and command != first]
+
+
 def is_slow(command: str) -> bool:
     """Whether ``command`` runs only with ``-m slow``."""
     return command.startswith(SLOW)

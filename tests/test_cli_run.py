@@ -40,7 +40,8 @@ def fsdp_json():
 
 def test_json_has_exactly_the_contract_keys(fsdp_json):
     proc = fsdp_json[0]
-    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.returncode == 0  # stderr holds at most the heartbeat of a slow machine (outputs/progress.py)
+    assert all(line.startswith("simulating ") for line in proc.stderr.splitlines()), proc.stderr
     s = one_json_object(proc.stdout)
     assert set(s) == CONTRACT_KEYS  # no straggler_cost_s without stragglers/jitter/faults
     assert set(s["comm_bytes_per_gpu"]) == AXES

@@ -46,7 +46,7 @@ def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def scratch(tmp_path: Path) -> Path:
     """A folder that looks like the repository to a command: scenarios, topologies, bench, plots/."""
-    for name in ("scenarios", "topologies", "bench", "sim"):
+    for name in ("scenarios", "topologies", "bench", "sim", "examples"):
         (tmp_path / name).symlink_to(REPO / name)
     (tmp_path / "plots").mkdir()
     return tmp_path
@@ -84,7 +84,11 @@ def differences(stored: str, printed: str) -> list[str]:
 
 
 def check(command: str, tmp_path: Path) -> None:
-    proc = run_command(command, scratch(tmp_path))
+    folder = scratch(tmp_path)
+    for first in dc.setup_of(command):  # (a walk-through's earlier step writes what this one reads)
+        done = run_command(first, folder)
+        assert done.returncode == 0, f"{first}\n(before {command}): {done.stderr[-1500:]}"
+    proc = run_command(command, folder)
     code = dc.expected_exit(command)
     assert proc.returncode == code, f"{command}\nexit {proc.returncode} (docs: {code}): {proc.stderr[-1500:]}"
     printed = proc.stdout if code == 0 else proc.stderr  # a refusal is compared by its message

@@ -50,10 +50,10 @@ def knobs_text(sc) -> str:
 
 def algorithms(result) -> dict[str, dict[str, int]]:
     """``axis op`` (the op's category: dp, tp, cp, ep, ...) -> {algorithm (with protocol): calls} over the simulated ranks' programs."""
-    topo = result.info["topology"]
+    topo = result.facts.topology
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     seen = set()
-    for prog in result.info["programs"]:
+    for prog in result.facts.programs:
         for op in prog.ops:
             call = op.comm
             if call is None or call.op == "send_recv" or len(call.group) < 2 or call.nbytes <= 0 \
@@ -84,6 +84,6 @@ def mfu_text(summary, sc, gpu) -> str:
 def echo_rows(result) -> list[tuple[str, str]]:
     """The rows :func:`sim.commands.run.print_summary` adds after the layout."""
     sc = result.scenario
-    gpu = gpu_preset(result.info["gpu"])
+    gpu = gpu_preset(result.facts.gpu)
     return [("model", model_text(sc)), ("precision", precision_text(sc, gpu)),
             ("parallel knobs", knobs_text(sc)), ("collectives", algorithms_text(result))]

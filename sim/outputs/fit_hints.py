@@ -50,7 +50,7 @@ def hint(result) -> str | None:
     """The summary's line after DOES NOT FIT, or None when the run fits."""
     if result.summary["fits_in_memory"]:
         return None
-    knobs = fitting_knobs(result.scenario, result.info["topology"])
+    knobs = fitting_knobs(result.scenario, result.facts.topology)
     if not knobs:
         return "no single knob fits (tried ZeRO stages, sequence parallelism, recompute, 2x pipeline stages)"
     return "fits with " + "; or ".join(knobs)
