@@ -20,6 +20,7 @@ import numpy as np
 from ..hardware.calibration import Calibration
 from ..model.compute import SUSTAINED
 from ..step import simulate
+from ..studies.validation import golden_section
 
 ROUNDS = (0.15, 0.03)  # relative half-widths of the two rounds of three simulations
 
@@ -52,24 +53,9 @@ def fit_sustained(runs: list[Run], base: Calibration, gpu_name: str) -> tuple[fl
             steps = [step_time(r, replace(base, sustained=g)) for g in grid]
             a, b = np.linalg.lstsq(np.column_stack([np.ones(3), 1 / np.array(grid)]), np.array(steps), rcond=None)[0]
             curves.append((a, b, r.measured_s))
-        guess = _minimise(lambda f: sum(math.log((a + b / f) / m) ** 2 for a, b, m in curves), grid[0] * 0.8,
-                          grid[2] * 1.2)
+        guess = golden_section(lambda f: sum(math.log((a + b / f) / m) ** 2 for a, b, m in curves), grid[0] * 0.8,
+                               grid[2] * 1.2, tol=1e-6, relative=True)
     after = [step_time(r, replace(base, sustained=guess)) for r in runs]
     return preset, guess, before, after
 
 
-def _minimise(f, lo: float, hi: float, tol: float = 1e-6) -> float:
-    """Golden-section search of a unimodal ``f`` on [lo, hi]."""
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = f(a), f(b)
-    while hi - lo > tol * (lo + hi):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - ratio * (hi - lo)
-            fa = f(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + ratio * (hi - lo)
-            fb = f(b)
-    return (lo + hi) / 2

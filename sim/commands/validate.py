@@ -151,21 +151,6 @@ def fit(rows: list) -> dict[str, float]:
         def loss(e: float) -> float:
             return sum(abs(math.log((a + b / e) / pub)) for a, b, pub in curves) / len(curves)
 
-        out[gpu] = _golden(loss, 0.2, 0.95, tol=1e-4)  # (power-limited B200 rows sit near 0.28)
+        out[gpu] = validation.golden_section(loss, 0.2, 0.95, tol=1e-4)  # (power-limited B200 rows sit near 0.28)
     return out
 
-
-def _golden(f, lo: float, hi: float, tol: float = 0.005) -> float:
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-    fa, fb = f(a), f(b)
-    while hi - lo > tol:
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - ratio * (hi - lo)
-            fa = f(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + ratio * (hi - lo)
-            fb = f(b)
-    return (lo + hi) / 2

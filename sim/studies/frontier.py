@@ -29,7 +29,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 """
 
 from ..input.load import parse_value
-from .validation import SECTIONS, Row, cell, read_table
+from .validation import Row, fill_sections, read_table
 
 ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
 
@@ -44,12 +44,7 @@ def frontier_scenario(row: dict) -> dict:
     gpus = int(row["num_gpus"])
     data = {"name": f"{row['id']} {row['model']}", "model": {"name": row["model"]}, "training": {},
             "parallel": {}, "cluster": {"gpu": row["gpu"], "topology": row["topology"], "gpus": gpus}}
-    for column, (section, key) in SECTIONS.items():
-        if row.get(column, "").strip():
-            node = data
-            for part in section.split("."):
-                node = node.setdefault(part, {})
-            node[key] = cell(row[column])
+    fill_sections(data, row)
     t, p = data["training"], data["parallel"]
     if "global_batch" not in t:
         t["global_batch"] = ASSUMED_SEQUENCES_PER_8_GPUS * gpus // 8

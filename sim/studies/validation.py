@@ -22,6 +22,7 @@ The first two tables run on the GPU's DGX topology with the row's GPU count.
 """
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,17 +154,23 @@ def cell(text: str):
     return parse_value(text)
 
 
-def modern_scenario(row: dict) -> dict:
-    """The scenario a modern_runs.csv row spells out (empty cells keep the key's default)."""
-    data = {"name": f"{row['id']} {row['model']}", "model": {"name": row["model"]}, "training": {},
-            "parallel": {}, "cluster": {"gpu": row["gpu"], "topology": TOPOLOGY[row["gpu"]],
-                                        "gpus": int(row["num_gpus"])}}
+def fill_sections(data: dict, row: dict) -> None:
+    """Every non-empty cell of a table row written in the scenario vocabulary (:data:`SECTIONS`)
+    into its section of ``data``."""
     for column, (section, key) in SECTIONS.items():
         if row.get(column, "").strip():
             node = data
             for part in section.split("."):
                 node = node.setdefault(part, {})
             node[key] = cell(row[column])
+
+
+def modern_scenario(row: dict) -> dict:
+    """The scenario a modern_runs.csv row spells out (empty cells keep the key's default)."""
+    data = {"name": f"{row['id']} {row['model']}", "model": {"name": row["model"]}, "training": {},
+            "parallel": {}, "cluster": {"gpu": row["gpu"], "topology": TOPOLOGY[row["gpu"]],
+                                        "gpus": int(row["num_gpus"])}}
+    fill_sections(data, row)
     for pair in filter(None, row.get("mla", "").split(";")):  # MLA ranks, Hugging Face names
         key, _, value = pair.partition("=")
         data["model"][key.strip()] = parse_value(value.strip())
@@ -228,3 +235,22 @@ def mape(comparisons: list[Comparison]) -> float:
     """Mean absolute relative error of the rows that ran."""
     errors = [abs(c.error) for c in comparisons if c.error is not None]
     return sum(errors) / len(errors) if errors else float("nan")
+
+
+def golden_section(f, lo: float, hi: float, tol: float, relative: bool = False) -> float:
+    """The minimum of a unimodal ``f`` on [lo, hi] by golden-section search, to within ``tol``
+    (``relative``: of the bracket's mean, ``tol * (lo + hi)``); what ``validate --fit`` and
+    ``calibrate`` fit a sustained factor with."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = f(a), f(b)
+    while hi - lo > (tol * (lo + hi) if relative else tol):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = f(b)
+    return (lo + hi) / 2
