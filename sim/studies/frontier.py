@@ -29,7 +29,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 """
 
 from ..input.load import parse_value
-from .validation import Row, fill_sections, read_table
+from .rows import Row, fill_sections, read_table
 
 ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
 
