@@ -13,6 +13,7 @@ Run ``clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_per
 """
 
 from dataclasses import dataclass, replace
+import os
 from pathlib import Path
 
 from ..errors import InputError
@@ -123,7 +124,7 @@ def check_profile(path: str) -> dict:
     and whether its file still has the recorded SHA-256."""
     raw, cal = profile.read(path)
     meta = raw.get("profile", {})
-    base = Path(path).resolve().parent
+    base = Path(os.path.abspath(path)).parent
     recorded = meta.get("inputs", [])
     if not recorded:
         raise InputError("--check", f"{path}: the profile lists no inputs ([[profile.inputs]])")
@@ -132,9 +133,9 @@ def check_profile(path: str) -> dict:
         p = base / item["path"]
         if not p.is_file():
             raise InputError("--check", f"{path}: input {item['path']} is gone (looked in {base})")
-        paths.append(str(p))
+        paths.append(os.path.relpath(p))  # (as a user names it from here: the report prints it)
         if item.get("scenario"):
-            scenarios.append(str(base / item["scenario"]))
+            scenarios.append(os.path.relpath(base / item["scenario"]))
     items = classify(paths, scenarios if len(set(scenarios)) > 1 else sorted(set(scenarios)))
     fitted = fit_all(items, meta.get("topology", "dgx-h100"), meta.get("gpu", "h100-sxm"), None, fixed=cal)
     report = fitted.report(path, meta, recorded)

@@ -24,8 +24,9 @@ def sha256(path: str | Path) -> str:
 
 
 def relative(path: str | Path, profile: str | Path) -> str:
-    """``path`` as the profile records it: relative to the profile's folder."""
-    return os.path.relpath(Path(path).resolve(), Path(profile).resolve().parent)
+    """``path`` as the profile records it: relative to the profile's folder (links kept as
+    written, so a profile beside a linked folder records the path a user sees)."""
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(profile)))
 
 
 def render(meta: dict, inputs: list[dict], fabric: dict, compute: dict, changes: list[dict]) -> str:
