@@ -37,7 +37,7 @@ def build_topology(s: Scenario) -> topology.Topology:
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
-             record_links: bool = False, force: bool = False) -> Result:
+             record_links: bool = False, force: bool = False, estimate: "work.Work | None" = None) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
     ``record_links`` keeps every rate change of every transfer (``facts.link_log``, see
@@ -49,7 +49,7 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     a simulation that stops making progress, is a SimulationError naming the scenario."""
     if s.rl is not None:
         raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
-    limit = None if force else work.watchdog_seconds(work.check(s))
+    limit = None if force else work.watchdog_seconds(estimate or work.check(s))  # (estimate: checked by the caller)
     with work.watchdog(s.name, limit):
         return _simulate(s, baseline, e_max, record_links)
 

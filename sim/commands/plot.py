@@ -7,6 +7,7 @@ Simulates the scenario and draws its timeline (see :mod:`sim.outputs.timeline`).
 
 import math
 
+from .. import work
 from ..errors import InputError
 from ..input.bundled import scenario_file
 from ..input.load import load_scenario
@@ -46,8 +47,9 @@ def run(args) -> int:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
     check_selector(args.ranks, scenario.cluster.gpus, "--ranks")
+    estimate = None if args.force else work.check(scenario)  # (a refusal is one line: before any progress line)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
-        result = simulate(scenario, force=args.force)
+        result = simulate(scenario, force=args.force, estimate=estimate)
     window = None
     if args.start_ms is not None or args.end_ms is not None:
         end = float(result.spans.end_s.max())

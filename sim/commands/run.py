@@ -6,6 +6,7 @@ Example: ``clustersim run scenarios/llama3-8b-fsdp-h100.toml --set parallel.dp=6
 import json
 import sys
 
+from .. import work
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from ..input.bundled import scenario_file
@@ -55,8 +56,9 @@ def run(args) -> int:
             raise InputError(flag, "applies to several jobs on one fabric: add --shared-fabric")
     scenario = load_scenario(scenario_file(args.scenario[0]), args.overrides)
     _check_outputs(args, scenario)
+    estimate = None if args.force else work.check(scenario)  # (a refusal is one line: before any progress line)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
-        result = simulate(scenario, record_links=bool(args.trace), force=args.force)
+        result = simulate(scenario, record_links=bool(args.trace), force=args.force, estimate=estimate)
     if not result.summary["fits_in_memory"]:
         gpu = gpu_preset(result.facts.gpu)
         print(f"warning: {scenario.name} needs {format_bytes(result.summary['memory_per_gpu_bytes'], gpu.hbm_unit)} "
