@@ -196,7 +196,7 @@ def test_interrupted_search_resumes_to_the_same_table(tmp_path):
     sims = cut / "plan.sims.csv"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if sims.exists() and len(sims.read_text().splitlines()) >= 4:  # header + 3 simulations
+        if sims.exists() and len(sims.read_text().splitlines()) >= 2:  # header + a simulation (of ~24, 0.1 s each)
             proc.send_signal(signal.SIGINT)
             break
         time.sleep(0.05)
@@ -206,7 +206,7 @@ def test_interrupted_search_resumes_to_the_same_table(tmp_path):
     resumed = _cli_plan(cut, "plan.csv", "--json", "--quiet")
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
-    assert json.loads(out)["resumed"] >= 3
+    assert json.loads(out)["resumed"] >= 1  # what was simulated before the interrupt
     fresh = _cli_plan(whole, "plan.csv", "--quiet")
     assert fresh.communicate(timeout=300)[0] is not None and fresh.returncode == 0
     a, b = (pd.read_csv(d / "plan.csv").drop(columns=["sim_wall_s"]) for d in (cut, whole))

@@ -114,7 +114,7 @@ def test_study_and_gallery_scenarios_load_from_the_wheel(installed):
             "print(len([load_scenario(p) for p in sorted(SCENARIOS.glob('*.toml'))]))")
     proc = run(installed, "python", "-c", code, *STUDIES)
     assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout) == len(list((REPO / "sim/studies/gallery_scenarios").glob("*.toml"))) == 3
+    assert int(proc.stdout) == len(list((REPO / "sim/studies/gallery_scenarios").glob("*.toml"))) == 5  # + dualpipe, hardware
 
 
 def test_topologies_load_by_name_and_by_their_repository_path_from_the_wheel(installed):
