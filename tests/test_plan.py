@@ -182,7 +182,7 @@ def test_ranking_is_deterministic_and_every_layout_fits(tmp_path):
 
 
 def _cli_plan(cwd: Path, out: str, *extra) -> subprocess.Popen:
-    (cwd / "base.toml").write_text(SMALL_MOE.replace("global_batch = 8", "global_batch = 64"))
+    (cwd / "base.toml").write_text(SMALL_MOE.replace("global_batch = 8", "global_batch = 512"))  # (~1 s a simulation: room to interrupt)
     return subprocess.Popen([sys.executable, "-m", "sim", "plan", "base.toml", "--out", out, "--workers", "1",
                              "--budget", "60", *extra], cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
