@@ -48,6 +48,10 @@ class Bar:
     kind: str  # a COLORS key, "idle" (hatched) or "pale" (a collective waiting for peers)
     x0: float
     x1: float
+    fill: float = 1.0  # share of the row's band filled: a pixel column drawn as busy as it was
+
+
+UNITS = {"time (us)": 1e6, "time (ms)": 1e3, "time (s)": 1.0}  # the x-axis label -> per second
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ class Drawn:
         return sorted((b for b in self.bars if b.row == row and b.kind in kinds), key=lambda b: b.x0)
 
     def width(self, row: str, *kinds: str) -> float:
-        return sum(b.x1 - b.x0 for b in self.of(row, *kinds))
+        """Area drawn: width times the share of the band filled (time, in seconds)."""
+        return sum((b.x1 - b.x0) * b.fill for b in self.of(row, *kinds))
 
     def blocks(self, row: str) -> list[tuple[str, int]]:
         """(colour, micro-batch) of every numbered compute block of ``row``, left to right."""
@@ -92,15 +97,17 @@ def read(ax, window: float, px_width: int) -> Drawn:
     """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in ms)."""
     names = {tuple(np.round(to_rgba(c), 6)): k for k, c in COLORS.items()}
     rows = {round(y - 0.5): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    per_s = UNITS[ax.get_xlabel()]
     bars = []
     for coll in ax.collections:
         if isinstance(coll, LineCollection):
             continue  # the white separators between blocks
         kind = _kind(coll, names)
+        band = timeline.STRIP[1] if kind == "exposed" else 0.8  # rows are one unit tall, bars inset from y + 0.1
         for path in coll.get_paths():
-            e = path.get_extents()  # rows are one unit tall, bars inset from y + 0.1
-            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / 1e3, e.x1 / 1e3))
-    labels = [(rows[int(np.floor(t.get_position()[1]))], t.get_position()[0] / 1e3, int(t.get_text()))
+            e = path.get_extents()
+            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / per_s, e.x1 / per_s, (e.y1 - e.y0) / band))
+    labels = [(rows[int(np.floor(t.get_position()[1]))], t.get_position()[0] / per_s, int(t.get_text()))
               for t in ax.texts]
     return Drawn(bars, labels, window / px_width)
 
