@@ -93,9 +93,11 @@ def _kind(collection, names: dict) -> str:
     return "pale" if rgba[3] < 1 else names[rgba]
 
 
-def read(ax, window: float, px_width: int) -> Drawn:
-    """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in ms)."""
+def read(ax, window: float, px_width: int, kinds=()) -> Drawn:
+    """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in the unit
+    its label names); ``kinds``: row kinds outside COLORS drawn in :func:`timeline.color_of`."""
     names = {tuple(np.round(to_rgba(c), 6)): k for k, c in COLORS.items()}
+    names.update({tuple(np.round(to_rgba(timeline.color_of(k)), 6)): k for k in kinds})
     rows = {round(y - 0.5): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
     per_s = UNITS[ax.get_xlabel()]
     bars = []

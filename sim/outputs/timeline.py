@@ -27,6 +27,7 @@ from ..engine.kinds import Phase
 from ..errors import InputError
 from .metrics import subtract, union
 from .timeline_paint import CHAR_WIDTH, PALE, COLORS, STRIP, add_legend, color_of, fit_title, paint, paint_stacked, time_unit
+from .metrics import union  # noqa: F811 (tests use timeline.union)
 from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, LANE_OVERLAP, MAX_ROWS, fit_ranks, lanes, layout_rows,
                             per_rank, shown_note, shown_ranks, waits)
 
@@ -203,7 +204,8 @@ def window_note(window, step: float) -> str:
     if lo <= 0 and hi >= step:
         return ""
     unit, scale = time_unit(lo, hi)
-    return f"window {lo * scale:.4g}-{hi * scale:.4g} {unit} of the {format_duration(step)} step"
+    digits = max(0, 1 - int(np.floor(np.log10((hi - lo) * scale))))  # enough to tell the ends apart
+    return f"window {lo * scale:,.{digits}f}-{hi * scale:,.{digits}f} {unit} of the {format_duration(step)} step"
 
 
 def plot_timeline(result, path: str, ranks=None, window=None, title: str | None = None) -> None:
@@ -236,16 +238,25 @@ def _titles(items, ranks, window, fig_w: float) -> list[str]:
 
 
 def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None = None) -> None:
-    """Several results stacked on one shared time axis, one legend: ``items`` =
+    """Several results stacked on one shared time axis, one legend, as a PNG: ``items`` =
     [(result, title), ...]; ``ranks`` a selector or list (see :mod:`sim.outputs.rank_selection`),
     ``window`` (start_s, end_s) or None for the whole (longest) step."""
+    import matplotlib.pyplot as plt
+
+    if not str(path).endswith(".png"):
+        raise InputError("--timeline", f"expected a .png path, got {path!r}")
+    fig = timeline_figure(items, ranks, window, suptitle)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def timeline_figure(items, ranks=None, window=None, suptitle: str | None = None):
+    """The figure :func:`plot_panels` saves (matplotlib, Agg)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not str(path).endswith(".png"):
-        raise InputError("--timeline", f"expected a .png path, got {path!r}")
     heights = [max(2, len(_rows(result, fit_ranks(result, shown_ranks(result, ranks))))) for result, _ in items]
     fig_w = PX_WIDTH / 100 + 2.5
     titles = _titles(items, ranks, window, fig_w)
@@ -267,5 +278,4 @@ def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None 
     if suptitle:  # (placed in a strip of its own: a tall figure's tight_layout would run under it)
         fig.suptitle(fit_title(suptitle, fig_w, 11), fontsize=11, y=1 - 0.15 / fig_h, va="top")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig_h) if suptitle else None)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig

@@ -15,16 +15,17 @@ import textwrap
 
 import numpy as np
 
+from ..errors import InputError
 from .metrics import union
 
-UNITS = (("us", 1e6, 2e-3), ("ms", 1e3, 20.0), ("s", 1.0, float("inf")))  # (name, per second, windows below)
+UNITS = (("us", 1e6, 2e-3), ("ms", 1e3, 5.0), ("s", 1.0, float("inf")))  # (name, per second, windows below)
 BAR = (0.1, 0.8)  # a row's bars: from y + 0.1, 0.8 tall
 STRIP = (0.1, 0.18)  # the exposed-communication strip at the bottom of a compute row
 CHAR_WIDTH = 0.55  # a character's mean width in font sizes (DejaVu Sans), to wrap titles
 
 
 def time_unit(lo: float, hi: float) -> tuple[str, float]:
-    """(name, scale): us for windows under 2 ms, ms under 20 s, else s."""
+    """(name, scale): us for windows under 2 ms, ms under 5 s, else s (ticks stay under 5,000)."""
     for name, scale, below in UNITS:
         if hi - lo < below:
             return name, scale
@@ -155,3 +156,49 @@ def add_legend(ax, features: list[dict], ncol: int = 6) -> int:
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=ncol, fontsize=8, frameon=False,
               borderaxespad=0.2)
     return -(-len(handles) // ncol)
+
+
+WINDOW_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _window_time(text: str, flag: str) -> float | None:
+    """'250', '250ms', '0.25s', '250000us' -> seconds (a bare number is ms); '' -> None."""
+    import math
+
+    t = text.strip().lower()
+    if not t:
+        return None
+    unit = next((u for u in ("us", "ms", "s") if t.endswith(u)), "ms")
+    number = t[:-len(unit)] if t.endswith(unit) else t
+    try:
+        v = float(number)
+    except ValueError:
+        raise InputError(flag, f"expected START:END like 100:250 (ms) or 0.1s:0.25s, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise InputError(flag, f"expected times >= 0, got {text!r}")
+    return v * WINDOW_UNITS[unit]
+
+
+def parse_window(text: str | None, flag: str = "--timeline-window") -> tuple | None:
+    """'START:END' (ms, or with a unit: us, ms, s; either side may be empty: the step's start
+    or end) -> (start_s, end_s or None); None -> None. Checked before anything is simulated."""
+    if text is None:
+        return None
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise InputError(flag, f"expected START:END like 100:250 (ms) or 0.1s:0.25s, got {text!r}")
+    lo, hi = _window_time(start, flag) or 0.0, _window_time(end, flag)
+    if hi is not None and hi <= lo:
+        raise InputError(flag, f"the end ({hi * 1e3:g} ms) must be after the start ({lo * 1e3:g} ms)")
+    return lo, hi
+
+
+def resolve_window(window: tuple | None, step: float, flag: str = "--timeline-window") -> tuple | None:
+    """A parsed window inside a step of ``step`` seconds: an open or late end is the step's end;
+    a start at or past it is bad input."""
+    if window is None:
+        return None
+    lo, hi = window
+    if lo >= step:
+        raise InputError(flag, f"starts at {lo * 1e3:g} ms, after the step's end ({step * 1e3:g} ms)")
+    return lo, step if hi is None else min(hi, step)
