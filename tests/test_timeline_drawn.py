@@ -7,11 +7,12 @@ loop's two pools (training steps as forward then backward, engines while they ge
 The drawing is read through its artists: ``broken_barh`` collections (a colour of
 :data:`sim.outputs.timeline.COLORS`, or the hatched idle bars), the micro-batch numbers written
 inside compute blocks, and the row labels. Nothing here parses op names, so the tests hold
-however the timeline derives a span's phase. Widths are compared within :func:`slack`: a
-bar is drawn at least a pixel wide and gaps under a pixel are closed, so the drawing is never
-narrower than the spans and wider by at most a pixel per bar and per sub-pixel span or gap;
-where widths are compared, the plot is drawn as if :data:`FINE` pixels wide to make that
-bound tight (the exposed strip is checked at the PNG's own width).
+however the timeline derives a span's phase. A bar's drawn time is its width times the
+share of its row's band it fills (spans narrower than a pixel fill their pixel column to
+their busy share, :mod:`sim.outputs.timeline_paint`), so drawn time equals the spans' covered
+time; :func:`slack` keeps the older one-pixel-per-bar bound as an upper limit, and where
+widths are compared the plot is also drawn as if :data:`FINE` pixels wide (the exposed strip
+is checked at the PNG's own width).
 
 Run: ``python -m pytest tests/test_timeline_drawn.py``
 """

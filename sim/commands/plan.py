@@ -65,7 +65,8 @@ def run(args) -> int:
 
     window = parse_window(args.timeline_window)
     if window is not None and not args.timeline:
-        raise InputError("--timeline-window", "selects the part of the step a timeline draws: give --timeline best.png too")
+        raise InputError("--timeline-window", "selects the part of the step a timeline draws: "
+                                              "give --timeline best.png too")
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
                   args.precision, args.overrides, args.calibration)
     budget = BUDGET_S if args.budget is None else args.budget
@@ -127,6 +128,7 @@ def _timeline(req, plan, path: str, quiet: bool, window=None) -> None:
     from ..outputs.paths import written
 
     with written(path, "--timeline") as tmp:
-        plot_timeline(result, tmp, window=resolve_window(window, float(result.spans.end_s.max())), title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
+        plot_timeline(result, tmp, window=resolve_window(window, float(result.spans.end_s.max())),
+                      title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
     if not quiet:
         print(f"timeline of the winner: {path}", file=sys.stderr)

@@ -92,7 +92,8 @@ def _check_outputs(args, scenario) -> None:
 
     args.window = parse_window(args.timeline_window)
     if args.window is not None and not args.timeline:
-        raise InputError("--timeline-window", "selects the part of the step a timeline draws: give --timeline out.png too")
+        raise InputError("--timeline-window", "selects the part of the step a timeline draws: "
+                                              "give --timeline out.png too")
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
     from ..outputs.rank_selection import check_selector

@@ -26,8 +26,8 @@ import pandas as pd
 from ..engine.kinds import Phase
 from ..errors import InputError
 from .metrics import subtract, union
-from .timeline_paint import CHAR_WIDTH, PALE, COLORS, STRIP, add_legend, color_of, fit_title, paint, paint_stacked, time_unit
-from .metrics import union  # noqa: F811 (tests use timeline.union)
+from .timeline_paint import (CHAR_WIDTH, COLORS, PALE, STRIP, add_legend, color_of, fit_title, paint, paint_stacked,
+                             time_unit)
 from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, LANE_OVERLAP, MAX_ROWS, fit_ranks, lanes, layout_rows,
                             per_rank, shown_note, shown_ranks, waits)
 

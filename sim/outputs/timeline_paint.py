@@ -150,7 +150,8 @@ def add_legend(ax, features: list[dict], ncol: int = 6) -> int:
     handles.append(Patch(facecolor="white", edgecolor=COLORS["idle"], hatch="////", label="compute idle"))
     handles.append(Patch(facecolor=COLORS["exposed"], label="exposed comm (communicating, not computing)"))
     if waiting:
-        handles.append(Patch(facecolor=pale(color_of(waiting[0])), label=f"pale {'/'.join(waiting)}: waiting for peers"))
+        handles.append(Patch(facecolor=pale(color_of(waiting[0])),
+                             label=f"pale {'/'.join(waiting)}: waiting for peers"))
     handles.append(Patch(facecolor="white", edgecolor="0.5", label="part-filled column: share of a pixel busy"))
     ncol = min(len(handles), ncol)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=ncol, fontsize=8, frameon=False,
