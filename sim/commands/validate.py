@@ -91,6 +91,7 @@ def _row_json(c) -> dict:
 
 def explain(row_id: str, as_json: bool) -> int:
     """Where one row's step goes on its critical rank."""
+    from ..outputs.attribution import exposed_by_axis
     from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
 
     rows = {r.id: r for r in validation.load_rows()}
@@ -102,8 +103,10 @@ def explain(row_id: str, as_json: bool) -> int:
     step = c.predicted_step_s
     rank = int(critical_rank(rank_times(c.result.spans, step))["rank"])
     parts = rank_breakdown(c.result.spans, rank, step)
+    shares = exposed_by_axis(c.result.spans, rank)
     out = {**_row_json(c), "critical_rank": rank, "mfu": c.result.summary["mfu"],
-           "bubble_fraction": c.result.summary["bubble_fraction"], "breakdown_s": parts}
+           "bubble_fraction": c.result.summary["bubble_fraction"], "breakdown_s": parts,
+           "exposed_shares_s": shares}
     if as_json:
         print(json.dumps(out))
         return 0
@@ -114,11 +117,27 @@ def explain(row_id: str, as_json: bool) -> int:
     else:
         print(f"  published {c.row.published_step_s:.3f} s, predicted {step:.3f} s ({c.error:+.1%})")
     print(f"  MFU {out['mfu']:.1%}, bubble {out['bubble_fraction']:.1%}")
-    print(f"  critical rank {rank}:")
-    for key, value in parts.items():
-        if value > 0 or key.startswith("compute"):
-            print(f"    {key:20} {value:9.3f} s  {value / step:6.1%}")
+    print("\n".join(breakdown_lines(rank, parts, shares, step)))
     return 0
+
+
+def breakdown_lines(rank: int, parts: dict, shares: dict, step: float) -> list[str]:
+    """The critical rank's step as subtotals (compute, exposed communication, idle) that add
+    up to the step, each followed by its indented components, which add up to it: compute
+    by phase, exposed communication by axis (a moment two axes are both exposed is shared
+    between them: :func:`sim.outputs.attribution.exposed_by_axis`)."""
+    def line(label: str, value: float, indent: int) -> str:
+        return f"{' ' * indent}{label:{26 - indent}} {value:9.3f} s  {value / step:6.1%}"
+
+    out = [f"  critical rank {rank}: where its step goes (indented lines add up to the line above them)"]
+    out.append(line("compute", parts["compute"], 4))
+    out += [line(phase, parts[f"compute_{phase}"], 6) for phase in ("forward", "backward", "recompute", "optimizer")
+            if parts[f"compute_{phase}"] > 0]
+    out.append(line("exposed communication", parts["exposed_comm"], 4))
+    out += [line(axis, t, 6) for axis, t in sorted(shares.items(), key=lambda kv: -kv[1]) if t > 0]
+    out.append(line("idle (nothing running)", parts["idle"], 4))
+    out.append(line("step", parts["compute"] + parts["exposed_comm"] + parts["idle"], 4))
+    return out
 
 
 FIT_GRID = (0.60, 0.68, 0.76)  # training large-GEMM efficiencies each row is simulated at
