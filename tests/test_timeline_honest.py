@@ -220,3 +220,18 @@ def test_cli_timeline_window_needs_a_timeline():
     """Checked before the simulation, exit 2 in one line."""
     assert_input_error(clustersim("run", "scenarios/straggler-dp.toml", "--timeline-window", "1:2"),
                        "--timeline-window")
+
+
+def test_rl_timeline_title_counts_the_scenarios_gpus(tmp_path, captured):
+    """``clustersim rl --timeline``: the title gives the cluster's GPU count (the shipped
+    picture once said 24 for a 32-GPU scenario) and each pool's; here with 8 generator GPUs."""
+    from sim.rl import exports
+    from sim.rl.run import simulate_rl
+
+    s = load_scenario(str(ROOT / "scenarios" / "rl-llama3-8b-h100.toml"), ["rl.steps=2", "rl.generator_gpus=8"])
+    exports.plot(simulate_rl(s), str(tmp_path / "rl.png"))
+    (item,) = captured
+    title = " ".join(item["title"].split())
+    assert s.cluster.gpus == 32
+    assert "(16 trainer + 8 generator GPUs, 8 unused)" in title and "rl-llama3-8b-h100: 32 GPUs" in title
+    assert item["fits"]

@@ -226,13 +226,12 @@ def _label_inches(result, ranks) -> float:
 def _titles(items, ranks, window, fig_w: float) -> list[str]:
     """Each panel's title (its own, the headline, the ranks shown, the window), wrapped to
     the width left of the figure after the row labels."""
-    end = max(float(res.spans.end_s.max()) for res, _ in items)
     out = []
     for result, title in items:
         shown = fit_ranks(result, shown_ranks(result, ranks))
-        win = window if window is not None else (0.0, float(result.spans.end_s.max()))
+        own = float(result.spans.end_s.max())
         parts = [(title + " -- " if title else "") + headline(result), shown_note(result, shown),
-                 window_note(win, max(end, float(result.spans.end_s.max())))]
+                 window_note(window if window is not None else (0.0, own), own)]
         out.append(fit_title("  |  ".join(p for p in parts if p), fig_w - _label_inches(result, shown), TITLE_PT))
     return out
 
