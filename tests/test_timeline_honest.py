@@ -95,6 +95,11 @@ def test_plan_timeline_red_area_is_the_summarys_exposed_comm(tmp_path, captured)
     (item,) = captured
     got, want = _red_area(item)
     assert want > 0 and abs(got - want) <= 0.10 * want, (got, want)
+    (rank,) = item["features"]["ranks"]  # one row of ranks: its tp row is as busy as its tp spans
+    sp = item["result"].spans
+    tp_busy = _busy(sp[(sp["rank"] == rank) & (sp.category == "tp")])
+    assert tp_busy < 0.5 * item["features"]["step"]  # (the widened drawing looked ~100% busy)
+    assert item["drawn"].width("tp", "tp") == pytest.approx(tp_busy, rel=1e-9)
     assert item["xlabel"] == "time (s)"  # a 6.8 s step: seconds, not 6,840 ms
     assert item["fits"]  # the long title is wrapped inside the figure
 
