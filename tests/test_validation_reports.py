@@ -58,6 +58,17 @@ def test_a_series_is_one_model_and_layout_scaled_out():
     assert trend.fit.slope == pytest.approx(0.0, abs=1e-12)  # every row +10%
 
 
+def test_within_series_slope_is_the_fixed_effects_closed_form():
+    # series A at 8, 16 GPUs (x 3, 4) with errors 0, -2; series B at 32, 128 (x 5, 7) with 1, 1.
+    # Less their means: A (-0.5, 1), (0.5, -1); B (-1, 0), (1, 0): slope -1 / 2.5 = -0.4;
+    # residuals 0.8, -0.8, 0.4, -0.4: SSR 1.6 over 4 - 2 - 1 = 1 dof: stderr sqrt(1.6 / 2.5) = 0.8
+    rows = [synthetic("a8", 8), synthetic("a16", 16), synthetic("b32", 32, layers=80), synthetic("b128", 128, layers=80)]
+    trend = vr.scale_trend([(r, 1 + e / 100) for r, e in zip(rows, (0, -2, 1, 1))])
+    assert [s.fit.slope for s in trend.series] == [pytest.approx(-2.0), pytest.approx(0.0, abs=1e-12)]
+    assert trend.within.slope == pytest.approx(-0.4, rel=1e-12)
+    assert trend.within.stderr == pytest.approx(0.8, rel=1e-12) and trend.within.n == 4
+
+
 def test_step_error_of_a_tokens_row_is_of_its_step_time():
     row = next(r for r in ROWS if r.metric == "tokens_per_s_per_gpu")
     c = validation.Comparison(row, row.published_step_s * 1.25)

@@ -97,6 +97,8 @@ def print_reports(reports: Reports) -> None:
     print("\nScale trend: step-time error (predicted / published - 1; negative = predicted faster) "
           "vs log2(GPUs)")
     print(f"  all rows: {_fit_text(reports.trend.fit)}")
+    if reports.trend.within is not None:
+        print(f"  within the series (one slope, an intercept each): {_fit_text(reports.trend.within)}")
     for s in reports.trend.series:
         errors = ", ".join(f"{p.gpus}: {p.error:+.1%}" for p in s.points)
         print(f"  {s.label}: {_fit_text(s.fit)}  [{errors}]")

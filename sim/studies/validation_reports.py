@@ -7,7 +7,9 @@ the table; ``--report-json FILE`` writes them as data, ``--plot PATH`` draws the
   the sign means the same on every row), against log2 of its GPU count. Its least-squares
   slope, in points (of percent) per doubling of the GPUs, with its standard error and n,
   over all rows and per *series*: rows whose scenarios differ only in the GPU count, the
-  data-parallel degree and the global batch (the same model and layout scaled out).
+  data-parallel degree and the global batch (the same model and layout scaled out); and one
+  slope pooled within the series (each with its own intercept), free of the different
+  models that sit at different GPU counts in the overall fit.
 - **Layout ranking.** Every *group* of rows with the same model (architecture), GPU type,
   sequence length and sequences per GPU per step -- so the same work per GPU, and a step time
   that only layouts and knobs can change: AsyncTP on/off, 1F1B vs interleaved, FP8 vs BF16, 8
@@ -109,6 +111,26 @@ class ScaleTrend:
     points: tuple[Point, ...]
     fit: Fit | None
     series: tuple[Series, ...]  # only those with at least two GPU counts
+    within: Fit | None  # one slope shared by every series, each with its own intercept
+
+
+def within_series(series) -> Fit | None:
+    """The pooled within-series slope (fixed effects: each series' points less its means), so
+    that models of different sizes at different GPU counts do not make a slope of their own.
+    Its standard error has n - k - 1 degrees of freedom (k series intercepts and the slope);
+    ``intercept`` is 0 (the series' own intercepts are not reported)."""
+    x, y = [], []
+    for s in series:
+        lx, ly = [math.log2(p.gpus) for p in s.points], [100 * p.error for p in s.points]
+        x += [a - sum(lx) / len(lx) for a in lx]
+        y += [b - sum(ly) / len(ly) for b in ly]
+    sxx = sum(a * a for a in x)
+    if sxx == 0:
+        return None
+    slope = sum(a * b for a, b in zip(x, y)) / sxx
+    dof = len(x) - len(series) - 1
+    ssr = sum((b - slope * a) ** 2 for a, b in zip(x, y))
+    return Fit(slope, 0.0, math.sqrt(ssr / dof / sxx) if dof > 0 else None, len(x))
 
 
 def fit_points(points) -> Fit | None:
@@ -129,7 +151,7 @@ def scale_trend(results: list[tuple[Row, float]]) -> ScaleTrend:
             first = members[0][0]
             series.append(Series(f"{first.model} on {first.gpu} {first.layout} {first.precision}", mine,
                                  fit_points(mine)))
-    return ScaleTrend(points, fit_points(points), tuple(series))
+    return ScaleTrend(points, fit_points(points), tuple(series), within_series(series))
 
 
 # --- layout ranking ------------------------------------------------------------------------------
@@ -228,7 +250,7 @@ def _fit_json(fit: Fit | None) -> dict | None:
 
 def trend_json(trend: ScaleTrend) -> dict:
     return {"points": [{"id": p.id, "num_gpus": p.gpus, "step_error": p.error} for p in trend.points],
-            "overall": _fit_json(trend.fit),
+            "overall": _fit_json(trend.fit), "within_series": _fit_json(trend.within),
             "series": [{"label": s.label, "ids": [p.id for p in s.points], "fit": _fit_json(s.fit)}
                        for s in trend.series]}
 
