@@ -211,6 +211,7 @@ def test_cli_bad_report_flags_exit_2(tmp_path):
                        (["--rows", "MH-16B", "--predictions", str(preds), "--fit"], "--predictions"),
                        (["--rows", "MH-16B", "--predictions", str(bad)], "--predictions"),
                        (["--rows", "MH-16B", "--plot", str(tmp_path / "t.txt")], "--plot"),
+                       (["--explain", "MH-16B-192", "--plot", str(tmp_path / "t.png")], "--plot"),
                        (["--rows", "MH-16B", "--report-json", str(tmp_path / "no" / "r.json")], "--report-json")):
         out = run_cli(["validate", *args])
         assert out.code == 2 and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)

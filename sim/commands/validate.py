@@ -64,10 +64,10 @@ def selected_rows(prefixes: str, no_pp: bool) -> list[validation.Row]:
 
 def run(args) -> int:
     """Compare (or fit, then compare; or explain one row)."""
+    check_flags(args)
     if args.explain:
         return explain(args.explain, args.json)
     rows = selected_rows(args.rows, args.no_pp)
-    check_flags(args)
     fitted = fit(rows) if args.fit else {}
     if args.predictions:
         results = read_predictions(args.predictions, rows)

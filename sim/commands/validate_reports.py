@@ -25,6 +25,9 @@ def check_flags(args) -> None:
     anything is simulated."""
     from ..outputs.paths import output_file, regular_file
 
+    for flag, value in (("--report-json", args.report_json), ("--plot", args.plot), ("--predictions", args.predictions)):
+        if value is not None and args.explain:
+            raise InputError(flag, "reports on the table of rows: it cannot be combined with --explain")
     if args.report_json is not None:
         output_file(args.report_json, "--report-json", (".json",))
     if args.plot is not None:
