@@ -1,4 +1,5 @@
-"""``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json]``.
+"""``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json] [--report-json FILE]
+[--plot PATH] [--predictions FILE]``.
 
 Prints each published run shipped in ``sim/data`` (the 2021/Megatron-LM table, the modern
 NeMo runs and the frontier runs) beside the simulator's prediction: published and predicted
@@ -6,6 +7,17 @@ seconds per step (for a row published as tokens/s per GPU, the step time its ass
 gives, and the error in tokens/s), the error per row and the MAPE. ``--fit`` searches, for each GPU type, the one GEMM-efficiency
 constant that minimizes the mean absolute log error over all of that GPU's rows together
 (global calibration, never per row). ``--explain ID`` prints where one row's step goes.
+
+After the table come two reports (:mod:`sim.studies.validation_reports`): the scale trend
+(signed error against log2 GPUs, slope per doubling, overall and per series) and the layout
+ranking (groups of rows at the same per-GPU work, each member's step ratio to the group's
+reference, predicted vs published), then the issue-27 targets. ``--json`` stays the
+contract's list of row objects on stdout; the reports as data go to ``--report-json FILE``
+(an object: ``rows`` (the same list), ``scale_trend``, ``layout_ranking``, ``targets``), so a
+script reading stdout never sees another shape. ``--plot PATH`` draws the trend (PNG).
+``--predictions FILE`` takes the predicted step times from an earlier ``--json`` or
+``--report-json`` output instead of simulating (the reports of a 15-minute run, again in a
+second).
 """
 
 import json
@@ -16,6 +28,7 @@ from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
 from ..outputs.progress import Progress
 from ..studies import validation
 from .calibrate import add_calibration_flag, calibration_path
+from .validate_reports import check_flags, print_reports, read_predictions, report_data, write
 
 
 def add_parser(sub) -> None:
@@ -27,6 +40,11 @@ def add_parser(sub) -> None:
                                                         "three simulations per row)")
     p.add_argument("--explain", metavar="ID", help="print one row's breakdown: compute, exposed comm per axis, bubble")
     p.add_argument("--json", action="store_true", help="print one JSON object per row, as a list")
+    p.add_argument("--report-json", metavar="FILE", help="also write the rows, the scale-trend and layout-ranking "
+                                                         "reports and the targets as one JSON object to FILE")
+    p.add_argument("--plot", metavar="PATH", help="draw the scale trend (signed error vs GPUs) as a PNG")
+    p.add_argument("--predictions", metavar="FILE", help="predicted step times from an earlier --json or "
+                                                         "--report-json output instead of simulating")
     add_calibration_flag(p)
     p.set_defaults(func=run)
 
@@ -46,19 +64,26 @@ def selected_rows(prefixes: str, no_pp: bool) -> list[validation.Row]:
 
 def run(args) -> int:
     """Compare (or fit, then compare; or explain one row)."""
+    check_flags(args)
     if args.explain:
         return explain(args.explain, args.json)
     rows = selected_rows(args.rows, args.no_pp)
     fitted = fit(rows) if args.fit else {}
-    with Progress("validate", len(rows), transient=True) as progress:
-        results = []
-        for row in rows:
-            results.append(validation.compare(row, fitted.get(row.gpu), calibration=calibration_path(args)))
-            progress.advance(row.id)
+    if args.predictions:
+        results = read_predictions(args.predictions, rows)
+    else:
+        with Progress("validate", len(rows), transient=True) as progress:
+            results = []
+            for row in rows:
+                results.append(validation.compare(row, fitted.get(row.gpu), calibration=calibration_path(args)))
+                progress.advance(row.id)
+    reports = report_data(results)
+    write(args, [_row_json(c) for c in results], reports)
     if args.json:
         print(json.dumps([_row_json(c) for c in results]))
         return 0
     _print_table(results)
+    print_reports(reports)
     for gpu, e in fitted.items():
         kernel = GEMM_KERNEL[gpu]["bf16"]
         print(f"fitted e_max[{gpu}] = {e:.4f}, sustained factor {e / kernel:.4f} (in use: e_max "
