@@ -101,7 +101,11 @@ class CsvSink(_Sink):
         lines = raw.decode("utf-8", errors="replace").split("\n")[:-1]
         if not lines:
             return
-        rows = list(csv.reader(lines))
+        try:
+            rows = list(csv.reader(lines))
+        except csv.Error as exc:  # a binary file: a NUL, a bare carriage return
+            raise InputError("--out", f"{self.path} exists and is not a sweep output (not CSV text: {exc}); move it "
+                                      "away or give another --out") from None
         header = rows[0]
         if "point" not in header:
             raise InputError("--out", f"{self.path} exists and is not a sweep output (no 'point' column)")
