@@ -45,6 +45,7 @@ def _files(root) -> dict:
     (root / "garbage.parquet").write_bytes(b"not parquet at all\n")
     (root / "journal.parquet.partial.jsonl").write_text('{"no point": 1}\n')
     (root / "old.json").write_text("old\n")
+    (root / "empty.npy").write_bytes(b"")
     (root / "nested.json").write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
     (root / "garbage.csv").write_bytes(b"point,a\r\x00\xff\xfe,\r\rb\n1,2\n")
     spaces = gzip.compress(b" " * (16 << 20))  # one gzip member, 16 KB; 70 of them unzip to 1.1 GiB
@@ -106,6 +107,8 @@ def _cases(f: dict) -> list[tuple[str, list[str], str]]:
         ("calibrate --scenario beside tables only", ["calibrate", CALIBRATION_TABLE, "--scenario", f["zero.toml"],
                                                      "--out", "/tmp/never.toml"], "--scenario"),
         ("sweep a binary --out CSV", ["sweep", BASE, *GRID, "--out", f["garbage.csv"]], "--out"),
+        ("routing --scores an empty .npy", ["routing", "--policy", "token_choice", "--scores", f["empty.npy"]],
+         "--scores"),
         ("validate --rows nothing", ["validate", "--rows", "[[["], "--rows"),
         ("study --out-dir in /proc", ["study", "batch-floor", "--quick", "--out-dir", "/proc/x"], "--out-dir"),
     ]
@@ -132,7 +135,12 @@ def world(tmp_path_factory):
     # a write that fails after the simulation (a full disk: here a 20 kB file-size limit)
     jobs.append({"name": "run --trace past a full disk", "args": ["run", BASE, "--trace", files["old.json"]],
                  "timeout": HANG_S, "file_bytes": 20_000})
-    return files, {n: k for n, _, k in cases}, _run_all(jobs)
+    for suffix in (".csv", ".parquet"):  # a sweep's rows appended past a full disk (the journal, for Parquet)
+        jobs.append({"name": f"sweep {suffix} past a full disk", "timeout": HANG_S, "file_bytes": 200,
+                     "args": ["sweep", BASE, *GRID, "--workers", "1", "--out", str(root / f"full{suffix}")]})
+    keys = {n: k for n, _, k in cases}
+    keys.update({"sweep .csv past a full disk": "--out", "sweep .parquet past a full disk": "--out"})
+    return files, keys, _run_all(jobs)
 
 
 def _assert_one_line(o: dict, key: str) -> None:
