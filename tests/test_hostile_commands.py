@@ -46,6 +46,7 @@ def _files(root) -> dict:
     (root / "journal.parquet.partial.jsonl").write_text('{"no point": 1}\n')
     (root / "old.json").write_text("old\n")
     (root / "empty.npy").write_bytes(b"")
+    (root / "empty.toml").write_text("# nothing\n")
     (root / "nested.json").write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
     (root / "garbage.csv").write_bytes(b"point,a\r\x00\xff\xfe,\r\rb\n1,2\n")
     spaces = gzip.compress(b" " * (16 << 20))  # one gzip member, 16 KB; 70 of them unzip to 1.1 GiB
@@ -109,6 +110,7 @@ def _cases(f: dict) -> list[tuple[str, list[str], str]]:
         ("sweep a binary --out CSV", ["sweep", BASE, *GRID, "--out", f["garbage.csv"]], "--out"),
         ("routing --scores an empty .npy", ["routing", "--policy", "token_choice", "--scores", f["empty.npy"]],
          "--scores"),
+        ("run --calibration an empty profile", ["run", BASE, "--calibration", f["empty.toml"]], "--calibration"),
         ("validate --rows nothing", ["validate", "--rows", "[[["], "--rows"),
         ("study --out-dir in /proc", ["study", "batch-floor", "--quick", "--out-dir", "/proc/x"], "--out-dir"),
     ]
