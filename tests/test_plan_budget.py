@@ -63,3 +63,12 @@ def test_a_search_past_the_budget_names_the_flag_that_drives_it():
     assert exc.value.key == "--global-batch-tokens" and "--force" in exc.value.reason
     w = budget.estimate(inputs.request_of(DENSE_8B, gpus=1024))
     assert w.seconds < budget.BUDGET_S and w.driver in ("--gpus", "--global-batch-tokens")
+
+
+def test_the_watchdog_stops_an_analytic_phase_past_its_limit():
+    from sim.errors import SimulationError
+    from sim.plan import search
+
+    req = inputs.request_of(DENSE_8B, gpus=16)
+    with pytest.raises(SimulationError, match="still simulating after 0 s of CPU"):
+        search(req, budget=0, quiet=True, watchdog_s=0.05)
