@@ -11,6 +11,7 @@ reads a scenario.
 Run: ``python -m pytest tests/test_hostile_commands.py``
 """
 
+import gzip
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from conftest import REPO, cli_env
 
 BASE = "scenarios/llama3-8b-fsdp-h100.toml"
 RL = "scenarios/rl-llama3-8b-h100.toml"
+CALIBRATION_TABLE = "examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt"
 MAX_CPU_S, MAX_RSS_MB, HANG_S = 30.0, 1024, 120.0
 GRID = ["--grid", "training.seq_len=2048,4096"]
 PLAN = ["--gpus", "8", "--topology", "dgx-h100", "--seq-len", "4096", "--global-batch-tokens", "1048576"]
@@ -43,6 +45,12 @@ def _files(root) -> dict:
     (root / "garbage.parquet").write_bytes(b"not parquet at all\n")
     (root / "journal.parquet.partial.jsonl").write_text('{"no point": 1}\n')
     (root / "old.json").write_text("old\n")
+    (root / "empty.npy").write_bytes(b"")
+    (root / "empty.toml").write_text("# nothing\n")
+    (root / "nested.json").write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (root / "garbage.csv").write_bytes(b"point,a\r\x00\xff\xfe,\r\rb\n1,2\n")
+    spaces = gzip.compress(b" " * (16 << 20))  # one gzip member, 16 KB; 70 of them unzip to 1.1 GiB
+    (root / "bomb.json.gz").write_bytes(gzip.compress(b"{") + spaces * 70)
     return {p.name: str(p) for p in root.iterdir()}
 
 
@@ -65,6 +73,14 @@ def _cases(f: dict) -> list[tuple[str, list[str], str]]:
         ("plan --seq-len 1e12", ["plan", "llama3-8b", *PLAN, "--seq-len", str(10**12)], "--seq-len"),
         ("plan --global-batch-tokens 1e27", ["plan", "llama3-8b", *PLAN, "--global-batch-tokens", str(10**27)],
          "--global-batch-tokens"),
+        ("plan 8 GPUs x 2^24 sequences", ["plan", "llama3-70b", *PLAN, "--seq-len", "8192",
+                                          "--global-batch-tokens", str(8192 * 2**24)], "--global-batch-tokens"),
+        ("plan MoE layouts on 967,680 GPUs", ["plan", "deepseek-v3", *PLAN, "--gpus", "967680",
+                                              "--global-batch-tokens", str(4096 * 967680)], "--gpus"),
+        ("plan --workers 1e12", ["plan", "llama3-8b", *PLAN, "--workers", str(10**12)], "--workers"),
+        ("sweep --workers 100,000", ["sweep", BASE, *GRID, "--out", "/tmp/never.csv", "--workers", "100000"],
+         "--workers"),
+        ("study --workers 99,999", ["study", "batch-floor", "--quick", "--workers", "99999"], "--workers"),
         ("plan --set jitter", ["plan", "llama3-8b", *PLAN, "--set", "jitter.sigma=0.1"], "--set"),
         ("plan --set stragglers", ["plan", "llama3-8b", *PLAN, "--set", "stragglers=[{ranks = [1], slowdown = 2.0}]"],
          "--set"),
@@ -84,6 +100,17 @@ def _cases(f: dict) -> list[tuple[str, list[str], str]]:
         ("numerics ranks x elements", ["numerics", "--ranks", "65536", "--elements", "4096"], "--elements"),
         ("numerics --plot in /proc", ["numerics", "--plot", "/proc/x.png"], "--plot"),
         ("routing --scores FIFO", ["routing", "--policy", "token_choice", "--scores", f["fifo.npy"]], "--scores"),
+        ("calibrate a 2 GB log", ["calibrate", f["big.toml"], "--out", "/tmp/never.toml"], "INPUT"),
+        ("calibrate a folder", ["calibrate", f["adir.toml"], "--out", "/tmp/never.toml"], "INPUT"),
+        ("calibrate a FIFO", ["calibrate", f["fifo.json"], "--out", "/tmp/never.toml"], "INPUT"),
+        ("calibrate a trace nested past the stack", ["calibrate", f["nested.json"], "--out", "/tmp/never.toml"],
+         "INPUT"),
+        ("calibrate --scenario beside tables only", ["calibrate", CALIBRATION_TABLE, "--scenario", f["zero.toml"],
+                                                     "--out", "/tmp/never.toml"], "--scenario"),
+        ("sweep a binary --out CSV", ["sweep", BASE, *GRID, "--out", f["garbage.csv"]], "--out"),
+        ("routing --scores an empty .npy", ["routing", "--policy", "token_choice", "--scores", f["empty.npy"]],
+         "--scores"),
+        ("run --calibration an empty profile", ["run", BASE, "--calibration", f["empty.toml"]], "--calibration"),
         ("validate --rows nothing", ["validate", "--rows", "[[["], "--rows"),
         ("study --out-dir in /proc", ["study", "batch-floor", "--quick", "--out-dir", "/proc/x"], "--out-dir"),
     ]
@@ -110,7 +137,12 @@ def world(tmp_path_factory):
     # a write that fails after the simulation (a full disk: here a 20 kB file-size limit)
     jobs.append({"name": "run --trace past a full disk", "args": ["run", BASE, "--trace", files["old.json"]],
                  "timeout": HANG_S, "file_bytes": 20_000})
-    return files, {n: k for n, _, k in cases}, _run_all(jobs)
+    for suffix in (".csv", ".parquet"):  # a sweep's rows appended past a full disk (the journal, for Parquet)
+        jobs.append({"name": f"sweep {suffix} past a full disk", "timeout": HANG_S, "file_bytes": 200,
+                     "args": ["sweep", BASE, *GRID, "--workers", "1", "--out", str(root / f"full{suffix}")]})
+    keys = {n: k for n, _, k in cases}
+    keys.update({"sweep .csv past a full disk": "--out", "sweep .parquet past a full disk": "--out"})
+    return files, keys, _run_all(jobs)
 
 
 def _assert_one_line(o: dict, key: str) -> None:
@@ -210,5 +242,8 @@ def test_generated_hostile_files_and_outputs_on_every_command(tmp_path):
             name = f"{cmd} {flag} {where}{suffix}"
             jobs.append({"name": name, "args": [*base[cmd], flag, where + suffix], "timeout": HANG_S})
             keys[name] = "--out" if flag == "-o" else flag
+    jobs.append({"name": "calibrate a gzip bomb", "args": ["calibrate", files["bomb.json.gz"], "--out",
+                                                           "/tmp/never.toml"], "timeout": HANG_S})
+    keys["calibrate a gzip bomb"] = "INPUT"
     got = _run_all(jobs)
     _assert_all_one_line(keys, got)

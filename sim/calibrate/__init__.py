@@ -15,6 +15,7 @@ Run ``clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_per
 from dataclasses import dataclass, replace
 import os
 from pathlib import Path
+import stat
 
 from ..errors import InputError
 from ..hardware import topology
@@ -43,14 +44,14 @@ def classify(paths: list[str], scenario_paths: list[str]) -> list[Input]:
     out, needing = [], []
     for p in paths:
         path = Path(p)
-        if not path.is_file():
-            raise InputError("INPUT", f"{p}: no such file")
-        head = path.read_bytes()[:4096]
+        head, size = _head(path)
         if head[:2] == b"\x1f\x8b" or kineto.looks_like(head.decode("utf-8", "replace")):
             out.append(Input(p, "trace", kineto.parse(path)))
             needing.append(len(out) - 1)
             continue
-        text = path.read_text(errors="replace")
+        if size > nccl.MAX_BYTES:
+            raise InputError("INPUT", f"{p}: {size:,} bytes, more than the {nccl.MAX_BYTES:,} a table or log may have")
+        text = _read(path).decode("utf-8", "replace")
         if nccl.looks_like(text):
             out += [Input(p, "nccl-tests", table) for table in nccl.parse_all(path, text)]
         else:
@@ -59,7 +60,30 @@ def classify(paths: list[str], scenario_paths: list[str]) -> list[Input]:
     return _with_scenarios(out, needing, scenario_paths)
 
 
+def _head(path: Path) -> tuple[bytes, int]:
+    """The first 4 KiB of an input and its size: a regular file (a FIFO would block, a link
+    to /dev/zero never end, a folder is no input), else InputError naming it."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise InputError("INPUT", f"{path}: {'no such file' if isinstance(exc, FileNotFoundError) else exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("INPUT", f"{path}: not a regular file (a folder, FIFO or device)")
+    return _read(path, 4096), info.st_size
+
+
+def _read(path: Path, limit: int = -1) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError as exc:
+        raise InputError("INPUT", f"{path}: cannot read ({exc})") from None
+
+
 def _with_scenarios(items: list[Input], needing: list[int], scenario_paths: list[str]) -> list[Input]:
+    if scenario_paths and not needing:  # (else it would be accepted and never read)
+        raise InputError("--scenario", "no training log or trace among the inputs to pair it with; nccl-tests "
+                                       "tables take --topology and --gpu")
     if len(scenario_paths) > 1 and len(scenario_paths) != len(needing):
         raise InputError("--scenario", f"{len(scenario_paths)} scenarios for {len(needing)} logs and traces: "
                                        "give one for all, or one per log/trace in their order")

@@ -30,6 +30,7 @@ _GEMM = re.compile(r"gemm|xmma|cutlass.*(tensorop|wgmma)|nvjet|cublas|matmul", r
 _ATTN = re.compile(r"flash|fmha|attention|sdpa|cudnn.*(fprop|bprop)", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
 HALF_TYPES = ("c10::BFloat16", "c10::Half")
+MAX_TRACE_BYTES = bounds.MAX_FILE_BYTES * 1024  # 1 GiB of JSON: one rank's Kineto trace of a few steps is 10-300 MB
 DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
                "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1}
 
@@ -66,21 +67,36 @@ def looks_like(text_head: str) -> bool:
     return text_head.lstrip().startswith("{")
 
 
+def _unzipped_size(path: Path, chunk: int = 16 << 20) -> int:
+    """Bytes a gzip file decompresses to, read in chunks (at most one past the limit)."""
+    size = 0
+    with gzip.open(path) as f:
+        while size <= MAX_TRACE_BYTES and (block := f.read(chunk)):
+            size += len(block)
+    return size
+
+
 def read_json(path: Path) -> dict:
     """A trace file's JSON (gzip allowed), InputError naming the file on malformed input."""
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError("INPUT", f"{path}:1: truncated gzip ({exc})") from None
-    if len(raw) > bounds.MAX_FILE_BYTES * 1024:
-        raise InputError("INPUT", f"{path}:1: {len(raw):,} bytes uncompressed is past the trace limit")
+    with open(path, "rb") as f:  # (a regular file: calibrate's classify checked it)
+        zipped = f.read(2) == b"\x1f\x8b"
+    try:  # a gzip is measured streaming first, so a gzip bomb is refused without filling memory
+        size = _unzipped_size(path) if zipped else path.stat().st_size
+        if size <= MAX_TRACE_BYTES:
+            with gzip.open(path) if zipped else open(path, "rb") as f:
+                raw = f.read()
+    except (OSError, EOFError) as exc:
+        raise InputError("INPUT", f"{path}:1: truncated gzip ({exc})") from None
+    if size > MAX_TRACE_BYTES:
+        raise InputError("INPUT", f"{path}:1: {size:,} bytes{' uncompressed' if zipped else ''}, past the "
+                                  f"{MAX_TRACE_BYTES:,} of a trace")
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         line = getattr(exc, "lineno", 1)
         raise InputError("INPUT", f"{path}:{line}: malformed JSON ({exc})") from None
+    except RecursionError:
+        raise InputError("INPUT", f"{path}:1: JSON nested too deeply to be a trace") from None
 
 
 def parse(path: str | Path) -> Trace:

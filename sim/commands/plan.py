@@ -41,6 +41,8 @@ def add_parser(sub) -> None:
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a simulation running longer (default: 60 or the budget if less); it keeps its estimate")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--force", action="store_true",
+                   help="search even past the work budget of enumerating and estimating (sim/plan/budget.py)")
     p.add_argument("--calibration", metavar="PROFILE.toml", help="a calibration profile (clustersim calibrate)")
     p.set_defaults(func=run)
 
@@ -52,6 +54,8 @@ def run(args) -> int:
     from ..plan.fit import HEADROOM
     from ..plan.report import print_text, summary, write_table
     from ..plan.driver import BUDGET_S, POINT_TIMEOUT_S
+    from ..plan import budget as plan_budget
+    from .. import work
 
     _check_numbers(args)
     if args.out is not None:
@@ -69,11 +73,13 @@ def run(args) -> int:
                                               "give --timeline best.png too")
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
                   args.precision, args.overrides, args.calibration)
+    watchdog_s = None if args.force else work.watchdog_seconds(plan_budget.check(req))  # (one line, before progress)
     budget = BUDGET_S if args.budget is None else args.budget
     timeout = args.point_timeout if args.point_timeout is not None else \
         (None if args.dask or not budget else min(budget, POINT_TIMEOUT_S))
     try:
-        plan = _search(args, req, budget, timeout, HEADROOM if args.headroom is None else args.headroom, search)
+        plan = _search(args, req, budget, timeout, HEADROOM if args.headroom is None else args.headroom, search,
+                       watchdog_s)
     except KeyboardInterrupt:
         print(f"plan interrupted: finished simulations are kept"
               f"{' beside ' + args.out + '; run the same command again to resume' if args.out else ''}",
@@ -90,22 +96,25 @@ def run(args) -> int:
     return 0
 
 
-def _search(args, req, budget, timeout, headroom, search):
+def _search(args, req, budget, timeout, headroom, search, watchdog_s):
     from ..outputs.paths import output_file
     from ..sweeps.sinks import exclusive
 
     if not args.out:
-        return search(req, args.top, budget, headroom, args.workers, args.dask, None, timeout, args.quiet)
+        return search(req, args.top, budget, headroom, args.workers, args.dask, None, timeout, args.quiet, watchdog_s)
     with exclusive(output_file(args.out, "--out", (".csv", ".parquet"))):
-        return search(req, args.top, budget, headroom, args.workers, args.dask, args.out, timeout, args.quiet)
+        return search(req, args.top, budget, headroom, args.workers, args.dask, args.out, timeout, args.quiet,
+                      watchdog_s)
 
 
 def _check_numbers(args) -> None:
+    from ..sweeps.pool import check_workers
+
+    check_workers(args.workers)
     for flag, value, ok, need in (
             ("--top", args.top, lambda v: v >= 1, "a positive integer"),
             ("--headroom", args.headroom, lambda v: 0 <= v < 1, "a share of HBM in [0, 1)"),
             ("--budget", args.budget, lambda v: 0 <= v < float("inf"), "seconds >= 0"),
-            ("--workers", args.workers, lambda v: v >= 1, "a positive integer"),
             ("--point-timeout", args.point_timeout, lambda v: 0 < v < float("inf"), "seconds > 0")):
         if value is not None and not ok(value):
             raise InputError(flag, f"expected {need}, got {value!r}")

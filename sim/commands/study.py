@@ -56,8 +56,9 @@ def run(args) -> int:
     """Run the study and print what it found."""
     from ..studies.base import run_study
 
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", f"expected a positive integer, got {args.workers}")
+    from ..sweeps.pool import check_workers
+
+    check_workers(args.workers)
     module = get(args.name)
     report = run_study(args.name, module, Path(args.out_dir), args.quick, args.workers, args.dask, args.quiet)
     print(f"# {report.title}{' (quick)' if args.quick else ''}\n")

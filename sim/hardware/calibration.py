@@ -83,6 +83,9 @@ def load(path: str | Path, key: str = "cluster.calibration") -> Calibration:
         data = tomllib.loads(bounds.read_text(path, key))
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InputError(key, f"{path}: malformed TOML ({exc or 'nested too deeply'})") from None
+    if not data:  # (else accepted, and calibrating nothing)
+        raise InputError(key, f"{path}: empty; a profile holds the tables {', '.join(SECTIONS)} (write one with "
+                              "`clustersim calibrate`)")
     return from_dict(data, str(path), key)
 
 

@@ -98,7 +98,7 @@ def _scores(args) -> np.ndarray:
         _check_file(args.scores)
         try:
             scores = np.load(args.scores, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:  # (EOFError: an empty or truncated file)
             raise InputError("--scores", f"cannot read {args.scores!r} as a .npy array: {exc}") from None
         if scores.dtype.kind not in "iuf":  # a structured, string, complex or bool array is no score
             raise InputError("--scores", f"expected real numbers, got an array of dtype {scores.dtype}")

@@ -70,20 +70,25 @@ class Plan:
 
 
 def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.HEADROOM, workers=None,
-           dask=None, out=None, point_timeout: float | None = POINT_TIMEOUT_S, quiet: bool = False) -> Plan:
-    """Plan the layout of ``req`` (:class:`~.inputs.Request`): see the module docstring."""
+           dask=None, out=None, point_timeout: float | None = POINT_TIMEOUT_S, quiet: bool = False,
+           watchdog_s: float | None = None) -> Plan:
+    """Plan the layout of ``req`` (:class:`~.inputs.Request`): see the module docstring.
+    ``watchdog_s``: CPU seconds the analytic phase may take (:func:`sim.work.watchdog`; the
+    command passes 20x :mod:`.budget`'s estimate), None for no limit."""
     clock, seconds = time.perf_counter(), {}
     stages = Stages(req.scenario)
-    with status("plan: enumerating layouts and checking the rules and memory", quiet):
-        candidates, rejected, evaluated = _valid(req, stages, headroom)
-    seconds["rules"] = _lap(clock)
-    if evaluated.empty:
-        raise InputError("--gpus", f"no layout of {len(candidates):,} fits {req.gpus} x {req.gpu}: "
-                                   + ", ".join(f"{k} {v:,}" for k, v in rejected.items()))
-    _say(quiet, f"plan: {len(candidates):,} layouts, {sum(rejected.values()):,} rejected "
-                f"({', '.join(f'{k} {v:,}' for k, v in rejected.items())}); estimating {len(evaluated):,}")
-    with status(f"plan: estimating {len(evaluated):,} layouts", quiet):
-        ranked = pd.concat([evaluated, Estimator(req.scenario, stages, req.spec, req.gpu).frame(evaluated)], axis=1)
+    with work.watchdog(f"plan of {req.scenario.name}", watchdog_s):
+        with status("plan: enumerating layouts and checking the rules and memory", quiet):
+            candidates, rejected, evaluated = _valid(req, stages, headroom)
+        seconds["rules"] = _lap(clock)
+        if evaluated.empty:
+            raise InputError("--gpus", f"no layout of {len(candidates):,} fits {req.gpus} x {req.gpu}: "
+                                       + ", ".join(f"{k} {v:,}" for k, v in rejected.items()))
+        _say(quiet, f"plan: {len(candidates):,} layouts, {sum(rejected.values()):,} rejected "
+                    f"({', '.join(f'{k} {v:,}' for k, v in rejected.items())}); estimating {len(evaluated):,}")
+        with status(f"plan: estimating {len(evaluated):,} layouts", quiet):
+            ranked = pd.concat([evaluated, Estimator(req.scenario, stages, req.spec, req.gpu).frame(evaluated)],
+                               axis=1)
     ranked = ranked.iloc[np.lexsort((ranked.index.to_numpy(), ranked["estimate_s"].to_numpy()))]
     ranked = ranked.reset_index(drop=True)
     seconds["estimate"] = round(_lap(clock) - seconds["rules"], 3)

@@ -63,17 +63,19 @@ def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
     """Per candidate: (bytes per layer and micro-batch, a layer's full activations during its
     recompute (0 unless full recompute), fp32 logits of the last stage, what a chunk waiting
     for its W holds relative to its activations: ``memory.w_share``)."""
-    t, d = scenario.training, stages.dims
+    return lookup(c, ["tp", "cp", "micro_batch", "recompute"],
+                  lambda tp, cp, mb, rec: layer_activations(stages.dims, scenario.training, tp, cp, mb, rec))
+
+
+def layer_activations(d, t, tp: int, cp: int, mb: int, rec: str) -> tuple[float, float, float, float]:
+    """:func:`_activations` of one (tp, cp, micro_batch, recompute) of model dims ``d`` and
+    training section ``t`` (the last, ``w_share``, also keys the schedule replays :mod:`.budget` counts)."""
     fp8 = quantized(t.precision)
-
-    def one(tp, cp, mb, rec):
-        tokens = mb * t.seq_len // cp
-        layer = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, rec, t.flash_attention, fp8)
-        whole = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, "none", t.flash_attention, fp8) \
-            if rec == "full" else 0.0
-        return layer, whole, 4 * tokens * d.v / tp, w_share(d, tokens, tp, tp > 1, layer)
-
-    return lookup(c, ["tp", "cp", "micro_batch", "recompute"], one)
+    tokens = mb * t.seq_len // cp
+    layer = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, rec, t.flash_attention, fp8)
+    whole = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, "none", t.flash_attention, fp8) \
+        if rec == "full" else 0.0
+    return layer, whole, 4 * tokens * d.v / tp, w_share(d, tokens, tp, tp > 1, layer)
 
 
 def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from ..input.scenario import Scenario
 from ..outputs.paths import output_file
 from ..outputs.progress import Progress
 from ..version import __version__
-from .pool import RETRIED_ERRORS, TIMEOUT_PREFIX, LocalPool, one_line, run_dask, run_in_process
+from .pool import RETRIED_ERRORS, TIMEOUT_PREFIX, LocalPool, check_workers, one_line, run_dask, run_in_process
 from .sinks import exclusive, open_sink
 
 # The summary keys of CONTRACT.md, flattened; a key a newer summary adds is appended.
@@ -225,8 +225,7 @@ def _points(grid, fixed: dict) -> tuple[dict, list[str]]:
 
 
 def _check_limits(workers, point_timeout, dask) -> None:
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InputError("--workers", f"expected a positive integer, got {workers!r}")
+    check_workers(workers)
     if point_timeout is None:
         return
     if isinstance(point_timeout, bool) or not isinstance(point_timeout, (int, float)) or not point_timeout > 0 \

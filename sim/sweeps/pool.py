@@ -34,6 +34,33 @@ DIED_PREFIX = "worker died:"
 RETRIED_ERRORS = (TIMEOUT_PREFIX, DIED_PREFIX)  # errors of the run, not of the point: recomputed on resume
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PARENT_POLL_S = 1.0  # the backstop's period
+# --workers: at most OVERSUBSCRIBE x the CPUs (a point is CPU-bound, one core each: more workers
+# only share the cores and add memory) and no more than the memory holds at WORKER_BYTES each (a
+# forked interpreter with the package loaded, sim.work.BASE_BYTES, 124 MiB measured, plus a point).
+OVERSUBSCRIBE = 4
+WORKER_BYTES = 256 * 2**20
+
+
+def max_workers() -> int:
+    """The most worker processes :func:`check_workers` accepts on this machine."""
+    cpus = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf: the CPU bound alone
+        memory = None
+    return max(1, min(OVERSUBSCRIBE * cpus, memory // WORKER_BYTES if memory else OVERSUBSCRIBE * cpus))
+
+
+def check_workers(workers, key: str = "--workers") -> None:
+    """InputError unless ``workers`` is None (the default) or 1 .. :func:`max_workers`."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(key, f"expected a positive integer, got {workers!r}")
+    if workers > max_workers():
+        raise InputError(key, f"{workers:,} worker processes asked, at most {max_workers():,} here: "
+                              f"{OVERSUBSCRIBE}x the {os.cpu_count() or 1} CPUs (a point is CPU-bound; more only "
+                              f"share the cores), each a forked interpreter of ~{WORKER_BYTES / 2**20:.0f} MiB")
 
 
 # ---------------------------------------------------------------- one point

@@ -38,6 +38,18 @@ def _fsync_write(path: Path, data: bytes) -> None:
     write_bytes(path, data, "--out")
 
 
+def _append(path: Path, text: str) -> None:
+    """Append one row, fsynced (a row is durable once the sweep counts it); a failed write
+    (a full disk, a quota) exits 2 naming --out and the path, the rows before it kept."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise InputError("--out", f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 MAX_RESUME_BYTES = 1 << 30  # a resumed output or journal: 100,000 points (the grid's cap) x ~2 KB a row is 200 MB
 
 
@@ -101,7 +113,11 @@ class CsvSink(_Sink):
         lines = raw.decode("utf-8", errors="replace").split("\n")[:-1]
         if not lines:
             return
-        rows = list(csv.reader(lines))
+        try:
+            rows = list(csv.reader(lines))
+        except csv.Error as exc:  # a binary file: a NUL, a bare carriage return
+            raise InputError("--out", f"{self.path} exists and is not a sweep output (not CSV text: {exc}); move it "
+                                      "away or give another --out") from None
         header = rows[0]
         if "point" not in header:
             raise InputError("--out", f"{self.path} exists and is not a sweep output (no 'point' column)")
@@ -127,10 +143,7 @@ class CsvSink(_Sink):
             self._rewrite()
             return
         self.rows[row["point"]] = row
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(self._line(row))
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.path, self._line(row))
 
     def finish(self, order: list[str]) -> None:
         super().finish(order)
@@ -190,10 +203,7 @@ class ParquetSink(_Sink):
 
     def add(self, row: dict) -> None:
         super().add(row)
-        with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.journal, json.dumps(row) + "\n")
         if time.monotonic() - self._written > 1.0:
             self._write_parquet()
 

@@ -1,0 +1,103 @@
+"""The work of a planner search's analytic phase, counted before anything is enumerated
+(``clustersim plan``; the full simulations it picks have their own budget, ``--budget``).
+
+Two things drive it, both counted from the meshes of the space (:func:`.space.meshes`:
+a few thousand tuples at most, since tp, pp and cp take divisors of the GPU count up to
+the NVLink domain, the layers and 16) without building the candidate table:
+
+- the candidate layouts: each is enumerated, checked by the rules and the memory rule and
+  estimated (a row of every table of :mod:`.driver`);
+- the schedule replays of the memory rule: a zero-bubble or DualPipe schedule's peak
+  in-flight activations are found by replaying its steps on every stage
+  (``pp_zero_bubble.held_peak``), once per (schedule, pp, micro-batches, layer shape), so
+  the work grows as pp x micro-batches per pipeline: with the batch, not the layouts.
+
+Measured with ``search(request(...), budget=0)`` on the 2-core VM (CPU seconds of the
+search, peak RSS; estimate in brackets): llama3-70b on 1,024 GPUs, 8,388,608 tokens (59,184
+layouts, 1.7 M replayed steps) 6.3 s, 211 MB [18 s, 0.2 GiB]; on 8 GPUs, 65,536 sequences
+(7,560 layouts, 15 M steps) ~40 s, 1.3 GB [76 s, 1.4 GiB]; on 720,720 GPUs, 2,882,880
+sequences (401,724 layouts, 23 M steps) ~130 s, 2.3 GB [180 s, 1.3 GiB]; deepseek-v3
+on 2,048 GPUs (1,127,412 layouts) 180 s, 0.9 GB [200 s, 3.5 GiB]. A replayed step took
+2-7 us (``held_peak`` over 3 M steps: 21 s, 1.2 GB: ~400 B a cached step).
+:func:`check` refuses a search past :data:`sim.work.BUDGET_S` / :data:`sim.work.BUDGET_BYTES`
+in one line naming the flag that drives the cost (``--force`` runs it).
+
+Run ``python -c "from sim.plan import request; from sim.plan.budget import estimate;
+print(estimate(request('llama3-70b', 1024, 'dgx-h100', None, 8192, 8388608)).describe())"``.
+"""
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..model.transformer import dims
+from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S
+from .fit import layer_activations
+from .space import MICRO_BATCHES, RECOMPUTE, Space, knobs, meshes
+
+LAYOUT_S, LAYOUT_BYTES = 160e-6, 3e3  # per candidate layout: enumerated, ruled, fitted, estimated
+STEP_S, STEP_BYTES = 5e-6, 400.0  # per schedule step replayed by the memory rule; bytes per step of a cached replay
+STEPS_PER_MICRO = {"zb-h1": 3, "dualpipe": 2, "dualpipev": 4}  # a stage's steps per micro-batch (F, B, W each)
+CACHED = 256  # replays kept at once (pp_zero_bubble.steps' lru_cache)
+
+@dataclass(frozen=True)
+class PlanWork:
+    """The analytic phase's estimate: CPU seconds, peak bytes, the flag behind the larger share."""
+
+    layouts: int
+    replay_steps: int
+    seconds: float
+    bytes: float
+    driver: str
+
+    def describe(self) -> str:
+        return (f"~{self.seconds:,.0f} s of CPU and {self.bytes / 2**30:,.1f} GiB ({self.layouts:,} layouts, "
+                f"{self.replay_steps:,} pipeline-schedule steps replayed by the memory rule)")
+
+
+def estimate(req) -> PlanWork:
+    """The work of enumerating, ruling, fitting and estimating every layout of ``req``
+    (:class:`.inputs.Request`), counted over the meshes of its space."""
+    layouts, keys = count(req)
+    stage = [STEPS_PER_MICRO[sched] * micro + 2 * pp for sched, pp, micro, _ in keys]  # one stage's steps
+    steps = sum(key[1] * n for key, n in zip(keys, stage))
+    held = sum(sorted(stage)[-CACHED:]) * STEP_BYTES
+    parts = {"--gpus": (layouts * LAYOUT_S, layouts * LAYOUT_BYTES),
+             "--global-batch-tokens": (steps * STEP_S, held)}
+    share = {k: sec / BUDGET_S + b / BUDGET_BYTES for k, (sec, b) in parts.items()}
+    return PlanWork(layouts, steps, sum(sec for sec, _ in parts.values()),
+                    BASE_BYTES + sum(b for _, b in parts.values()), max(share, key=share.get))
+
+
+def count(req) -> tuple[int, list[tuple]]:
+    """(candidate layouts, the replays the memory rule will make: (schedule, pp, micro-batches,
+    ``w_share``), keyed as ``Stages.in_flight`` keys them; those of layouts the rules on
+    heads, batch, CP and DualPipe reject are left out, the rest counted)."""
+    s = req.scenario
+    d, t = dims(s.model), s.training
+    heads, kv, batch = s.model.heads, s.model.kv_heads or s.model.heads, t.global_batch
+    space = Space(req.gpus, req.spec.gpus_per_domain, d.layers, t.seq_len, d.experts)  # as the driver's
+    layouts, keys, share_of = 0, set(), {}
+    for tp, pp, dp, cp, ep, _etp, _v, schedule in meshes(space):
+        layouts += len(knobs(tp > 1, ep > 1))
+        if schedule not in STEPS_PER_MICRO or heads % tp or kv % tp or t.seq_len % cp:
+            continue
+        for mb in MICRO_BATCHES:
+            micro = batch // (dp * mb)
+            if batch % (dp * mb) or micro < 1 or (schedule.startswith("dualpipe") and (
+                    micro < 2 * pp or (schedule == "dualpipe" and micro % 2))):
+                continue
+            for rec in RECOMPUTE:  # w_share: what a chunk keeps until its W, by (tp, cp, mb, recompute)
+                if (tp, cp, mb, rec) not in share_of:
+                    share_of[tp, cp, mb, rec] = layer_activations(d, t, tp, cp, mb, rec)[3]
+                keys.add((schedule, pp, micro, share_of[tp, cp, mb, rec]))
+    return layouts, sorted(keys)
+
+
+def check(req) -> PlanWork:
+    """The estimate, or InputError naming the flag that drives the cost past the budget."""
+    w = estimate(req)
+    if w.seconds > BUDGET_S or w.bytes > BUDGET_BYTES:
+        raise InputError(w.driver, f"the search would need {w.describe()} before any simulation, past this "
+                                   f"machine's budget of {BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB; "
+                                   "--force runs it anyway")
+    return w
