@@ -3,7 +3,7 @@
 ``clustersim run SCENARIO --timeline out.png``, ``clustersim plot SCENARIO -o out.png``,
 or :func:`plot_timeline` / :func:`plot_panels` from Python.
 
-Rows: for every shown rank, its compute stream, then one row per kind of communication
+Rows: for every shown rank, its compute stream, its host (the passes it issued, olive), then one row per kind of communication
 (tp, cp, ep, pp, dp); streams of one kind share a row unless they run at the same time
 (FSDP's all-gathers and reduce-scatters), then each gets its own. Compute is light blue
 forward, dark blue backward (paler shades: an interleaved rank's second model chunk),
@@ -23,14 +23,15 @@ import pandas as pd
 
 from ..engine.kinds import Phase
 from ..errors import InputError
+from .host import spans as host_spans
 from .metrics import length, subtract, union
 
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
           "forward2": "#C4D6EF", "backward2": "#5E80B8",  # a rank's second model chunk (interleaved)
           "tp": "#DD8452", "cp": "#8C8C3C", "dp": "#55A868", "pp": "#8172B3", "ep": "#937860",
-          "idle": "#BBBBBB", "exposed": "#D62728",
+          "idle": "#BBBBBB", "exposed": "#D62728", "host": "#BCBD22",
           "tail": "#E8A33D", "weights": "#17BECF"}  # RL (clustersim rl): underfull batches, weight sync
-KIND_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "tail", "weights", "idle")
+KIND_ORDER = ("compute", "host", "tp", "cp", "ep", "pp", "dp", "tail", "weights", "idle")
 MAX_ROWS = 24  # beyond this, fewer ranks are shown
 LANE_OVERLAP = (0.10, 0.005)  # streams of one kind get their own rows when they overlap by more
                               # than this share of the shorter one's busy time and of the step
@@ -42,7 +43,7 @@ def exposed_comm(spans, rank: int) -> np.ndarray:
     """Intervals where ``rank`` communicates and computes nothing."""
     mine = spans[spans["rank"] == rank]
     comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
-    comm = union(mine.loc[~mine.category.isin(["compute", "idle"]), ["start_s", "end_s"]].to_numpy())
+    comm = union(mine.loc[~mine.category.isin(["compute", "idle", "host"]), ["start_s", "end_s"]].to_numpy())
     return subtract(comm, comp)
 
 
@@ -51,6 +52,16 @@ def idle_compute(spans, rank: int, end: float) -> np.ndarray:
     mine = spans[(spans["rank"] == rank) & (spans.category == "compute")]
     comp = union(mine[["start_s", "end_s"]].to_numpy())
     return subtract(np.array([[0.0, end]]), comp)
+
+
+def with_host(result) -> pd.DataFrame:
+    """The spans with each simulated rank's host spans (category ``host``, drawn on a host
+    row under its compute row: sim/outputs/host.py)."""
+    programs = result.facts.programs if result.facts is not None else None
+    if not programs:
+        return result.spans
+    extra = host_spans(programs)
+    return pd.concat([result.spans, extra], ignore_index=True) if len(extra) else result.spans
 
 
 def _rank_label(result, rank: int) -> str:
@@ -123,7 +134,7 @@ def _rank_rows(result, r: int, mine, step: float) -> tuple[list, dict, dict]:
 
 def _layout_rows(result, ranks, frames=None) -> tuple[list[tuple], dict, dict]:
     """Rows top to bottom as (rank, kind, lane), their labels, and (rank, stream) -> row."""
-    sp = result.spans
+    sp = with_host(result)
     step = float(sp.end_s.max()) if len(sp) else 0.0
     frames = frames if frames is not None else _per_rank(sp, ranks)
     rows, labels, row_of = [], {}, {}
@@ -145,7 +156,7 @@ def _fit_ranks(result, ranks) -> list[int]:
     from .rank_selection import flagged_ranks
 
     ranks = list(ranks)
-    frames = _per_rank(result.spans, ranks)
+    frames = _per_rank(with_host(result), ranks)
     step = float(result.spans.end_s.max()) if len(result.spans) else 0.0
     n_rows = {r: len(_rank_rows(result, r, frames[r], step)[0]) for r in ranks}
     flagged = flagged_ranks(result)
@@ -265,7 +276,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     :func:`add_legend`: ``ranks`` shown, comm ``kinds``, ``chunked`` (interleaved model
     chunks) and the kinds of ``pale`` (waiting) bars."""
     ranks = _fit_ranks(result, _shown_ranks(result, ranks))
-    sp = result.spans
+    sp = with_host(result)
     end = float(sp.end_s.max()) if len(sp) else 0.0
     lo, hi = (0.0, end) if window is None else window
     if hi <= lo:
