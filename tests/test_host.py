@@ -138,3 +138,14 @@ def test_bad_values_exit_2_naming_the_key(key):
     out = run_cli(["run", str(REPO / "scenarios/llama3-8b-fsdp-h100.toml"), "--set", f"{key}=3"])
     assert out.code == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert key in out.stderr and "Traceback" not in out.stderr
+
+
+def test_compile_saves_the_same_launches_on_host_and_gpu():
+    """torch.compile on the probe: every launch fused away saves exactly KERNEL_ISSUE_S of
+    host time and LAUNCH_S of GPU time; the optimizer (not compiled) is unchanged."""
+    eager, compiled = _program(_probe()), _program(_probe(compile=True))
+    saved = (sum(op.issue for op in eager.ops) - sum(op.issue for op in compiled.ops)) / host.KERNEL_ISSUE_S
+    assert saved > 10 and saved == pytest.approx(round(saved), abs=1e-6)
+    gpu = sum(op.duration for op in eager.ops) - sum(op.duration for op in compiled.ops)
+    assert gpu == pytest.approx(round(saved) * LAUNCH_S, rel=1e-6)
+    assert eager.ops[-1].name == "optimizer" and eager.ops[-1] == compiled.ops[-1]
