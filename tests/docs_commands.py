@@ -88,6 +88,7 @@ SLOW = (
     "clustersim plan llama3.1-70b",
     "clustersim campaign scenarios/llama3-405b-16k-h100.toml",
     "python -m sim.rl.validation",
+    "python -m sim.rl.exports",
 )
 
 # Parts of an output that differ from run to run (wall-clock time): masked before comparing.

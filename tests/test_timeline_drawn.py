@@ -7,11 +7,12 @@ loop's two pools (training steps as forward then backward, engines while they ge
 The drawing is read through its artists: ``broken_barh`` collections (a colour of
 :data:`sim.outputs.timeline.COLORS`, or the hatched idle bars), the micro-batch numbers written
 inside compute blocks, and the row labels. Nothing here parses op names, so the tests hold
-however the timeline derives a span's phase. Widths are compared within :func:`slack`: a
-bar is drawn at least a pixel wide and gaps under a pixel are closed, so the drawing is never
-narrower than the spans and wider by at most a pixel per bar and per sub-pixel span or gap;
-where widths are compared, the plot is drawn as if :data:`FINE` pixels wide to make that
-bound tight (the exposed strip is checked at the PNG's own width).
+however the timeline derives a span's phase. A bar's drawn time is its width times the
+share of its row's band it fills (spans narrower than a pixel fill their pixel column to
+their busy share, :mod:`sim.outputs.timeline_paint`), so drawn time equals the spans' covered
+time; :func:`slack` keeps the older one-pixel-per-bar bound as an upper limit, and where
+widths are compared the plot is also drawn as if :data:`FINE` pixels wide (the exposed strip
+is checked at the PNG's own width).
 
 Run: ``python -m pytest tests/test_timeline_drawn.py``
 """
@@ -48,6 +49,10 @@ class Bar:
     kind: str  # a COLORS key, "idle" (hatched) or "pale" (a collective waiting for peers)
     x0: float
     x1: float
+    fill: float = 1.0  # share of the row's band filled: a pixel column drawn as busy as it was
+
+
+UNITS = {"time (us)": 1e6, "time (ms)": 1e3, "time (s)": 1.0}  # the x-axis label -> per second
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class Drawn:
         return sorted((b for b in self.bars if b.row == row and b.kind in kinds), key=lambda b: b.x0)
 
     def width(self, row: str, *kinds: str) -> float:
-        return sum(b.x1 - b.x0 for b in self.of(row, *kinds))
+        """Area drawn: width times the share of the band filled (time, in seconds)."""
+        return sum((b.x1 - b.x0) * b.fill for b in self.of(row, *kinds))
 
     def blocks(self, row: str) -> list[tuple[str, int]]:
         """(colour, micro-batch) of every numbered compute block of ``row``, left to right."""
@@ -88,19 +94,23 @@ def _kind(collection, names: dict) -> str:
     return "pale" if rgba[3] < 1 else names[rgba]
 
 
-def read(ax, window: float, px_width: int) -> Drawn:
-    """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in ms)."""
+def read(ax, window: float, px_width: int, kinds=()) -> Drawn:
+    """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in the unit
+    its label names); ``kinds``: row kinds outside COLORS drawn in :func:`timeline.color_of`."""
     names = {tuple(np.round(to_rgba(c), 6)): k for k, c in COLORS.items()}
+    names.update({tuple(np.round(to_rgba(timeline.color_of(k)), 6)): k for k in kinds})
     rows = {round(y - 0.5): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    per_s = UNITS[ax.get_xlabel()]
     bars = []
     for coll in ax.collections:
         if isinstance(coll, LineCollection):
             continue  # the white separators between blocks
         kind = _kind(coll, names)
+        band = timeline.STRIP[1] if kind == "exposed" else 0.8  # rows are one unit tall, bars inset from y + 0.1
         for path in coll.get_paths():
-            e = path.get_extents()  # rows are one unit tall, bars inset from y + 0.1
-            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / 1e3, e.x1 / 1e3))
-    labels = [(rows[int(np.floor(t.get_position()[1]))], t.get_position()[0] / 1e3, int(t.get_text()))
+            e = path.get_extents()
+            bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / per_s, e.x1 / per_s, (e.y1 - e.y0) / band))
+    labels = [(rows[int(np.floor(t.get_position()[1]))], t.get_position()[0] / per_s, int(t.get_text()))
               for t in ax.texts]
     return Drawn(bars, labels, window / px_width)
 

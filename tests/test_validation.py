@@ -100,6 +100,34 @@ def test_cli_explain_accounts_for_the_whole_step():
     whole = parts["compute"] + parts["exposed_comm"] + parts["idle"]
     assert whole == pytest.approx(out["predicted_step_s"], rel=1e-9)
     assert parts["exposed_comm"] <= sum(parts[f"exposed_{a}"] for a in ("dp", "tp", "pp", "ep", "cp")) + 1e-12
+    assert sum(out["exposed_shares_s"].values()) == pytest.approx(parts["exposed_comm"], rel=1e-9)  # shares add up
+
+
+def test_breakdown_subtotals_add_up():
+    """``validate --explain``'s text: compute, exposed communication and idle add up to the
+    step, and the indented lines under each add up to it (exposed axes share the moments
+    they are both exposed), on a closed-form breakdown where dp and tp overlap."""
+    import re
+
+    from sim.commands.validate import breakdown_lines
+
+    parts = {"compute_forward": 0.3, "compute_backward": 0.5, "compute_recompute": 0.0, "compute_optimizer": 0.1,
+             "compute": 0.9, "exposed_dp": 0.06, "exposed_tp": 0.05, "exposed_comm": 0.08, "idle": 0.02}
+    shares = {"dp": 0.045, "tp": 0.035}  # 0.03 of both in flight, shared
+    lines = breakdown_lines(3, parts, shares, 1.0)[1:]
+    values = [(len(ln) - len(ln.lstrip()), float(re.search(r"([\d.]+) s", ln).group(1))) for ln in lines]
+    top = [v for indent, v in values[:-1] if indent == 4]
+    assert sum(top) == pytest.approx(values[-1][1]) == pytest.approx(1.0)
+    groups, current = [], None
+    for indent, v in values[:-1]:
+        if indent == 4:
+            current = [v, 0.0, 0]
+            groups.append(current)
+        else:
+            current[1] += v
+            current[2] += 1
+    assert [(round(total, 9), n) for total, _, n in groups] == [(0.9, 3), (0.08, 2), (0.02, 0)]
+    assert all(sub == pytest.approx(total) for total, sub, n in groups if n)
 
 
 def test_cli_explain_unknown_row_is_exit_2():

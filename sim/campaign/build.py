@@ -40,7 +40,7 @@ REPAIR_S = 48 * 3600.0  # seconds a failed node is away when spares are finite (
 class Options:
     """A user's campaign settings, in SI units (``interval_s`` None: Young/Daly)."""
 
-    tokens: float
+    tokens: float | None  # tokens to train; None with ``days``
     failures: FailureTable | None = None
     interval_s: float | None = None
     mode: str = "sync"
@@ -49,6 +49,7 @@ class Options:
     restart_s: float = RESTART_S
     spares: int | None = None
     repair_s: float = REPAIR_S
+    days: float | None = None  # ``--days``: train this long (wall time) instead of a token count
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,13 @@ def build(s: Scenario, step_s: float, opts: Options) -> tuple[Campaign, Facts]:
     interval = interval_steps(opts.interval_s if opts.interval_s is not None else young, step_s, cost,
                               auto=opts.interval_s is None)
     tokens_per_step = s.training.global_batch * s.training.seq_len
-    steps = max(1, math.ceil(opts.tokens / tokens_per_step))
+    deadline = None if opts.days is None else opts.days * 86400.0
+    if deadline is None:
+        steps = max(1, math.ceil(opts.tokens / tokens_per_step))
+    else:  # one step more than fits without failures: every trial is still training at the deadline
+        steps = math.floor(deadline / step_s) + 2
     campaign = Campaign(step_s, steps, min(interval, steps), cost, rates, table.kinds, opts.detect_s, opts.restart_s,
-                        opts.spares, opts.repair_s)
+                        opts.spares, opts.repair_s, deadline)
     return campaign, Facts(fleet, per_node, tokens_per_step, ckpt, mtbf, young, daly_interval(cost.stall_s, mtbf))
 
 

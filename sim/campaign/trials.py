@@ -46,6 +46,7 @@ class Campaign:
     restart_s: float  # reschedule, launch, initialise (excludes the checkpoint load)
     spares: int | None = None  # spare nodes; None: a healthy node is always at hand
     repair_s: float = 0.0  # how long a failed node is away (only with a finite pool)
+    deadline_s: float | None = None  # ``--days``: every trial stops here (``steps`` is then past reach)
 
     @property
     def cycle_s(self) -> float:
@@ -76,6 +77,7 @@ class Outcome:
     waits: np.ndarray  # hardware failures that found no spare node
     during_restart: np.ndarray  # failures that struck while the job was down
     history: list = field(default_factory=list)  # (start, end, from_step, reached, kept, cause or -1)
+    steps_done: np.ndarray | None = None  # with a deadline: steps each trial trained by then
 
 
 class _State:
@@ -127,8 +129,30 @@ def run(c: Campaign, trials: int, seed: int, record: bool = False, draws=None) -
         if rounds > limit:
             raise _never_finishes(c, st)
         gaps, classes = draws(rng, trials)
+        if c.deadline_s is not None:
+            _stop_at_deadline(c, st, st.t + gaps)
         _round(c, st, gaps, classes, record)
+    if c.deadline_s is not None:
+        st.out.steps_done = st.done_steps.copy()
     return st.out
+
+
+def _stop_at_deadline(c: Campaign, st: _State, tf: np.ndarray) -> None:
+    """Trials whose next failure comes after the deadline stop at it (``--days``), keeping
+    every step finished by then (the run ends as a planned stop does: it saves first); a
+    trial down at the deadline keeps its last checkpoint. (``steps`` is set past what the
+    deadline allows, so no trial finishes before it.)"""
+    end = c.deadline_s
+    idx = np.flatnonzero(~st.finished & (tf >= end))
+    if not len(idx):
+        return
+    running = st.up_at[idx] < end
+    ran = np.where(running, end - st.up_at[idx], 0.0)
+    kept = progress(c, ran, planned=np.ones(len(idx), dtype=bool))[0]
+    st.done_steps[idx] = np.minimum(st.done_steps[idx] + np.where(running, kept, 0), c.steps)
+    st.out.down_s[idx] += np.minimum(st.up_at[idx], end) - st.t[idx]
+    st.out.wall_s[idx] = end
+    st.finished[idx] = True
 
 
 def default_draws(c: Campaign):
@@ -148,6 +172,8 @@ def default_draws(c: Campaign):
 def _round(c: Campaign, st: _State, gaps: np.ndarray, classes: np.ndarray, record: bool) -> None:
     """Every unfinished trial advances to its next failure or to the end."""
     active = ~st.finished
+    if not active.any():
+        return
     tf = st.t + gaps
     down = active & (tf < st.up_at)
     up = active & ~down

@@ -1,4 +1,4 @@
-"""``clustersim campaign SCENARIO --tokens T [options] [--json]``: a whole training run with
+"""``clustersim campaign SCENARIO (--tokens T | --days D) [options] [--json]``: a whole training run with
 failures, checkpoints and restarts (CONTRACT.md), over seeded trials.
 
 Example: ``clustersim campaign scenarios/llama3-405b-16k-h100.toml --tokens 15e12
@@ -17,7 +17,9 @@ def add_parser(sub) -> None:
     """Register the subcommand."""
     p = sub.add_parser("campaign", help="days, cost and goodput of a whole training run with failures")
     p.add_argument("scenario", help="scenario TOML file, or the name of a bundled example")
-    p.add_argument("--tokens", type=float, required=True, help="tokens to train, e.g. 15e12")
+    goal = p.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--tokens", type=float, help="tokens to train, e.g. 15e12: how many days it takes")
+    goal.add_argument("--days", type=float, help="days of wall time to train, e.g. 30: how many tokens it trains")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key (repeatable)")
     p.add_argument("--failures", help="failure table CSV (default: Llama 3 405B's, sim/data/llama3_interruptions.csv)")
@@ -65,7 +67,7 @@ def run(args) -> int:
     limit = None if args.force else work_budget(campaign, args)
     with watchdog(scenario.name, limit):
         outcome = run_trials(campaign, args.trials, seed, record=bool(args.plot_run))
-    meta = {"name": scenario.name, "tokens": args.tokens, "trials": args.trials, "seed": seed,
+    meta = {"name": scenario.name, "tokens": args.tokens if args.days is None else 0.0, "trials": args.trials, "seed": seed,
             "mode": opts.mode, "causes": opts.failures.causes, "gpu_hour_usd": args.gpu_hour_usd}
     summary = summarize(campaign, outcome, facts, meta)
     print(json.dumps(summary) if args.json else report(summary))
@@ -87,7 +89,7 @@ def work_budget(campaign, args) -> float:
 
         seconds += len(interval_grid(campaign.interval)) * cpu_seconds(campaign, min(args.trials, 200))
     if seconds > BUDGET_S:
-        key = "--trials" if TRIAL_ROUND_S * args.trials > ROUND_S else "--tokens"
+        key = "--trials" if TRIAL_ROUND_S * args.trials > ROUND_S else "--tokens" if args.days is None else "--days"
         raise InputError(key, f"{args.trials:,} trials of ~{rounds_expected(campaign):,.0f} failures each would need "
                               f"~{seconds:,.0f} s of CPU, past this machine's budget of {BUDGET_S:,.0f} s; "
                               "--force runs it anyway")
@@ -100,7 +102,8 @@ def options(args):
     from ..campaign.failures import load_table
     from ..errors import InputError
 
-    for value, key, hi in ((args.tokens, "--tokens", 1e18), (args.storage_gbps, "--storage-gbps", 1e7),
+    for value, key, hi in ((args.tokens, "--tokens", 1e18), (args.days, "--days", 36_500),
+                           (args.storage_gbps, "--storage-gbps", 1e7),
                            (args.checkpoint_every, "--checkpoint-every", 1e7), (args.step_time_s, "--step-time-s", 1e6),
                            (args.repair_hours, "--repair-hours", 1e5)):
         _in_range(value, key, 0, hi, low_inclusive=False)
@@ -117,12 +120,14 @@ def options(args):
     if args.repair_hours is not None and args.spares is None:
         raise InputError("--repair-hours", "applies to a finite spare pool: give --spares N too")
     for path, key in ((args.plot_run, "--plot-run"), (args.plot_interval, "--plot-interval")):
+        if path is not None and args.days is not None:
+            raise InputError(key, "draws a run to a token count: give --tokens instead of --days")
         if path is not None and not path.endswith(".png"):
             raise InputError(key, f"expected a .png path, got {path!r}")
     return Options(args.tokens, load_table(args.failures),
                    None if args.checkpoint_every is None else args.checkpoint_every * 60, args.checkpoint_mode,
                    args.storage_gbps * 1e9, args.detect_min * 60, args.restart_min * 60, args.spares,
-                   REPAIR_S if args.repair_hours is None else args.repair_hours * 3600)
+                   REPAIR_S if args.repair_hours is None else args.repair_hours * 3600, days=args.days)
 
 
 def _in_range(value, key: str, lo: float, hi: float, low_inclusive: bool = True) -> None:

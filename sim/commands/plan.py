@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
                                  "are kept beside it (NAME.sims.csv) and reused when the search runs again")
     p.add_argument("--json", action="store_true", help="print one JSON object (CONTRACT.md)")
     p.add_argument("--timeline", help="simulate the winner again and draw its timeline (.png)")
+    p.add_argument("--timeline-window", metavar="START:END",
+                   help="with --timeline: draw only this part of the step, e.g. 100:250 (ms) or 0.1s:0.25s")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model.* or training.* key of the base (repeatable)")
     p.add_argument("--headroom", type=float, default=None,
@@ -59,6 +61,12 @@ def run(args) -> int:
         output_file(sims_path(args.out), "--out", (".csv", ".parquet"))  # the resume file, before any work
     if args.timeline is not None:
         output_file(args.timeline, "--timeline", (".png",))
+    from ..outputs.timeline_paint import parse_window
+
+    window = parse_window(args.timeline_window)
+    if window is not None and not args.timeline:
+        raise InputError("--timeline-window", "selects the part of the step a timeline draws: "
+                                              "give --timeline best.png too")
     req = request(args.source, args.gpus, args.topology, args.gpu, args.seq_len, args.global_batch_tokens,
                   args.precision, args.overrides, args.calibration)
     budget = BUDGET_S if args.budget is None else args.budget
@@ -78,7 +86,7 @@ def run(args) -> int:
     else:
         print_text(plan, req, args.top)
     if args.timeline:
-        _timeline(req, plan, args.timeline, args.quiet)
+        _timeline(req, plan, args.timeline, args.quiet, window)
     return 0
 
 
@@ -103,11 +111,12 @@ def _check_numbers(args) -> None:
             raise InputError(flag, f"expected {need}, got {value!r}")
 
 
-def _timeline(req, plan, path: str, quiet: bool) -> None:
+def _timeline(req, plan, path: str, quiet: bool, window=None) -> None:
     """Simulate the winner again (the sweep keeps summaries, not spans) and draw it."""
     from ..input.load import scenario_from_dict
     from ..outputs.progress import status
     from ..outputs.timeline import plot_timeline
+    from ..outputs.timeline_paint import resolve_window
     from ..plan.report import describe
     from ..plan.space import overrides
     from ..step import simulate
@@ -119,6 +128,7 @@ def _timeline(req, plan, path: str, quiet: bool) -> None:
     from ..outputs.paths import written
 
     with written(path, "--timeline") as tmp:
-        plot_timeline(result, tmp, title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
+        plot_timeline(result, tmp, window=resolve_window(window, float(result.spans.end_s.max())),
+                      title=f"{req.scenario.model.name} on {req.gpus:,} GPUs: {describe(best)}")
     if not quiet:
         print(f"timeline of the winner: {path}", file=sys.stderr)

@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
                                    "a folded rank shows as the simulated rank identical to it)")
     p.add_argument("--start-ms", type=float, default=None, help="window start (ms)")
     p.add_argument("--end-ms", type=float, default=None, help="window end (ms)")
+    p.add_argument("--timeline-window", metavar="START:END", help="the window in one flag, as on run and plan: "
+                                                                   "100:250 (ms) or 0.1s:0.25s")
     p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
     p.set_defaults(func=run)
 
@@ -47,10 +49,15 @@ def run(args) -> int:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise InputError(flag, f"expected a time >= 0 in ms, got {v}")
     check_selector(args.ranks, scenario.cluster.gpus, "--ranks")
+    from ..outputs.timeline_paint import parse_window, resolve_window
+
+    parsed = parse_window(args.timeline_window)
+    if parsed is not None and (args.start_ms is not None or args.end_ms is not None):
+        raise InputError("--timeline-window", "give either --timeline-window or --start-ms/--end-ms")
     estimate = None if args.force else work.check(scenario)  # (a refusal is one line: before any progress line)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
         result = simulate(scenario, force=args.force, estimate=estimate)
-    window = None
+    window = resolve_window(parsed, float(result.spans.end_s.max()))
     if args.start_ms is not None or args.end_ms is not None:
         end = float(result.spans.end_s.max())
         window = ((args.start_ms or 0.0) / 1e3, args.end_ms / 1e3 if args.end_ms is not None else end)

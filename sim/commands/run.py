@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
                                          "representatives + stragglers; a folded rank shows as the simulated "
                                          "rank identical to it)")
     p.add_argument("--timeline", help="write a PNG timeline")
+    p.add_argument("--timeline-window", metavar="START:END",
+                   help="with --timeline: draw only this part of the step, e.g. 100:250 (ms) or 0.1s:0.25s")
     p.add_argument("--spans", help="write the spans table (.csv or .parquet)")
     p.add_argument("--report", action="store_true", help="print what held the step (critical path)")
     p.add_argument("--shared-fabric", action="store_true",
@@ -86,6 +88,12 @@ def _check_outputs(args, scenario) -> None:
         except ImportError:
             raise InputError("--spans", "writing .parquet needs pyarrow (pip install pyarrow); "
                                         "or give a .csv path") from None
+    from ..outputs.timeline_paint import parse_window
+
+    args.window = parse_window(args.timeline_window)
+    if args.window is not None and not args.timeline:
+        raise InputError("--timeline-window", "selects the part of the step a timeline draws: "
+                                              "give --timeline out.png too")
     if args.trace_ranks and not args.trace:
         raise InputError("--trace-ranks", "selects the ranks of a trace: give --trace out.json too")
     from ..outputs.rank_selection import check_selector
@@ -111,9 +119,11 @@ def _exports(args, result) -> None:
             write_trace(result, tmp, args.trace_ranks)
     if args.timeline:
         from ..outputs.timeline import plot_timeline
+        from ..outputs.timeline_paint import resolve_window
 
+        window = resolve_window(getattr(args, "window", None), float(result.spans.end_s.max()))
         with written(args.timeline, "--timeline") as tmp:
-            plot_timeline(result, tmp)
+            plot_timeline(result, tmp, window=window)
     if args.report:
         from ..outputs.attribution import report
 

@@ -1,4 +1,5 @@
-"""``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json]``.
+"""``clustersim validate [--rows PREFIX] [--no-pp] [--fit] [--explain ID] [--json] [--report-json FILE]
+[--plot PATH] [--predictions FILE]``.
 
 Prints each published run shipped in ``sim/data`` (the 2021/Megatron-LM table, the modern
 NeMo runs and the frontier runs) beside the simulator's prediction: published and predicted
@@ -6,6 +7,17 @@ seconds per step (for a row published as tokens/s per GPU, the step time its ass
 gives, and the error in tokens/s), the error per row and the MAPE. ``--fit`` searches, for each GPU type, the one GEMM-efficiency
 constant that minimizes the mean absolute log error over all of that GPU's rows together
 (global calibration, never per row). ``--explain ID`` prints where one row's step goes.
+
+After the table come two reports (:mod:`sim.studies.validation_reports`): the scale trend
+(signed error against log2 GPUs, slope per doubling, overall and per series) and the layout
+ranking (groups of rows at the same per-GPU work, each member's step ratio to the group's
+reference, predicted vs published), then the issue-27 targets. ``--json`` stays the
+contract's list of row objects on stdout; the reports as data go to ``--report-json FILE``
+(an object: ``rows`` (the same list), ``scale_trend``, ``layout_ranking``, ``targets``), so a
+script reading stdout never sees another shape. ``--plot PATH`` draws the trend (PNG).
+``--predictions FILE`` takes the predicted step times from an earlier ``--json`` or
+``--report-json`` output instead of simulating (the reports of a 15-minute run, again in a
+second).
 """
 
 import json
@@ -16,6 +28,7 @@ from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
 from ..outputs.progress import Progress
 from ..studies import validation
 from .calibrate import add_calibration_flag, calibration_path
+from .validate_reports import check_flags, print_reports, read_predictions, report_data, write
 
 
 def add_parser(sub) -> None:
@@ -27,6 +40,11 @@ def add_parser(sub) -> None:
                                                         "three simulations per row)")
     p.add_argument("--explain", metavar="ID", help="print one row's breakdown: compute, exposed comm per axis, bubble")
     p.add_argument("--json", action="store_true", help="print one JSON object per row, as a list")
+    p.add_argument("--report-json", metavar="FILE", help="also write the rows, the scale-trend and layout-ranking "
+                                                         "reports and the targets as one JSON object to FILE")
+    p.add_argument("--plot", metavar="PATH", help="draw the scale trend (signed error vs GPUs) as a PNG")
+    p.add_argument("--predictions", metavar="FILE", help="predicted step times from an earlier --json or "
+                                                         "--report-json output instead of simulating")
     add_calibration_flag(p)
     p.set_defaults(func=run)
 
@@ -46,19 +64,26 @@ def selected_rows(prefixes: str, no_pp: bool) -> list[validation.Row]:
 
 def run(args) -> int:
     """Compare (or fit, then compare; or explain one row)."""
+    check_flags(args)
     if args.explain:
         return explain(args.explain, args.json)
     rows = selected_rows(args.rows, args.no_pp)
     fitted = fit(rows) if args.fit else {}
-    with Progress("validate", len(rows), transient=True) as progress:
-        results = []
-        for row in rows:
-            results.append(validation.compare(row, fitted.get(row.gpu), calibration=calibration_path(args)))
-            progress.advance(row.id)
+    if args.predictions:
+        results = read_predictions(args.predictions, rows)
+    else:
+        with Progress("validate", len(rows), transient=True) as progress:
+            results = []
+            for row in rows:
+                results.append(validation.compare(row, fitted.get(row.gpu), calibration=calibration_path(args)))
+                progress.advance(row.id)
+    reports = report_data(results)
+    write(args, [_row_json(c) for c in results], reports)
     if args.json:
         print(json.dumps([_row_json(c) for c in results]))
         return 0
     _print_table(results)
+    print_reports(reports)
     for gpu, e in fitted.items():
         kernel = GEMM_KERNEL[gpu]["bf16"]
         print(f"fitted e_max[{gpu}] = {e:.4f}, sustained factor {e / kernel:.4f} (in use: e_max "
@@ -91,6 +116,7 @@ def _row_json(c) -> dict:
 
 def explain(row_id: str, as_json: bool) -> int:
     """Where one row's step goes on its critical rank."""
+    from ..outputs.attribution import exposed_by_axis
     from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
 
     rows = {r.id: r for r in validation.load_rows()}
@@ -102,8 +128,10 @@ def explain(row_id: str, as_json: bool) -> int:
     step = c.predicted_step_s
     rank = int(critical_rank(rank_times(c.result.spans, step))["rank"])
     parts = rank_breakdown(c.result.spans, rank, step)
+    shares = exposed_by_axis(c.result.spans, rank)
     out = {**_row_json(c), "critical_rank": rank, "mfu": c.result.summary["mfu"],
-           "bubble_fraction": c.result.summary["bubble_fraction"], "breakdown_s": parts}
+           "bubble_fraction": c.result.summary["bubble_fraction"], "breakdown_s": parts,
+           "exposed_shares_s": shares}
     if as_json:
         print(json.dumps(out))
         return 0
@@ -114,11 +142,27 @@ def explain(row_id: str, as_json: bool) -> int:
     else:
         print(f"  published {c.row.published_step_s:.3f} s, predicted {step:.3f} s ({c.error:+.1%})")
     print(f"  MFU {out['mfu']:.1%}, bubble {out['bubble_fraction']:.1%}")
-    print(f"  critical rank {rank}:")
-    for key, value in parts.items():
-        if value > 0 or key.startswith("compute"):
-            print(f"    {key:20} {value:9.3f} s  {value / step:6.1%}")
+    print("\n".join(breakdown_lines(rank, parts, shares, step)))
     return 0
+
+
+def breakdown_lines(rank: int, parts: dict, shares: dict, step: float) -> list[str]:
+    """The critical rank's step as subtotals (compute, exposed communication, idle) that add
+    up to the step, each followed by its indented components, which add up to it: compute
+    by phase, exposed communication by axis (a moment two axes are both exposed is shared
+    between them: :func:`sim.outputs.attribution.exposed_by_axis`)."""
+    def line(label: str, value: float, indent: int) -> str:
+        return f"{' ' * indent}{label:{26 - indent}} {value:9.3f} s  {value / step:6.1%}"
+
+    out = [f"  critical rank {rank}: where its step goes (indented lines add up to the line above them)"]
+    out.append(line("compute", parts["compute"], 4))
+    out += [line(phase, parts[f"compute_{phase}"], 6) for phase in ("forward", "backward", "recompute", "optimizer")
+            if parts[f"compute_{phase}"] > 0]
+    out.append(line("exposed communication", parts["exposed_comm"], 4))
+    out += [line(axis, t, 6) for axis, t in sorted(shares.items(), key=lambda kv: -kv[1]) if t > 0]
+    out.append(line("idle (nothing running)", parts["idle"], 4))
+    out.append(line("step", parts["compute"] + parts["exposed_comm"] + parts["idle"], 4))
+    return out
 
 
 FIT_GRID = (0.60, 0.68, 0.76)  # training large-GEMM efficiencies each row is simulated at

@@ -7,6 +7,11 @@ to time zero gives the critical path; its compute segments name the ranks that h
 step, its communication segments the collectives. Separately, every wait at a
 collective is charged to the member that arrived last.
 
+The report's communication figures reconcile with the summary's: besides the critical
+path's communication (which runs through other ranks' collectives too), it splits the
+summary's ``exposed_comm_s`` (the critical rank's communication time while it computes
+nothing) by axis (:func:`exposed_by_axis`); those lines sum to the summary's figure.
+
 Run ``clustersim run scenarios/straggler-dp.toml --report``.
 """
 
@@ -92,6 +97,47 @@ def _node(n) -> str:
     return "/".join(str(x) for x in n)
 
 
+def _covered(iv: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Which of the times ``t`` lie inside disjoint sorted intervals ``iv``."""
+    if not len(iv):
+        return np.zeros(len(t), dtype=bool)
+    i = np.searchsorted(iv[:, 0], t, side="right") - 1
+    return (i >= 0) & (t < iv[np.maximum(i, 0), 1])
+
+
+def exposed_by_axis(spans, rank: int) -> dict[str, float]:
+    """``rank``'s exposed communication (in flight while it computes nothing) split by
+    category: each instant is shared equally among the categories in flight then, so the
+    values sum to :func:`sim.outputs.metrics.rank_times`' ``exposed_comm_s`` of the rank."""
+    from .metrics import union
+
+    mine = spans[spans["rank"] == rank]
+    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
+    comm = mine[mine.category != "compute"]
+    axes = {str(c): union(g[["start_s", "end_s"]].to_numpy()) for c, g in comm.groupby("category", sort=True)}
+    if not axes:
+        return {}
+    cuts = np.unique(np.concatenate([iv.ravel() for iv in axes.values()] + [comp.ravel()]))
+    mid, width = (cuts[1:] + cuts[:-1]) / 2, np.diff(cuts)
+    flying = np.array([_covered(iv, mid) for iv in axes.values()])
+    share = np.where(_covered(comp, mid), 0.0, width) / np.maximum(flying.sum(axis=0), 1)
+    return {axis: float((share * flying[k]).sum()) for k, axis in enumerate(axes)}
+
+
+def _exposed_lines(result) -> list[str]:
+    """The summary's exposed communication, on its critical rank, by axis."""
+    from .metrics import critical_rank, rank_times
+
+    step = float(result.spans["end_s"].max())
+    rank = int(critical_rank(rank_times(result.spans, step))["rank"])
+    parts = exposed_by_axis(result.spans, rank)
+    total = result.summary["exposed_comm_s"]
+    lines = [f"exposed communication on rank {rank} (the critical rank; the summary's {total * 1e3:.2f} ms: "
+             f"in flight while it computes nothing, shared among the axes in flight):"]
+    lines += [f"  {axis}: {t * 1e3:.2f} ms" for axis, t in sorted(parts.items(), key=lambda kv: -kv[1]) if t > 0]
+    return lines
+
+
 def report(result) -> str:
     """Human-readable attribution of the step."""
     a = critical_path(result)
@@ -102,7 +148,9 @@ def report(result) -> str:
         note = f"  (straggler, {slow[rank]}x compute)" if rank in slow else ""
         lines.append(f"  compute on rank {rank}: {t * 1e3:.2f} ms of the path{note}")
     for cat, t in sorted(a.comm_by_category.items(), key=lambda kv: -kv[1]):
-        lines.append(f"  {cat} communication: {t * 1e3:.2f} ms of the path")
+        lines.append(f"  {cat} communication: {t * 1e3:.2f} ms of the path (collectives of any rank the path runs "
+                     "through, waits included)")
+    lines += _exposed_lines(result)
     if a.waits_imposed:
         lines.append("ranks others waited for at collectives (total wait imposed):")
         for rank, t in sorted(a.waits_imposed.items(), key=lambda kv: -kv[1])[:5]:

@@ -39,6 +39,14 @@ def spans(programs, ranks=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def with_spans(result) -> pd.DataFrame:
+    """``result``'s spans and its simulated ranks' host spans (category ``host``, stream
+    ``host``: the timeline draws them as a row of their own under each rank's compute row)."""
+    programs = result.facts.programs if result.facts is not None else None
+    extra = spans(programs) if programs else None
+    return pd.concat([result.spans, extra], ignore_index=True) if extra is not None and len(extra) else result.spans
+
+
 def _row(prog, first: int, start: float, end: float) -> tuple:
     op = prog.ops[first]
     phase = str(op.phase) if op.phase is not None else ""

@@ -114,10 +114,31 @@ def as_result(res) -> Result:
 
 
 def title(res) -> str:
-    """Which rank is what, for the timeline's heading."""
+    """Which rank is what, with the pools' GPU counts, for the timeline's heading."""
+    s = res.summary
     ranks = [g.gpus[0] for g in shown_engines(res.loop.generators)]
-    return (f"{res.summary['mode']} RL: rank 0 = trainer pool (step n), ranks {ranks[0]}..{ranks[-1]} = generator "
+    unused = s["num_gpus"] - s["trainer_gpus"] - s["generator_gpus"]
+    pools = f"{s['trainer_gpus']} trainer + {s['generator_gpus']} generator GPUs"
+    pools += f", {unused} unused" if unused else ""
+    return (f"{s['mode']} RL ({pools}): rank 0 = trainer pool (step n), ranks {ranks[0]}..{ranks[-1]} = generator "
             f"engines (weights version); MFU is the trainer pool's")
+
+
+def sync_vs_pipeline(path: str, scenario: str = "scenarios/rl-llama3-8b-h100.toml", steps: int = 5) -> list[str]:
+    """docs/rl.md's picture: the bundled scenario's first ``steps`` steps in sync and in
+    pipeline mode on one time axis; returns a line per run (what the docs quote)."""
+    from ..input.load import load_scenario
+    from ..outputs.timeline import plot_panels
+    from .run import simulate_rl
+
+    runs = [simulate_rl(load_scenario(scenario, [f"rl.mode={mode}", f"rl.steps={steps}"]))
+            for mode in ("sync", "pipeline")]
+    results = [as_result(r) for r in runs]
+    plot_panels([(res, title(r)) for r, res in zip(runs, results)], path,
+                ranks=sorted(results[0].spans["rank"].unique().tolist()))
+    return [f"{r.summary['mode']}: {r.summary['num_gpus']} GPUs ({r.summary['trainer_gpus']} trainer, "
+            f"{r.summary['generator_gpus']} generator), {steps} steps in {r.summary['wall_s']:.0f} s, generator "
+            f"utilization {r.summary['generator_utilization']:.0%}" for r in runs]
 
 
 def write_trace(res, path: str) -> dict:
@@ -139,3 +160,14 @@ def plot(res, path: str) -> None:
     result = as_result(res)
     plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
 
+
+
+if __name__ == "__main__":  # python -m sim.rl.exports plots/rl-timeline-sync-vs-pipeline.png
+    import sys
+
+    from ..outputs.paths import output_file, written
+
+    target = output_file(sys.argv[1] if len(sys.argv) > 1 else "rl-timeline-sync-vs-pipeline.png", "PNG", (".png",))
+    with written(target, "PNG") as tmp:
+        print("\n".join(sync_vs_pipeline(tmp)))
+    print(f"wrote {target}")
