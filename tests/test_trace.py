@@ -24,7 +24,7 @@ def pipe():
 
 
 def x_events(trace):
-    return [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "idle"]
+    return [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("idle", "host")]
 
 
 def test_every_span_appears_with_its_start_and_duration(pipe):
@@ -47,7 +47,12 @@ def test_trace_file_is_valid_json_nonempty_per_rank(pipe, tmp_path):
         assert f"rank {rank} compute" in names
         assert sum(1 for e in x_events(trace) if e["tid"] // 64 == rank) > 10
     cats = {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"}
-    assert cats == {"compute", "tp", "pp", "idle"}  # dp = 1: no gradient collective
+    assert cats == {"compute", "tp", "pp", "idle", "host"}  # dp = 1: no gradient collective
+    for rank in range(8):  # the host thread: what the rank's host issued, ending when it issued its last op
+        host = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "host" and e["tid"] // 64 == rank]
+        prog = next(p for p in pipe.facts.programs if p.rank == rank)
+        assert f"rank {rank} host" in names and host[0]["ts"] == 0.0
+        assert host[-1]["ts"] + host[-1]["dur"] == pytest.approx(prog.release()[-1] * 1e6, rel=1e-9)
 
 
 def test_no_overlap_within_a_thread(pipe):

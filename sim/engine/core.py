@@ -1,7 +1,9 @@
 """The SimPy engine: runs per-rank programs of ops on compute and communication streams.
 
 Each rank has streams like CUDA streams: ops on one stream run in program order, an op
-also waits for its ``deps`` (ops of the same rank on any stream), compute ops take their
+also waits for its ``deps`` (ops of the same rank on any stream) and for its rank's host to
+have issued it (:meth:`RankProgram.release`: the host issues the program in order, each op
+costing ``Op.issue`` seconds, :mod:`sim.model.host`), compute ops take their
 duration, and a collective starts once every *simulated* member of its group has reached
 it (a :class:`Meeting`), then runs its schedule's phases on the
 :class:`~sim.engine.network.Network`. Overlap of compute and communication is never computed by
@@ -23,6 +25,7 @@ their traffic still loads the network.
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import gc
+from itertools import accumulate
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -84,19 +87,30 @@ class Op(NamedTuple):
     micro_batch: int = -1
     stage: int = -1
     phase: Phase | None = None
+    issue: float = 0.0  # seconds of host time to issue it (sim.model.host; 0: built outside a step)
 
 
 @dataclass
 class RankProgram:
-    """The ops one rank executes in one step, in issue order."""
+    """The ops one rank executes in one step, in issue order. ``released``: when the host
+    has issued each op (:meth:`release`; copies of a program share their base's list)."""
 
     rank: int
     ops: list[Op] = field(default_factory=list)
+    released: list[float] | None = None
 
     def add(self, op: Op) -> int:
         """Append ``op``; return its index for later ``deps``."""
         self.ops.append(op)
         return len(self.ops) - 1
+
+    def release(self) -> list[float]:
+        """Seconds from the step's start at which the host has issued each op: the running
+        sum of the issue costs up to and including it (one host thread, program order;
+        computed once, then kept)."""
+        if self.released is None or len(self.released) != len(self.ops):
+            self.released = list(accumulate(op.issue for op in self.ops))
+        return self.released
 
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
@@ -117,12 +131,15 @@ class Stream:
     """
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
-                 "meeting", "arrive", "scale_of", "advance", "_end")
+                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
+        released = prog.release()
+        self.release = [released[i] for i in indices]  # when the host has issued each of them
+        self.held = -1  # the position whose op already waited for its release
         times = engine.times[prog.rank]  # shared by the rank's streams
         self.starts, self.finish, self.sent = times.start, times.end, times.sent
         self.waiters = engine._waiters[prog.rank]
@@ -143,8 +160,13 @@ class Stream:
                     ev = self.waiters[d] = self.env.event()
                 ev.callbacks.append(self.advance)
                 return
+        now = self.env._now  # (SimPy's Environment.now, without the property call)
+        if self.release[pos] > now and self.held != pos:  # the host has not issued it yet
+            self.held = pos
+            self.env.timeout(self.release[pos] - now).callbacks.append(self.advance)
+            return
         i = self.indices[pos]
-        self.starts[i] = now = self.env._now  # (SimPy's Environment.now, without the property call)
+        self.starts[i] = now
         if op.comm is None:
             scale_of = self.scale_of
             done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)

@@ -23,6 +23,7 @@ class Category(StrEnum):
     WEIGHTS = "weights"  # RL: trainer -> generator weight transfer
     TAIL = "tail"  # RL exports: a generator's underfull tail of a batch
     IDLE = "idle"  # outputs only: a gap on a compute stream (trace, timeline)
+    HOST = "host"  # outputs only: the host issuing a pass's work (sim/outputs/host.py)
 
 
 COMM_AXES = (Category.DP, Category.TP, Category.PP, Category.EP, Category.CP)  # the parallel axes (summary order)

@@ -107,6 +107,11 @@ class Training(_Section):
     attention_backend: Literal["cudnn", "flash2"] | None = None
     grad_bucket_mb: real(B.BUCKET_MB) = 25.0  # DDP gradient bucket, MiB (PyTorch default 25)
     fsdp_prefetch: Flag = True  # all-gather layer l+1 while layer l computes
+    # CUDA graphs (Transformer Engine make_graphed_callables; Megatron --cuda-graph-impl
+    # transformer_engine): each transformer layer's static part replays as one graph launch
+    # per micro-batch and direction (sim/model/host.py; sim/parallel/passes.py says which part)
+    cuda_graphs: Flag = False
+    compile: Flag = False  # torch.compile: elementwise chains fused into one kernel (sim/model/host.py)
 
 
 class Straggler(_Section):

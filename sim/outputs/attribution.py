@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hardware.faults import straggler_slowdowns
+from .host import report_lines as host_report
 
 
 @dataclass
@@ -160,4 +161,5 @@ def report(result) -> str:
         lines.append(f"fault {i}: {f.model_dump(exclude_none=True)}")
     if "straggler_cost_s" in s:
         lines.append(f"straggler cost: {s['straggler_cost_s'] * 1e3:.2f} ms over the clean step")
+    lines += host_report(result)
     return "\n".join(lines)

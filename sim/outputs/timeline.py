@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..engine.kinds import Phase
 from ..errors import InputError
+from .host import with_spans as with_host
 from .metrics import subtract, union
 from .timeline_paint import (CHAR_WIDTH, COLORS, PALE, STRIP, add_legend, color_of, fit_title, paint, paint_stacked,
                              time_unit)
@@ -139,8 +140,8 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     kinds of ``pale`` (waiting) bars, the time ``unit`` and ``window``, and ``exposed_s``
     (rank -> exposed communication inside the window, as the red strip's area draws it)."""
     ranks = fit_ranks(result, shown_ranks(result, ranks))
-    sp = result.spans
-    end = float(sp.end_s.max()) if len(sp) else 0.0
+    sp = with_host(result)  # (the host's issue spans: a row of their own, sim/outputs/host.py)
+    end = float(result.spans.end_s.max()) if len(result.spans) else 0.0
     lo, hi = (0.0, end) if window is None else window
     if hi <= lo:
         raise InputError("--end-ms", f"the window [{lo * 1e3:g}, {hi * 1e3:g}] ms is empty")

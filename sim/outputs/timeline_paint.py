@@ -109,7 +109,7 @@ def fit_title(text: str, width_in: float, fontsize: float) -> str:
 COLORS = {"compute": "#5A5A5A", "forward": "#86A9DB", "backward": "#2F4B7C",
           "forward2": "#C4D6EF", "backward2": "#5E80B8",  # a rank's second model chunk (interleaved)
           "tp": "#DD8452", "cp": "#8C8C3C", "dp": "#55A868", "pp": "#8172B3", "ep": "#937860",
-          "idle": "#BBBBBB", "exposed": "#D62728",
+          "idle": "#BBBBBB", "exposed": "#D62728", "host": "#BCBD22",  # host: what the host issued (sim/outputs/host.py)
           "tail": "#E8A33D", "weights": "#17BECF"}  # RL (clustersim rl): underfull batches, weight sync
 OTHER_COLORS = ("#E377C2", "#BCBD22", "#7F7F7F", "#9EDAE5", "#C49C94", "#F7B6D2")  # streams of other kinds
 PALE = 0.6  # white over a waiting collective's colour

@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from ..engine.kinds import Category
+from .host import with_spans as with_host
 from .metrics import length, subtract, union
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp", "tail", "weights")  # known non-compute rows, in this order
@@ -177,7 +178,7 @@ def fit_ranks(result, ranks) -> list[int]:
     from .rank_selection import flagged_ranks
 
     ranks = list(ranks)
-    frames = per_rank(result.spans, ranks)
+    frames = per_rank(with_host(result), ranks)
     step = float(result.spans.end_s.max()) if len(result.spans) else 0.0
     n_rows = {r: len(rank_rows(result, r, frames[r], step, label=False)[0]) for r in ranks}
     flagged = flagged_ranks(result)

@@ -8,6 +8,7 @@
 - every span as a complete event (``"ph": "X"``), category compute / tp / dp / pp / ep /
   cp / idle, args: layer, micro-batch, stage, bytes sent, op index and the collective's
   group; gaps on a compute stream as ``idle`` events, so bubbles are visible;
+- a ``host`` thread per rank: one span per pass the host issued (sim/outputs/host.py);
 - flow events (``"s"`` -> ``"f"``) from every pipeline send to its recv;
 - counter tracks (``"ph": "C"``) of the busiest links' utilization (% of the link's
   usable bandwidth ``topo.caps``), exact and piecewise constant, when the run recorded its
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from .host import spans as host_spans
 from .rank_selection import parse_ranks, representative, select_ranks, stands_for
 
 __all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
@@ -91,6 +93,7 @@ def chrome_trace(result, ranks=None) -> dict:
         if comm is not None and comm.op == "send_recv":
             (sends if r.name.startswith("send") else recvs)[comm.key] = ev
     events += _idle_events(sp, tids, topo)
+    events += _host_events(programs, ranks, topo)
     events += _flows(sends, recvs)
     events += _link_counters(result, pid=max(nodes, default=0) + 1)
     s = result.summary
@@ -98,6 +101,22 @@ def chrome_trace(result, ranks=None) -> dict:
             "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
                           "ranks_shown": ranks, "simulated_ranks": len(result.facts.simulated_ranks),
                           "num_gpus": s.get("num_gpus")}}
+
+
+def _host_events(programs: dict, ranks, topo) -> list[dict]:
+    """Each shown rank's host track (sim/outputs/host.py): a ``host`` thread of its node
+    with one span per pass the host issued."""
+    spans = host_spans(programs.values(), set(ranks))
+    events = []
+    for rank in sorted(set(spans["rank"].tolist())):
+        pid, tid = topo.server(rank), rank * 64 + 63
+        events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"rank {rank} host"}},
+                   {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+    for r in spans.itertuples(index=False):
+        events.append({"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(int(r.rank)),
+                       "tid": int(r.rank) * 64 + 63, "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US,
+                       "args": {"micro_batch": int(r.micro_batch), "stage": int(r.stage), "phase": r.phase}})
+    return events
 
 
 def _idle_events(sp, tids, topo) -> list[dict]:

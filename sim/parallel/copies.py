@@ -71,8 +71,9 @@ def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
                 call = calls[id(c)] = Collective(key, c.op, group, c.nbytes, c.algo,
                                                  ctx.siblings(op.category, group, None), c.shares)
             op = Op(op.name, op.category, op.stream, op.duration, call, op.deps, op.layer, op.micro_batch, op.stage,
-                    op.phase)
+                    op.phase, op.issue)
         prog.ops.append(op)
+    prog.released = base.release()  # (the same issue costs in the same order)
     return prog
 
 
@@ -86,8 +87,8 @@ def rename(folding, group: tuple, rank: int) -> tuple:
 def jittered(ctx, prog: RankProgram) -> RankProgram:
     """``prog`` with each compute op's duration multiplied by the rank's draw for that op."""
     draws = jitter_draws(ctx.scenario, prog.rank, len(prog.ops)).tolist()
-    out = RankProgram(prog.rank)
+    out = RankProgram(prog.rank, released=prog.release())  # (jitter scales the GPU side only)
     out.ops = [op if op.comm is not None else
                Op(op.name, op.category, op.stream, op.duration * draws[i], None, op.deps, op.layer,
-                  op.micro_batch, op.stage, op.phase) for i, op in enumerate(prog.ops)]
+                  op.micro_batch, op.stage, op.phase, op.issue) for i, op in enumerate(prog.ops)]
     return out

@@ -91,6 +91,7 @@ class LayerOp:
     phase: Phase
     collective: LayerCollective | None = None
     kernels: int = 0  # kernels timed (compute ops)
+    issue: float = 0.0  # seconds of host time to issue it (the builder's Op.issue: sim/model/host.py)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,11 @@ class LayerProgram:
     def kernels(self) -> int:
         """Kernels timed per micro-batch."""
         return sum(op.kernels for op in self.ops)
+
+    @property
+    def issue_s(self) -> float:
+        """Host seconds to issue the layer's ops for one micro-batch, forward and backward."""
+        return sum(op.issue for op in self.ops)
 
 
 class _Recorder(RankBuilder):
@@ -250,7 +256,7 @@ def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
     coll = None
     if op.comm is not None:
         coll = LayerCollective(op.category, op.comm.op, op.comm.nbytes, tuple(op.comm.group))
-    return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels)
+    return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels, op.issue)
 
 
 def _phase(op, backward: bool) -> Phase:

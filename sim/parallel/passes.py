@@ -64,9 +64,20 @@ class Pass:
 
     def pieces(self, layer: int) -> list:
         """Thunks running ``layer``'s pieces in order, each advancing ``x``."""
-        steps = [lambda f=f: setattr(self, "x", f(self.x)) for f in self._fns(layer)]
+        steps = [lambda f=f, k=k: setattr(self, "x", self._issued(layer, k, f)(self.x))
+                 for k, f in enumerate(self._fns(layer))]
         whole = [lambda: (self._begin(layer), steps[0]())] + steps[1:-1] + [lambda: (steps[-1](), self._end(layer))]
         return [lambda step=step: self._in_phase(step) for step in whole]
+
+    def _issued(self, layer: int, piece: int, fn):
+        """``fn`` run inside a CUDA-graph region when the piece is captured (:func:`captured`)."""
+        if fn is _same or not captured(self.b, layer, piece, self.direction):
+            return fn
+
+        def run(x):
+            with self.b.graphed():
+                return fn(x)
+        return run
 
     def _in_phase(self, step) -> None:
         with self.b.phase_of(self.phase):
@@ -99,8 +110,8 @@ class Pass:
         with self.b.phase_of(self.phase):
             for layer in self.layers if layers is None else layers:
                 self._begin(layer)
-                for fn in self._fns(layer):
-                    self.x = fn(self.x)
+                for k, fn in enumerate(self._fns(layer)):
+                    self.x = self._issued(layer, k, fn)(self.x)
                 self._end(layer)
 
     def finish(self) -> None:
@@ -108,6 +119,25 @@ class Pass:
         if self.direction == "B" and self.sync is not None and self.wgrads is None:
             with self.b.phase_of(self.phase):
                 self.sync.flush(self.x)
+
+
+def captured(b, layer: int, piece: int, direction: str) -> bool:
+    """Whether a piece of a layer replays as a CUDA graph under ``training.cuda_graphs``:
+    every piece of a dense transformer layer (Megatron's per-layer graphs); of an MoE layer
+    the attention with the router and the dispatch preprocessing (forward: the first piece;
+    backward: the last), whose shapes are static -- the routed experts and their all-to-alls
+    have data-dependent shapes under dropless routing, so they are captured only when every
+    expert's buffer is padded to capacity (``--cuda-graph-scope attn moe_router
+    moe_preprocess``, and ``moe`` for token-drop only: NVIDIA/Megatron-LM docs/discussions/
+    deepseek-v3-gb200-optimization, section 2.3). The embedding, output layer and MTP depths
+    are not captured (TransformerLayer graphs only)."""
+    d = b.ctx.dims
+    if not b.ctx.scenario.training.cuda_graphs or not is_block(d, layer) or is_mtp(d, layer):
+        return False
+    moe = b.ctx.scenario.model.moe
+    if not model_costs.is_moe_layer(d, layer) or (moe is not None and moe.padded):
+        return True
+    return piece == (0 if direction == "F" else PIECES - 1)
 
 
 def weight_pass(ipass: Pass) -> int:

@@ -2,13 +2,19 @@
 
 It knows the rank's place (layout, stage), turns kernel lists into timed compute ops,
 and turns collectives into ops with the right stream, key and, when ranks are folded,
-the sibling groups whose traffic must still load the network.
+the sibling groups whose traffic must still load the network. Every op carries its host
+issue cost (``Op.issue``, :mod:`sim.model.host`): its kernel launches, or one NCCL call,
+plus what the host spent since the last op (:meth:`RankBuilder.host`: the schedule loop, a
+CUDA-graph launch); inside a captured region (:meth:`RankBuilder.graphed`) ops issue with
+the region's one launch. ``training.compile`` fuses each op's elementwise chains first
+(the model's, as torchtitan compiles each block; not the optimizer's).
 """
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..model.compute import ComputeModel, Kernel
+from ..model import host
 from ..engine.core import Collective, Op, RankProgram
 from ..engine.kinds import Category, Phase
 from ..model.transformer import Dims
@@ -86,6 +92,33 @@ class RankBuilder:
         self.program = RankProgram(rank)
         self.deferred: list | None = None  # weight gradients held for a later W pass (zero-bubble schedules)
         self.phase: Phase | None = None
+        self.pending = 0.0  # host seconds spent since the last op (charged to the next op added)
+        self.captured = False  # inside a CUDA-graph captured region
+        self.compiled = ctx.scenario.training.compile
+
+    def host(self, seconds: float) -> None:
+        """The host spends ``seconds`` before it issues the next op (the schedule loop)."""
+        self.pending += seconds
+
+    @contextmanager
+    def graphed(self, captured: bool = True):
+        """Ops added inside the block replay as one CUDA graph (when ``captured`` and
+        ``training.cuda_graphs``): one graph launch, then nothing per kernel or call."""
+        if not captured or self.captured or not self.ctx.scenario.training.cuda_graphs:
+            yield
+            return
+        self.pending += host.GRAPH_LAUNCH_S
+        self.captured = True
+        try:
+            yield
+        finally:
+            self.captured = False
+
+    def _issue(self, own: float) -> float:
+        """Host seconds to charge the op being added: its own (none inside a graph) plus
+        what the host spent since the last op."""
+        cost, self.pending = self.pending + (0.0 if self.captured else own), 0.0
+        return cost
 
     @contextmanager
     def phase_of(self, phase: Phase):
@@ -111,9 +144,10 @@ class RankBuilder:
         wgrad = ()
         if self.deferred is not None and weights:
             kernels, wgrad = grad_parts(kernels)
-        duration = self.ctx.compute.time(kernels)  # (jitter scales a built program: sim.parallel.copies)
+        issued = host.fused(kernels) if self.compiled and self.phase is not Phase.OPTIMIZER else kernels
+        duration = self.ctx.compute.time(issued)  # (jitter scales a built program: sim.parallel.copies)
         op = self.program.add(Op(name, Category.COMPUTE, stream, duration, None, _deps(deps),
-                                 layer, mb, self.stage, self._phase()))
+                                 layer, mb, self.stage, self._phase(), self._issue(host.issue_s(issued))))
         if wgrad:
             self.deferred.append((name, wgrad, op, layer, mb))
         return op
@@ -136,7 +170,7 @@ class RankBuilder:
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings,
                           shares)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
-                                   self._phase()))
+                                   self._phase(), self._issue(host.NCCL_CALL_S)))
 
 
 def _deps(deps) -> tuple[int, ...]:

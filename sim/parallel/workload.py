@@ -16,6 +16,7 @@ import numpy as np
 from ..engine.kinds import Phase
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel, quantized
+from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard
@@ -128,6 +129,7 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     final, deferred, chunk_end = [], {}, {}
     for step in steps:
         if step[0][0] == "W":
+            b.host(host.SCHEDULE_PASS_S)
             with b.phase_of(Phase.BACKWARD):  # (a zero-bubble W: the weight-gradient half of a backward)
                 chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
             continue
@@ -156,6 +158,7 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
 def open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:
     """Receive a chunk's input (activations or gradients) and set up its pass (kind I: a
     backward whose weight gradients wait for a W item)."""
+    b.host(host.SCHEDULE_PASS_S)  # the schedule loop's work for this pass
     with b.phase_of(Phase.FORWARD if item[0] == "F" else Phase.BACKWARD):
         return _open_pass(b, chunks, vstages, syncs, param_waits, item, last)
 

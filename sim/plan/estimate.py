@@ -4,8 +4,9 @@ candidate table, so that hundreds of thousands can be ranked before the best are
     step = m * T_crit + (sum_s T_s - T_crit) / v + PP sends + DP/ZeRO tail + optimizer
 
 T_s is one micro-batch's time on pipeline stage s: its layers' compute (kernels timed by
-the simulator's ComputeModel, :mod:`.layers`), recompute, and the TP, CP, EP and FSDP
-communication that sits on the critical path. With v = 1 the pipeline term is
+the simulator's ComputeModel, :mod:`.layers`), recompute, the TP, CP, EP and FSDP
+communication that sits on the critical path, and what waiting for the host adds (the
+builder's issue costs, :mod:`.layers`). With v = 1 the pipeline term is
 (m + p - 1) T for balanced stages, the GPipe / 1F1B bubble (p - 1) / m of Narayanan et
 al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)); the zero-bubble
 and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross
@@ -37,8 +38,8 @@ from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
 from .layers import KINDS, Pricer, costs as layer_costs
 
-COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer")
-FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep")  # per layer kind (:class:`.layers.Cost`)
+COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
+FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host")  # per layer kind (:class:`.layers.Cost`)
 GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
@@ -146,7 +147,7 @@ class Estimator:
         ep = self._ep_exposed(g, layer, micro, pp, v)
         fsdp, scatters = self._fsdp(g, layer, gathered)
         per_kind = np.stack([layer[:, :, 0] + layer[:, :, 1], layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
-                             fsdp], axis=2)  # n x KINDS x (compute, recompute, tp, cp, ep, fsdp)
+                             fsdp, layer[:, :, 6]], axis=2)  # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
         total = stage.sum(axis=2)
         crit = total.argmax(axis=1)
@@ -162,7 +163,7 @@ class Estimator:
         opt = self._optimizer(g, pp, v)
         step = pipe + pp_s + dp_s + opt
         return np.column_stack([step, parts[:, 0], parts[:, 1], pipe - micro * t_crit, parts[:, 2], parts[:, 3],
-                                parts[:, 4], pp_s, parts[:, 5] + dp_s, opt])
+                                parts[:, 4], pp_s, parts[:, 5] + dp_s, opt, parts[:, 6]])
 
     def _ep_exposed(self, g, layer: np.ndarray, micro: np.ndarray, pp: int, v: int) -> np.ndarray:
         """All-to-all time left exposed per micro-batch (n x KINDS): all of it, or with EP

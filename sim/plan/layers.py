@@ -10,7 +10,9 @@ their streams in program order, each after its dependencies, as the engine runs 
 what a collective hides under (TP overlap's GEMM chunks, a CP ring's attention chunks, the
 backward's dgrad / wgrad) is the program's, not a formula. The time past the layer's
 compute is the exposed communication, attributed to the axes of the collectives on the
-critical path. FSDP's gathers (axis dp) are left to :mod:`.estimate` (they hide behind the
+critical path. The host issues the ops in program order at their issue costs (``LayerOp.issue``,
+sim/model/host.py) and none starts before it is issued, as in the engine: what that adds to
+the layer's makespan is its ``host`` time. FSDP's gathers (axis dp) are left to :mod:`.estimate` (they hide behind the
 previous layer, which a one-layer program cannot show); the MoE all-to-alls are reported
 as exposed here, and the schedule's EP overlap is applied by :mod:`.estimate`.
 """
@@ -34,6 +36,7 @@ class Cost:
     tp: float = 0.0
     cp: float = 0.0
     ep: float = 0.0
+    host: float = 0.0  # what waiting for the host adds to the layer's makespan
 
 
 class Pricer:
@@ -59,11 +62,11 @@ class Pricer:
         return found
 
 
-def cost(lp: LayerProgram, price) -> Cost:
-    """Schedule ``lp``'s ops on their streams (program order, after their dependencies);
-    the exposed time (makespan less compute) split over the axes by their collectives'
-    time on the critical path."""
-    n = len(lp.ops)
+def schedule(lp: LayerProgram, price, host: bool = False) -> tuple[list[float], list[int]]:
+    """When each of ``lp``'s ops ends, scheduled on its stream in program order after its
+    dependencies (and, with ``host``, not before the host has issued it), and the op each
+    waited for last (-1: none)."""
+    n, released = len(lp.ops), 0.0
     end, pred, last_on = [0.0] * n, [-1] * n, {}
     for i, op in enumerate(lp.ops):
         start, before = 0.0, last_on.get(op.stream, -1)
@@ -72,9 +75,22 @@ def cost(lp: LayerProgram, price) -> Cost:
         for j in op.deps:
             if end[j] > start:
                 start, before = end[j], j
+        released += op.issue
+        if host and released > start:
+            start = released
         pred[i] = before
         end[i] = start + (op.duration if op.collective is None else price(op.collective))
         last_on[op.stream] = i
+    return end, pred
+
+
+def cost(lp: LayerProgram, price) -> Cost:
+    """Schedule ``lp``'s ops on their streams (:func:`schedule`); the exposed time
+    (makespan less compute) split over the axes by their collectives' time on the critical
+    path, and what the host adds to the makespan."""
+    n = len(lp.ops)
+    end, pred = schedule(lp, price)
+    hosted = max(schedule(lp, price, host=True)[0], default=0.0)
     seconds = {p: lp.compute_s(p) for p in Phase}
     on_path = dict.fromkeys(EXPOSED_AXES, 0.0)
     i = max(range(n), key=end.__getitem__) if n else -1
@@ -86,7 +102,8 @@ def cost(lp: LayerProgram, price) -> Cost:
     exposed = max(0.0, (max(end) if n else 0.0) - sum(seconds.values()))
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
-    return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share)
+    return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
+                host=max(0.0, hosted - (max(end) if n else 0.0)))
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:

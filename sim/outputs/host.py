@@ -1,0 +1,92 @@
+"""The host track of a simulated step: when each rank's host (CPU) issued its GPU work, and
+how long the GPU waited for it (sim/model/host.py says what issuing costs; the engine starts
+no op before :meth:`sim.engine.core.RankProgram.release`).
+
+Host spans are kept apart from the spans table: they are neither compute nor communication,
+so no summary metric counts them. One host span per run of consecutive ops of one pass
+(micro-batch, stage, phase): the interval the host spent issuing that pass; the optimizer's
+ops make one more. ``clustersim run --trace`` shows them on a ``host`` thread per rank, the
+timeline (``--timeline``) on a ``host`` row, and ``--report`` says when the step is host-bound.
+"""
+
+import numpy as np
+import pandas as pd
+
+from ..engine.kinds import Category
+
+HOST_STREAM = "host"
+HOST_BOUND = 0.5  # a step is host-bound when waits for the host are at least this share of the GPU's idle time
+COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "micro_batch", "stage", "phase")
+
+
+def spans(programs, ranks=None) -> pd.DataFrame:
+    """Host spans (COLUMNS) of ``programs`` (of ``ranks``, default all): one per run of
+    consecutive ops of the same micro-batch, stage and phase, from when the host began
+    issuing its first op to when it had issued its last."""
+    rows = []
+    for prog in programs:
+        if ranks is not None and prog.rank not in ranks:
+            continue
+        released, start, key, first = prog.release(), 0.0, None, 0
+        for i, op in enumerate(prog.ops):
+            k = (op.micro_batch, op.stage, op.phase)
+            if k != key:
+                if key is not None and released[i - 1] > start:
+                    rows.append(_row(prog, first, start, released[i - 1]))
+                key, first, start = k, i, released[i] - op.issue
+        if key is not None and released and released[-1] > start:
+            rows.append(_row(prog, first, start, released[-1]))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def with_spans(result) -> pd.DataFrame:
+    """``result``'s spans and its simulated ranks' host spans (category ``host``, stream
+    ``host``: the timeline draws them as a row of their own under each rank's compute row)."""
+    programs = result.facts.programs if result.facts is not None else None
+    extra = spans(programs) if programs else None
+    return pd.concat([result.spans, extra], ignore_index=True) if extra is not None and len(extra) else result.spans
+
+
+def _row(prog, first: int, start: float, end: float) -> tuple:
+    op = prog.ops[first]
+    phase = str(op.phase) if op.phase is not None else ""
+    name = f"issue {phase}" + (f" mb {op.micro_batch}" if op.micro_batch >= 0 else "")
+    return (prog.rank, HOST_STREAM, name, str(Category.HOST), start, end, op.micro_batch, op.stage, phase)
+
+
+def waits(spans_table: pd.DataFrame, programs) -> dict[int, float]:
+    """Per simulated rank: seconds its compute stream sat idle waiting for the host, i.e.
+    summed over compute-stream ops that started at their release time later than their
+    stream and dependencies allowed, the time between the two."""
+    out, by_rank = {}, dict(iter(spans_table.groupby("rank")))
+    for prog in programs:
+        released, theirs = prog.release(), by_rank.get(prog.rank, spans_table.iloc[:0])
+        mine = theirs[theirs["stream"] == "compute"]
+        end = dict(zip(theirs["op"], theirs["end_s"]))
+        wait, prev = 0.0, 0.0
+        for i, start, stop in sorted(zip(mine["op"], mine["start_s"], mine["end_s"])):
+            ready = max([prev] + [end[d] for d in prog.ops[i].deps])
+            if start > ready and np.isclose(start, released[i], rtol=0.0, atol=1e-12):
+                wait += start - ready
+            prev = stop
+        out[prog.rank] = wait
+    return out
+
+
+def report_lines(result) -> list[str]:
+    """What ``--report`` says of the host: each simulated rank's wait for it, worst first,
+    and whether the step is host-bound (waits >= HOST_BOUND of the GPU's idle time)."""
+    programs = result.facts.programs if result.facts is not None else None
+    if not programs:
+        return []
+    wait = waits(result.spans, programs)
+    step = float(result.summary["step_time_s"])
+    rank = max(wait, key=lambda r: (wait[r], -r))
+    mine = result.spans[(result.spans["rank"] == rank) & (result.spans["stream"] == "compute")]
+    idle = max(step - float((mine.end_s - mine.start_s).sum()), 0.0)
+    issued = programs[[p.rank for p in programs].index(rank)].release()
+    share = wait[rank] / idle if idle > 0 else 0.0
+    verdict = "host-bound" if share >= HOST_BOUND else "not host-bound"
+    return [f"host: {verdict}: rank {rank}'s GPU waited {wait[rank] * 1e3:.2f} ms for its host to issue work, "
+            f"{share:.0%} of its {idle * 1e3:.2f} ms idle (the host issued the step in "
+            f"{(issued[-1] if issued else 0.0) * 1e3:.2f} ms)"]
