@@ -1,6 +1,8 @@
 """Wall time and peak memory of simulating one training step at scale.
 
-Run: ``python bench/step.py`` (``--quick``: skip the 1k-16k scaling sweep). Each case runs
+Run: ``python bench/step.py`` (``--quick``: skip the 1k-16k scaling sweep; ``--only NAME``
+(or ``--case``): one of issue 28's cases alone, repeatable; ``--force``: simulate a case the
+work estimate refuses, to time it). Each case runs
 in its own subprocess, so its peak RSS is its own; it prints wall and CPU seconds (on a
 shared machine wall time carries other people's load: the load average is printed first),
 peak RSS, and each figure as a fraction of its target. Targets:
@@ -14,6 +16,12 @@ peak RSS, and each figure as a fraction of its target. Targets:
   <= 10 s; lognormal jitter (sigma 0.05) on every rank <= 60 s (sampled mode above 1,024
   GPUs, sim/parallel/jitter.py); and the clean step on 131,072 H100 (DP 1,024, still 16
   micro-batches per pipeline) <= 10 s and <= 2 GB.
+
+Issue 28's cases (:data:`CASES`, each <= 10 s wall and <= 1.5 GB): DeepSeek-V3 on 1,024 H100,
+Qwen3-235B-A22B on 256 H100 (2,048 and 8,192 sequences), Llama 3.1 405B on 1,024 H100
+(pp 8 v 8 cp 2), GPT 1T on 3,072 A100, GPT 530B on 2,520 A100 (the published_runs.csv row:
+pp 35 x dp 9), and the 405B straggler and 131,072-GPU cases above under 1F1B and under the
+interleaved schedule Meta used (pp 16 v 4).
 
 Measured in one run (load average 2.9 on 2 cores), wall / target, peak RSS / target:
 70B FSDP 1k 0.85 s (0.17), 0.15 GB (0.08); 405B 16k 1.71 s (0.03), 0.28 GB (0.07), slope
