@@ -1,6 +1,8 @@
 """Wall time and peak memory of simulating one training step at scale.
 
-Run: ``python bench/step.py`` (``--quick``: skip the 1k-16k scaling sweep). Each case runs
+Run: ``python bench/step.py`` (``--quick``: skip the 1k-16k scaling sweep; ``--only NAME``
+(or ``--case``): one of issue 28's cases alone, repeatable; ``--force``: simulate a case the
+work estimate refuses, to time it). Each case runs
 in its own subprocess, so its peak RSS is its own; it prints wall and CPU seconds (on a
 shared machine wall time carries other people's load: the load average is printed first),
 peak RSS, and each figure as a fraction of its target. Targets:
@@ -15,6 +17,12 @@ peak RSS, and each figure as a fraction of its target. Targets:
   GPUs, sim/parallel/jitter.py); and the clean step on 131,072 H100 (DP 1,024, still 16
   micro-batches per pipeline) <= 10 s and <= 2 GB.
 
+Issue 28's cases (:data:`CASES`, each <= 10 s wall and <= 1.5 GB): DeepSeek-V3 on 1,024 H100,
+Qwen3-235B-A22B on 256 H100 (2,048 and 8,192 sequences), Llama 3.1 405B on 1,024 H100
+(pp 8 v 8 cp 2), GPT 1T on 3,072 A100, GPT 530B on 2,520 A100 (the published_runs.csv row:
+pp 35 x dp 9), and the 405B straggler and 131,072-GPU cases above under 1F1B and under the
+interleaved schedule Meta used (pp 16 v 4).
+
 Measured in one run (load average 2.9 on 2 cores), wall / target, peak RSS / target:
 70B FSDP 1k 0.85 s (0.17), 0.15 GB (0.08); 405B 16k 1.71 s (0.03), 0.28 GB (0.07), slope
 0.13 from 1k to 16k; + one straggler 5.05 s (0.50), 0.47 GB (0.23), 64 ranks simulated;
@@ -22,6 +30,7 @@ Measured in one run (load average 2.9 on 2 cores), wall / target, peak RSS / tar
 512 ranks sampled; 131,072 GPUs clean 8.42 s (0.84), 1.29 GB (0.65).
 """
 
+import argparse
 import json
 import math
 import os
@@ -29,15 +38,15 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, resource, sys, time, tomllib
+import json, os, resource, sys, time, tomllib
 t0 = time.perf_counter()
 import sim
 from sim.input.load import scenario_from_dict
-data = tomllib.loads(open(sys.argv[1]).read())
+data = json.loads(sys.argv[1][1:]) if sys.argv[1].startswith("=") else tomllib.loads(open(sys.argv[1]).read())
 for section, value in json.loads(sys.argv[2]).items():  # extra sections merge into the file's
     data[section] = {**data.get(section, {}), **value} if isinstance(value, dict) else value
 s = scenario_from_dict(data, sys.argv[3:])
-r = sim.simulate(s)
+r = sim.simulate(s, force=os.environ.get("BENCH_FORCE") == "1")
 wall = time.perf_counter() - t0
 use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "rss_bytes": use.ru_maxrss * 1024,
@@ -49,11 +58,14 @@ LLAMA_405B = "scenarios/llama3-405b-16k-h100.toml"
 GB = 1e9  # the issues' targets are in decimal gigabytes
 
 
-def measure(scenario: str, *overrides: str, extra: dict | None = None) -> dict:
-    """Load + simulate in a fresh interpreter (``extra``: sections merged into the TOML's,
-    e.g. stragglers or cluster faults); wall and CPU seconds, peak RSS."""
-    out = subprocess.run([sys.executable, "-c", CHILD, scenario, json.dumps(extra or {}), *overrides],
-                         check=True, capture_output=True, text=True)
+def measure(scenario: str | dict, *overrides: str, extra: dict | None = None) -> dict:
+    """Load + simulate in a fresh interpreter (``scenario``: a TOML path or the scenario's
+    sections; ``extra``: sections merged into them, e.g. stragglers or cluster faults); wall
+    and CPU seconds, peak RSS. ``--force`` (BENCH_FORCE=1) runs past the work budget."""
+    source = scenario if isinstance(scenario, str) else "=" + json.dumps(scenario)
+    env = {**os.environ, "BENCH_FORCE": "1" if FORCE else "0"}
+    out = subprocess.run([sys.executable, "-c", CHILD, source, json.dumps(extra or {}), *overrides],
+                         check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -62,7 +74,7 @@ def show(label: str, m: dict, wall_target: float, rss_target: float | None = Non
     ok = m["wall_s"] <= wall_target and (rss_target is None or m["rss_bytes"] <= rss_target)
     fig = f"{m['wall_s']:.2f} s wall ({m['wall_s'] / wall_target:.2f} of {wall_target:.0f} s)"
     if rss_target is not None:
-        fig += f", peak RSS {m['rss_bytes'] / GB:.2f} GB ({m['rss_bytes'] / rss_target:.2f} of {rss_target / GB:.0f} GB)"
+        fig += f", peak RSS {m['rss_bytes'] / GB:.2f} GB ({m['rss_bytes'] / rss_target:.2f} of {rss_target / GB:.1f} GB)"
     else:
         fig += f", peak RSS {m['rss_bytes'] / GB:.2f} GB"
     cost = f", straggler_cost {m['cost_s'] * 1e3:.1f} ms" if m.get("cost_s") is not None else ""
@@ -87,22 +99,97 @@ def scaling() -> None:
 def perturbed() -> None:
     """Issue 15: the 405B step on 16,384 GPUs with a straggler, a degraded NIC, jitter on
     every rank; and the clean step on 131,072 GPUs."""
-    show("  + one rank (1,234: stage 1) 1.2x slower", measure(LLAMA_405B, extra={
-        "stragglers": [{"ranks": [1234], "slowdown": 1.2}]}), 10, 2 * GB)
     show("  + GPU 1,234's NIC at half bandwidth", measure(LLAMA_405B, extra={
         "cluster": {"faults": [{"gpu_nic": 1234, "factor": 0.5}]}}), 10)
     show("  + lognormal jitter, sigma 0.05, on every rank", measure(LLAMA_405B, extra={
         "jitter": {"sigma": 0.05}}), 60)
-    show("Llama-3-405B layout, 131,072 H100 (DP 1,024), clean", measure(
-        LLAMA_405B, "cluster.nodes=16384", "parallel.dp=1024", "training.global_batch=16384"), 10, 2 * GB)
+
+
+def _h100(gpus: int) -> dict:
+    return {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": gpus}
+
+
+def _moe(preset: str, gpus: int, batch: int, recompute: str, precision: str, **parallel) -> dict:
+    """A MoE preset as published layouts run it: SP, TP and EP communication overlapped."""
+    return {"name": preset, "model": {"preset": preset},
+            "training": {"seq_len": 4096, "global_batch": batch, "micro_batch": 1, "recompute": recompute,
+                         "precision": precision},
+            "cluster": _h100(gpus),
+            "parallel": {"sequence_parallel": True, "tp_comm_overlap": True, "ep_comm_overlap": True, **parallel}}
+
+
+def _published(row_id: str) -> dict:
+    """The scenario `clustersim validate` makes of one row of sim/data/published_runs.csv."""
+    from sim.studies.validation import legacy_rows
+    return next(r.scenario for r in legacy_rows() if r.id == row_id)
+
+
+def _gpt_1t() -> dict:
+    """GPT 1T of Narayanan et al. 2021 Table 1 (128 layers, hidden 25600, 160 heads) on 3,072
+    A100, by the validation rules of the N21 rows (full recompute, DDP), 1F1B."""
+    from sim.studies.validation import legacy_scenario
+    return legacy_scenario({"source": "N21-T1", "model": "GPT", "params": "1T", "layers": "128", "hidden": "25600",
+                            "heads": "160", "ffn_hidden": "102400", "vocab": "51200", "seq_len": "2048",
+                            "global_batch_seqs": "3072", "gpu": "a100-80gb", "num_gpus": "3072", "tp": "8",
+                            "pp": "64", "dp": "6", "notes": "activation recompute"})
+
+
+INTERLEAVED = ("parallel.schedule=interleaved", "parallel.virtual_stages=4")  # Meta's pp 16 v 4
+STRAGGLER = {"stragglers": [{"ranks": [1234], "slowdown": 1.2}]}
+CLEAN_131K = ("cluster.nodes=16384", "parallel.dp=1024", "training.global_batch=16384")
+LLAMA_405B_1K = {"name": "llama3.1-405b-1k", "model": {"preset": "llama3.1-405b"},
+                 "training": {"seq_len": 8192, "global_batch": 1536, "micro_batch": 1, "precision": "fp8"},
+                 "cluster": _h100(1024),
+                 "parallel": {"tp": 8, "pp": 8, "virtual_stages": 8, "dp": 8, "cp": 2, "sequence_parallel": True,
+                              "tp_comm_overlap": True}}
+# Issue 28's cases: name -> (label, scenario, overrides, extra sections); each <= 10 s, <= 1.5 GB.
+CASES = {
+    "dsv3": ("DeepSeek-V3, 1,024 H100 (tp 2 pp 8 v 4 dp 64 ep 64, FP8)",
+             _moe("deepseek-v3", 1024, 8192, "selective", "fp8", tp=2, pp=8, virtual_stages=4, dp=64, ep=64,
+                  expert_tp=1, stage_layers=[1] + [2] * 30 + [0]), (), None),
+    "qwen": ("Qwen3-235B-A22B, 256 H100 (tp 2 pp 8 v 4 dp 16 ep 32, 2,048 seqs)",
+             _moe("qwen3-235b-a22b", 256, 2048, "selective", "bf16", tp=2, pp=8, virtual_stages=4, dp=16, ep=32,
+                  expert_tp=1), (), None),
+    "405b-1k": ("Llama 3.1 405B, 1,024 H100 (tp 8 pp 8 v 8 dp 8 cp 2, FP8)", LLAMA_405B_1K, (), None),
+    "qwen-8k": ("Qwen3-235B-A22B, 256 H100, 8,192 seqs, no recompute, FP8",
+                _moe("qwen3-235b-a22b", 256, 8192, "none", "fp8", tp=2, pp=8, virtual_stages=4, dp=16, ep=32,
+                     expert_tp=1), (), None),
+    "gpt-1t": ("GPT 1T, 3,072 A100 (tp 8 pp 64 dp 6, full recompute)", _gpt_1t(), (), None),
+    "gpt-530b": ("GPT 530B (published_runs.csv: tp 8 pp 35 dp 9), 2,520 A100", _published("N21-T1-529.6B-2520"),
+                 (), None),
+    "405b-straggler": ("Llama-3-405B 16,384 H100, one rank (1,234) 1.2x slower, 1F1B", LLAMA_405B, (), STRAGGLER),
+    "405b-straggler-v4": ("  the same, interleaved (pp 16 v 4)", LLAMA_405B, INTERLEAVED, STRAGGLER),
+    "405b-131k": ("Llama-3-405B layout, 131,072 H100 (DP 1,024), clean, 1F1B", LLAMA_405B, CLEAN_131K, None),
+    "405b-131k-v4": ("  the same, interleaved (pp 16 v 4)", LLAMA_405B, CLEAN_131K + INTERLEAVED, None),
+}
+FORCE = False
+
+
+def run_case(name: str) -> None:
+    label, scenario, overrides, extra = CASES[name]
+    show(f"{label} [{name}]", measure(scenario, *overrides, extra=extra), 10, 1.5 * GB)
 
 
 def main() -> None:
+    global FORCE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 1k-16k scaling sweep")
+    parser.add_argument("--only", "--case", choices=sorted(CASES), action="append",
+                        help="run only this case of issue 28 (repeatable)")
+    parser.add_argument("--force", action="store_true", help="simulate past the work budget (timing a refusal)")
+    args = parser.parse_args()
+    FORCE = args.force
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if args.only:
+        for name in args.only:
+            run_case(name)
+        return
     show("Llama-3-70B FSDP, 1,024 H100", measure("scenarios/llama3-70b-fsdp-1k-h100.toml"), 5, 2 * GB)
     show("Llama-3-405B 4D, 16,384 H100", measure(LLAMA_405B), 60, 4 * GB)
     perturbed()
-    if "--quick" not in sys.argv:
+    for name in CASES:
+        run_case(name)
+    if not args.quick:
         print("Llama-3-405B layout, wall time vs GPU count:")
         scaling()
     print(f"load average (1 min) {os.getloadavg()[0]:.2f}")

@@ -33,6 +33,7 @@ import simpy
 
 from .. import collectives
 from ..collectives.schedule import Phase as SchedulePhase, Schedule, merge
+from .clock import run_until_empty, wake_after
 from .kinds import Category, Phase
 from .network import Network
 from ..hardware.topology import Topology
@@ -169,11 +170,10 @@ class Stream:
         self.starts[i] = now
         if op.comm is None:
             scale_of = self.scale_of
-            done = self.env.timeout(op.duration * scale_of(self.rank, now) if scale_of else op.duration)
+            wake_after(self.env, op.duration * scale_of(self.rank, now) if scale_of else op.duration, self._end)
         else:
             self.meeting = meeting = self.arrive(op.comm, self.rank, i)
-            done = meeting.done
-        done.callbacks.append(self._end)
+            meeting.done.callbacks.append(self._end)
 
     def _ended(self, _event) -> None:
         """The current op has ended: note when and what it sent, wake whoever waits on it, go on."""
@@ -249,7 +249,7 @@ class Engine:
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
-            self.env.run()
+            run_until_empty(self.env)
         if any(s.pos < s.count for s in streams):
             self._report_deadlock()
 
@@ -286,7 +286,7 @@ class Engine:
             del self._rendezvous[call.key]
             late = self.folded_arrival(call, meeting.members, self.ready) if self.folded_arrival is not None else None
             if late is not None and late > self.env._now:  # folded members still on their way
-                self.env.timeout(late - self.env._now).callbacks.append(lambda _ev: self._begin(call, meeting))
+                wake_after(self.env, late - self.env._now, lambda _ev: self._begin(call, meeting))
             else:
                 self._begin(call, meeting)
         return meeting

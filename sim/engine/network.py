@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from .clock import wake_after
 from ..errors import SimulationError
 from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
@@ -206,8 +207,7 @@ class Network:
         plan = self._plan(phase)
         latency = phase.steps * plan.compiled.step_latency * phase.latency_scale + phase.overhead
         if latency > 0:
-            wake = self.env.timeout(latency)
-            wake.callbacks.append(lambda _ev: self._inject(plan, on_done))
+            wake_after(self.env, latency, lambda _ev: self._inject(plan, on_done))
         else:
             self._inject(plan, on_done)
 
@@ -273,9 +273,8 @@ class Network:
         if not horizon < np.inf:  # nan or inf: a moving chain without bandwidth never ends
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
-        wake = self.env.timeout(max(horizon, 0.0))
         generation = act.generation
-        wake.callbacks.append(lambda _ev: self._on_wake(act, generation))
+        wake_after(self.env, max(horizon, 0.0), lambda _ev: self._on_wake(act, generation))
         if self.log is not None:
             self._record(act, act.rates)
 

@@ -51,17 +51,33 @@ def dispatch_bytes(b, layer: int) -> float:
     loads = b.ctx.expert_loads.get(layer)
     if loads is None:
         return ELEM * tokens(b) * d.top_k * d.h
-    return ELEM * float(loads.sum()) / b.ctx.layout.ep * d.h
+    key = ("a2a_bytes", layer)  # (every micro-batch asks again: memoized per layer)
+    found = b.ctx.memo.get(key)
+    if found is None:
+        found = b.ctx.memo[key] = ELEM * float(loads.sum()) / b.ctx.layout.ep * d.h
+    return found
 
 
 def shares(b, layer: int, combine: bool) -> tuple | None:
     """Uneven all-to-all weights when experts are loaded unevenly: the dispatch sends
     each member's tokens to rank j in proportion to the load f_j of j's experts; the
-    combine sends them back (j -> i: nbytes * f_j). None when the loads are even."""
+    combine sends them back (j -> i: nbytes * f_j). None when the loads are even.
+    Memoized per (layer, group, direction): the loads are the layer's for every
+    micro-batch, and each all-to-all of a MoE program asked again (half the time of
+    building the Qwen3-235B programs of ``python bench/step.py --only qwen``)."""
+    group = _group(b)
+    key = ("a2a_shares", layer, group, combine)
+    memo = b.ctx.memo
+    if key not in memo:
+        memo[key] = _shares(b, layer, group, combine)
+    return memo[key]
+
+
+def _shares(b, layer: int, group: tuple, combine: bool) -> tuple | None:
     loads = b.ctx.expert_loads.get(layer)
     if loads is None or loads.min() == loads.max():
         return None
-    group, ep = _group(b), b.ctx.layout.ep
+    ep = b.ctx.layout.ep
     per = len(loads) // ep
     held = [float(loads[j * per:(j + 1) * per].sum()) for j in (b.ctx.layout.ep_index(r) for r in group)]
     f = tuple(x / sum(held) for x in held)
@@ -72,12 +88,17 @@ def shares(b, layer: int, combine: bool) -> tuple | None:
 
 
 def local_loads(b, layer: int) -> tuple[float, ...]:
-    """Tokens each local expert processes in one micro-batch on this rank."""
-    loads = b.ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
-    ep = b.ctx.layout.ep
-    per = len(loads) // ep
-    j = b.ctx.layout.ep_index(b.rank)
-    return tuple(float(x) for x in loads[j * per:(j + 1) * per])
+    """Tokens each local expert processes in one micro-batch on this rank (memoized per
+    layer and rank, as :func:`shares`)."""
+    key = ("local_loads", layer, b.rank)
+    found = b.ctx.memo.get(key)
+    if found is None:
+        loads = b.ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
+        ep = b.ctx.layout.ep
+        per = len(loads) // ep
+        j = b.ctx.layout.ep_index(b.rank)
+        found = b.ctx.memo[key] = tuple(float(x) for x in loads[j * per:(j + 1) * per])
+    return found
 
 
 def _kernels(kernels, direction: str):

@@ -42,6 +42,7 @@ class Context:
     expert_loads: dict = field(default_factory=dict)  # layer -> tokens per expert
     folding: Folding | None = None  # which ranks are simulated (None: memory accounting of the planner)
     _siblings: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)  # builders' pure functions of the fields, by key (ep.shares)
 
     def siblings(self, axis: Category, group: tuple[int, ...], group_of) -> tuple[tuple[int, ...], ...]:
         """Groups that run the same collective at the same time on folded (not simulated)
