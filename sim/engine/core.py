@@ -164,7 +164,7 @@ class Stream:
         now = self.env._now  # (SimPy's Environment.now, without the property call)
         if self.release[pos] > now and self.held != pos:  # the host has not issued it yet
             self.held = pos
-            self.env.timeout(self.release[pos] - now).callbacks.append(self.advance)
+            wake_after(self.env, self.release[pos] - now, self.advance)
             return
         i = self.indices[pos]
         self.starts[i] = now
