@@ -30,6 +30,9 @@ from .dp import AXIS, GRAD_BYTES
 from .params import rank_params
 
 NORM_BYTES = 4  # one fp32: the squared local norm
+NORM_SYNC = "grad_norm_ar"
+PIPELINE_SYNCS = frozenset({NORM_SYNC})  # ops joining every pipeline stage: spans start when the last arrives
+#                                          (sim/outputs/result.py; the wait before is the drain bubble)
 LOSS_BYTES = 2 * 4  # two fp32: the summed loss and the token count
 
 
@@ -59,7 +62,7 @@ def finish(b, deps) -> int:
         x = b.compute("grad_norm", grad_norm(params), tuple(deps))
         group, group_of = norm_group(b)
         if len(group) > 1:
-            x = b.collective("grad_norm_ar", AXIS, "all_reduce", group, NORM_BYTES, x, stream="dp",
+            x = b.collective(NORM_SYNC, AXIS, "all_reduce", group, NORM_BYTES, x, stream="dp",
                              group_of=group_of)
         x = optimizer_step(b, params, x)
         loss_sync(b, x)
