@@ -73,7 +73,9 @@ from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.core import SiblingGroups
 
-GROUP_TYPES = ("tp", "cp", "dp", "ep", "edp", "etp", "pp")  # pp last: its sub-tuples are send/recv pairs
+GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples
+#   are send/recv pairs. dps, dpr: HSDP's shard and replica groups; mp: tp x pp (DDP's gradient-norm group);
+#   inst: an optimizer instance, every rank without HSDP (sim/parallel/step_end.py)
 
 
 @dataclass(frozen=True)
@@ -94,19 +96,59 @@ def group_tables(layout) -> dict[str, GroupTable]:
     expert-tp = tp when expert_tp = tp, by the layout's construction: not built again)."""
     fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
            "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
+           "dps": layout.shard_group, "dpr": layout.replica_group,
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
+    built = {"mp": lambda: _model_parallel_table(layout), "inst": lambda: _instance_table(layout)}
     alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
+    if layout.dp_shard is None:
+        alias["dps"] = "dp"
     out: dict[str, GroupTable] = {}
     for name in GROUP_TYPES:
         if name in alias:
             if alias[name] in out:
                 out[name] = out[alias[name]]
             continue
+        if name in built:
+            table = built[name]()
+            if table is None:
+                continue
+            out[name] = next((t for t in out.values() if np.array_equal(t.rows, table.rows)), table)
+            continue
         if len(fns[name](0)) < 2:
             continue  # singletons never meet
         table = _table(name, fns[name], layout.world)
         out[name] = next((t for t in out.values() if np.array_equal(t.rows, table.rows)), table)
     return out
+
+
+def _model_parallel_table(layout) -> GroupTable | None:
+    """The tp x pp groups (tp fastest, as ``layout.group(r, "tp", "pp")``), built as arrays."""
+    z, st = layout.sizes, layout.strides
+    if z["tp"] * z["pp"] < 2:
+        return None
+    bases = (np.arange(z["cp"])[None, :] * st["cp"] + np.arange(z["dp"])[:, None] * st["dp"]).reshape(-1)
+    offsets = (np.arange(z["tp"])[None, :] * st["tp"] + np.arange(z["pp"])[:, None] * st["pp"]).reshape(-1)
+    return _from_rows("mp", bases[:, None] + offsets[None, :], layout.world)
+
+
+def _instance_table(layout) -> GroupTable | None:
+    """The optimizer instances (``layout.instance_group``: ranks of one dp // dp_shard block,
+    ascending; the whole world without HSDP), built as arrays."""
+    if layout.world < 2:
+        return None
+    ranks = np.arange(layout.world, dtype=np.int64)
+    block = ranks // layout.strides["dp"] % layout.sizes["dp"] // layout.shard
+    order = np.lexsort((ranks, block))
+    return _from_rows("inst", ranks[order].reshape(layout.sizes["dp"] // layout.shard, -1), layout.world)
+
+
+def _from_rows(name: str, rows: np.ndarray, world: int) -> GroupTable:
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    row_of, pos = np.empty(world, np.int64), np.empty(world, np.int64)
+    row_of[rows] = np.arange(len(rows))[:, None]
+    pos[rows] = np.arange(rows.shape[1])[None, :]
+    return GroupTable(name, rows, row_of, pos)
 
 
 def _table(name: str, fn, world: int) -> GroupTable:
@@ -353,8 +395,9 @@ def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, 
 
 
 def _peers(tables: dict[str, GroupTable], g: int) -> np.ndarray:
-    """Every member of every group of ``g``."""
-    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables)])
+    """Every member of every group of ``g`` (but a group of every rank: one instance, whose
+    members all end together whatever links it crosses, so it labels no one)."""
+    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if len(t.rows) > 1])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:

@@ -49,7 +49,8 @@ from .folding import Folding, GroupTable, fold, link_codes, scale_codes
 
 EXACT_MAX_GPUS = 1024  # "auto" simulates every rank up to this many GPUs
 MIN_REPLICAS = 4  # sampled clean replicas at least (the spread needs a few)
-GRADIENT_GROUPS = ("dp", "edp")  # the group types that join replicas
+GRADIENT_GROUPS = ("dp", "edp", "dps", "dpr", "inst")  # the group types that join replicas (HSDP's shard and
+#                                                        replica groups, the step-end gradient-norm instance)
 
 
 def mode(s, world: int) -> str:
