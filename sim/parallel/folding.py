@@ -395,9 +395,9 @@ def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, 
 
 
 def _peers(tables: dict[str, GroupTable], g: int) -> np.ndarray:
-    """Every member of every group of ``g`` (but a group of every rank: one instance, whose
-    members all end together whatever links it crosses, so it labels no one)."""
-    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if len(t.rows) > 1])
+    """Every member of every group of ``g`` (but the step-end sync's group of every rank, one
+    instance of a 4-byte all-reduce whose members all end together, labels no one)."""
+    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if t.name != "inst" or len(t.rows) > 1])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:
