@@ -23,6 +23,7 @@ import sys
 
 import pytest
 
+from sim.errors import InputError
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model.compute import HBM_EFFICIENCY, LAUNCH_S
@@ -110,6 +111,19 @@ def test_keeping_gathered_parameters_drops_the_backward_gather_and_holds_the_lay
     assert kept == pytest.approx((total - 2 * max(sizes)) * 2, rel=1e-12)  # bf16 weights of every other layer
 
 
+def test_without_param_gather_overlap_the_gathers_follow_the_optimizer_and_block():
+    runs = {flag: simulate(scenario(8, zero=1, overlap_param_gather=flag)) for flag in (True, False)}
+    sp = {flag: runs[flag].spans[runs[flag].spans["rank"] == 0] for flag in runs}
+    late, early = sp[False], sp[True]
+    opt = late[late.name == "optimizer"].end_s.max()
+    gathers = late[late.name == "zero_param_ag"]
+    assert len(gathers) and (gathers.start_s >= opt - 1e-15).all()
+    assert runs[False].summary["step_time_s"] == pytest.approx(gathers.end_s.max(), rel=1e-12)
+    first_forward = early[(early.category == "compute") & (early.phase == "forward")].start_s.min()
+    assert (early[early.name == "zero_param_ag"].start_s < first_forward).all()  # issued at the step's start
+    assert runs[False].summary["step_time_s"] > runs[True].summary["step_time_s"]
+
+
 @pytest.mark.parametrize("shard", [8, 4, 2])
 def test_hsdp_traffic_per_rank_is_the_shard_groups_plus_the_replicas_all_reduce(shard):
     s = scenario(8, zero=3, dp_shard=shard, dp_algo="ring")
@@ -124,21 +138,22 @@ def test_hsdp_traffic_per_rank_is_the_shard_groups_plus_the_replicas_all_reduce(
     assert result.memory.weights == pytest.approx(total / shard, rel=1e-12)  # bf16 shard of dp_shard ranks
 
 
-BAD = [  # (override, the key the one-line refusal names)
-    ("parallel.dp_shard=3", "parallel.dp_shard"),  # does not divide dp = 8
-    ("parallel.dp_shard=0", "parallel.dp_shard"),
-    ("parallel.overlap_grad_reduce=1", "parallel.overlap_grad_reduce"),  # not a boolean
-    ("parallel.ddp_bucket_mb=0", "parallel.ddp_bucket_mb"),
-    ("parallel.ddp_bucket_mb=-1", "parallel.ddp_bucket_mb"),
+CLI_BAD = [  # (overrides, the key the one-line refusal names): each new key once, through the CLI
+    (["parallel.dp_shard=3"], "parallel.dp_shard"),  # does not divide dp = 8
+    (["parallel.overlap_grad_reduce=1"], "parallel.overlap_grad_reduce"),  # not a boolean
+    (["parallel.zero=3", "parallel.overlap_param_gather=false"], "parallel.overlap_param_gather"),
+    (["parallel.ddp_bucket_mb=0"], "parallel.ddp_bucket_mb"),
+    (["parallel.reshard_after_forward=false"], "parallel.reshard_after_forward"),  # zero 1
+    (["training.grad_bucket_mb=8", "parallel.ddp_bucket_mb=8"], "training.grad_bucket_mb"),  # both names
 ]
-BAD_WITH = [  # (zero, override, key): cross-field rules
-    (0, "parallel.dp_shard=4", "parallel.dp_shard"),
-    (1, "parallel.reshard_after_forward=false", "parallel.reshard_after_forward"),
-    (3, "parallel.overlap_param_gather=false", "parallel.overlap_param_gather"),
-    (3, "parallel.overlap_grad_reduce=false", "parallel.overlap_grad_reduce"),
-    (3, "parallel.ddp_bucket_mb=8", "parallel.ddp_bucket_mb"),
-    (3, "training.grad_bucket_mb=8", "parallel.ddp_bucket_mb"),
-    (1, "parallel.dp_shard=1", "parallel.dp_shard"),
+RULES = [  # (overrides, key): the other refusals, in process
+    ({"dp_shard": 0}, "parallel.dp_shard"), ({"ddp_bucket_mb": -1}, "parallel.ddp_bucket_mb"),
+    ({"zero": 0, "dp_shard": 4}, "parallel.dp_shard"), ({"dp_shard": 1}, "parallel.dp_shard"),
+    ({"zero": 3, "overlap_grad_reduce": False}, "parallel.overlap_grad_reduce"),
+    ({"zero": 3, "ddp_bucket_mb": 8}, "parallel.ddp_bucket_mb"),
+    ({"overlap_grad_reduce": False, "ddp_bucket_mb": 8}, "parallel.ddp_bucket_mb"),
+    ({"zero": 0, "overlap_param_gather": True}, "parallel.overlap_param_gather"),
+    ({"zero": 3, "reshard_after_forward": "no"}, "parallel.reshard_after_forward"),
 ]
 
 
@@ -146,21 +161,23 @@ def test_bad_values_of_every_new_key_exit_2_naming_it(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text('[model]\nlayers = 2\nhidden = 1024\nheads = 8\nvocab = 8192\n[training]\nseq_len = 1024\n'
                     'global_batch = 8\n[cluster]\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\nzero = 1\n')
-    jobs = [{"name": f"{i}", "args": ["run", str(path), "--set", bad]} for i, (bad, _) in enumerate(BAD)]
-    jobs += [{"name": f"w{i}", "args": ["run", str(path), "--set", f"parallel.zero={z}", "--set", bad]}
-             for i, (z, bad, _) in enumerate(BAD_WITH)]
-    jobs.append({"name": "both", "args": ["run", str(path), "--set", "training.grad_bucket_mb=8",
-                                          "--set", "parallel.ddp_bucket_mb=8"]})
+    jobs = [{"name": str(i), "args": ["run", str(path)] + [a for o in sets for a in ("--set", o)]}
+            for i, (sets, _) in enumerate(CLI_BAD)]
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "forked_cli.py")], input=json.dumps(jobs),
                           capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout)["outcomes"]
-    want = {f"{i}": key for i, (_, key) in enumerate(BAD)} | {f"w{i}": k for i, (_, _, k) in enumerate(BAD_WITH)}
-    want["both"] = "training.grad_bucket_mb"
-    for name, key in want.items():
-        o = got[name]
+    for i, (_, key) in enumerate(CLI_BAD):
+        o = got[str(i)]
         lines = o["stderr"].strip().splitlines()
-        assert o["code"] == 2 and len(lines) == 1 and key in lines[0] and "Traceback" not in o["stderr"], (name, o)
+        assert o["code"] == 2 and len(lines) == 1 and key in lines[0] and "Traceback" not in o["stderr"], (key, o)
+
+
+@pytest.mark.parametrize("parallel, key", RULES)
+def test_cross_field_rules_name_the_key(parallel, key):
+    with pytest.raises(InputError) as err:
+        scenario(8, **{"zero": 1, **parallel})
+    assert err.value.key == key
 
 
 def test_the_old_bucket_key_is_an_alias_of_the_one_definition():
