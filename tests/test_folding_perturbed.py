@@ -12,7 +12,7 @@ import pytest
 
 from test_folding import flat, same
 from sim.input.load import scenario_from_dict
-from sim.parallel.step_end import PIPELINE_SYNCS
+from sim.parallel.step_end import STEP_SYNCS
 from sim.step import simulate
 
 SMALL = {"layers": 4, "hidden": 1024, "heads": 8, "kv_heads": 4, "vocab": 32000, "mlp": "swiglu",
@@ -85,10 +85,10 @@ def pair(name: str):
 
 def timeline(result, rank: int) -> np.ndarray:
     """When each op ran and the bytes it sent; but the bytes of the step-end syncs over every
-    rank (sim/parallel/step_end.py PIPELINE_SYNCS): one instance holding every class at many
+    rank (sim/parallel/step_end.py STEP_SYNCS): one instance holding every class at many
     positions, where a tree's members send unlike amounts (their times are compared)."""
     sp = result.spans[result.spans["rank"] == rank].sort_values("op")
-    return sp[["start_s", "end_s"]].assign(bytes=sp.bytes.where(~sp.name.isin(PIPELINE_SYNCS), 0.0)).to_numpy()
+    return sp[["start_s", "end_s"]].assign(bytes=sp.bytes.where(~sp.name.isin(STEP_SYNCS), 0.0)).to_numpy()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -190,7 +190,9 @@ def test_full_recompute_stays_inside_the_backward_blocks():
 
 def test_forward_and_backward_widths_are_the_breakdowns(runs):
     """The light and dark bars of a row cover what the metrics breakdown calls forward and
-    backward compute; grey (the optimizer) is the row's last bar and ends the rank's compute."""
+    backward compute; grey (the per-step ops: the gradient buffer's memset first, the
+    gradient norm and the optimizer last, sim/parallel/step_end.py) is what it calls the
+    optimizer, and its last bar ends the rank's compute."""
     r = runs["1f1b"]
     d = drawn(r, px_width=FINE)
     step = float(r.spans.end_s.max())
@@ -204,8 +206,9 @@ def test_forward_and_backward_widths_are_the_breakdowns(runs):
         last = max(bars, key=lambda b: b.x1)
         mine = r.spans[(r.spans["rank"] == stage) & (r.spans.category == "compute")]
         assert last.kind == "compute" and last.x1 == pytest.approx(mine.end_s.max(), rel=1e-9)
-        assert last.x1 - last.x0 == pytest.approx(parts["compute_optimizer"], rel=1e-9)
-        assert [b.kind for b in bars if b.kind == "compute"] == ["compute"]
+        grey = [b for b in bars if b.kind == "compute"]
+        assert sum(b.x1 - b.x0 for b in grey) == pytest.approx(parts["compute_optimizer"], rel=1e-9)
+        assert min(b.x0 for b in grey) == 0.0 and len(grey) <= 3
 
 
 def test_hatched_idle_is_the_compute_streams_gaps_and_the_bubble(runs):
@@ -221,11 +224,13 @@ def test_hatched_idle_is_the_compute_streams_gaps_and_the_bubble(runs):
             mine = r.spans[(r.spans["rank"] == stage) & (r.spans.category == "compute")]
             busy = union(mine[["start_s", "end_s"]].to_numpy())
             hatch = d.of(row, "idle")
-            starts.append(busy[0, 0])
-            if stage:  # the fill: hatched from 0 until this stage's first forward
-                assert hatch[0].x0 == 0.0 and hatch[0].x1 == pytest.approx(busy[0, 0], rel=1e-9)
+            opened = float(mine[mine.name == "zero_grad"].end_s.iloc[0])  # the memset opens the step (step_end.py)
+            first = mine[mine.phase == "forward"].start_s.min()
+            starts.append(first)
+            if stage:  # the fill: hatched from the memset until this stage's first forward
+                assert hatch[0].x0 == pytest.approx(opened, rel=1e-9) and hatch[0].x1 == pytest.approx(first, rel=1e-9)
             else:
-                assert busy[0, 0] == 0.0 and hatch[0].x0 > 0
+                assert busy[0, 0] == 0.0 and first == pytest.approx(opened, rel=1e-9) and hatch[0].x0 > first
             assert sum(b.x1 - b.x0 for b in hatch) == pytest.approx(step - length(busy), rel=1e-9)
             red = d.of(row, "exposed")
             share.append((sum(b.x1 - b.x0 for b in hatch) - d.width(row, "exposed")) / step)

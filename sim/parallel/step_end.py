@@ -31,8 +31,10 @@ from .params import rank_params
 
 NORM_BYTES = 4  # one fp32: the squared local norm
 NORM_SYNC = "grad_norm_ar"
-PIPELINE_SYNCS = frozenset({NORM_SYNC})  # ops joining every pipeline stage: spans start when the last arrives
-#                                          (sim/outputs/result.py; the wait before is the drain bubble)
+LOSS_SYNC = "loss_ar"
+STEP_SYNCS = frozenset({NORM_SYNC, LOSS_SYNC})  # the step-end syncs: their spans start when the last member
+#   arrives (sim/outputs/result.py): the wait before is idle -- the pipeline's drain, a slower rank's step --
+#   not communication, so the bubble and the critical rank keep their meaning
 LOSS_BYTES = 2 * 4  # two fp32: the summed loss and the token count
 
 
@@ -97,5 +99,5 @@ def loss_sync(b, deps) -> int | None:
     group = layout.group(b.rank, "cp", "dp")
     if len(group) == 1:
         return None
-    return b.collective("loss_ar", AXIS, "all_reduce", group, LOSS_BYTES, deps, stream="dp",
+    return b.collective(LOSS_SYNC, AXIS, "all_reduce", group, LOSS_BYTES, deps, stream="dp",
                         group_of=lambda r: layout.group(r, "cp", "dp"))
