@@ -72,21 +72,11 @@ import numpy as np
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.core import SiblingGroups
+from .group_arrays import GroupTable, instance_table, model_parallel_table
 
 GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples
 #   are send/recv pairs. dps, dpr: HSDP's shard and replica groups; mp: tp x pp (DDP's gradient-norm group);
 #   inst: an optimizer instance, every rank without HSDP (sim/parallel/step_end.py)
-
-
-@dataclass(frozen=True)
-class GroupTable:
-    """Every group of one type: ``rows[i]`` the members of group i in the layout's order,
-    ``row_of[r]`` the group of rank r, ``pos[r]`` its position there."""
-
-    name: str
-    rows: np.ndarray
-    row_of: np.ndarray
-    pos: np.ndarray
 
 
 def group_tables(layout) -> dict[str, GroupTable]:
@@ -98,7 +88,7 @@ def group_tables(layout) -> dict[str, GroupTable]:
            "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
            "dps": layout.shard_group, "dpr": layout.replica_group,
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
-    built = {"mp": lambda: _model_parallel_table(layout), "inst": lambda: _instance_table(layout)}
+    built = {"mp": lambda: model_parallel_table(layout), "inst": lambda: instance_table(layout)}
     alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
     if layout.dp_shard is None:
         alias["dps"] = "dp"
@@ -119,36 +109,6 @@ def group_tables(layout) -> dict[str, GroupTable]:
         table = _table(name, fns[name], layout.world)
         out[name] = next((t for t in out.values() if np.array_equal(t.rows, table.rows)), table)
     return out
-
-
-def _model_parallel_table(layout) -> GroupTable | None:
-    """The tp x pp groups (tp fastest, as ``layout.group(r, "tp", "pp")``), built as arrays."""
-    z, st = layout.sizes, layout.strides
-    if z["tp"] * z["pp"] < 2:
-        return None
-    bases = (np.arange(z["cp"])[None, :] * st["cp"] + np.arange(z["dp"])[:, None] * st["dp"]).reshape(-1)
-    offsets = (np.arange(z["tp"])[None, :] * st["tp"] + np.arange(z["pp"])[:, None] * st["pp"]).reshape(-1)
-    return _from_rows("mp", bases[:, None] + offsets[None, :], layout.world)
-
-
-def _instance_table(layout) -> GroupTable | None:
-    """The optimizer instances (``layout.instance_group``: ranks of one dp // dp_shard block,
-    ascending; the whole world without HSDP), built as arrays."""
-    if layout.world < 2:
-        return None
-    ranks = np.arange(layout.world, dtype=np.int64)
-    block = ranks // layout.strides["dp"] % layout.sizes["dp"] // layout.shard
-    order = np.lexsort((ranks, block))
-    return _from_rows("inst", ranks[order].reshape(layout.sizes["dp"] // layout.shard, -1), layout.world)
-
-
-def _from_rows(name: str, rows: np.ndarray, world: int) -> GroupTable:
-    rows = np.asarray(rows, dtype=np.int64)
-    rows = rows[np.argsort(rows[:, 0], kind="stable")]
-    row_of, pos = np.empty(world, np.int64), np.empty(world, np.int64)
-    row_of[rows] = np.arange(len(rows))[:, None]
-    pos[rows] = np.arange(rows.shape[1])[None, :]
-    return GroupTable(name, rows, row_of, pos)
 
 
 def _table(name: str, fn, world: int) -> GroupTable:
