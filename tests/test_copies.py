@@ -31,8 +31,9 @@ LAYOUTS = {
 
 def context(name: str, fold: bool, stragglers=()):
     model, parallel, batch = LAYOUTS[name]
+    bucket = {} if parallel.get("zero") == 3 else {"grad_bucket_mb": 8}  # (FSDP has no buckets: exit 2)
     s = scenario_from_dict({"model": model, "training": {"seq_len": 4096 if "cp" in name else 1024,
-                                                         "global_batch": batch, "grad_bucket_mb": 8},
+                                                         "global_batch": batch, **bucket},
                             "cluster": {"topology": "dgx-h100", "gpus": 32, "topology_overrides": {"nodes_per_su": 2}},
                             "parallel": {**parallel, "fold": fold}, "stragglers": list(stragglers)})
     spec = dataclasses.replace(load_spec("dgx-h100"), nodes_per_su=2)

@@ -2,12 +2,14 @@
 against what one GPU's step must be, worked out from the schedule rather than from op names.
 
 A 2-layer GPT on one H100, one micro-batch, no communication: the compute stream runs the
-forward (embedding, layers 0..1 ascending, then the logits at layer 2), then the backward
-(from the logits down to the embedding), then the optimizer (micro-batch -1). So, from the
+gradient buffer's memset (micro-batch -1), the forward (embedding, layers 0..1 ascending,
+then the logits at layer 2), then the backward (from the logits down to the embedding), then
+the gradient norm and the optimizer (micro-batch -1; sim/parallel/step_end.py). So, from the
 run without recomputation:
 
-- forward F = the spans up to the first span at the top layer (the logits' forward);
-- optimizer O = the micro-batch -1 span; backward B = everything between;
+- optimizer O = the micro-batch -1 spans (step start and end);
+- forward F = the other spans up to the first span at the top layer (the logits' forward);
+  backward B = everything between;
 - recomputation adds kernels and nothing else: recompute = busy(with) - busy(none), and
   under full recomputation it reruns each transformer layer's forward, so it also equals the
   forward spans at layers 0..L-1 (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models": full recomputation
@@ -64,7 +66,7 @@ def by_hand(result) -> dict:
     layer, mb = sp.layer.to_numpy(), sp.micro_batch.to_numpy()
     turn = int(np.flatnonzero(layer == LAYERS)[0])  # the logits' forward: the last forward span
     opt = mb < 0
-    fwd = np.arange(len(sp)) <= turn
+    fwd = (np.arange(len(sp)) <= turn) & ~opt
     return {"forward": dur[fwd].sum(), "backward": dur[~fwd & ~opt].sum(), "optimizer": dur[opt].sum(),
             "layers_forward": dur[fwd & (layer >= 0) & (layer < LAYERS)].sum()}
 
@@ -79,8 +81,9 @@ def breakdown(result) -> dict:
 
 def test_the_tiny_step_is_what_the_docstring_says(runs):
     sp = runs["none"].spans.sort_values("start_s")
-    assert set(sp.category) == {"compute"} and len(sp) == 21  # 1 + 2*4 + 1 forward, 1 + 2*4 + 1 backward, 1
-    assert sp.layer.tolist()[:11] == [-1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
+    assert set(sp.category) == {"compute"} and len(sp) == 23  # 1, 1 + 2*4 + 1 forward, 1 + 2*4 + 1 backward, 2
+    assert sp.name.tolist()[:1] + sp.name.tolist()[-2:] == ["zero_grad", "grad_norm", "optimizer"]
+    assert sp.layer.tolist()[1:12] == [-1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
     # back to back, but for the waits for the host to issue the work (sim/outputs/host.py)
     assert busy(runs["none"]) + host_wait(runs["none"]) == pytest.approx(runs["none"].summary["step_time_s"], rel=REL)
 

@@ -134,7 +134,9 @@ def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
     assert len(beside) == TP_MODEL["layers"] * (4 if sp else 2)
     for _, call in beside.iterrows():  # each runs under a GEMM of its layer's backward
         assert overlap(intervals(beside.loc[[_]]), intervals(compute)) > 0
-    busy = length(union(np.vstack([intervals(compute), intervals(comm)])))  # no idle: one rank, no pipeline
+    step_end = spans_of(result, category="dp")  # the gradient-norm all-reduce over the tp group (step_end.py)
+    assert list(step_end.name) == ["grad_norm_ar"] and (step_end.start_s >= compute[compute.name == "grad_norm"].end_s.max()).all()
+    busy = length(union(np.vstack([intervals(compute), intervals(comm), intervals(step_end)])))  # no idle: one rank, no pipeline
     assert result.summary["step_time_s"] == pytest.approx(busy, rel=1e-9)
 
 

@@ -172,7 +172,14 @@ def check(s: Scenario) -> Scenario:
         p = p.model_copy(update={"schedule": "interleaved" if p.virtual_stages > 1 else "1f1b"})
     if p.schedule in ("zb-v", "dualpipev") and p.virtual_stages == 1:  # a V: two chunks per rank (zbpp_utils.py)
         p = p.model_copy(update={"virtual_stages": 2})
-    s = s.model_copy(update={"model": model, "parallel": p, "cluster": s.cluster.model_copy(update={"gpus": gpus})})
+    t = s.training
+    if t.grad_bucket_mb is not None:  # the old key: an alias of parallel.ddp_bucket_mb, the one definition
+        if p.ddp_bucket_mb is not None:
+            raise InputError("training.grad_bucket_mb", "is the old name of parallel.ddp_bucket_mb (the one "
+                                                        "definition of the DDP bucket size): give only that one")
+        p, t = p.model_copy(update={"ddp_bucket_mb": t.grad_bucket_mb}), t.model_copy(update={"grad_bucket_mb": None})
+    s = s.model_copy(update={"model": model, "parallel": p, "training": t,
+                             "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     rules.check_all(s, gpu, gpus, _per_node(s, spec))
     if s.jitter.floor != 1.0 and s.jitter.distribution != "normal":
         raise InputError("jitter.floor", f"bounds the normal distribution's draws; with {s.jitter.distribution!r} "

@@ -22,6 +22,7 @@ def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
     _check_stages(m, p, t, whole=s.rl is None)
     _check_moe(m, p)
     _check_overlap(m, p, t)
+    _check_data_parallel(p)
     _check_ranks(s, gpus, per_node)
     if s.rl is not None:
         _check_rl(s, m, gpus)
@@ -245,6 +246,35 @@ def _check_overlap(m, p, t) -> None:
     if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
         raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
                                                      "run under the other's compute)")
+
+
+def _check_data_parallel(p) -> None:
+    """The DP overlap knobs and HSDP (sim/parallel/dp.py states their meanings): each applies
+    to the ZeRO stages that have what it switches, so a setting never does nothing."""
+    if p.overlap_grad_reduce is False and p.zero == 3:
+        raise InputError("parallel.overlap_grad_reduce", "false needs zero 0, 1 or 2: FSDP (zero = 3) "
+                                                         "reduce-scatters each layer's gradients as its backward ends")
+    if p.overlap_param_gather is not None and p.zero not in (1, 2):
+        raise InputError("parallel.overlap_param_gather", f"applies to the distributed optimizer's parameter "
+                                                          f"all-gather (zero 1 or 2), got zero = {p.zero}")
+    if p.ddp_bucket_mb is not None and (p.zero == 3 or p.overlap_grad_reduce is False):
+        why = ("FSDP (zero = 3) gathers and reduces layer by layer, without buckets" if p.zero == 3 else
+               "overlap_grad_reduce = false reduces all gradients in one bucket after the backward (Megatron)")
+        raise InputError("parallel.ddp_bucket_mb", f"(or its alias training.grad_bucket_mb) does nothing here: {why}")
+    if p.reshard_after_forward is not None and p.zero != 3:
+        raise InputError("parallel.reshard_after_forward", f"is FSDP's (zero = 3) choice of freeing gathered "
+                                                           f"parameters after the forward, got zero = {p.zero}")
+    if p.dp_shard is None:
+        return
+    if p.dp % p.dp_shard:
+        raise InputError("parallel.dp_shard", f"{p.dp_shard} must divide dp = {p.dp} (dp / dp_shard replicas of "
+                                              "each shard group)")
+    if p.dp_shard * p.cp == 1 and p.dp > 1:
+        raise InputError("parallel.dp_shard", "1 (with cp = 1) leaves every shard on one rank: that is plain "
+                                              "data parallelism, zero = 0")
+    if p.dp_shard < p.dp and p.zero == 0:
+        raise InputError("parallel.dp_shard", f"{p.dp_shard} < dp = {p.dp} shards ZeRO/FSDP state within groups, "
+                                              "but zero = 0 shards nothing: use zero >= 1")
 
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:

@@ -105,7 +105,9 @@ class Training(_Section):
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
     # NVTE_FUSED_ATTN=0). Needs flash_attention.
     attention_backend: Literal["cudnn", "flash2"] | None = None
-    grad_bucket_mb: real(B.BUCKET_MB) = 25.0  # DDP gradient bucket, MiB (PyTorch default 25)
+    # Alias of parallel.ddp_bucket_mb (the one definition), kept for older scenario files: the
+    # loader moves it there (sim/input/load.py) and refuses both at once; None after loading.
+    grad_bucket_mb: real(B.BUCKET_MB) | None = None
     fsdp_prefetch: Flag = True  # all-gather layer l+1 while layer l computes
     # CUDA graphs (Transformer Engine make_graphed_callables; Megatron --cuda-graph-impl
     # transformer_engine): each transformer layer's static part replays as one graph launch
@@ -194,6 +196,13 @@ class Parallel(_Section):
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: Flag = True  # simulate one rank per class of identical ranks
+    # Data-parallel overlap knobs (Megatron-Core DistributedDataParallelConfig; PyTorch FSDP2;
+    # torchtitan). None = the default the rules of sim/parallel/dp.py state (what NeMo's recipes run).
+    overlap_grad_reduce: Flag | None = None  # bucketed reduction issued during the backward (default true)
+    overlap_param_gather: Flag | None = None  # zero 1/2: updated-parameter all-gather under the next forward
+    ddp_bucket_mb: real(B.BUCKET_MB) | None = None  # MiB of gradients per bucket (default Megatron's rule)
+    reshard_after_forward: Flag | None = None  # zero 3: free gathered parameters after the forward (default true)
+    dp_shard: count(B.GPUS) | None = None  # HSDP: ranks a ZeRO/FSDP shard spans (divides dp; default dp)
 
     @field_validator("order")
     @classmethod

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..parallel.step_end import STEP_SYNCS
 from ..engine.core import OP_COLUMNS, SPAN_COLUMNS, RankProgram
 from ..hardware.topology import Topology
 from ..input.scenario import Scenario
@@ -67,6 +68,27 @@ def spans_frame(engine) -> pd.DataFrame:
     }
     for column, field in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
         ran[column] = np.array([v for ts in times for v in getattr(ts, field)])  # float64 (int64 if all ints, as from rows)
+    _step_syncs_start_together(engine, ops, ran["start_s"])
     own = {c: pd.Series([getattr(op, c) for op in ops]) for c in OP_COLUMNS}  # dtypes as from rows
     df = pd.DataFrame({c: ran[c] if c in ran else own[c] for c in SPAN_COLUMNS})
     return df.sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)
+
+
+def _step_syncs_start_together(engine, ops: list, starts: np.ndarray) -> None:
+    """A step-end synchronization (the gradient-norm all-reduce over every pipeline stage, the
+    loss all-reduce: :data:`sim.parallel.step_end.STEP_SYNCS`) begins, on every member, when
+    the last one arrives: a stage that finished its backward early waits there for the
+    pipeline to drain, a rank for a slower one's optimizer, and that wait is idle (the
+    bubble), not communication -- as a posted receive waiting for its send is
+    (sim/engine/core.py). ``starts``: the flat start column, set in place."""
+    where = [i for i, op in enumerate(ops) if op.name in STEP_SYNCS]
+    if not where:
+        return
+    offsets = np.cumsum([0] + [len(prog.ops) for prog in engine.programs])
+    index = {prog.rank: k for k, prog in enumerate(engine.programs)}
+    held_by = engine.held_by
+    for flat in where:
+        k = int(np.searchsorted(offsets, flat, side="right")) - 1
+        last = held_by.get((engine.programs[k].rank, flat - int(offsets[k])))
+        if last is not None:
+            starts[flat] = starts[int(offsets[index[last[0]]]) + last[1]]

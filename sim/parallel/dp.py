@@ -1,17 +1,49 @@
-"""Data parallelism (PyTorch DDP, Li et al. 2020): gradient all-reduce in buckets.
+"""Data parallelism (PyTorch DDP, Li et al. 2020; Megatron-Core's DistributedDataParallel):
+gradient all-reduce in buckets, and the knobs real stacks expose for it.
 
-Gradients of the last micro-batch are packed into buckets of ``grad_bucket_mb`` in the
-order backward produces them; each bucket's all-reduce is issued as soon as its last
-layer's backward finishes, so it overlaps the backward of earlier layers. Expert
-gradients reduce over the ranks holding the same experts. Per step each rank sends 2x
-its parameter bytes x (N-1)/N.
+Gradients of the last micro-batch are packed into buckets in the order backward produces
+them. ``parallel.overlap_grad_reduce`` (Megatron ``--overlap-grad-reduce``; default true, as
+NeMo's recipes run it: nemo/collections/llm/recipes/*.py ``DistributedDataParallelConfig(
+overlap_grad_reduce=True, overlap_param_gather=True, ...)``): each bucket's reduction is
+issued as soon as its last layer's backward finishes, so it overlaps the backward of earlier
+layers; false: every gradient of a chunk is one bucket, reduced after the rank's whole
+backward (Megatron's ``finalize_model_grads`` after the schedule; ``bucket_size = None``).
+
+Bucket size (``parallel.ddp_bucket_mb``, MiB of gradients; alias ``training.grad_bucket_mb``):
+by default Megatron-Core's ``max(40_000_000, 1_000_000 * dp_cp_size)`` parameters
+(megatron/training/training.py ``resolve_ddp_bucket_size``) of :data:`GRAD_BYTES` each. As in
+Megatron, only the first model chunk of the first pipeline stage is split into buckets;
+every other chunk and stage reduces its gradients as one bucket (training.py: "Bucketing is
+disabled for non-first chunks ... or for non-zero pipeline-parallel ranks"), which is not on
+the critical path there. Expert gradients reduce over the ranks holding the same experts.
+Per step each rank sends 2x its parameter bytes x (N-1)/N.
 """
+
+import math
 
 from .params import layer_params, stage_layer_ids
 from ..engine.kinds import Category
 
 AXIS = Category.DP
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
+BUCKET_PARAMS = 40_000_000  # Megatron-Core default bucket: max(40M, 1M x dp_cp) parameters
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def grads_overlapped(p) -> bool:
+    """``parallel.overlap_grad_reduce`` with its default (true)."""
+    return p.overlap_grad_reduce is not False
+
+
+def bucket_bytes(ctx, stage: int, chunk: int) -> float:
+    """Gradient bytes per bucket of model chunk ``chunk`` on pipeline ``stage`` (inf: the
+    whole chunk in one bucket); see the module docstring."""
+    p = ctx.scenario.parallel
+    if not grads_overlapped(p) or stage > 0 or chunk > 0:
+        return math.inf
+    if p.ddp_bucket_mb is not None:
+        return p.ddp_bucket_mb * 2**20
+    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * p.dp * p.cp) * GRAD_BYTES
 
 
 class GradSync:
@@ -20,12 +52,15 @@ class GradSync:
     op = "all_reduce"
     name = "dp_ar"
 
-    def __init__(self, b):
+    def __init__(self, b, chunk: int = 0):
         self.b = b
-        self.bucket_bytes = b.ctx.scenario.training.grad_bucket_mb * 2**20
+        self.bucket_bytes = bucket_bytes(b.ctx, b.stage, chunk)
+        self.overlapped = grads_overlapped(b.ctx.scenario.parallel)
         self.pending = [0.0, 0.0]  # dense, expert bytes
         self.issued: list[int] = []
-        self.groups = (b.ctx.layout.group(b.rank, "cp", "dp"), b.ctx.layout.expert_dp_group(b.rank))
+        layout = b.ctx.layout
+        self.group_fns = (layout.shard_group, layout.expert_dp_group)
+        self.groups = tuple(fn(b.rank) for fn in self.group_fns)
 
     @property
     def active(self) -> bool:
@@ -40,16 +75,27 @@ class GradSync:
         if sum(self.pending) >= self.bucket_bytes:
             self.flush(op_index, layer)
 
-    def flush(self, op_index: int, layer: int = -1) -> None:
-        """Issue the pending bucket's reduction."""
-        layout = self.b.ctx.layout
-        group_fns = (lambda r: layout.group(r, "cp", "dp"), layout.expert_dp_group)
-        for nbytes, group, group_of, kind in zip(self.pending, self.groups, group_fns, ("", "_expert")):
+    def flush(self, op_index, layer: int = -1) -> None:
+        """Issue the pending bucket's reduction (without overlap: only from :meth:`after_backward`)."""
+        if not self.overlapped:
+            return
+        self._issue(op_index, layer)
+
+    def after_backward(self, deps) -> None:
+        """``overlap_grad_reduce = false``: the chunk's one bucket, after the rank's whole backward."""
+        if not self.overlapped:
+            self._issue(deps, -1)
+
+    def _issue(self, deps, layer: int) -> None:
+        for nbytes, group, group_of, kind in zip(self.pending, self.groups, self.group_fns, ("", "_expert")):
             if nbytes > 0 and len(group) > 1:
-                self.issued.append(self.b.collective(
-                    self.name + kind, AXIS, self.op, group, nbytes, op_index, stream="dp", layer=layer,
-                    algo=self.b.ctx.scenario.parallel.dp_algo, group_of=group_of))
+                self.issued.append(self.reduce(self.name + kind, group, group_of, nbytes, deps, layer))
         self.pending = [0.0, 0.0]
+
+    def reduce(self, name: str, group, group_of, nbytes: float, deps, layer: int) -> int:
+        """One bucket's collective on the gradient-reduction stream."""
+        return self.b.collective(name, AXIS, self.op, group, nbytes, deps, stream="dp", layer=layer,
+                                 algo=self.b.ctx.scenario.parallel.dp_algo, group_of=group_of)
 
 
 def copy_grad_sync(b, vs: int, deps) -> int:

@@ -72,19 +72,11 @@ import numpy as np
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.core import SiblingGroups
+from .group_arrays import GroupTable, instance_table, model_parallel_table
 
-GROUP_TYPES = ("tp", "cp", "dp", "ep", "edp", "etp", "pp")  # pp last: its sub-tuples are send/recv pairs
-
-
-@dataclass(frozen=True)
-class GroupTable:
-    """Every group of one type: ``rows[i]`` the members of group i in the layout's order,
-    ``row_of[r]`` the group of rank r, ``pos[r]`` its position there."""
-
-    name: str
-    rows: np.ndarray
-    row_of: np.ndarray
-    pos: np.ndarray
+GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples
+#   are send/recv pairs. dps, dpr: HSDP's shard and replica groups; mp: tp x pp (DDP's gradient-norm group);
+#   inst: an optimizer instance, every rank without HSDP (sim/parallel/step_end.py)
 
 
 def group_tables(layout) -> dict[str, GroupTable]:
@@ -94,13 +86,23 @@ def group_tables(layout) -> dict[str, GroupTable]:
     expert-tp = tp when expert_tp = tp, by the layout's construction: not built again)."""
     fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
            "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
+           "dps": layout.shard_group, "dpr": layout.replica_group,
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
+    built = {"mp": lambda: model_parallel_table(layout), "inst": lambda: instance_table(layout)}
     alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
+    if layout.dp_shard is None:
+        alias["dps"] = "dp"
     out: dict[str, GroupTable] = {}
     for name in GROUP_TYPES:
         if name in alias:
             if alias[name] in out:
                 out[name] = out[alias[name]]
+            continue
+        if name in built:
+            table = built[name]()
+            if table is None:
+                continue
+            out[name] = next((t for t in out.values() if np.array_equal(t.rows, table.rows)), table)
             continue
         if len(fns[name](0)) < 2:
             continue  # singletons never meet
@@ -353,8 +355,9 @@ def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, 
 
 
 def _peers(tables: dict[str, GroupTable], g: int) -> np.ndarray:
-    """Every member of every group of ``g``."""
-    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables)])
+    """Every member of every group of ``g`` (but the step-end sync's group of every rank, one
+    instance of a 4-byte all-reduce whose members all end together, labels no one)."""
+    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if t.name != "inst" or len(t.rows) > 1])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""ZeRO-3 / FSDP (Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023).
+"""ZeRO-3 / FSDP (Rajbhandari et al. 2020; PyTorch FSDP, Zhao et al. 2023; FSDP2 as
+torchtitan applies it).
 
 Every rank keeps 1/N of each layer's parameters. Before a layer's forward, and again
 before its backward, the layer is all-gathered and discarded after use; after its
@@ -7,6 +8,22 @@ Weights do not depend on the previous layer, so the next layer's all-gather is i
 while the current layer computes (prefetch): the gather of layer l waits only for the
 compute of layer l-2 to finish, which bounds memory to two gathered layers. Per step
 each rank sends 3x its parameter bytes (the seeds' 50% over DP's 2x).
+
+``parallel.reshard_after_forward`` (FSDP2 ``fully_shard(reshard_after_forward=...)``): true
+frees a layer's gathered parameters after its forward, so the backward gathers them again
+(above); false keeps them from the forward to the backward: no backward all-gather, more
+memory (:func:`sim.parallel.memory.gathered`). Under pipeline parallelism the pipelining
+schedule also keeps them (and the unsharded gradients) across micro-batches until the last
+backward (torch.distributed.pipelining stage: ``set_reshard_after_backward`` and
+``set_requires_gradient_sync`` only on the last backward), so each layer is gathered once
+per step. Default: torchtitan's "default" policy, ``reshard_after_forward = not pp_enabled``
+(torchtitan/models/llama3/infra/parallelize.py ``apply_fsdp``).
+
+HSDP (``parallel.dp_shard`` < dp; torchtitan ``data_parallel_shard_degree`` with
+``data_parallel_replicate_degree`` = dp / dp_shard): gathers and reduce-scatters run within
+the rank's shard group, and each reduce-scattered shard (1/dp_shard of the layer's
+gradients) is then all-reduced across the dp / dp_shard replicas (FSDP2 on a 2-D mesh:
+reduce-scatter over the shard dim, all-reduce over the replicate dim).
 """
 
 from .params import layer_params
@@ -22,12 +39,17 @@ def enabled(b) -> bool:
 
 
 def grad_group(b) -> tuple[int, ...]:
-    """The ranks sharing (and sharding) the same parameters."""
-    return b.ctx.layout.group(b.rank, "cp", "dp")
+    """The ranks sharding the same parameters (HSDP: the shard group)."""
+    return b.ctx.layout.shard_group(b.rank)
 
 
 def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, "cp", "dp")
+    return b.ctx.layout.shard_group
+
+
+def reshards(p) -> bool:
+    """``parallel.reshard_after_forward`` with torchtitan's default (true without PP)."""
+    return p.reshard_after_forward if p.reshard_after_forward is not None else p.pp == 1
 
 
 def layer_bytes(b, layer: int) -> float:
@@ -47,7 +69,7 @@ class Gatherer:
 
     def before(self, layer: int) -> int | None:
         """The all-gather op the first compute of ``layer`` must wait for."""
-        if not enabled(self.b):
+        if not enabled(self.b) or not self._gathers():
             return None
         depth = 1 if self.b.ctx.scenario.training.fsdp_prefetch else 0
         pos = self.layers.index(layer)
@@ -55,6 +77,14 @@ class Gatherer:
             if ahead not in self.gathers:
                 self.gathers[ahead] = self._gather(ahead)
         return self.gathers[layer]
+
+    def _gathers(self) -> bool:
+        """Whether this pass gathers at all: not a backward whose forward kept the layers
+        (no reshard after forward), nor, under PP, a forward after the first micro-batch's."""
+        p = self.b.ctx.scenario.parallel
+        if reshards(p):
+            return True
+        return self.direction == "fwd" and (p.pp == 1 or self.mb == 0)
 
     def _gather(self, layer: int) -> int:
         pos = self.layers.index(layer)
@@ -74,6 +104,11 @@ def reduce_scatter(b, layer: int, mb: int, deps) -> int | None:
     """Reduce-scatter a layer's gradients after its backward (last micro-batch only)."""
     if not enabled(b):
         return None
-    return b.collective("fsdp_rs", AXIS, "reduce_scatter", grad_group(b), layer_bytes(b, layer), deps,
-                        stream="dp_rs", layer=layer, mb=mb, algo=b.ctx.scenario.parallel.dp_algo,
-                        group_of=_group_of(b))
+    group, algo = grad_group(b), b.ctx.scenario.parallel.dp_algo
+    op = b.collective("fsdp_rs", AXIS, "reduce_scatter", group, layer_bytes(b, layer), deps,
+                      stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=_group_of(b))
+    replicas = b.ctx.layout.replica_group(b.rank)
+    if len(replicas) == 1:
+        return op
+    return b.collective("hsdp_ar", AXIS, "all_reduce", replicas, layer_bytes(b, layer) / len(group), op,
+                        stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=b.ctx.layout.replica_group)

@@ -49,7 +49,8 @@ from .folding import Folding, GroupTable, fold, link_codes, scale_codes
 
 EXACT_MAX_GPUS = 1024  # "auto" simulates every rank up to this many GPUs
 MIN_REPLICAS = 4  # sampled clean replicas at least (the spread needs a few)
-GRADIENT_GROUPS = ("dp", "edp")  # the group types that join replicas
+GRADIENT_GROUPS = ("dp", "edp", "dps", "dpr", "inst")  # the group types that join replicas (HSDP's shard and
+#                                                        replica groups, the step-end gradient-norm instance)
 
 
 def mode(s, world: int) -> str:
@@ -125,19 +126,24 @@ class FoldedArrivals:
         """When the last folded member of ``call``'s group is ready, or None: its members
         arrive together when their stream is held up by the collective before (the
         simulated ones did, and so would the folded), so the estimate is from when the
-        sampled members' dependencies were done (``ready(rank, op)``), not when they arrived."""
+        sampled members' dependencies were done (``ready(rank, op)``), not when they arrived.
+        Class by class (a group may join ranks of unlike work, e.g. the step-end gradient-norm
+        sync of every pipeline stage): each class's folded members from its sampled ones."""
         found = self._groups.get(call.group)
         if found is None:
             g = np.asarray(call.group)
-            folded = int((~self.simulated[g]).sum())
-            found = self._groups[call.group] = (expected_max(folded) if folded else None, self.proxies)
-        factor, proxies = found
-        if factor is None:
+            counts = np.bincount(self.classes[g[~self.simulated[g]]], minlength=int(self.classes.max()) + 1)
+            found = self._groups[call.group] = {int(c): expected_max(int(n)) for c in np.flatnonzero(counts)
+                                                 for n in (counts[c],)}
+        if not found:
             return None
-        times = [ready(rank, index) for rank, index, _ in members if proxies[rank]]
-        if len(times) < 2:
-            return None
-        return float(np.mean(times) + np.std(times, ddof=1) * factor)
+        by_class: dict[int, list] = {}
+        for rank, index, _ in members:
+            if self.proxies[rank]:
+                by_class.setdefault(int(self.classes[rank]), []).append(ready(rank, index))
+        ends = [float(np.mean(t) + np.std(t, ddof=1) * found[c]) for c, t in by_class.items()
+                if c in found and len(t) >= 2]
+        return max(ends) if ends else None
 
 
 _EXPECTED: dict[int, float] = {}

@@ -237,16 +237,19 @@ def busiest_rank(ctx: Context, layer: int) -> int:
 
 
 def build(ctx: Context, kind: Kind) -> LayerProgram | None:
-    """Run the builder over one layer of ``kind`` for one micro-batch: forward, then backward."""
+    """Run the builder over one layer of ``kind`` for one micro-batch -- the second when there
+    are several, the steady state (FSDP under PP without resharding gathers a layer only for
+    the first: sim/parallel/fsdp.py) -- forward, then backward."""
     layer = representative(ctx.dims, kind)
     if layer is None:
         return None
     rank = busiest_rank(ctx, layer)
     b = _Recorder(ctx, rank)
-    forward = Pass(b, [layer], 0, (), "F", param_waits={})
+    mb = 1 if ctx.micro_batches > 1 else 0  # a steady micro-batch (FSDP without resharding gathers on the first)
+    forward = Pass(b, [layer], mb, (), "F", param_waits={})
     forward.run()
     first_backward = len(b.program.ops)
-    Pass(b, [layer], 0, forward.x, "B", sync=None, last_mb=False).run()
+    Pass(b, [layer], mb, forward.x, "B", sync=None, last_mb=False).run()
     ops = tuple(_layer_op(op, i, i >= first_backward, b.kernel_counts.get(i, 0))
                 for i, op in enumerate(b.program.ops))
     return LayerProgram(kind, layer, rank, ops)

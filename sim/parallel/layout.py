@@ -46,12 +46,13 @@ class Layout:
     ep: int
     expert_tp: int | None = None  # None: tp
     sp: bool = True  # sequence parallelism (Megatron requires it for MoE with tp > 1)
+    dp_shard: int | None = None  # HSDP: dp ranks a ZeRO/FSDP shard group spans (None: dp)
 
     @classmethod
     def from_parallel(cls, p: Parallel) -> "Layout":
         """The layout of a parallel section (its ``order`` was checked at load)."""
         return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep,
-                   p.expert_tp, p.sequence_parallel)
+                   p.expert_tp, p.sequence_parallel, p.dp_shard if p.dp_shard != p.dp else None)
 
     @cached_property
     def strides(self) -> dict:
@@ -91,6 +92,53 @@ class Layout:
                 stride = self.strides[axis]
                 members = [m + i * stride for i in range(self.sizes[axis]) for m in members]
             found = self._groups[key] = Group(members)
+        return found
+
+    @property
+    def shard(self) -> int:
+        """dp ranks of one shard group (HSDP's ``dp_shard``; dp without it)."""
+        return self.dp_shard or self.sizes["dp"]
+
+    def shard_group(self, rank: int) -> tuple[int, ...]:
+        """The ranks a ZeRO/FSDP shard of ``rank``'s (dense) parameters spans: its cp x dp
+        group, or under HSDP the cp x dp_shard ranks of its block of dp_shard consecutive dp
+        indices (torchtitan's mesh puts dp_shard inside dp_replicate: parallel_dims.py)."""
+        if self.dp_shard is None:
+            return self.group(rank, "cp", "dp")
+        return self._hsdp_group(rank, True)
+
+    def replica_group(self, rank: int) -> tuple[int, ...]:
+        """Under HSDP, the dp / dp_shard ranks holding the same shard as ``rank`` (same cp
+        index and dp index modulo dp_shard), which all-reduce it; ``(rank,)`` without HSDP."""
+        return (rank,) if self.dp_shard is None else self._hsdp_group(rank, False)
+
+    def _hsdp_group(self, rank: int, inside: bool) -> tuple[int, ...]:
+        key = (rank, "hsdp", inside)
+        found = self._groups.get(key)
+        if found is None:
+            c, s, n = self.coords(rank), self.strides, self.shard
+            base = rank - c["dp"] * s["dp"]
+            if inside:
+                first = c["dp"] // n * n
+                found = Group(m - c["cp"] * s["cp"] + i * s["cp"] + (first + j) * s["dp"]
+                              for j in range(n) for i in range(self.sizes["cp"]) for m in (base,))
+            else:
+                found = Group(base + (c["dp"] % n + k * n) * s["dp"] for k in range(self.sizes["dp"] // n))
+            self._groups[key] = found
+        return found
+
+    def instance_group(self, rank: int | None) -> tuple[int, ...]:
+        """The ranks of ``rank``'s HSDP block (the same dp // dp_shard; every tp, cp and pp
+        position): one optimizer instance (Megatron's ``intra_dist_opt_group``); ``rank``
+        None: every rank. Vectorised: a world group may hold 10^6 ranks."""
+        block = None if rank is None else self.coords(rank)["dp"] // self.shard
+        key = ("instance", block)
+        found = self._groups.get(key)
+        if found is None:
+            ranks = np.arange(self.world, dtype=np.int64)
+            if block is not None:
+                ranks = ranks[ranks // self.strides["dp"] % self.sizes["dp"] // self.shard == block]
+            found = self._groups[key] = Group(ranks.tolist())
         return found
 
     def dc_index(self, rank: int) -> int:

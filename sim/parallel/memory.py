@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
+from .fsdp import reshards
 from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
@@ -42,7 +43,7 @@ def stage_memory(ctx, stage: int) -> Memory:
     """Memory of a rank at pipeline ``stage``."""
     p, zero = ctx.scenario.parallel, ctx.scenario.parallel.zero
     dense, expert = rank_params(ctx, stage)
-    nd = p.dp * p.cp
+    nd = (p.dp_shard or p.dp) * p.cp  # the shard group (HSDP: dp_shard of the dp ranks)
     ne = ctx.layout.expert_dp
     sharded = dense / nd + expert / ne
     full = dense + expert
@@ -99,12 +100,20 @@ def weight_grad_bytes(d, tokens: float, tp: int, sp: bool) -> float:
 
 def gathered(ctx, stage: int) -> float:
     """FSDP: the full weights and gradients of the two layers in use (current + prefetched),
-    plus their FP8 copies (weight and transpose) under FP8."""
-    if ctx.scenario.parallel.zero < 3:
+    plus their FP8 copies (weight and transpose) under FP8. Without resharding after the
+    forward (``parallel.reshard_after_forward = false``, sim/parallel/fsdp.py) every layer the
+    rank holds stays gathered from its forward to its backward (weights and FP8 copies of all
+    of them), and under PP the unsharded gradients of all of them too (accumulated until the
+    last micro-batch's backward); without PP two layers' gradients, as above."""
+    p = ctx.scenario.parallel
+    if p.zero < 3:
         return 0.0
     ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
-    biggest = max(sum(layer_params(ctx, l)) for l in ids)
-    return 2 * biggest * (2 * ELEM + (2 if ctx.shard.fp8 else 0))
+    sizes = [sum(layer_params(ctx, l)) for l in ids]
+    weight = ELEM + (2 if ctx.shard.fp8 else 0)
+    if reshards(p):
+        return 2 * max(sizes) * (weight + ELEM)
+    return sum(sizes) * weight + (sum(sizes) if p.pp > 1 else 2 * max(sizes)) * ELEM
 
 
 def peak_memory(ctx) -> Memory:

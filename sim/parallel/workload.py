@@ -3,7 +3,8 @@ a pipeline schedule drives forward/backward passes over each rank's layers
 (:mod:`.passes`: each layer is compute wrapped by TP (and CP, EP) collectives; FSDP
 gathers layers around it); with ``ep_comm_overlap`` a steady-state forward and backward
 run as one step (:mod:`.ep_overlap`); DP or ZeRO reduce gradients in buckets; the
-optimizer closes the step.
+per-step costs (:mod:`.step_end`: gradient buffer zeroed, gradient-norm clipping, the
+optimizer, the loss all-reduce) open and close the step.
 
 Folding: ranks whose timelines are provably identical (same stage, same compute scale,
 same link conditions, interchangeable peers in every group) are simulated once; the
@@ -20,10 +21,10 @@ from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard
-from . import copies, dp, ep_overlap, jitter, pp, zero
+from . import copies, dp, ep_overlap, jitter, pp, step_end, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
-from .params import moe_block_ids, rank_params, stage_layer_ids
+from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
@@ -120,10 +121,11 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     p, v = ctx.layout.sizes["pp"], par.virtual_stages
     vstages = pp.virtual_stages_of(par.schedule, p, v, b.stage)
     chunks = {c: stage_layer_ids(ctx, vs) for c, vs in enumerate(vstages)}
-    with b.phase_of(Phase.OPTIMIZER):  # (ZeRO: the gather of the last update's parameters)
-        param_waits = zero.gather_params(b, [l for c in chunks for l in chunks[c]]) if zero.enabled(b) else {}
+    step_end.start(b)  # (the gradient buffer's memset)
+    with b.phase_of(Phase.OPTIMIZER):  # (ZeRO: the gather of the last update's parameters, overlapped)
+        param_waits = zero.gather_params(b, chunks) if zero.enabled(b) and zero.overlapped(b) else {}
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
-    syncs = {c: sync_cls(b) for c in chunks} if par.zero < 3 else {}
+    syncs = {c: sync_cls(b, c) for c in chunks} if par.zero < 3 else {}
     steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
     last = {chunk: mb for step in steps for kind, mb, chunk in step if kind != "F"}  # each chunk's last backward
     final, deferred, chunk_end = [], {}, {}
@@ -145,13 +147,18 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
                 deferred[mb, chunk] = ps
             if kind != "F":
                 chunk_end[chunk] = ps.x
+    with b.phase_of(Phase.BACKWARD):  # overlap_grad_reduce = false: every bucket after the whole backward
+        for sync in syncs.values():
+            sync.after_backward(tuple(chunk_end.values()))
     final += [op for s in syncs.values() for op in s.issued]
     if par.schedule == "dualpipe":  # the two copies of each stage add their gradients (both ranks in stage order)
         with b.phase_of(Phase.BACKWARD):
             final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
                                         else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]
-    with b.phase_of(Phase.OPTIMIZER):
-        optimizer_step(b, final)
+    update = step_end.finish(b, final)
+    if zero.enabled(b) and not zero.overlapped(b):
+        with b.phase_of(Phase.OPTIMIZER):  # overlap_param_gather = false: gathered before the step returns
+            zero.gather_params(b, chunks, update)
     return b
 
 
@@ -185,15 +192,3 @@ def close_pass(b, ps: Pass, vs: int, chunk: int = 0) -> list[int]:
     if vs > 0:
         pp.transfer(b, "B", ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)
     return ps.rs_ops
-
-
-def optimizer_step(b, deps: list[int]) -> int:
-    """Adam on this rank's parameter shard, after every gradient reduction."""
-    from ..model.layers import optimizer
-
-    dense, expert = rank_params(b.ctx, b.stage)
-    fp8_weights = dense + expert if b.ctx.shard.fp8 else 0.0  # TE casts the full local weights
-    if b.ctx.scenario.parallel.zero >= 1:
-        dense /= len(b.ctx.layout.group(b.rank, "cp", "dp"))
-        expert /= len(b.ctx.layout.expert_dp_group(b.rank))
-    return b.compute("optimizer", optimizer(dense + expert, fp8_weights), tuple(deps))

@@ -11,12 +11,15 @@ builder's issue costs, :mod:`.layers`). With v = 1 the pipeline term is
 al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)); the zero-bubble
 and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross
 the fill and drain once per virtual stage boundary each way. The DP tail is the gradient
-reduction (DDP all-reduce, ZeRO reduce-scatter, in grad_bucket_mb buckets) beyond the last
+reduction (DDP all-reduce, ZeRO reduce-scatter, in ddp_bucket_mb buckets) beyond the last
 micro-batch's backward it overlaps, plus ZeRO-1/2's parameter all-gather beyond the first
 forward; FSDP gathers each layer once per micro-batch and pass, hidden behind the layer's
 compute when shorter. EP overlap (combined 1F1B) hides the all-to-alls under the paired
-micro-batch's compute except in warm-up and cool-down. The optimizer is Adam's
-memory-bound update of the rank's shard (:func:`sim.model.layers.optimizer`).
+micro-batch's compute except in warm-up and cool-down; with ``overlap_grad_reduce = false``
+the whole reduction is exposed. The optimizer is Adam's memory-bound update of the rank's
+shard (:func:`sim.model.layers.optimizer`), with the per-step costs the builder adds
+(sim/parallel/step_end.py): the gradient-norm kernel over the shard and the gradient
+buffer's memset (zero 0-2), the same kernel definitions.
 
 The estimate is measured, not trusted: ``clustersim plan`` reports its Spearman rank
 correlation with the full simulation over the layouts it simulated.
@@ -30,7 +33,7 @@ import pandas as pd
 from ..hardware.gpus import gpu_preset
 from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
-from ..model.layers import ELEM, optimizer
+from ..model.layers import ELEM, grad_norm, optimizer, zero_grad
 from ..parallel import layer_program
 from ..parallel.layout import Layout
 from .comm import Comm
@@ -41,6 +44,7 @@ from .layers import KINDS, Pricer, costs as layer_costs
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host")  # per layer kind (:class:`.layers.Cost`)
 GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
+BUCKET_PARAMS = 40_000_000  # Megatron-Core's default bucket floor (sim/parallel/dp.py): exact up to dp x cp = 40
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
 
@@ -69,7 +73,9 @@ class Estimator:
         self.moe_kinds = tuple(k for k in kinds if k in with_experts) if d.experts else ()
         self.other_kinds = tuple(k for k in kinds if k not in self.moe_kinds)
         self.domain = spec.gpus_per_domain
-        self.bucket = scenario.training.grad_bucket_mb * 2**20
+        p = scenario.parallel
+        self.bucket = p.ddp_bucket_mb * 2**20 if p.ddp_bucket_mb is not None else BUCKET_PARAMS * GRAD_BYTES
+        self.grads_overlapped = p.overlap_grad_reduce is not False
         self._routed: dict = {}
         self._built = lru_cache(maxsize=None)(self._built)  # per search (the shared cache is bounded)
         self.micro_of = lambda c: scenario.training.global_batch // (c["dp"] * c["micro_batch"])
@@ -222,7 +228,7 @@ class Estimator:
         reduce_expert = np.where(zero == 0, rates[:, 3:4], rates[:, 4:5])
         red = (dense * reduce_dense + expert * reduce_expert) / self.bucket
         buckets = np.maximum(1.0, (dense + expert) / self.bucket)
-        tail = np.maximum(red / buckets, red - bwd)
+        tail = np.maximum(red / buckets, red - bwd) if self.grads_overlapped else red
         gather = (dense * rates[:, 2:3] + expert * rates[:, 5:6]) / self.bucket
         tail = tail + np.where((zero == 1) | (zero == 2), np.maximum(0.0, gather - fwd), 0.0)
         return np.where(zero == 3, fsdp_tail, tail).max(axis=1)
@@ -235,7 +241,7 @@ class Estimator:
         return np.array([self.comm.reduce(op, self.bucket, groups[axis]) for axis in ("dp", "edp") for op in ops])
 
     def _optimizer(self, g, pp: int, v: int) -> np.ndarray:
-        """Adam on the fullest stage's shard (sim/parallel/workload.py optimizer_step); its
+        """Adam on the fullest stage's shard (sim/parallel/step_end.py optimizer_step); its
         kernels are memory-bound, so their time is linear in the parameters it updates."""
         params = lookup(g, ["tp", "expert_tp", "ep"],
                         lambda tp, etp, ep: np.stack(self.stages.params(tp, etp, ep, pp, v)[:2]))
@@ -245,6 +251,12 @@ class Estimator:
         shard = np.where(zero >= 1, dense / (g["dp"] * g["cp"]).to_numpy()[:, None] + expert / edp, dense + expert)
         fp8 = quantized(self.s.training.precision)
         base = self.compute.time(optimizer(0.0, 1.0 if fp8 else 0.0))
-        per_param = self.compute.time(optimizer(1e9)) - self.compute.time(optimizer(0.0))
-        per_fp8 = (self.compute.time(optimizer(0.0, 1e9)) - self.compute.time(optimizer(0.0, 1.0))) if fp8 else 0.0
-        return (base + shard * per_param / 1e9 + (dense + expert) * per_fp8 / 1e9).max(axis=1)
+        t = self.compute.time
+        fsdp2 = dict(grad_bytes=4, copies_to_model=False)  # FSDP2: fp32 shards (sim/parallel/step_end.py)
+        per_param = np.where(zero >= 3, t(optimizer(1e9, **fsdp2)) - t(optimizer(0.0, **fsdp2)),
+                             t(optimizer(1e9)) - t(optimizer(0.0))) + t(grad_norm(1e9)) - t(grad_norm(0.0))
+        per_fp8 = (t(optimizer(0.0, 1e9)) - t(optimizer(0.0, 1.0))) if fp8 else 0.0
+        memset = np.where(zero < 3, t(zero_grad(1.0, GRAD_BYTES)) + (dense + expert) * (
+            t(zero_grad(1e9, GRAD_BYTES)) - t(zero_grad(0.0, GRAD_BYTES))) / 1e9, 0.0)
+        base = base + t(grad_norm(0.0))
+        return (base + shard * per_param / 1e9 + (dense + expert) * per_fp8 / 1e9 + memset).max(axis=1)

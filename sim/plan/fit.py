@@ -100,6 +100,12 @@ def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndar
     gradients = 2 * np.where(zero >= 2, sharded, full)
     optimizer = 12 * np.where(zero >= 1, sharded, full)
     activations = act[:, :1] * split[:, 0] * flight + act[:, 1:2] + act[:, 2:3] * split[:, 1]
-    gathered = np.where(zero >= 3, 2 * biggest * (2 * ELEM + (2 if fp8 else 0)), 0.0)
+    weight = ELEM + (2 if fp8 else 0)  # memory.gathered: resharded after the forward or kept (FSDP2)
+    p = scenario.parallel
+    if (p.reshard_after_forward if p.reshard_after_forward is not None else pp == 1):
+        kept = 2 * biggest * (weight + ELEM)
+    else:
+        kept = full * weight + (full if pp > 1 else 2 * biggest) * ELEM
+    gathered = np.where(zero >= 3, kept, 0.0)
     total = weights + gradients + optimizer + activations + gathered + RUNTIME_BYTES
     return total.max(axis=1)

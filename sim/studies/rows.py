@@ -50,7 +50,9 @@ SECTIONS = {  # column -> (section, scenario key)
     **{k: ("training", k) for k in ("seq_len", "global_batch", "micro_batch", "precision", "recompute",
                                      "flash_attention", "attention_backend")},
     **{k: ("parallel", k) for k in ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "stage_layers",
-                                     "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap")},
+                                     "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap",
+                                     "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_mb",
+                                     "reshard_after_forward", "dp_shard")},
 }
 
 

@@ -7,7 +7,11 @@ fixed rules, never tuned per row:
   a row gives TFLOP/s per GPU in its own FLOPs convention, converted to a step time with
   step = F / (TFLOP/s * 1e12 * GPUs). Rules for every row: the row's layers, hidden, heads,
   ffn_hidden, vocab; GELU MLP; micro-batch 1. N21 rows (Megatron-LM 2021): full recompute,
-  no flash attention, DDP all-reduce. MH rows (Megatron-Core): selective recompute, flash
+  no flash attention, DDP all-reduce after the whole backward (``overlap_grad_reduce =
+  false``: Megatron-LM v2's default ``--DDP-impl local`` all-reduced the gradients in
+  ``train_step`` once ``forward_backward_func`` had returned, NVIDIA/Megatron-LM fda81a2 (May
+  2021) megatron/training.py, arguments.py ``--DDP-impl`` default "local"; bucketed overlap came with
+  Megatron-Core's DistributedDataParallel). MH rows (Megatron-Core): selective recompute, flash
   attention, sequence parallelism when tp > 1, distributed optimizer (ZeRO-1). Pipelines
   are interleaved where the row says so (N21 Table 1) or for Megatron-Core with pp > 1,
   with v = the smallest divisor > 1 of layers/pp (else plain 1F1B). Id: ``N21-T1-1.7B-32``.
@@ -81,6 +85,7 @@ def legacy_scenario(row: dict) -> dict:
                      "flash_attention": mcore},
         "cluster": {"gpu": row["gpu"], "topology": TOPOLOGY[row["gpu"]], "gpus": int(row["num_gpus"])},
         "parallel": {"tp": tp, "pp": pp, "dp": int(row["dp"]), "zero": 1 if mcore else 0,
+                     **({} if mcore else {"overlap_grad_reduce": False}),
                      "sequence_parallel": mcore and tp > 1, "virtual_stages": v,
                      "schedule": "interleaved" if v > 1 else "1f1b"},
     }
