@@ -83,3 +83,22 @@ def calls(monkeypatch):
 
     monkeypatch.setattr(step, "simulate", counting)
     return count
+
+
+HOST_COSTS = ("KERNEL_ISSUE_S", "NCCL_CALL_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS_S")
+
+
+def zero_host(mp: pytest.MonkeyPatch) -> None:
+    """Zero sim/model/host.py's issue costs through ``mp`` (see :func:`free_host`)."""
+    from sim.model import host
+
+    for name in HOST_COSTS:
+        mp.setattr(host, name, 0.0)
+
+
+@pytest.fixture
+def free_host(monkeypatch):
+    """A host that issues work in no time (sim/model/host.py's costs zeroed): for closed forms
+    of one parallelism's own timing, which a host-bound toy model would otherwise hide behind
+    waits for the host (the host's own closed forms: tests/test_host.py)."""
+    zero_host(monkeypatch)

@@ -10,6 +10,8 @@ Run: ``python -m pytest tests/test_folding_perturbed.py``
 import numpy as np
 import pytest
 
+from conftest import zero_host
+
 from test_folding import flat, same
 from sim.input.load import scenario_from_dict
 from sim.parallel.step_end import STEP_SYNCS
@@ -172,10 +174,12 @@ def pure_dp(gpus: int, stragglers: list) -> object:
 
 @pytest.fixture(scope="module")
 def straggler_at_16k():
-    return simulate(pure_dp(16384, [{"ranks": [12345], "slowdown": 1.5}]))
+    with pytest.MonkeyPatch.context() as mp:  # a free host, as in free_host (conftest.py)
+        zero_host(mp)
+        return simulate(pure_dp(16384, [{"ranks": [12345], "slowdown": 1.5}]))
 
 
-def test_a_straggler_costs_its_extra_compute_at_128_and_at_16k_gpus(straggler_at_16k):
+def test_a_straggler_costs_its_extra_compute_at_128_and_at_16k_gpus(straggler_at_16k, free_host):
     """Pure DP, one bucket: everyone waits in the all-reduce for the slow rank, which then
     runs its optimizer last, so the step grows by exactly its extra compute, 0.5x its
     compute ops, whatever the cluster's size (the ring's own time is the clean run's)."""

@@ -153,7 +153,7 @@ def a2a_transfer(result):
 
 
 @pytest.mark.parametrize("routing, skew", [("token_choice", 1.0), ("token_choice", 0.3), ("token_drop", 1.0)])
-def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew):
+def test_skewed_routing_costs_exactly_the_hot_experts_extra_tokens(routing, skew, free_host):
     moe = {"pad_to_capacity": False} if routing == "token_drop" else {}  # dropped, not padded: uneven
     uniform, skewed = moe_run(routing="uniform", fold=True), moe_run(routing=routing, skew=skew, fold=True, **moe)
     compute = (expert_time(skewed) - expert_time(uniform)).sum()

@@ -35,7 +35,7 @@ def _with(extra: dict):
     return scenario_from_dict(data)
 
 
-def test_slow_rank_in_pure_dp_delays_everyone_by_its_extra_compute():
+def test_slow_rank_in_pure_dp_delays_everyone_by_its_extra_compute(free_host):
     clean = simulate(_scenario())
     slow = simulate(_with({"stragglers": [{"ranks": [2], "slowdown": 1.5}]}))
     comp = clean.spans[(clean.spans["rank"] == 2) & (clean.spans.category == "compute")]

@@ -96,7 +96,7 @@ SEQ = 1024
 
 @pytest.mark.parametrize("tp", [2, 4])
 @pytest.mark.parametrize("sp", [False, True])
-def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp):
+def test_tp_collectives_per_layer_bytes_and_critical_path(tp, sp, free_host):
     result = run(TP_MODEL, gpus=tp, training={"seq_len": SEQ, "global_batch": 1}, cluster=NVLS_OFF, tp=tp,
                  sequence_parallel=sp)
     comm = spans_of(result, category="tp")

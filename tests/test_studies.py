@@ -85,7 +85,13 @@ def test_pipeline_bubbles_follow_the_closed_forms(reports):
     table = reports["pipeline-bubbles"].table
     ok = table[table["error"].isna()]
     older = ok["schedule"].isin(["gpipe", "1f1b", "interleaved"])
-    assert (ok[older]["difference"].abs() < 0.06).all()
+    # Narayanan et al.'s form, with the step's per-step work (optimizer, gradient norm, syncs),
+    # which no stage idles through, in the step: (p-1) t / chunks over the step, t the slope
+    # of the step time in m; the plain form sits above the simulation at small m (that work
+    # dilutes the bubble) and within 0.06 from m = 4 on
+    assert (ok[older]["bubble_sim"] - ok[older]["bubble_with_step_end"]).abs().max() < 0.06
+    assert (ok[older & (ok["micro_batches"] == 1)]["difference"] < 0).all()
+    assert (ok[older & (ok["micro_batches"] >= 4)]["difference"].abs() < 0.06).all()
     invalid = table[table["error"].notna()]
     assert (invalid["schedule"] == "interleaved").all() and (invalid["micro_batches"] % 8 != 0).all()
     # the zero-bubble forms assume W = B; here B > W (the attention core's backward has no

@@ -11,8 +11,8 @@ what a collective hides under (TP overlap's GEMM chunks, a CP ring's attention c
 backward's dgrad / wgrad) is the program's, not a formula. The time past the layer's
 compute is the exposed communication, attributed to the axes of the collectives on the
 critical path. The host issues the ops in program order at their issue costs (``LayerOp.issue``,
-sim/model/host.py) and none starts before it is issued, as in the engine: what that adds to
-the layer's makespan is its ``host`` time. FSDP's gathers (axis dp) are left to :mod:`.estimate` (they hide behind the
+sim/model/host.py) and none starts before it is issued, as in the engine; the host runs ahead
+across layers, so a layer's ``host`` time is what issuing it takes beyond its makespan. FSDP's gathers (axis dp) are left to :mod:`.estimate` (they hide behind the
 previous layer, which a one-layer program cannot show); the MoE all-to-alls are reported
 as exposed here, and the schedule's EP overlap is applied by :mod:`.estimate`.
 """
@@ -87,10 +87,13 @@ def schedule(lp: LayerProgram, price, host: bool = False) -> tuple[list[float], 
 def cost(lp: LayerProgram, price) -> Cost:
     """Schedule ``lp``'s ops on their streams (:func:`schedule`); the exposed time
     (makespan less compute) split over the axes by their collectives' time on the critical
-    path, and what the host adds to the makespan."""
+    path, and what the host adds to the makespan when issuing the layer outlasts running it."""
     n = len(lp.ops)
     end, pred = schedule(lp, price)
-    hosted = max(schedule(lp, price, host=True)[0], default=0.0)
+    # The host runs ahead of the GPU across layers (it never blocks inside a step), so a layer
+    # waits for it only when issuing the layer takes longer than running it: the excess of its
+    # issue time over its makespan (steady state; the step's first op's issue is one-off).
+    issued = sum(op.issue for op in lp.ops)
     seconds = {p: lp.compute_s(p) for p in Phase}
     on_path = dict.fromkeys(EXPOSED_AXES, 0.0)
     i = max(range(n), key=end.__getitem__) if n else -1
@@ -103,7 +106,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
     return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
-                host=max(0.0, hosted - (max(end) if n else 0.0)))
+                host=max(0.0, issued - (max(end) if n else 0.0)))
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:

@@ -73,6 +73,7 @@ def analyze(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
                           "step_s": rows["step_time_s"], "memory_gb": rows["memory_per_gpu_bytes"] / 1e9,
                           "fits_in_memory": rows["fits_in_memory"], "error": rows["error"]})
     table.insert(4, "difference", table["bubble_sim"] - table["bubble_closed_form"])
+    table.insert(5, "bubble_with_step_end", with_step_end(table))
     ok = table[table["error"].isna()]
     summary = pd.DataFrame([{"schedule": s, "points": len(g), "max_abs_difference": g["difference"].abs().max(),
                              "mean_difference": g["difference"].mean(),
@@ -81,6 +82,22 @@ def analyze(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
                              "invalid_points": int((table["schedule"] == s).sum() - len(g))}
                             for s, g in ok.groupby("schedule", sort=False)])
     return table, summary, notes(table, summary)
+
+
+def with_step_end(table: pd.DataFrame, p: int = STAGES, v: int = CHUNKS) -> pd.Series:
+    """The older schedules' closed form with the step's own per-step work (zero_grad, gradient
+    norm, optimizer, syncs: sim/parallel/step_end.py), which no stage idles through: a step of
+    m micro-batches takes (m + (p-1)/chunks) t + T_end, so the simulated step times of one
+    schedule are a line in m of slope t, and the bubble is (p-1) t / chunks over the step.
+    NaN for the zero-bubble schedules and for a schedule with fewer than two valid points."""
+    out = pd.Series(np.nan, index=table.index)
+    valid = table["error"].isna() & table["schedule"].isin(SCHEDULES[:3])
+    for schedule, g in table[valid].groupby("schedule"):
+        if g["micro_batches"].nunique() >= 2:
+            t = np.polyfit(g["micro_batches"].astype(float), g["step_s"].astype(float), 1)[0]
+            chunks = CHUNKS if schedule == "interleaved" else 1
+            out[g.index] = (p - 1) * t / chunks / g["step_s"]
+    return out
 
 
 def notes(table: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
