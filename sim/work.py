@@ -64,9 +64,9 @@ class Work:
 
     def describe(self) -> str:
         """One line: the estimate and its parts."""
-        return (f"~{self.seconds:,.0f} s of CPU and {self.bytes / 2**30:,.1f} GiB ({self.ranks:,} ranks x "
-                f"{self.ops // max(self.ranks, 1):,} ops, {self.gpus:,} GPUs, {self.fabric_links:,} fabric links, "
-                f"{self.scores:,} router scores, {self.expert_kernels:,} expert kernels)")
+        return cost_text(self.seconds, self.bytes, f"{self.ranks:,} ranks x {self.ops // max(self.ranks, 1):,} ops, "
+                         f"{self.gpus:,} GPUs, {self.fabric_links:,} fabric links, {self.scores:,} router scores, "
+                         f"{self.expert_kernels:,} expert kernels")
 
 
 def estimate(s) -> Work:
@@ -96,11 +96,23 @@ def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -
     work = estimate(s)
     budget_s = BUDGET_S if budget_s is None else budget_s
     budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
-    if work.seconds > budget_s or work.bytes > budget_bytes:
-        raise InputError(work.driver, f"this scenario would need {work.describe()}, past this machine's budget "
-                                      f"of {budget_s:,.0f} s and {budget_bytes / 2**30:,.1f} GiB; "
-                                      "--force runs it anyway")
+    refuse_past_budget(work, "this scenario would need", work.describe(), budget_s, budget_bytes)
     return work
+
+
+def cost_text(seconds: float, nbytes: float, parts: str) -> str:
+    """One estimate as people read it: ``~S s of CPU and B GiB (parts)`` (every work estimate's
+    ``describe``: this module's, the planner's and the RL loop's)."""
+    return f"~{seconds:,.0f} s of CPU and {nbytes / 2**30:,.1f} GiB ({parts})"
+
+
+def refuse_past_budget(work, what: str, need: str, budget_s: float = BUDGET_S,
+                       budget_bytes: float = BUDGET_BYTES) -> None:
+    """InputError naming ``work.driver`` when ``work`` (anything with ``seconds``, ``bytes``,
+    ``driver``) exceeds the budget: "<what> <need>, past this machine's budget ..."."""
+    if work.seconds > budget_s or work.bytes > budget_bytes:
+        raise InputError(work.driver, f"{what} {need}, past this machine's budget of {budget_s:,.0f} s and "
+                                      f"{budget_bytes / 2**30:,.1f} GiB; --force runs it anyway")
 
 
 def watchdog_seconds(w: Work) -> float:

@@ -28,9 +28,8 @@ print(estimate(request('llama3-70b', 1024, 'dgx-h100', None, 8192, 8388608)).des
 
 from dataclasses import dataclass
 
-from ..errors import InputError
 from ..model.transformer import dims
-from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S
+from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S, cost_text, refuse_past_budget
 from .fit import layer_activations
 from .space import MICRO_BATCHES, RECOMPUTE, Space, knobs, meshes
 
@@ -50,8 +49,8 @@ class PlanWork:
     driver: str
 
     def describe(self) -> str:
-        return (f"~{self.seconds:,.0f} s of CPU and {self.bytes / 2**30:,.1f} GiB ({self.layouts:,} layouts, "
-                f"{self.replay_steps:,} pipeline-schedule steps replayed by the memory rule)")
+        return cost_text(self.seconds, self.bytes, f"{self.layouts:,} layouts, {self.replay_steps:,} "
+                         "pipeline-schedule steps replayed by the memory rule")
 
 
 def estimate(req) -> PlanWork:
@@ -96,8 +95,5 @@ def count(req) -> tuple[int, list[tuple]]:
 def check(req) -> PlanWork:
     """The estimate, or InputError naming the flag that drives the cost past the budget."""
     w = estimate(req)
-    if w.seconds > BUDGET_S or w.bytes > BUDGET_BYTES:
-        raise InputError(w.driver, f"the search would need {w.describe()} before any simulation, past this "
-                                   f"machine's budget of {BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB; "
-                                   "--force runs it anyway")
+    refuse_past_budget(w, "the search would need", f"{w.describe()} before any simulation")
     return w

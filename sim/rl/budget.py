@@ -18,8 +18,8 @@ cost (``--force`` runs it); :func:`watchdog_seconds` is the CPU limit of the wat
 
 from dataclasses import dataclass
 
-from ..errors import InputError
-from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S, GPU_BYTES, GPU_S, WATCHDOG_FACTOR, WATCHDOG_MIN_S
+from ..work import (BASE_BYTES, BUDGET_BYTES, BUDGET_S, GPU_BYTES, GPU_S, WATCHDOG_FACTOR, WATCHDOG_MIN_S, cost_text,
+                    refuse_past_budget)
 
 SEQ_S, SEQ_BYTES = 150e-6, 1.5e3  # per sequence trained (steps x global_batch)
 ENGINE_S, ENGINE_BYTES = 500e-6, 12e3  # per generator engine, built once
@@ -37,8 +37,7 @@ class RLWork:
     driver: str
 
     def describe(self) -> str:
-        return (f"~{self.seconds:,.0f} s of CPU and {self.bytes / 2**30:,.1f} GiB ({self.sequences:,} sequences, "
-                f"{self.engines:,} generator engines)")
+        return cost_text(self.seconds, self.bytes, f"{self.sequences:,} sequences, {self.engines:,} generator engines")
 
 
 def estimate(s) -> RLWork:
@@ -65,9 +64,7 @@ def estimate(s) -> RLWork:
 def check(s) -> RLWork:
     """The estimate, or InputError naming the key that drives the cost past the budget."""
     work = estimate(s)
-    if work.seconds > BUDGET_S or work.bytes > BUDGET_BYTES:
-        raise InputError(work.driver, f"this RL run would need {work.describe()}, past this machine's budget of "
-                                      f"{BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB; --force runs it anyway")
+    refuse_past_budget(work, "this RL run would need", work.describe())
     return work
 
 
