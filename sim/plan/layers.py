@@ -62,11 +62,10 @@ class Pricer:
         return found
 
 
-def schedule(lp: LayerProgram, price, host: bool = False) -> tuple[list[float], list[int]]:
+def schedule(lp: LayerProgram, price) -> tuple[list[float], list[int]]:
     """When each of ``lp``'s ops ends, scheduled on its stream in program order after its
-    dependencies (and, with ``host``, not before the host has issued it), and the op each
-    waited for last (-1: none)."""
-    n, released = len(lp.ops), 0.0
+    dependencies, and the op each waited for last (-1: none)."""
+    n = len(lp.ops)
     end, pred, last_on = [0.0] * n, [-1] * n, {}
     for i, op in enumerate(lp.ops):
         start, before = 0.0, last_on.get(op.stream, -1)
@@ -75,9 +74,6 @@ def schedule(lp: LayerProgram, price, host: bool = False) -> tuple[list[float], 
         for j in op.deps:
             if end[j] > start:
                 start, before = end[j], j
-        released += op.issue
-        if host and released > start:
-            start = released
         pred[i] = before
         end[i] = start + (op.duration if op.collective is None else price(op.collective))
         last_on[op.stream] = i
