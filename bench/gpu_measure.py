@@ -289,6 +289,14 @@ class Layer(torch.nn.Module):
         return x + self.w2(F.silu(g) * u)
 
 
+def rope_tables(s: int):
+    """RoPE's cos and sin for ``s`` positions (Llama 3's theta 500,000, head dim 128), BF16."""
+    pos = torch.arange(s, device=DEV, dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, device=DEV, dtype=torch.float32) / 128))
+    ang = torch.outer(pos, inv)
+    return ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+
+
 def rope(x, cos, sin):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -327,10 +335,7 @@ def trace():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     tokens = torch.randint(0, 128256, (b, s), device=DEV)
     labels = torch.randint(0, 128256, (b, s), device=DEV)
-    pos = torch.arange(s, device=DEV, dtype=torch.float32)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, device=DEV, dtype=torch.float32) / 128))
-    ang = torch.outer(pos, inv)
-    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    cos, sin = rope_tables(s)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -373,10 +378,7 @@ def trace():
 def small_model_step(model, opt, b: int, s: int):
     """One training step of ``model`` on ``b`` x ``s`` random tokens (its inputs made once)."""
     tokens = torch.randint(0, 128256, (b, s), device=DEV)
-    pos = torch.arange(s, device=DEV, dtype=torch.float32)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, device=DEV, dtype=torch.float32) / 128))
-    ang = torch.outer(pos, inv)
-    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    cos, sin = rope_tables(s)
 
     def step():
         opt.zero_grad(set_to_none=True)
