@@ -86,6 +86,38 @@ def test_nvls_off_gb200_rack_runs_rings():
     assert pick("all_reduce", 2**32, doms, f) == "nvls"  # NCCL's default on the rack
 
 
+def test_nvls_off_two_gb200_racks_run_trees_then_rings():
+    """coreweave/nccl-tests, two GB200 NVL72 racks (NCCL_NVLS_ENABLE=0): NCCL's model picks the
+    tree up to 1 GiB and the ring from 2 GiB (the measured curve bends there: 596 -> 680 GB/s)."""
+    f, doms = fabric("gb200-nvl72", 144, nvls=False)
+    assert [pick("all_reduce", 2**k, doms, f) for k in (29, 30, 31, 32)] == ["tree", "tree", "ring", "ring"]
+
+
+def test_tree_cap_binds_only_where_a_tree_channel_is_slower_than_the_links():
+    """tuning.cc: a tree's bus bandwidth is at most nChannels x perChMaxTreeBws (16 x 42.8 GB/s
+    on Blackwell across 2 nodes, 16 x 24 across more); the simulator's tree obeys the cap where
+    it is below the link-limited rate (two GB200 racks), and nowhere else."""
+    f, doms = fabric("gb200-nvl72", 144, nvls=False)
+    c = tuner.comm_of("all_reduce", doms, f)
+    assert tuner.tree_cap(c) == pytest.approx(16 * 42.8e9 / f.nvlink_w)
+    assert tuner.tree_cap(c) < 0.85
+    for name, gpus in (("gb200-nvl72", 72), ("dgx-h100", 16), ("dgx-h100", 64), ("dgx-a100", 64)):
+        g, d = fabric(name, gpus)
+        assert tuner.tree_cap(tuner.comm_of("all_reduce", d, g)) == 1.0, name
+
+
+def test_simulated_tree_across_gb200_racks_runs_at_the_cap():
+    """A 16 GiB tree all-reduce on two GB200 racks, simulated: its bus bandwidth is the cap,
+    16 x 42.8 = 684.8 GB/s (latency < 0.3% at this size); at link rate it was ~830."""
+    from sim.studies.nccl_tests import time_collective
+
+    spec = dataclasses.replace(topology.load_spec("gb200-nvl72"), nvls=False)
+    topo = topology.build(spec, 144, gpu_preset(spec.gpu))
+    nbytes = 2**34
+    busbw = nbytes / time_collective(topo, "all_reduce", "tree", tuple(range(144)), nbytes) * 2 * 143 / 144
+    assert busbw == pytest.approx(16 * 42.8e9, rel=0.01)
+
+
 def test_pat_for_small_gathers_at_scale_with_one_gpu_per_node():
     """NCCL 2.23.4 release notes: PAT, "logarithmic number of network steps for small sizes
     at scale. Only supports one rank per node at the moment"."""

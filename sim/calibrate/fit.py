@@ -104,6 +104,13 @@ def _gemm(out: Fitted, traces, gpu: str) -> Calibration:
                             "source": "traces", "note": "fewer than 3 BF16/FP16 GEMM shapes recorded "
                                                         "(record_shapes=True): the curve stays"})
         return out.cal
+    if found["gemm_half_size"] is None:  # one smallest dimension: the level only
+        out.changes.append({"constant": "compute.gemm_kernel", "before": found["before"]["gemm_kernel"],
+                            "after": found["gemm_kernel"], "points": found["points"],
+                            "residual_after": found["residual"], "source": "traces",
+                            "note": f"every shape's smallest dim is {found['min_dim']:.0f}: the level is fitted, "
+                                    "gemm_half_size keeps its preset"})
+        return replace(out.cal, gemm_kernel=found["gemm_kernel"])
     for key in ("gemm_kernel", "gemm_half_size"):
         out.changes.append({"constant": f"compute.{key}", "before": found["before"][key], "after": found[key],
                             "points": found["points"], "residual_after": found["residual"], "source": "traces"})
@@ -149,7 +156,8 @@ def _compare(items, cal: Calibration, gpu: str, picture: str | None) -> list[dic
     out, bars = [], []
     for i in items:
         t = i.parsed
-        entry = {"file": i.path, "rank": t.rank, "steps": t.steps, "classes": kineto.class_table(t),
+        entry = {"file": i.path, "rank": t.rank, "steps": t.steps, "launched_before": t.launched_before,
+                 "classes": kineto.class_table(t),
                  "gemm_shapes": kernels.gemm_table([t], ComputeModel(gpu_preset(gpu)),
                                                    ComputeModel(gpu_preset(gpu), calibration=cal)),
                  "traced": kineto.traced_breakdown(t)}

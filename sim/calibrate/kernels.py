@@ -20,11 +20,15 @@ def points(traces: list[Trace], cls: str, op: str = "") -> list[tuple[float, flo
     """(curve variable, FLOPs/s over every launch) of every traced BF16/FP16 kernel of class
     ``cls`` (and direction ``op``, attention) with a recorded shape: a GEMM's smallest
     dimension, the keys an attention query attends."""
-    by_shape: dict[tuple, list[float]] = {}
-    for t in traces:
-        for k in t.kernels:
+    calls: dict[tuple, float] = {}  # one launch per operator call: the kernels it ran add up (SDPA)
+    for n, t in enumerate(traces):
+        for i, k in enumerate(t.kernels):
             if k.cls == cls and k.flops and k.half and k.dur > 0 and (not op or k.op == op):
-                by_shape.setdefault((k.flops, k.min_dim), []).append(k.dur)
+                key = (k.flops, k.min_dim, n, k.call or i)
+                calls[key] = calls.get(key, 0.0) + k.dur
+    by_shape: dict[tuple, list[float]] = {}
+    for (flops, dim, *_), dur in calls.items():
+        by_shape.setdefault((flops, dim), []).append(dur)
     return [(dim, flops * len(durs) / sum(durs)) for (flops, dim), durs in sorted(by_shape.items())]
 
 
@@ -51,15 +55,33 @@ def fit_curve(pts: list[tuple[float, float]], peak: float) -> tuple[float, float
 fit_gemm = fit_curve
 
 
+def fit_level(pts: list[tuple[float, float]], peak: float, half: float) -> tuple[float, float] | None:
+    """(top share, mean |log error|) of ``top * x / (x + half)`` at a given half size: the level
+    alone, for points that all share one smallest dimension (a transformer's GEMMs at a token
+    count past the hidden size all have x = hidden, so the curve's bend is not in the trace).
+    The top is the geometric mean of each point's ``E (x + half) / x`` (least squares in log)."""
+    if len(pts) < MIN_POINTS:
+        return None
+    x = np.array([p[0] for p in pts])
+    eff = np.array([p[1] / peak for p in pts])
+    top = float(np.exp(np.mean(np.log(eff * (x + half) / x))))
+    return top, float(np.mean(np.abs(np.log(top * x / (x + half) / eff))))
+
+
 def gemm_changes(pts, peak: float, gpu_name: str, sustained: float) -> dict:
-    """The [compute] values the GEMM points give (empty when they are too few)."""
+    """The [compute] values the GEMM points give (empty when they are too few): the curve, or
+    with one smallest dimension only its level (``gemm_half_size`` None: the preset stays)."""
+    before = {"gemm_kernel": GEMM_KERNEL[gpu_name]["bf16"], "gemm_half_size": float(GEMM_HALF_SIZE)}
     found = fit_curve(pts, peak)
     if found is None:
-        return {}
+        level = fit_level(pts, peak, GEMM_HALF_SIZE) if len({p[0] for p in pts}) == 1 else None
+        if level is None:
+            return {}
+        return {"gemm_kernel": level[0] / sustained, "gemm_half_size": None, "points": len(pts),
+                "residual": level[1], "before": before, "min_dim": pts[0][0]}
     e_max, half, residual = found
     return {"gemm_kernel": e_max / sustained, "gemm_half_size": half, "points": len(pts),
-            "residual": residual, "before": {"gemm_kernel": GEMM_KERNEL[gpu_name]["bf16"],
-                                             "gemm_half_size": float(GEMM_HALF_SIZE)}}
+            "residual": residual, "before": before}
 
 
 def attention_changes(traces: list[Trace], peak: float, gpu_name: str, sustained: float) -> dict:

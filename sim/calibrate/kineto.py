@@ -3,12 +3,18 @@
 A trace is the Chrome-trace JSON ``torch.profiler`` writes (``export_chrome_trace`` or
 ``tensorboard_trace_handler``; ``.json`` or ``.json.gz``): ``schemaVersion``, optional
 ``distributedInfo`` (rank, world size), and ``traceEvents``: ``cat`` "cpu_op" (aten operators,
-with ``Input Dims`` / ``Input type`` under ``record_shapes=True``), "cuda_runtime" launches,
+with ``Input Dims`` / ``Input type`` under ``record_shapes=True``), "cuda_runtime" / "cuda_driver" launches,
 "kernel" / "gpu_memcpy" / "gpu_memset" device events, "user_annotation" ``ProfilerStep#N``.
 A kernel carries the ``External id`` of the operator that launched it, which gives a GEMM its
 shape. Kernels are classed by name as NCCL's (``ncclDevKernel_AllReduce_RING_LL``: by op),
 GEMM (cuBLAS/CUTLASS/nvjet), attention (flash/fmha/cuDNN SDPA), memory copies, and
 elementwise (every other kernel).
+
+A kernel whose correlation id is below the first launch the trace recorded was launched before
+the trace began -- under ``torch.profiler``'s schedule, a warm-up step's work still queued on the
+GPU when the active steps start (a BF16 Llama trace on an H200: 861 kernels and memsets, the first
+274 ms) --
+and is left out: it belongs to no traced step and has no operator to give it a shape.
 
 The breakdown of a rank's GPU time over its traced steps: compute (the union of non-NCCL
 kernels), exposed communication (NCCL kernels not under compute), idle (the rest of the
@@ -30,6 +36,9 @@ _GEMM = re.compile(r"gemm|xmma|cutlass.*(tensorop|wgmma)|nvjet|cublas|matmul", r
 _ATTN = re.compile(r"flash|fmha|attention|sdpa|cudnn.*(fprop|bprop)", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
 HALF_TYPES = ("c10::BFloat16", "c10::Half")
+# Where a kernel launch is recorded: the runtime's cudaLaunchKernel, or the driver's cuLaunchKernelEx
+# (cuBLASLt's nvjet GEMMs and cuDNN's SDPA kernels under torch 2.11 / CUDA 13 are launched this way).
+LAUNCHES = ("cuda_runtime", "cuda_driver")
 MAX_TRACE_BYTES = bounds.MAX_FILE_BYTES * 1024  # 1 GiB of JSON: one rank's Kineto trace of a few steps is 10-300 MB
 DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
                "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1}
@@ -49,6 +58,7 @@ class Kernel:
     min_dim: float = 0.0
     half: bool = False  # BF16/FP16 operands (what the simulator's GEMM curve is for)
     bytes: float = 0.0  # an NCCL kernel's message (its c10d call's tensor bytes; 0 when unknown)
+    call: str = ""  # the operator call that launched it, where several kernels share its FLOPs (SDPA)
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class Trace:
     world: int | None
     kernels: tuple[Kernel, ...]
     steps: int
+    launched_before: int = 0  # kernels left out: launched before the trace began (see parse)
 
 
 def looks_like(text_head: str) -> bool:
@@ -108,22 +119,33 @@ def parse(path: str | Path) -> Trace:
         raise InputError("INPUT", f"{path}:1: not a PyTorch profiler (Kineto) trace: no 'schemaVersion' and "
                                   "'traceEvents' (a Chrome trace of another framework?)")
     launchers = _launchers(events)
-    kernels = [_kernel(e, launchers) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-               and e.get("ph") == "X"]
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
+    first = min(launchers, default=None)
+    traced = [e for e in device if not _before(e, first)]
+    kernels = [_kernel(e, launchers) for e in traced]
     if not any(k.cls != "memory" for k in kernels):
         raise InputError("INPUT", f"{path}:1: no GPU kernels (cat 'kernel'): a CPU-only trace, or not PyTorch's")
-    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    steps = len({e.get("name") for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
     info = data.get("distributedInfo") or {}
     return Trace(str(path), int(info.get("rank", 0)), info.get("world_size"), tuple(sorted(kernels, key=lambda k: k.start)),
-                 max(steps, 1))
+                 max(steps, 1), len(device) - len(traced))
+
+
+def _before(e: dict, first) -> bool:
+    """Whether a device event was launched before the trace's first recorded launch (correlation
+    ids grow with each launch)."""
+    corr = (e.get("args") or {}).get("correlation")
+    return first is not None and isinstance(corr, int) and corr < first
 
 
 def _launchers(events: list) -> dict:
     """Kernel correlation id -> the CPU operators and annotations open on the launching thread
-    when the launch (a "cuda_runtime" event with the same correlation) ran, outermost first."""
+    when the launch (a "cuda_runtime" or "cuda_driver" event with the same correlation) ran, outermost
+    first; the ProfilerStep count is of distinct step names (PyTorch records each step on the CPU
+    and again as a "gpu_user_annotation")."""
     by_thread: dict = {}
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime"):
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", *LAUNCHES):
             by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
     out = {}
     for evs in by_thread.values():
@@ -132,7 +154,7 @@ def _launchers(events: list) -> dict:
             t = float(e["ts"])
             while stack and float(stack[-1]["ts"]) + float(stack[-1].get("dur", 0)) < t:
                 stack.pop()
-            if e["cat"] == "cuda_runtime":
+            if e["cat"] in LAUNCHES:
                 corr = (e.get("args") or {}).get("correlation")
                 if corr is not None:
                     out[corr] = list(stack)
@@ -150,7 +172,7 @@ def _kernel(e: dict, launchers: dict) -> Kernel:
     if nccl or name.lower().startswith("nccl"):
         op, nbytes = _nccl_call(ancestors)
         return Kernel("nccl", name, start, dur, op=op or (_snake(nccl.group(1)) if nccl else "other"), bytes=nbytes)
-    if _ATTN.search(name):
+    if _ATTN.search(name) or _sdpa(ancestors) is not None:  # (cuDNN's backward helpers carry no attention name)
         return _attention(name, start, dur, ancestors)
     if _GEMM.search(name):
         op = next((a for a in reversed(ancestors) if a.get("name") in GEMM_OPS), None)
@@ -172,25 +194,51 @@ def _nccl_call(ancestors: list) -> tuple[str, float]:
     return "", 0.0
 
 
+# Where each SDPA operator's is_causal and key tensor stand among its arguments (PyTorch's
+# aten/src/ATen/native/native_functions.yaml signatures); an operator not listed: argument 1.
+CAUSAL_ARG = {"aten::scaled_dot_product_attention": 5, "aten::_scaled_dot_product_flash_attention": 4,
+              "aten::_scaled_dot_product_flash_attention_backward": 11,
+              "aten::_scaled_dot_product_cudnn_attention": 6, "aten::_scaled_dot_product_cudnn_attention_backward": 14,
+              "aten::_scaled_dot_product_efficient_attention": 6}
+KEY_ARG = {"aten::_scaled_dot_product_flash_attention_backward": 2,
+           "aten::_scaled_dot_product_cudnn_attention_backward": 2}
+
+
+def _sdpa(ancestors: list):
+    """The innermost SDPA / flash-attention operator a kernel was launched under, or None."""
+    return next((a for a in reversed(ancestors) if "scaled_dot_product" in a.get("name", "")
+                 or "flash_attention" in a.get("name", "")), None)
+
+
 def _attention(name: str, start: float, dur: float, ancestors: list) -> Kernel:
-    """A flash/cuDNN attention kernel; with its SDPA operator's shapes, its FLOPs (4 B H L S D
-    forward, 2.5x that backward, halved when causal) and the keys a query attends."""
-    op = next((a for a in reversed(ancestors) if "scaled_dot_product" in a.get("name", "")
-               or "flash_attention" in a.get("name", "")), None)
+    """A flash/cuDNN attention kernel, or any kernel an SDPA operator launched (cuDNN's backward
+    runs five: dot(dO, O), the flash bprop, dQ's conversion and a head reduction per K and V
+    under GQA); with the operator's shapes, the call's FLOPs (4 B H L S D forward, 2.5x that
+    backward, halved when causal) and the keys a query attends, ``call`` naming the operator so
+    its kernels' times add up to one launch of those FLOPs."""
+    op = _sdpa(ancestors)
     if op is None:
         return Kernel("attention", name, start, dur)
-    args = op.get("args") or {}
+    args, opname = op.get("args") or {}, op.get("name", "")
     dims, concrete = args.get("Input Dims") or [], [str(c) for c in args.get("Concrete Inputs") or []]
     try:
-        (b, h, q, d), (_, _, k, _) = dims[0][:4], dims[1][:4]
+        (b, h, q, d), k = dims[0][:4], dims[KEY_ARG.get(opname, 1)][2]
     except (ValueError, IndexError, TypeError):
         return Kernel("attention", name, start, dur)
-    causal = "True" in concrete[3:6]
-    backward = "backward" in op.get("name", "")
+    at = CAUSAL_ARG.get(opname)
+    causal = (concrete[at] == "True") if at is not None and at < len(concrete) else "True" in concrete[3:6]
+    backward = "backward" in opname
     flops = 4.0 * b * h * q * k * d * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
     half = any(t in HALF_TYPES for t in args.get("Input type") or [])
     return Kernel("attention", name, start, dur, flops=flops, min_dim=k / 2 if causal else k, half=half,
-                  op="backward" if backward else "forward")
+                  op="backward" if backward else "forward", call=_call_id(op))
+
+
+def _call_id(op: dict) -> str:
+    """One operator call's identity: its External id, else its thread and start."""
+    args = op.get("args") or {}
+    ext = args.get("External id")
+    return f"ext{ext}" if ext is not None else f"{op.get('tid')}@{op.get('ts')}"
 
 
 def _snake(op: str) -> str:

@@ -46,6 +46,9 @@ def _table(t: dict) -> None:
 
 def _trace(t: dict) -> None:
     print(f"\n{t['file']}: rank {t['rank']}, {t['steps']} profiler step(s); GPU kernel time per step by class")
+    if t.get("launched_before"):
+        print(f"  ({t['launched_before']} kernels launched before the trace began, a warm-up step's queued work, "
+              "left out)")
     for c in t["classes"]:
         print(f"  {c['class']:32} {c['kernels']:>6} kernels {c['time_s'] * 1e3:>10.3f} ms {c['share']:>7.1%}")
     if t.get("gemm_shapes"):

@@ -10,6 +10,7 @@ names run Simple), or ``auto``: NCCL's tuner picks both (:mod:`.tuner`). ``fabri
 are; without it, a DGX H100 whose NVSwitches cannot reduce is assumed.
 """
 
+from dataclasses import replace
 from functools import lru_cache
 
 from ..errors import InputError
@@ -148,6 +149,10 @@ def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
         c = tuner.comm_of(op, domains, fabric or DEFAULT_FABRIC)
         scale = tuner.latency(c, base, proto) / tuner.latency(c, base, "simple")
         phases = protocols.apply(phases, protocols.bandwidth_fraction(base, proto, c.nodes == 1), scale)
+    if base == "tree" and fabric is not None:  # NCCL's per-channel tree cap, where it binds (tuner.tree_cap)
+        cap = tuner.tree_cap(tuner.comm_of(op, domains, fabric))
+        if cap < 1.0:
+            phases = tuple(replace(p, wire=p.wire / cap) for p in phases)
     return Schedule(op, algo, phases)
 
 

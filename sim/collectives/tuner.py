@@ -14,7 +14,8 @@ the cluster instead: W_nvlink per GPU, and k x W_nic across nodes for k GPUs per
 (one NIC each). A "node" is an NVLink domain (NCCL's MNNVL treats an NVL72 rack as one).
 
 Simplifications, as documented in docs/collectives.md: 16 channels for rings and trees
-(the caps they scale never bind on these systems), x86 CPUs for the LL caps across
+(the caps they scale bind only on trees joining Blackwell NVL72 racks or 8-GPU Blackwell
+nodes: :func:`tree_cap`, which the simulated tree obeys too), x86 CPUs for the LL caps across
 nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only.
 Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
 """
@@ -145,6 +146,26 @@ def bus_bandwidth(c: Comm, algo: str, proto: str) -> float:
         elif proto == "ll128":
             bw = min(bw * (7 / 9 if one else 120 / 128), ch * TREE_LL128[c.arch][c.index2])
     return bw
+
+
+def tree_cap(c: Comm) -> float:
+    """Share of its link-limited bandwidth a tree all-reduce keeps under NCCL's per-channel
+    tree cap (``nChannels x perChMaxTreeBws``, tuning.cc), 1 where the cap does not bind.
+
+    The cap is what one tree channel's kernel moves, whatever the links could: it binds where
+    NVLink is fast and the chain long, i.e. Blackwell NVL72 racks joined by a tree (2 racks:
+    16 x 42.8 = 685 GB/s of bus bandwidth against ~837 over NVLink). The published two-rack
+    GB200 all_reduce_perf table (examples/calibration, coreweave/nccl-tests) shows it: at 512 MB
+    and 1 GB, where the tuner picks the tree, it measures 2,125 and 3,570 us; trees at link rate
+    take 1,755 and 3,020, at the cap 2,035 and 3,580. The simulator's trees run Simple at link rate
+    calibrated without NCCL's 0.92 (the fabric efficiency holds it), so only the cap is applied.
+    NVIDIA architectures only (the tuner's other GPUs borrow Ampere's constants)."""
+    if c.fabric.arch not in ARCHS:
+        return 1.0
+    f = c.fabric
+    bw = f.nvlink_w if c.nodes == 1 else min(f.nvlink_w, (2 if c.nodes <= 2 else 1) * c.local * f.nic_w)
+    cap = N_CHANNELS * GBS * TREE[c.arch][c.index2]
+    return min(1.0, cap / bw) if bw > 0 else 1.0
 
 
 def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:

@@ -1,4 +1,4 @@
-"""``clustersim rl SCENARIO [--set k=v ...] [--json] [--trace F] [--timeline F] [--steps F]``.
+"""``clustersim rl SCENARIO [--set k=v ...] [--json] [--trace F] [--timeline F [--timeline-window A:B]] [--steps F]``.
 
 Example: ``clustersim rl scenarios/rl-llama3-8b-h100.toml --set rl.mode=sync``: simulates
 the scenario's RL loop (section ``[rl]``, docs/rl.md) and prints per-pool utilization,
@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace of both pools (JSON)")
     p.add_argument("--timeline", help="write a PNG timeline of both pools")
+    p.add_argument("--timeline-window", metavar="START:END",
+                   help="with --timeline: draw only this part of the run, e.g. 10s:60s or 10000:60000 (ms)")
     p.add_argument("--steps", dest="steps_csv", help="write one CSV row per training step")
     p.add_argument("--force", action="store_true", help="run even past the work budget (sim/rl/budget.py), "
                                                         "without the watchdog")
@@ -39,6 +41,12 @@ def run(args) -> int:
                              ("--steps", args.steps_csv, ".csv")):
         if value is not None:
             output_file(value, flag, (ext,))
+    from ..outputs.timeline_paint import parse_window
+
+    args.window = parse_window(args.timeline_window)  # (bad text: exit 2 before anything is simulated)
+    if args.window is not None and not args.timeline:
+        raise InputError("--timeline-window", "selects the part of the run a timeline draws: "
+                                              "give --timeline out.png too")
     scenario = load_scenario(scenario_file(args.scenario), args.overrides)
     if scenario.rl is None:
         raise InputError("rl", f"{args.scenario} has no [rl] section (CONTRACT.md: clustersim rl)")
@@ -75,7 +83,7 @@ def _exports(args, result) -> None:
             exports.write_trace(result, tmp)
     if args.timeline:
         with written(args.timeline, "--timeline") as tmp:
-            exports.plot(result, tmp)
+            exports.plot(result, tmp, args.window)
     if args.steps_csv:
         rows = step_table(result.loop.steps)
         with written(args.steps_csv, "--steps") as tmp, open(tmp, "w", newline="") as f:

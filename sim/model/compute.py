@@ -31,6 +31,7 @@ between kinds are kernel benchmarks, cited where they are defined.
 
 from typing import NamedTuple
 
+from ..errors import InputError
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, low_peak
 
@@ -216,6 +217,9 @@ class ComputeModel:
         if e_max is None and (cal.sustained is not None or cal.gemm_kernel is not None):
             sustained = cal.sustained if cal.sustained is not None else SUSTAINED[self.gpu.name]
             e_max = kernel["bf16"] * sustained
+            if e_max > 1.0:  # (gemm_kernel alone may pass 1: sim/hardware/calibration.py, KERNEL)
+                raise InputError("cluster.calibration", f"{cal.source}: compute.gemm_kernel x sustained = "
+                                                        f"{e_max:.3g}, past the GPU's peak (at most 1)")
         self.half = cal.gemm_half_size if cal.gemm_half_size is not None else self.half
         self.hbm_efficiency = cal.hbm_efficiency if cal.hbm_efficiency is not None else self.hbm_efficiency
         return kernel, curves, e_max

@@ -197,8 +197,9 @@ def headline(result) -> str:
     return f"{s['name']}: {s['num_gpus']:,} GPUs, step {format_duration(s['step_time_s'])}, MFU {s['mfu']:.1%}"
 
 
-def window_note(window, step: float) -> str:
-    """'window 100-250 ms of the 887.5 ms step' ('' for the whole step)."""
+def window_note(window, step: float, whole: str = "step") -> str:
+    """'window 100-250 ms of the 887.5 ms step' ('' for the whole step); ``whole`` names what
+    the time axis spans (an RL loop's timeline spans a ``run`` of several steps)."""
     from ..units import format_duration
 
     lo, hi = window
@@ -206,12 +207,12 @@ def window_note(window, step: float) -> str:
         return ""
     unit, scale = time_unit(lo, hi)
     digits = max(0, 1 - int(np.floor(np.log10((hi - lo) * scale))))  # enough to tell the ends apart
-    return f"window {lo * scale:,.{digits}f}-{hi * scale:,.{digits}f} {unit} of the {format_duration(step)} step"
+    return f"window {lo * scale:,.{digits}f}-{hi * scale:,.{digits}f} {unit} of the {format_duration(step)} {whole}"
 
 
-def plot_timeline(result, path: str, ranks=None, window=None, title: str | None = None) -> None:
-    """One result's timeline as a PNG."""
-    plot_panels([(result, title)], path, ranks, window)
+def plot_timeline(result, path: str, ranks=None, window=None, title: str | None = None, whole: str = "step") -> None:
+    """One result's timeline as a PNG (``whole``: what its time axis spans, see :func:`window_note`)."""
+    plot_panels([(result, title)], path, ranks, window, whole=whole)
 
 
 def _rows(result, ranks) -> list[tuple]:
@@ -224,7 +225,7 @@ def _label_inches(result, ranks) -> float:
     return max((len(t) for t in labels), default=10) * 8 * CHAR_WIDTH / 72 + 0.4
 
 
-def _titles(items, ranks, window, fig_w: float) -> list[str]:
+def _titles(items, ranks, window, fig_w: float, whole: str = "step") -> list[str]:
     """Each panel's title (its own, the headline, the ranks shown, the window), wrapped to
     the width left of the figure after the row labels."""
     out = []
@@ -232,12 +233,12 @@ def _titles(items, ranks, window, fig_w: float) -> list[str]:
         shown = fit_ranks(result, shown_ranks(result, ranks))
         own = float(result.spans.end_s.max())
         parts = [(title + " -- " if title else "") + headline(result), shown_note(result, shown),
-                 window_note(window if window is not None else (0.0, own), own)]
+                 window_note(window if window is not None else (0.0, own), own, whole)]
         out.append(fit_title("  |  ".join(p for p in parts if p), fig_w - _label_inches(result, shown), TITLE_PT))
     return out
 
 
-def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None = None) -> None:
+def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None = None, whole: str = "step") -> None:
     """Several results stacked on one shared time axis, one legend, as a PNG: ``items`` =
     [(result, title), ...]; ``ranks`` a selector or list (see :mod:`sim.outputs.rank_selection`),
     ``window`` (start_s, end_s) or None for the whole (longest) step."""
@@ -245,12 +246,12 @@ def plot_panels(items, path: str, ranks=None, window=None, suptitle: str | None 
 
     if not str(path).endswith(".png"):
         raise InputError("--timeline", f"expected a .png path, got {path!r}")
-    fig = timeline_figure(items, ranks, window, suptitle)
+    fig = timeline_figure(items, ranks, window, suptitle, whole)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def timeline_figure(items, ranks=None, window=None, suptitle: str | None = None):
+def timeline_figure(items, ranks=None, window=None, suptitle: str | None = None, whole: str = "step"):
     """The figure :func:`plot_panels` saves (matplotlib, Agg)."""
     import matplotlib
 
@@ -259,7 +260,7 @@ def timeline_figure(items, ranks=None, window=None, suptitle: str | None = None)
 
     heights = [max(2, len(_rows(result, fit_ranks(result, shown_ranks(result, ranks))))) for result, _ in items]
     fig_w = PX_WIDTH / 100 + 2.5
-    titles = _titles(items, ranks, window, fig_w)
+    titles = _titles(items, ranks, window, fig_w, whole)
     extra = [0.16 * t.count("\n") for t in titles]
     fig_h = sum(0.28 * h + 1.1 + x for h, x in zip(heights, extra)) + 0.9
     fig, axes = plt.subplots(len(items), 1, figsize=(fig_w, fig_h), squeeze=False,

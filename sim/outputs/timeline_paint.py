@@ -194,12 +194,13 @@ def parse_window(text: str | None, flag: str = "--timeline-window") -> tuple | N
     return lo, hi
 
 
-def resolve_window(window: tuple | None, step: float, flag: str = "--timeline-window") -> tuple | None:
-    """A parsed window inside a step of ``step`` seconds: an open or late end is the step's end;
-    a start at or past it is bad input."""
+def resolve_window(window: tuple | None, step: float, flag: str = "--timeline-window",
+                   whole: str = "step") -> tuple | None:
+    """A parsed window inside a step (``whole``: or an RL run) of ``step`` seconds: an open or
+    late end is its end; a start at or past it is bad input."""
     if window is None:
         return None
     lo, hi = window
     if lo >= step:
-        raise InputError(flag, f"starts at {lo * 1e3:g} ms, after the step's end ({step * 1e3:g} ms)")
+        raise InputError(flag, f"starts at {lo * 1e3:g} ms, after the {whole}'s end ({step * 1e3:g} ms)")
     return lo, step if hi is None else min(hi, step)

@@ -1,6 +1,6 @@
 """Timelines of an RL run: spans of both pools for the existing trace and PNG exports.
 
-``clustersim rl SCENARIO --trace t.json --timeline t.png`` (or :func:`spans`, :func:`write_trace`,
+``clustersim rl SCENARIO --trace t.json --timeline t.png [--timeline-window 10s:60s]`` (or :func:`spans`, :func:`write_trace`,
 :func:`plot`). The spans table has the shape of :mod:`sim.outputs.result`'s, aggregated so
 long runs stay small:
 
@@ -153,12 +153,16 @@ def write_trace(res, path: str) -> dict:
     return trace
 
 
-def plot(res, path: str) -> None:
-    """PNG timeline of both pools."""
+def plot(res, path: str, window: tuple | None = None) -> None:
+    """PNG timeline of both pools; ``window`` (start_s, end_s or None, as
+    :func:`sim.outputs.timeline_paint.parse_window` returns it) draws only that part of the run."""
     from ..outputs.timeline import plot_timeline
+    from ..outputs.timeline_paint import resolve_window
 
     result = as_result(res)
-    plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res))
+    window = resolve_window(window, float(result.spans.end_s.max()), whole="run")
+    plot_timeline(result, path, ranks=sorted(result.spans["rank"].unique().tolist()), title=title(res),
+                  window=window, whole="run")
 
 
 
