@@ -96,6 +96,7 @@ VOLATILE = (
     re.compile(r"\bevents in [0-9][0-9.,]* s\b"),  # run's "918 events in 0.13 s"
     re.compile(r"^simulated in\s+[0-9][0-9.,]* s\b", re.M),  # rl's "simulated in    0.67 s"
     re.compile(r'"sim_wall_s": [0-9][0-9.e-]*'),  # --json
+    re.compile(r"^simulation time: .*$", re.M),  # validate's wall-clock line
 )
 
 

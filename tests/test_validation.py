@@ -8,6 +8,7 @@ CI; the others are marked ``slow``: ``python -m pytest -m slow tests/test_valida
 """
 
 import json
+import re
 
 import pytest
 
@@ -88,6 +89,17 @@ def test_cli_json_is_a_list_of_rows_with_the_contract_keys():
     assert isinstance(rows, list) and [r["id"] for r in rows] == ["MH-16B-192"]
     assert {"id", "published_step_s", "predicted_step_s", "error"} <= set(rows[0])
     assert rows[0]["error"] == pytest.approx(rows[0]["predicted_step_s"] / rows[0]["published_step_s"] - 1)
+    assert rows[0]["sim_wall_s"] > 0
+
+
+def test_cli_table_says_how_long_the_rows_took_and_the_slowest():
+    p = clustersim("validate", "--rows", "MH-16B,MH-1.7B")
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.startswith("simulation time: "))
+    total, n, slowest, wall, over = re.match(
+        r"simulation time: ([\d.]+) s over (\d+) rows; slowest (\S+) ([\d.]+) s; (\d+) rows over 10 s", line).groups()
+    assert int(n) == 2 and slowest.startswith(("MH-16B-", "MH-1.7B-")) and 0 < float(wall) <= float(total)
+    assert int(over) == (float(wall) > 10)
 
 
 def test_cli_explain_accounts_for_the_whole_step():

@@ -83,6 +83,8 @@ def run(args) -> int:
         print(json.dumps([_row_json(c) for c in results]))
         return 0
     _print_table(results)
+    if not args.predictions:
+        print(simulation_time_line(results))
     print_reports(reports)
     for gpu, e in fitted.items():
         kernel = GEMM_KERNEL[gpu]["bf16"]
@@ -106,12 +108,28 @@ def _print_table(results) -> None:
           + (f"; {len(results) - len(ran)} rows could not run" if len(ran) < len(results) else ""))
 
 
+SLOW_ROW_S = 10.0  # issue 28's target: every row simulated in at most this many seconds
+
+
+def simulation_time_line(results) -> str:
+    """How long the rows took to simulate: the total, the slowest row, and how many rows
+    took longer than :data:`SLOW_ROW_S` (wall-clock, so it differs run to run)."""
+    ran = [c for c in results if c.predicted_step_s is not None]
+    if not ran:
+        return "simulation time: no row ran"
+    slowest = max(ran, key=lambda c: c.sim_wall_s)
+    over = sum(1 for c in ran if c.sim_wall_s > SLOW_ROW_S)
+    return (f"simulation time: {sum(c.sim_wall_s for c in ran):.1f} s over {len(ran)} rows; slowest "
+            f"{slowest.row.id} {slowest.sim_wall_s:.1f} s; {over} rows over {SLOW_ROW_S:.0f} s")
+
+
 def _row_json(c) -> dict:
     r = c.row
     return {"id": r.id, "published_step_s": r.published_step_s, "predicted_step_s": c.predicted_step_s,
             "error": c.error, "metric": r.metric, "published": r.published_value or r.published_step_s,
             "predicted": c.predicted_value, "source": r.source, "model": r.model, "gpu": r.gpu,
-            "num_gpus": r.num_gpus, "precision": r.precision, "layout": r.layout, "failure": c.failure or None}
+            "num_gpus": r.num_gpus, "precision": r.precision, "layout": r.layout, "failure": c.failure or None,
+            "sim_wall_s": c.sim_wall_s}
 
 
 def explain(row_id: str, as_json: bool) -> int:
