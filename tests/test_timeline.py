@@ -151,3 +151,5 @@ def test_gallery_regenerates_every_picture(tmp_path):
              or "cluster: step" in line}
     assert set(steps) == {"H100 SuperPOD", "B200 SuperPOD", "GB200 NVL72 racks", "MI355X cluster"}
     assert steps["GB200 NVL72 racks"] < steps["H100 SuperPOD"] and steps["MI355X cluster"] < steps["H100 SuperPOD"]
+    # MLPerf Training v5.0: GB200 NVL72 2.2x Hopper per GPU; a GB200 (2.5 PFLOP/s) ahead of a B200 (2.25)
+    assert steps["GB200 NVL72 racks"] < steps["B200 SuperPOD"] < steps["H100 SuperPOD"] / 1.8

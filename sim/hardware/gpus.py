@@ -98,6 +98,14 @@ _register(GPU("b200-power-limited", 2250 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB
 # GPU. NVFP4: 1,440 PFLOP/s sparse per 72 GPUs -> 10 PFLOP/s dense per GPU.
 _register(GPU("gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=5000 * TFLOPS,
               mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS))
+# The GB200s torchtitan's Llama 4 Scout MoE rows ran on (pytorch/torchtitan docs/mxfp8.md,
+# "MoE models": 64 nodes x 4 GB200): the GB200's datasheet rates above, unchanged. Its sustained
+# factor (sim/model/compute.py, fitted on those two rows alone) carries that run's software
+# stack -- torchtitan's prototype MoE path (grouped GEMMs, HSDP expert shards, activation
+# checkpointing off "because of a bug", per the doc) -- as h100-500w and b200-power-limited carry
+# torchtitan's H100 and B200 runs; the plain gb200 takes a NeMo-class factor instead.
+_register(GPU("gb200-torchtitan", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB,
+              fp8_flops=5000 * TFLOPS, mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS))
 # NVIDIA HGX B300 (Blackwell Ultra) datasheet, per 8 GPUs: FP4 144 | 108 PFLOP/s (sparse |
 # dense), FP8/FP6 72 PFLOP/s and BF16 36 PFLOP/s with sparsity -> per GPU 2.25 PFLOP/s dense
 # BF16 (was 2.5, the NVL72 rack's figure: corrected 2026-11-26), 4.5 dense FP8 and MXFP8,
@@ -184,19 +192,28 @@ def gpu_preset(name: str) -> GPU:
 # Volta, Ampere, Hopper, Blackwell); presets not listed here get Ampere's (no NVLS).
 # AMD parts are keyed by CDNA generation (RCCL keeps NCCL's model and its own tables; no NVLS).
 ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h100-500w": "hopper", "h200": "hopper", "h800": "hopper",
-        "b200": "blackwell", "b200-power-limited": "blackwell", "gb200": "blackwell", "b300": "blackwell",
-        "gb300": "blackwell",
+        "b200": "blackwell", "b200-power-limited": "blackwell", "gb200": "blackwell", "gb200-torchtitan": "blackwell",
+        "b300": "blackwell", "gb300": "blackwell",
         "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4"}
 # NVLink SHARP (NVLS) efficiency: the share of the NVLink a byte of in-switch reduction or
 # multicast gets, NVIDIA/nccl src/graph/tuning.cc ``nvlsEfficiency`` (Hopper 0.85,
 # Blackwell 0.74; Volta/Ampere NVSwitches cannot reduce). 8x H100: busbw
 # 370 * 0.85 * 2(N-1)/(N+1) = 489 vs ~480 measured (nccl-tests issue 212, NCCL issue 2140).
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
-# NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure):
-# NVLink5 (Blackwell). coreweave/nccl-tests README "Expected Performance / GB200" (NCCL
-# 2.26.2, job script from coreweave/nccl-tests PR 43 with NCCL_NVLS_ENABLE=0): one GB200
-# NVL72 rack, 72-GPU all-reduce busbw 835-847 GB/s at 4-8 GiB on 900 GB/s links -> 0.93.
-NVLINK_EFFICIENCY = {"blackwell": 0.93}
+# NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure),
+# per part, as NVLink5 (Blackwell) measures differently on an 8-GPU board and in a rack:
+# - NVL72 racks (gb200, gb300): coreweave/nccl-tests README "Expected Performance / GB200"
+#   (NCCL 2.26.2, job script from coreweave/nccl-tests PR 43 with NCCL_NVLS_ENABLE=0): one
+#   GB200 NVL72 rack, 72-GPU all-reduce busbw 835-847 GB/s at 4-8 GiB on 900 GB/s -> 0.93.
+# - 8-GPU HGX / DGX boards (b200, b300): NCCL's own figure for an SM100 GPU's NVLink,
+#   NVIDIA/nccl src/graph/topo.h ``SM100_NVLINK_BW`` 40.1 GB/s per link x 18 links = 721.8 of
+#   900 GB/s (0.802; NCCL issue 1807 shows it as "maxBw 721.8" on 8x B200; its SM90 figure,
+#   20.6 x 18 = 370.8 of 450, is the H100's 370 above). Measured on 8x B300 (NCCL issue 2140,
+#   NCCL 2.30.4): ring all-reduce busbw 695 GB/s (NVLS off), 845 with NVLS; 8x B200 "830+"
+#   (NCCL issue 1807, NCCL 2.27.1 default algorithm). The rack's 0.93 gave 836 / 962 there.
+_RACK_NVLINK5, _BOARD_NVLINK5 = 0.93, 40.1 * 18 / 900
+NVLINK_EFFICIENCY = {"gb200": _RACK_NVLINK5, "gb200-torchtitan": _RACK_NVLINK5, "gb300": _RACK_NVLINK5,
+                     "b200": _BOARD_NVLINK5, "b200-power-limited": _BOARD_NVLINK5, "b300": _BOARD_NVLINK5}
 
 
 def arch(gpu_name: str) -> str:
@@ -209,4 +226,4 @@ def nvlink_efficiency(gpu_name: str) -> float:
     reaches on this GPU."""
     if GPUS[gpu_name].peer_links:
         return FABRIC_EFFICIENCY["xgmi"]
-    return NVLINK_EFFICIENCY.get(arch(gpu_name), FABRIC_EFFICIENCY["nvlink"])
+    return NVLINK_EFFICIENCY.get(gpu_name, FABRIC_EFFICIENCY["nvlink"])
