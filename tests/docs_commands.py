@@ -87,7 +87,7 @@ SLOW = (
     "clustersim run scenarios/llama3.1-70b-fp8-h100.toml",
     "clustersim plan llama3.1-70b",
     "clustersim campaign scenarios/llama3-405b-16k-h100.toml",
-    "python -m sim.rl.validation",
+    "python -m sim.rl.validation --fit",  # (the plain table takes 5 s: run in CI)
     "python -m sim.rl.exports",
     "clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt examples/",  # 11 rows x scans
     "clustersim collective --op all_reduce --algo tree --proto auto --gpus 144",  # (after that calibration)
