@@ -162,6 +162,24 @@ def test_rl_md_decode_table_is_what_the_validation_prints():
     assert len(quoted) == 16 and quoted == printed
 
 
+def test_rl_md_stragglers_table_is_what_the_study_prints():
+    """docs/rl.md's rl-stragglers table (per spread: generator utilization of each mode, the sync
+    closed form, the pipeline's staleness mean / max) is the stored output of its command."""
+    rows = {}
+    for line in (OUT / f"{dc.slug('clustersim study rl-stragglers --out-dir plots')}.out").read_text().splitlines():
+        p = line.split()
+        if len(p) >= 12 and p[0] in ("sync", "async", "pipeline"):
+            rows[(p[0], p[1])] = p
+    text = (REPO / "docs" / "rl.md").read_text()
+    table = text[text.index("| sigma / mean |"):].split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 6
+    for line in table:
+        cv, *cells = (c.strip() for c in line.strip("|").split("|"))
+        sync, pipe = rows[("sync", cv)], rows[("pipeline", cv)]
+        printed = [sync[2], rows[("async", cv)][2], pipe[2], sync[4], f"{pipe[8]} / {pipe[9]}"]
+        assert cells == [c.replace("100.0%", "100%") for c in printed], (cv, cells, printed)  # (docs: "100%")
+
+
 # Figures docs/gallery.md quotes that the gallery does not print: closed forms, computed there.
 GALLERY_CLOSED_FORMS = {"27.3%", "15.8%"}
 
