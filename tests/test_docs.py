@@ -9,8 +9,9 @@ figures are masked. Fast commands run in CI; the long ones (``docs_commands.SLOW
 ``python -m pytest -m slow tests/test_docs.py``. ``UPDATE_DOCS=1`` rewrites the stored outputs.
 A command shown as a synopsis (placeholders) is listed in ``docs_commands.NOT_RUN`` with why.
 
-Numbers the prose quotes are checked too (``QUOTES``): the quoted text must stand in the
-document and the command's output must contain the same figure.
+What the docs show is checked too: the output under each ``$ command`` of a fenced block is its
+stored output (test_docs_show_what_the_commands_print), and the tables docs/gallery.md and
+docs/rl.md quote are the stored outputs of the commands that print them.
 """
 
 import os
