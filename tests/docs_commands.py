@@ -87,8 +87,11 @@ SLOW = (
     "clustersim run scenarios/llama3.1-70b-fp8-h100.toml",
     "clustersim plan llama3.1-70b",
     "clustersim campaign scenarios/llama3-405b-16k-h100.toml",
-    "python -m sim.rl.validation",
+    "python -m sim.rl.validation --fit",  # (the plain table takes 5 s: run in CI)
     "python -m sim.rl.exports",
+    "clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt examples/",  # 11 rows x scans
+    "clustersim collective --op all_reduce --algo tree --proto auto --gpus 144",  # (after that calibration)
+    "clustersim collective --op all_reduce --algo ring --proto auto --gpus 144",
 )
 
 # Parts of an output that differ from run to run (wall-clock time): masked before comparing.
@@ -111,7 +114,10 @@ def not_run_reason(command: str) -> str | None:
 # Commands that read what an earlier command of the same walk-through wrote (a file in the
 # folder it runs in): that command runs first, in the same scratch folder. Matched as substrings.
 SETUP = {"gb200.toml": "clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt "
-                       "--topology gb200-nvl72 --out gb200.toml"}
+                       "--topology gb200-nvl72 --out gb200.toml",
+         "gb200x2.toml": "clustersim calibrate examples/calibration/gb200-nvl72-1rack_all_reduce_perf.txt "
+                         "examples/calibration/gb200-nvl72-2racks_all_reduce_perf.txt --topology gb200-nvl72 "
+                         "--out gb200x2.toml"}
 
 
 def setup_of(command: str) -> list[str]:

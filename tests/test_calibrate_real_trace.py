@@ -107,3 +107,20 @@ def test_the_calibrated_scenario_simulates_the_traced_step(trace):
     s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"calibration": cal})})
     step = simulate(s).summary["step_time_s"]
     assert step == pytest.approx(kineto.traced_breakdown(trace)["step_s"], rel=0.05)
+
+
+@pytest.mark.parametrize("kernel, sustained, ok", [(1.04, None, True), (1.2, 0.9, False), (4.5, None, False)])
+def test_gemm_kernel_may_pass_one_but_not_the_peak(tmp_path, kernel, sustained, ok):
+    """A traced level over the sustained factor may pass 1 (this trace: 1.043); a profile whose
+    gemm_kernel x sustained passes the peak, or gemm_kernel past its bound, exits 2 naming the key."""
+    from conftest import assert_input_error, clustersim
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'[compute]\ngpu = "h200"\ngemm_kernel = {kernel}\n'
+                       + (f"sustained = {sustained}\n" if sustained else ""))
+    proc = clustersim("run", str(SCENARIO), "--calibration", str(profile), "--json")
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert_input_error(proc, "calibration")
+        assert ("past the GPU's peak" in proc.stderr) == (kernel < 4)

@@ -9,8 +9,9 @@ figures are masked. Fast commands run in CI; the long ones (``docs_commands.SLOW
 ``python -m pytest -m slow tests/test_docs.py``. ``UPDATE_DOCS=1`` rewrites the stored outputs.
 A command shown as a synopsis (placeholders) is listed in ``docs_commands.NOT_RUN`` with why.
 
-Numbers the prose quotes are checked too (``QUOTES``): the quoted text must stand in the
-document and the command's output must contain the same figure.
+What the docs show is checked too: the output under each ``$ command`` of a fenced block is its
+stored output (test_docs_show_what_the_commands_print), and the tables docs/gallery.md and
+docs/rl.md quote are the stored outputs of the commands that print them.
 """
 
 import os
@@ -120,6 +121,64 @@ def test_docs_command(command, tmp_path):
 @pytest.mark.parametrize("command", LONG, ids=dc.slug)
 def test_docs_command_long(command, tmp_path):
     check(command, tmp_path)
+
+
+def shown_outputs() -> list[tuple[str, str, str]]:
+    """(doc, command, the output the doc shows under it) of every ``$ command`` line of a fenced
+    block: the lines after it up to the next ``$`` line or the block's end."""
+    out = []
+    for doc in dc.DOCS:
+        for block in dc._FENCE.findall((REPO / doc).read_text()):
+            lines = block.split("\n")
+            starts = [i for i, line in enumerate(lines) if line.startswith("$ ")] + [len(lines)]
+            for i, j in zip(starts, starts[1:]):
+                shown = lines[i + 1:j]
+                while shown and not shown[-1].strip():
+                    shown.pop()
+                out.append((doc, dc._strip_comment(lines[i][2:]), "\n".join(shown)))
+    return out
+
+
+def test_docs_show_what_the_commands_print():
+    """Where a doc shows a ``$ command`` with its output, the output is the stored one (which
+    test_docs_command checks against the live command): figures in the docs cannot drift."""
+    checked = 0
+    for doc, command, shown in shown_outputs():
+        stored = OUT / f"{dc.slug(command)}.out"
+        if dc.not_run_reason(command) or dc.expected_exit(command) or not stored.is_file():
+            continue
+        bad = differences(stored.read_text().rstrip("\n"), shown)
+        assert not bad, f"{doc}: what it shows under {command!r} is not docs/out/{stored.name}:\n" + "\n".join(bad[:10])
+        checked += 1
+    assert checked >= 8
+
+
+def test_rl_md_decode_table_is_what_the_validation_prints():
+    """docs/rl.md's table of the decode model against vLLM runs (mean, min, max step error and the
+    whole-run replay's, per run) is the stored output of ``python -m sim.rl.validation``."""
+    text = (REPO / "docs" / "rl.md").read_text()
+    table = text[text.index("| run | rounds |"):].split("\n\n")[0]
+    quoted = re.findall(r"[-+]\d+\.\d%", table)
+    printed = re.findall(r"[-+]\d+\.\d%", (OUT / f"{dc.slug('python -m sim.rl.validation')}.out").read_text())
+    assert len(quoted) == 16 and quoted == printed
+
+
+def test_rl_md_stragglers_table_is_what_the_study_prints():
+    """docs/rl.md's rl-stragglers table (per spread: generator utilization of each mode, the sync
+    closed form, the pipeline's staleness mean / max) is the stored output of its command."""
+    rows = {}
+    for line in (OUT / f"{dc.slug('clustersim study rl-stragglers --out-dir plots')}.out").read_text().splitlines():
+        p = line.split()
+        if len(p) >= 12 and p[0] in ("sync", "async", "pipeline"):
+            rows[(p[0], p[1])] = p
+    text = (REPO / "docs" / "rl.md").read_text()
+    table = text[text.index("| sigma / mean |"):].split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 6
+    for line in table:
+        cv, *cells = (c.strip() for c in line.strip("|").split("|"))
+        sync, pipe = rows[("sync", cv)], rows[("pipeline", cv)]
+        printed = [sync[2], rows[("async", cv)][2], pipe[2], sync[4], f"{pipe[8]} / {pipe[9]}"]
+        assert cells == [c.replace("100.0%", "100%") for c in printed], (cv, cells, printed)  # (docs: "100%")
 
 
 # Figures docs/gallery.md quotes that the gallery does not print: closed forms, computed there.
