@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from sim.hardware import topology  # noqa: E402
-from sim.engine.core import Collective, Engine, Op, RankProgram, bare_simpy_rate  # noqa: E402
+from sim.engine.clock import bare_simpy_rate  # noqa: E402
+from sim.engine.core import Collective, Engine, Op, RankProgram  # noqa: E402
 from sim.hardware.gpus import gpu_preset  # noqa: E402
 from sim.studies.nccl_tests import bus_factor, time_collective  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A collective's schedule with its siblings' traffic (sim/engine/core.py merged_schedule)
+"""A collective's schedule with its siblings' traffic (sim/engine/traffic.py merged_schedule)
 renames the first group's schedule for every sibling whose members share NVLink domains
 the same way: that must equal scheduling every group on its own and merging the phases,
 for every algorithm (they depend on a group only through its order and that pattern).
@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from sim import collectives
 from sim.collectives.schedule import merge
-from sim.engine.core import SiblingGroups, merged_schedule, same_domain_pattern
+from sim.engine.traffic import SiblingGroups, merged_schedule, same_domain_pattern
 from sim.hardware import topology
 from sim.hardware.gpus import gpu_preset
 

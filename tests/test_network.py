@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import spec_topology
 from sim.engine.core import Collective, Engine, Op, RankProgram
 from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
-from sim.engine.network import max_min_rates
+from sim.engine.maxmin import max_min_rates
 from sim.studies.nccl_tests import time_collective
 from sim.outputs.result import spans_frame
 

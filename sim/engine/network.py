@@ -11,7 +11,9 @@ reduction): its route is the GPU's own link to that switch.
 
 Rates depend only on which chains are active, never on bytes, so allocations are cached
 by the set of active phase shapes: a step that repeats the same collectives re-solves
-nothing. Each Phase object also keeps a plan (:class:`_Plan`): its routes, and the rates
+nothing. Transfers that share no link are solved apart, each connected component cached
+by its own phases' shapes (:mod:`sim.engine.maxmin`: the same floats as one joint solve),
+so an all-to-all that recurs beside different traffic is solved once. Each Phase object also keeps a plan (:class:`_Plan`): its routes, and the rates
 and wake-up it gets when no other transfer shares its links, so a collective that runs
 alone again costs two timeouts and no arithmetic on bytes.
 """
@@ -22,53 +24,15 @@ import numpy as np
 import simpy
 
 from .clock import wake_after
+from .maxmin import ComponentRates, fill
 from ..errors import SimulationError
 from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
-_EPS = 1e-9
 _PICOSECOND = 1e-12  # a chain within this of its end at a wake-up ends there (rounding of times)
 _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at that time
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
-
-
-def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
-                  caps: np.ndarray, entry_weight: np.ndarray | None = None) -> np.ndarray:
-    """Max-min fair rate of each chain (bytes/s) by progressive filling.
-
-    ``entry_chain[i]`` puts ``entry_weight[i]`` (default 1) times its rate on link
-    ``entry_link[i]``: a chain with k hops on one link consumes k times its rate there,
-    a flow sprayed over p paths 1/p on each.
-
-    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), 2, np.array([10., 3.]))
-    array([7., 3.])
-    """
-    weight = np.ones(len(entry_chain)) if entry_weight is None else entry_weight
-    links, local = np.unique(entry_link, return_inverse=True)
-    return fill(entry_chain, local, caps[links].astype(float), n_chains, weight)
-
-
-def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_chains: int,
-         weight: np.ndarray) -> np.ndarray:
-    """Progressive filling of :func:`max_min_rates` with links numbered 0..len(remaining)-1
-    (``local``) and their capacities ``remaining`` (consumed)."""
-    n_links = len(remaining)
-    rates = np.zeros(n_chains)
-    while len(entry_chain):  # the entries of chains not yet frozen, in their original order
-        load = np.bincount(local, weights=weight, minlength=n_links)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(load > 0, np.maximum(remaining, 0) / load, np.inf)
-        level = share.min()
-        tight = share <= level * (1 + _EPS)
-        hit = np.zeros(n_chains, dtype=bool)
-        hit[entry_chain[tight[local]]] = True
-        rates[hit] = level
-        newly = hit[entry_chain]
-        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=n_links) * level
-        keep = ~newly
-        entry_chain, local, weight = entry_chain[keep], local[keep], weight[keep]
-    return rates
 
 
 @dataclass
@@ -134,6 +98,7 @@ class Network:
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
         self._rate_cache: dict[tuple, list[np.ndarray]] = {}
+        self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
@@ -244,7 +209,12 @@ class Network:
         key = tuple((a.phase.key, a.mask) for a in order)
         rates = self._rate_cache.get(key)
         if rates is None:
-            rates = self._rate_cache[key] = self._max_min(order)
+            if len(order) == 1:
+                rates = self._max_min(order)
+            else:
+                rates = self.components.solve([a.phase.links for a in order], key,
+                                              lambda group: self._max_min([order[i] for i in group]))
+            self._rate_cache[key] = rates
         for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1

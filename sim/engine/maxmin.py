@@ -1,0 +1,140 @@
+"""Max-min fair rates of chains over links, by progressive filling, and the joint solve of
+many transfers split into the connected components of the links they share.
+
+:func:`fill` is the one solver: every round it finds the lowest fair share ``level`` of
+any link, freezes every chain on a link whose share is within a relative ``_EPS`` of it
+at that level and takes their rates off the links (Bertsekas and Gallager, *Data
+Networks*, 2nd ed., section 6.5.2, "max-min flow control": progressive filling).
+
+Transfers that share no link, directly or through others, do not constrain each other,
+so :class:`ComponentRates` solves each connected component on its own and memoizes it by
+its transfers' link structures (the same all-to-alls recur micro-batch after micro-batch,
+each beside a different mix of unrelated traffic). Its rates are *the same floats* as
+one :func:`fill` over everything, not merely close: a link's share depends only on its
+own chains, summed by ``np.bincount`` in the same entry order either way, so a component
+goes through exactly the rounds it goes through alone, provided no round of the joint
+solve freezes it at another component's level. That happens only when two components'
+levels differ by at most ``_EPS`` relatively without being equal; every level is a rate
+some chain got, so :func:`separated` checks this on the results, and where it fails the
+joint solve is done instead (``joint_fallbacks`` counts it). Tested by
+``python -m pytest tests/test_maxmin.py``.
+"""
+
+import numpy as np
+
+_EPS = 1e-9  # relative: links whose shares are this close to the lowest freeze together
+
+
+def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
+                  caps: np.ndarray, entry_weight: np.ndarray | None = None) -> np.ndarray:
+    """Max-min fair rate of each chain (bytes/s) by progressive filling.
+
+    ``entry_chain[i]`` puts ``entry_weight[i]`` (default 1) times its rate on link
+    ``entry_link[i]``: a chain with k hops on one link consumes k times its rate there,
+    a flow sprayed over p paths 1/p on each.
+
+    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), 2, np.array([10., 3.]))
+    array([7., 3.])
+    """
+    weight = np.ones(len(entry_chain)) if entry_weight is None else entry_weight
+    links, local = np.unique(entry_link, return_inverse=True)
+    return fill(entry_chain, local, caps[links].astype(float), n_chains, weight)
+
+
+def fill(entry_chain: np.ndarray, local: np.ndarray, remaining: np.ndarray, n_chains: int,
+         weight: np.ndarray) -> np.ndarray:
+    """Progressive filling of :func:`max_min_rates` with links numbered 0..len(remaining)-1
+    (``local``) and their capacities ``remaining`` (consumed)."""
+    n_links = len(remaining)
+    rates = np.zeros(n_chains)
+    while len(entry_chain):  # the entries of chains not yet frozen, in their original order
+        load = np.bincount(local, weights=weight, minlength=n_links)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(load > 0, np.maximum(remaining, 0) / load, np.inf)
+        level = share.min()
+        tight = share <= level * (1 + _EPS)
+        hit = np.zeros(n_chains, dtype=bool)
+        hit[entry_chain[tight[local]]] = True
+        rates[hit] = level
+        newly = hit[entry_chain]
+        remaining -= np.bincount(local[newly], weights=weight[newly], minlength=n_links) * level
+        keep = ~newly
+        entry_chain, local, weight = entry_chain[keep], local[keep], weight[keep]
+    return rates
+
+
+def components(link_sets: list[np.ndarray], owner: np.ndarray) -> list[list[int]]:
+    """Connected components of transfers that share links: lists of positions in
+    ``link_sets`` (each ascending, ordered by their first member). ``owner`` is scratch,
+    one entry per link of the topology, all -1 (and left so)."""
+    parent = list(range(len(link_sets)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, links in enumerate(link_sets):
+        seen = owner[links]
+        owner[links] = i
+        for j in np.unique(seen[seen >= 0]).tolist():
+            a, b = find(i), find(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    for links in link_sets:
+        owner[links] = -1
+    groups: dict[int, list[int]] = {}
+    for i in range(len(link_sets)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def separated(levels: list[np.ndarray]) -> bool:
+    """Whether no two levels (each component's distinct rates) differ by at most ``_EPS``
+    relatively without being equal: then no round of a joint :func:`fill` freezes a
+    component at another's level, and the components' own solves are the joint one's.
+    (Conservative: a near tie inside one component also says no.)"""
+    values = np.sort(np.concatenate(levels))
+    low, high = values[:-1], values[1:]
+    return not bool(((high > low) & (high <= low * (1 + _EPS))).any())
+
+
+class ComponentRates:
+    """Joint max-min rates of many transfers, one connected component at a time, each
+    component memoized by its key (see the module's docstring).
+
+    ``solve(link_sets, keys, joint)``: ``link_sets[i]`` the distinct links transfer i
+    uses, ``keys[i]`` what fixes its rates given its links (its link structure and which
+    chains are live), ``joint(positions)`` the :func:`fill` of those transfers together
+    (a list of rate arrays, one per transfer, in the order given)."""
+
+    def __init__(self, n_links: int):
+        self._owner = np.full(n_links, -1, dtype=np.int64)
+        self._cache: dict[tuple, tuple[list[np.ndarray], np.ndarray]] = {}
+        self.hits = 0  # components found in the cache
+        self.solves = 0  # components solved
+        self.joint_fallbacks = 0  # joint solves done because components' levels nearly tied
+
+    def solve(self, link_sets: list[np.ndarray], keys: list, joint) -> list[np.ndarray]:
+        groups = components(link_sets, self._owner)
+        if len(groups) == 1:
+            return joint(groups[0])
+        out: list = [None] * len(link_sets)
+        levels = []
+        for group in groups:
+            key = tuple(keys[i] for i in group)
+            found = self._cache.get(key)
+            if found is None:
+                self.solves += 1
+                rates = joint(group)
+                found = self._cache[key] = (rates, np.unique(np.concatenate(rates)))
+            else:
+                self.hits += 1
+            for i, r in zip(group, found[0]):
+                out[i] = r
+            levels.append(found[1])
+        if separated(levels):
+            return out
+        self.joint_fallbacks += 1
+        return joint(list(range(len(link_sets))))
