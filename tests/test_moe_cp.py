@@ -111,10 +111,13 @@ def test_balanced_router_gives_even_all_to_all_and_expert_compute(ep, gpus):
     sp = result.spans
     for (name, layer), g in sp[sp.name.str.startswith("experts_")].groupby(["name", "layer"]):
         assert len(g) == gpus and np.ptp(durations(g)) <= 1e-12 * durations(g).max()
-    a2a = sp[sp.category == "ep"]
+    a2a = sp[sp.name.str.startswith("a2a_")]
     per_call = seq * 2 * MIX["hidden"] * 2 * (ep - 1) / ep  # b*s*k*h*2 * (ep-1)/ep
     assert np.allclose(a2a.bytes, per_call, rtol=1e-12)
-    assert result.summary["comm_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIX["layers"] * per_call, rel=1e-9)
+    counts = sp[sp.name == "moe_counts_fwd"]  # each forward all-gathers one int64 count per expert (ring)
+    assert np.allclose(counts.bytes, 8 * MIX["moe"]["experts"] * (ep - 1), rtol=1e-12)
+    per_gpu = 4 * MIX["layers"] * per_call + MIX["layers"] * 8 * MIX["moe"]["experts"] * (ep - 1)
+    assert result.summary["comm_bytes_per_gpu"]["ep"] == pytest.approx(per_gpu, rel=1e-9)
     combine = a2a[a2a.name == "a2a_combine_fwd"]
     for _, g in combine.groupby("layer"):  # nobody waits for anybody
         assert np.ptp(g.start_s) <= 1e-12 and np.ptp(g.end_s) <= 1e-12
@@ -171,7 +174,7 @@ def test_skewed_all_to_all_is_held_by_the_hot_ranks_port():
     skewed = moe_run(routing="token_choice", skew=1.0, fold=True)
     w = gpu_preset("h100-sxm").nvlink_bw * FABRIC_EFFICIENCY["nvlink"]
     # forward: in backward a layer's all-to-all may share NVLink with the gradient all-reduce
-    a = skewed.spans[(skewed.spans.category == "ep") & skewed.spans.name.str.endswith("_fwd")]
+    a = skewed.spans[skewed.spans.name.str.startswith("a2a_") & skewed.spans.name.str.endswith("_fwd")]
     seq, ep = 1024, 8
     loads = expert_loads("token_choice", seq * ep, 8, 2, 1.25, 0, 1.0)
     for (name, layer), g in a.groupby(["name", "layer"]):
@@ -201,8 +204,9 @@ def test_token_dropping_pads_every_expert_to_its_capacity_by_default():
     uniform = moe_run(routing="uniform", fold=True)
     per_expert = capacity(1024 * 8, 8, 2, 1.25)  # MIX: top-2 of 8 experts, default capacity factor 1.25
     even = 1024 * 8 * 2 / 8
-    a2a = lambda r: r.summary["comm_bytes_per_gpu"]["ep"]
+    a2a = lambda r: r.spans[r.spans.name.str.startswith("a2a_")].bytes.sum()  # (dropless also sends its counts)
     assert a2a(padded) == pytest.approx(a2a(uniform) * per_expert / even, rel=1e-12)
+    assert not padded.spans.name.eq("moe_counts_fwd").any()  # padded: the sizes are known, no counts
 
 
 def test_pad_to_capacity_needs_token_dropping():

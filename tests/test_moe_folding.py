@@ -90,11 +90,15 @@ def test_ep_32_over_tp_2_x_dp_16_all_to_all_groups_and_bytes():
     h, k, ep, tp = MOE["hidden"], MOE["moe"]["top_k"], 32, 2
     per_call = SEQ / tp * k * h * 2 * (ep - 1) / ep  # own SP shard, bf16, sent to the 31 others
     for prog in result.facts.programs:
-        a2a = [op for op in prog.ops if op.category == "ep"]
-        assert len(a2a) == 4 * MOE["layers"] and all(op.comm.group == tuple(range(32)) for op in a2a)
-    a2a = result.spans[result.spans.category == "ep"]
+        ep_ops = [op for op in prog.ops if op.category == "ep"]
+        a2a = [op for op in ep_ops if op.name.startswith("a2a_")]  # (and the forward's counts: sim/parallel/ep.py)
+        assert len(a2a) == 4 * MOE["layers"] and all(op.comm.group == tuple(range(32)) for op in ep_ops)
+        assert len(ep_ops) == len(a2a) + MOE["layers"]
+    a2a = result.spans[result.spans.name.str.startswith("a2a_")]
     assert np.allclose(a2a.bytes, per_call, rtol=1e-12)
-    assert result.summary["comm_bytes_per_gpu"]["ep"] == pytest.approx(4 * MOE["layers"] * per_call, rel=1e-9)
+    counts = 8 * MOE["moe"]["experts"] * (ep - 1)  # each forward's ring all-gather of int64 counts per expert
+    assert result.summary["comm_bytes_per_gpu"]["ep"] == pytest.approx(MOE["layers"] * (4 * per_call + counts),
+                                                                       rel=1e-9)
     # expert_dp = 1: expert gradients are not reduced; no tp collectives inside the MoE MLP
     names = set(result.spans.name)
     assert not any(n.endswith("_expert") for n in names) and not any(n.startswith(("mlp_", "etp_")) for n in names)
@@ -156,7 +160,7 @@ def test_expert_tp_equal_to_tp_dispatches_the_own_shard_under_sp(sp):
     result = folded_run(ep=ep, expert_tp=None, sequence_parallel=sp)
     h, k = MOE["hidden"], MOE["moe"]["top_k"]
     tokens = SEQ / tp if sp else SEQ
-    a2a = result.spans[result.spans.category == "ep"]
+    a2a = result.spans[result.spans.name.str.startswith("a2a_")]
     assert np.allclose(a2a.bytes, tokens * k * h * 2 * (ep - 1) / ep, rtol=1e-12)
     gathers = result.spans[result.spans.name.str.startswith("etp_ag")]
     if not sp:

@@ -72,6 +72,7 @@ class Op(NamedTuple):
     stage: int = -1
     phase: Phase | None = None
     issue: float = 0.0  # seconds of host time to issue it (sim.model.host; 0: built outside a step)
+    sync: bool = False  # the host waits for this op to end before it issues the next (sim.model.host.SYNC)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class RankProgram:
     rank: int
     ops: list[Op] = field(default_factory=list)
     released: list[float] | None = None
+    _anchored: tuple | None = None  # (ops seen, :meth:`anchors`'s answer), kept
 
     def add(self, op: Op) -> int:
         """Append ``op``; return its index for later ``deps``."""
@@ -95,6 +97,33 @@ class RankProgram:
         if self.released is None or len(self.released) != len(self.ops):
             self.released = list(accumulate(op.issue for op in self.ops))
         return self.released
+
+    def anchors(self) -> tuple[list[int], list[float]] | None:
+        """The host's waits (ops with ``sync``: a device-to-host read, ``.tolist()`` or
+        ``cudaEventSynchronize``): for each op, the last sync op before it (-1: none) and the
+        issue seconds from there up to and including it. The host issues op i at
+        ``end[anchor] + offset`` (its clock jumps to the sync op's end, then runs on), or at
+        :meth:`release` without an anchor. None when the program has no sync op."""
+        if self._anchored is None or self._anchored[0] != len(self.ops):
+            anchor, offset, a, since = [], [], -1, 0.0
+            for i, op in enumerate(self.ops):
+                since += op.issue
+                anchor.append(a)
+                offset.append(since)
+                if op.sync:
+                    a, since = i, 0.0
+            self._anchored = (len(self.ops), (anchor, offset) if a >= 0 else None)
+        return self._anchored[1]
+
+    def issued(self, end) -> list[float]:
+        """When the host issued each op, given ``end[i]``, when op i ended (after a run):
+        :meth:`release` moved on past every sync op to its end (:meth:`anchors`)."""
+        found = self.anchors()
+        if found is None:
+            return self.release()
+        anchor, offset = found
+        static = self.release()
+        return [static[i] if a < 0 else end[a] + offset[i] for i, a in enumerate(anchor)]
 
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
@@ -115,7 +144,7 @@ class Stream:
     """
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
-                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held")
+                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
@@ -124,6 +153,9 @@ class Stream:
         released = prog.release()
         self.release = [released[i] for i in indices]  # when the host has issued each of them
         self.held = -1  # the position whose op already waited for its release
+        anchored = prog.anchors()  # (the host's waits on sync ops: None without any)
+        self.anchor = None if anchored is None else [anchored[0][i] for i in indices]
+        self.offset = None if anchored is None else [anchored[1][i] for i in indices]
         times = engine.times[prog.rank]  # shared by the rank's streams
         self.starts, self.finish, self.sent = times.start, times.end, times.sent
         self.waiters = engine._waiters[prog.rank]
@@ -145,9 +177,19 @@ class Stream:
                 ev.callbacks.append(self.advance)
                 return
         now = self.env._now  # (SimPy's Environment.now, without the property call)
-        if self.release[pos] > now and self.held != pos:  # the host has not issued it yet
+        release = self.release[pos]
+        if self.anchor is not None and self.anchor[pos] >= 0:  # issued after the host's last wait
+            a = self.anchor[pos]
+            if finish[a] is None:  # the host still waits for that sync op to end
+                ev = self.waiters.get(a)
+                if ev is None:
+                    ev = self.waiters[a] = self.env.event()
+                ev.callbacks.append(self.advance)
+                return
+            release = finish[a] + self.offset[pos]
+        if release > now and self.held != pos:  # the host has not issued it yet
             self.held = pos
-            wake_after(self.env, self.release[pos] - now, self.advance)
+            wake_after(self.env, release - now, self.advance)
             return
         i = self.indices[pos]
         self.starts[i] = now

@@ -43,6 +43,17 @@ What issuing costs (seconds of host time), each constant with its source:
   ``deallocate_output_tensor``, the p2p wrappers and ``torch.autograd.backward``. An
   estimate, not a measurement: ~10 eager operator-equivalents of Python, 10 x EAGER_OP_S.
 
+- :data:`D2H_SYNC_S`: the host reading GPU values (``.tolist()``, ``.cpu()``, an event's
+  ``synchronize()``): the eager ops of the device-to-host copies, then the event record and
+  the blocking wait. An op built with ``sync`` (:class:`sim.engine.core.Op`) is such a read:
+  the host cannot issue anything after it before the GPU has finished it, so its clock
+  jumps to the op's end (:meth:`sim.engine.core.RankProgram.anchors`) and everything issued
+  after it is issued late by its own issue cost, whatever lead the host had built up.
+  Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
+  MoEAlltoAllTokenDispatcher ``_maybe_dtoh_and_synchronize``) copies 4 tensors of split
+  sizes (tokens_per_expert, input_splits, output_splits, output_splits_tp) on its
+  ``cuda_dtoh_stream`` and calls ``d2h_event.synchronize()``: 4 eager copies and 2 CUDA calls.
+
 GPU side: ``sim.model.compute.LAUNCH_S`` (4 us per kernel) stays what it was, the time a kernel
 occupies the *GPU* beyond its roofline (launch latency from the queue to the SMs, wave ramp-up
 and tail) -- it was fitted with the sustained factors. The host costs here are another
@@ -64,6 +75,7 @@ KERNEL_ISSUE_S = EAGER_OP_S + CUDA_LAUNCH_S
 NCCL_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S
 GRAPH_LAUNCH_S = EAGER_OP_S + 2 * CUDA_LAUNCH_S
 SCHEDULE_PASS_S = 10 * EAGER_OP_S
+D2H_SYNC_S = 4 * KERNEL_ISSUE_S + 2 * CUDA_LAUNCH_S
 
 
 def launches(kernels) -> int:

@@ -1,6 +1,7 @@
 """The host track of a simulated step: when each rank's host (CPU) issued its GPU work, and
 how long the GPU waited for it (sim/model/host.py says what issuing costs; the engine starts
-no op before :meth:`sim.engine.core.RankProgram.release`).
+no op before :meth:`sim.engine.core.RankProgram.release`, or after a host wait on a sync op
+before that op's end plus what follows: :meth:`~sim.engine.core.RankProgram.issued`).
 
 Host spans are kept apart from the spans table: they are neither compute nor communication,
 so no summary metric counts them. One host span per run of consecutive ops of one pass
@@ -19,15 +20,33 @@ HOST_BOUND = 0.5  # a step is host-bound when waits for the host are at least th
 COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "micro_batch", "stage", "phase")
 
 
-def spans(programs, ranks=None) -> pd.DataFrame:
+def ends(spans_table: pd.DataFrame, prog) -> list:
+    """When each op of ``prog`` ended in ``spans_table`` (None: not in it)."""
+    out = [None] * len(prog.ops)
+    mine = spans_table[spans_table["rank"] == prog.rank]
+    for i, end in zip(mine["op"], mine["end_s"]):
+        if 0 <= int(i) < len(out):
+            out[int(i)] = float(end)
+    return out
+
+
+def issued(prog, spans_table: pd.DataFrame | None) -> list[float]:
+    """When ``prog``'s host issued each op (its sync ops' ends from ``spans_table``)."""
+    if spans_table is None or prog.anchors() is None:
+        return prog.release()
+    return prog.issued(ends(spans_table, prog))
+
+
+def spans(programs, ranks=None, spans_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Host spans (COLUMNS) of ``programs`` (of ``ranks``, default all): one per run of
     consecutive ops of the same micro-batch, stage and phase, from when the host began
-    issuing its first op to when it had issued its last."""
+    issuing its first op to when it had issued its last (after a wait on a sync op, from
+    its end: ``spans_table`` says when the ops ended)."""
     rows = []
     for prog in programs:
         if ranks is not None and prog.rank not in ranks:
             continue
-        released, start, key, first = prog.release(), 0.0, None, 0
+        released, start, key, first = issued(prog, spans_table), 0.0, None, 0
         for i, op in enumerate(prog.ops):
             k = (op.micro_batch, op.stage, op.phase)
             if k != key:
@@ -43,7 +62,7 @@ def with_spans(result) -> pd.DataFrame:
     """``result``'s spans and its simulated ranks' host spans (category ``host``, stream
     ``host``: the timeline draws them as a row of their own under each rank's compute row)."""
     programs = result.facts.programs if result.facts is not None else None
-    extra = spans(programs) if programs else None
+    extra = spans(programs, spans_table=result.spans) if programs else None
     return pd.concat([result.spans, extra], ignore_index=True) if extra is not None and len(extra) else result.spans
 
 
@@ -60,7 +79,7 @@ def waits(spans_table: pd.DataFrame, programs) -> dict[int, float]:
     stream and dependencies allowed, the time between the two."""
     out, by_rank = {}, dict(iter(spans_table.groupby("rank")))
     for prog in programs:
-        released, theirs = prog.release(), by_rank.get(prog.rank, spans_table.iloc[:0])
+        released, theirs = issued(prog, spans_table), by_rank.get(prog.rank, spans_table.iloc[:0])
         mine = theirs[theirs["stream"] == "compute"]
         end = dict(zip(theirs["op"], theirs["end_s"]))
         wait, prev = 0.0, 0.0
@@ -84,9 +103,9 @@ def report_lines(result) -> list[str]:
     rank = max(wait, key=lambda r: (wait[r], -r))
     mine = result.spans[(result.spans["rank"] == rank) & (result.spans["stream"] == "compute")]
     idle = max(step - float((mine.end_s - mine.start_s).sum()), 0.0)
-    issued = programs[[p.rank for p in programs].index(rank)].release()
+    issued_at = issued(programs[[p.rank for p in programs].index(rank)], result.spans)
     share = wait[rank] / idle if idle > 0 else 0.0
     verdict = "host-bound" if share >= HOST_BOUND else "not host-bound"
     return [f"host: {verdict}: rank {rank}'s GPU waited {wait[rank] * 1e3:.2f} ms for its host to issue work, "
             f"{share:.0%} of its {idle * 1e3:.2f} ms idle (the host issued the step in "
-            f"{(issued[-1] if issued else 0.0) * 1e3:.2f} ms)"]
+            f"{(issued_at[-1] if issued_at else 0.0) * 1e3:.2f} ms)"]

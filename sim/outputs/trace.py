@@ -93,7 +93,7 @@ def chrome_trace(result, ranks=None) -> dict:
         if comm is not None and comm.op == "send_recv":
             (sends if r.name.startswith("send") else recvs)[comm.key] = ev
     events += _idle_events(sp, tids, topo)
-    events += _host_events(programs, ranks, topo)
+    events += _host_events(programs, ranks, topo, result.spans)
     events += _flows(sends, recvs)
     events += _link_counters(result, pid=max(nodes, default=0) + 1)
     s = result.summary
@@ -103,10 +103,10 @@ def chrome_trace(result, ranks=None) -> dict:
                           "num_gpus": s.get("num_gpus")}}
 
 
-def _host_events(programs: dict, ranks, topo) -> list[dict]:
+def _host_events(programs: dict, ranks, topo, spans_table) -> list[dict]:
     """Each shown rank's host track (sim/outputs/host.py): a ``host`` thread of its node
     with one span per pass the host issued."""
-    spans = host_spans(programs.values(), set(ranks))
+    spans = host_spans(programs.values(), set(ranks), spans_table)
     events = []
     for rank in sorted(set(spans["rank"].tolist())):
         pid, tid = topo.server(rank), rank * 64 + 63

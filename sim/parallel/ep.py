@@ -24,6 +24,22 @@ Two paths (:attr:`.layout.Layout.folded_experts`):
 - tp > 1 without sequence parallelism (Megatron refuses MoE so): every tp rank holds all the
   tokens, routes and dispatches them all, and holds 1/tp of its experts' weights; plain TP
   collectives around the MoE MLP. With tp = 1 both paths are the same.
+
+The host reads the split sizes (:func:`split_sizes`). The dispatcher's all-to-alls take
+their split sizes, and the grouped GEMM its tokens per expert, as host values: Megatron-Core
+(token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess) counts each rank's tokens per
+expert, all-gathers the counts over the tp x ep group (``gather_from_sequence_parallel_region
+(num_local_tokens_per_expert, group=self.tp_ep_group)``), copies the sizes to the host on its
+``cuda_dtoh_stream`` and waits for them (``_maybe_dtoh_and_synchronize``): dropless with
+ep > 1 or expert tp > 1 at ``before_ep_alltoall``, after the first permutation was issued;
+with a capacity but no padding at ``before_permutation_1``, before it; never when every
+expert's buffer is padded to capacity (``drop_and_pad``: the sizes are known). torchtitan
+does the same in every MoE layer with ep > 1 (torchtitan/distributed/expert_parallel.py
+``ExpertParallel._token_dispatch``: an all-to-all of ``num_tokens_per_expert``, then
+``.to("cpu", non_blocking=False)``, "NOTE: this would incur a device-to-host sync").
+Only forward passes (recomputation too): the backward reuses the sizes. The counts'
+collective is modelled as Megatron's all-gather over the ep group (with expert tp > 1 and
+ep > 1, Megatron's group is expert tp x ep; ep alone here), ``COUNT_BYTES`` per expert.
 """
 
 from dataclasses import replace
@@ -33,6 +49,7 @@ from . import tp
 from ..engine.kinds import Category
 
 AXIS = Category.EP
+COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
 
 
 def _group(b):
@@ -110,9 +127,9 @@ def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -
     attention's tp group)."""
     d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
     if not layout.folded_experts:
-        return b.compute(f"router_{direction}{tag}", _kernels(router(d, sh), direction), deps, layer, mb)
+        return _router(b, router(d, sh), layer, mb, deps, direction, tag)
     own = replace(sh, tokens=tokens(b), tp=1, sp=False)
-    x = b.compute(f"router_{direction}{tag}", _kernels(router(d, own), direction), deps, layer, mb)
+    x = _router(b, router(d, own), layer, mb, deps, direction, tag)
     name = f"shared_experts_{direction}{tag}"
     kernels = _kernels(experts(d, sh, ()), direction)  # no routed tokens: shared experts + residual
     if d.shared == 0:  # the block's dropout and residual only, on the shard
@@ -122,6 +139,39 @@ def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -
         return tp.exit(b, "shared", layer, mb, b.compute(name, kernels, x, layer, mb), tag=(direction + tag,))
     x = tp.enter_backward(b, "shared", layer, mb, x)
     return tp.exit_backward(b, "shared", layer, mb, b.compute(name, kernels, x, layer, mb))
+
+
+def syncs(b) -> bool:
+    """Whether the host reads this layer's split sizes in its forward (module docstring)."""
+    moe, layout = b.ctx.scenario.model.moe, b.ctx.layout
+    return not moe.padded and (layout.ep > 1 or layout.etp > 1)
+
+
+def _router(b, kernels, layer: int, mb: int, deps, direction: str, tag: str) -> int:
+    """The router's kernels (the permutation last); forward with :func:`syncs`, the
+    permutation apart, around the host's read of the split sizes."""
+    if direction != "fwd" or not syncs(b):
+        return b.compute(f"router_{direction}{tag}", _kernels(kernels, direction), deps, layer, mb)
+    x = b.compute(f"router_{direction}{tag}", kernels[:-1], deps, layer, mb)
+    return split_sizes(b, layer, mb, x, kernels[-1:], tag)
+
+
+def split_sizes(b, layer: int, mb: int, deps, permutation, tag: str = "") -> int:
+    """The counts' all-gather, the first permutation and the host's wait for the sizes
+    (dropless: the permutation is issued before the wait and runs under it; with a
+    capacity, after it); returns the permutation."""
+    layout, d = b.ctx.layout, b.ctx.dims
+    group_of = layout.ep_group if layout.ep > 1 else layout.expert_tp_group
+    group = group_of(b.rank)
+    x = b.collective(f"moe_counts_fwd{tag}", AXIS, "all_gather", group, COUNT_BYTES * d.experts * len(group),
+                     deps, layer=layer, mb=mb, group_of=group_of)
+    name, dropless = f"permute_fwd{tag}", b.ctx.scenario.model.moe.routing != "token_drop"
+    if dropless:
+        permuted = b.compute(name, permutation, x, layer, mb)
+        b.host_sync(f"moe_splits_d2h{tag}", x, layer, mb, stream=AXIS)
+        return permuted
+    b.host_sync(f"moe_splits_d2h{tag}", x, layer, mb, stream=AXIS)
+    return b.compute(name, permutation, x, layer, mb)
 
 
 def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:

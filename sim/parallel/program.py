@@ -161,6 +161,14 @@ class RankBuilder:
         self.deferred.append((name, kernels, deps, layer, mb))
         return deps
 
+    def host_sync(self, name: str, deps, layer=-1, mb=-1, stream: str = "compute") -> int:
+        """The host reading GPU values (:data:`sim.model.host.D2H_SYNC_S`): a copy of a few
+        bytes on ``stream`` after ``deps`` (no GPU time to speak of), built with ``sync``, so
+        the host issues nothing after it before it has ended (the engine's
+        :meth:`~sim.engine.core.RankProgram.anchors`)."""
+        return self.program.add(Op(name, Category.COMPUTE, stream, 0.0, None, _deps(deps), layer, mb, self.stage,
+                                   self._phase(), self._issue(host.D2H_SYNC_S), True))
+
     def collective(self, name: str, axis: Category, op: str, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:

@@ -8,17 +8,23 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 - torchtitan applies sequence parallelism to the norms whenever tp > 1
   (torchtitan/models/llama3/infra/parallelize.py: ``SequenceParallel``); rows whose notes
   say AsyncTP overlap the TP collectives with the GEMMs (``tp_comm_overlap``); a row named
-  ``_interleaved`` runs interleaved 1F1B with two stages per rank (torchtitan's default
-  ``pipeline_parallel_layers_per_stage`` split of the 405B runs), the others 1F1B.
+  ``_interleaved`` runs interleaved 1F1B with two stages per rank (torchtitan 9dec370
+  pipelining_utils.py ``generate_split_points``: ``num_stages_per_rank = 2`` for a
+  multi-stage schedule without split points), the others 1F1B.
 - torchtitan runs attention through PyTorch's scaled_dot_product_attention, whose flash
   backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
   the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
   "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
 - A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
-  number of micro-batches, one per pipeline stage in all (torchtitan
-  ``build_pipeline_schedule``: ``pipeline_parallel_microbatches`` None -> ``num_total_stages``
-  = pp x local stages): the DP rank's sequences / (pp x v) per micro-batch (405B: 4 under
-  1F1B, 2 interleaved).
+  number of micro-batches at the commit its table was measured with (docs/performance.md,
+  "Versions used for performance testing": torchtitan 9dec370, 2024/12/26), where
+  torchtitan/parallelisms/pipelining_utils.py ``build_pipeline_schedule`` sets
+  ``n_microbatches = job_config.experimental.pipeline_parallel_degree`` when
+  ``pipeline_parallel_microbatches`` is None: pp micro-batches, interleaved or not, so the
+  DP rank's sequences / pp per micro-batch (405B: 4 under both schedules; torchtitan later
+  changed the default to pp x local stages). Interleaving then shortens the bubble
+  (pp - 1 of pp + pp - 1 chunks under 1F1B, (pp - 1) / 2 under two local stages) but not
+  the micro-batch.
 - A row published only as tokens/s per GPU (the AMD rows: the ROCm performance-results page
   gives micro-batch and sequence but no global batch) is compared as tokens/s. Its global
   batch is assumed from the Primus example configs the runs come from (AMD-AGI/Primus
@@ -56,7 +62,7 @@ def frontier_scenario(row: dict) -> dict:
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
     if p.get("pp", 1) > 1 and "micro_batch" not in t:
-        t["micro_batch"] = t["global_batch"] // (p.get("dp", 1) * p["pp"] * p.get("virtual_stages", 1))
+        t["micro_batch"] = t["global_batch"] // (p.get("dp", 1) * p["pp"])
     return data
 
 
