@@ -28,6 +28,11 @@ Measured in one run (load average 2.9 on 2 cores), wall / target, peak RSS / tar
 0.13 from 1k to 16k; + one straggler 5.05 s (0.50), 0.47 GB (0.23), 64 ranks simulated;
 + a half-bandwidth NIC 4.75 s (0.48), 0.47 GB; + sigma 0.05 jitter 18.37 s (0.31), 1.35 GB,
 512 ranks sampled; 131,072 GPUs clean 8.42 s (0.84), 1.29 GB (0.65).
+
+Building the MoE programs (one per stage, copies retime their experts; CPU seconds, load
+average 6-12): ``qwen`` 263.6 s -> 58.9 s (15,173,728 ops, unchanged); DeepSeek-V3 at 512
+sequences 27.4 s -> 8.3 s. The ``qwen`` case is still refused by the work estimate (~393 s,
+13.4 GiB) and was not timed whole. ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
 """
 
 import argparse
