@@ -31,6 +31,10 @@ Measured in one run (load average 2.9 on 2 cores), wall / target, peak RSS / tar
 The network solved per connected component (docs/scaling.md): ``qwen`` at 128 sequences
 (``training.global_batch=128``), 214.4 s CPU with joint max-min solves only -> 154.4 s,
 results identical (load average 8-9 on 2 cores, both in one process).
+Building the MoE programs (one per stage, copies retime their experts; CPU seconds, load
+average 6-12): ``qwen`` 263.6 s -> 58.9 s (15,173,728 ops, unchanged); DeepSeek-V3 at 512
+sequences 27.4 s -> 8.3 s. The ``qwen`` case is still refused by the work estimate (~393 s,
+13.4 GiB) and was not timed whole. ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
 """
 
 import argparse

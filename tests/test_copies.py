@@ -26,6 +26,11 @@ LAYOUTS = {
     "fsdp": (SMALL, {"dp": 32, "zero": 3}, 32),
     "moe-skew-pp": (MOE, {"pp": 2, "dp": 16, "ep": 4, "zero": 1}, 32),
     "dp-inner-order": (SMALL, {"tp": 2, "pp": 2, "dp": 8, "order": "dp-tp-cp-pp"}, 32),
+    # uneven loads: one program per stage, each copy's local experts retimed for its slice
+    "moe-skew-folded-overlap": (MOE, {"tp": 2, "pp": 2, "dp": 8, "ep": 8, "expert_tp": 1, "sequence_parallel": True,
+                                      "virtual_stages": 2, "schedule": "interleaved", "stage_layers": [0, 1, 1, 0],
+                                      "ep_comm_overlap": True}, 64),
+    "moe-skew-zb": (MOE, {"pp": 2, "dp": 16, "ep": 4, "schedule": "zb-h1"}, 32),  # split experts: per slice
 }
 
 
@@ -43,8 +48,8 @@ def context(name: str, fold: bool, stragglers=()):
 def same_program(a, b) -> None:
     assert len(a.ops) == len(b.ops)
     for x, y in zip(a.ops, b.ops):
-        assert (x.name, x.category, x.stream, x.duration, x.deps, x.layer, x.micro_batch, x.stage) == \
-               (y.name, y.category, y.stream, y.duration, y.deps, y.layer, y.micro_batch, y.stage)
+        assert (x.name, x.category, x.stream, x.duration, x.deps, x.layer, x.micro_batch, x.stage, x.issue) == \
+               (y.name, y.category, y.stream, y.duration, y.deps, y.layer, y.micro_batch, y.stage, y.issue)
         if x.comm is None or y.comm is None:
             assert x.comm is None and y.comm is None
             continue
@@ -61,13 +66,18 @@ def test_a_copy_is_the_program_the_rank_builds(name, fold):
     built = {}
     sig = copies.signatures(ctx)
     copied = 0
+    retimed = 0
     for rank in sorted(ctx.simulated):
-        own = build_rank(ctx, rank).program
+        own = build_rank(ctx, rank)
         base = built.setdefault(sig[rank], own)
         if base is not own:
-            same_program(copies.copy_program(ctx, base, rank), own)
+            copy = copies.copy_program(ctx, base.program, rank, base.varying)
+            same_program(copy, own.program)
+            assert copy.release() == own.program.release()
             copied += 1
+            retimed += ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank)
     assert copied > 0
+    assert (retimed > 0) == (name.startswith("moe-skew") and name != "moe-skew-zb")  # (zero-bubble: per slice)
 
 
 def test_jitter_scales_each_rank_by_its_own_draws():
@@ -79,7 +89,7 @@ def test_jitter_scales_each_rank_by_its_own_draws():
                             "jitter": {"sigma": 0.1}, "seed": 3})
     ctx = make_context(s, [r // 8 for r in range(32)], "h100-sxm")
     draw = jitter_fn(s)
-    progs = {p.rank: p for p in copies.programs(ctx, lambda r: build_rank(ctx, r).program)}
+    progs = {p.rank: p for p in copies.programs(ctx, lambda r: build_rank(ctx, r))}
     assert sorted(progs) == list(range(32))
     for rank in (0, 9, 31):
         plain = build_rank(ctx, rank).program

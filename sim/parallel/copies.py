@@ -1,12 +1,16 @@
 """Program copies: ranks whose programs differ only in which groups they meet get copies.
 
-Every rank of one pipeline stage (and, with uneven expert loads, one expert-group
-position) builds the same ops in the same order with the same durations and
-dependencies; only its groups differ, and each group a rank meets is its own group of
+Every rank of one pipeline stage builds the same ops in the same order with the same
+dependencies and, but for its local experts' GEMMs when expert loads are uneven, the same
+durations; only its groups differ, and each group a rank meets is its own group of
 some type (tp, cp, dp, expert, expert-dp) or two positions of its pipeline
 (:mod:`sim.parallel.folding`). So one program is built per such signature and the
 others are copies with every group renamed to the copying rank's group of the same type
-at the same positions (and the collective's key, which names the group, with it). With
+at the same positions (and the collective's key, which names the group, with it), and
+with uneven expert loads the ops of its local experts retimed for its own expert slice
+(the ops the builder recorded, :class:`.program.Varying`: duration and host issue cost as
+the rank's own build computes them; the all-to-alls' shares are a function of the group's
+positions, alike for every ep group). With
 jitter, each rank's compute ops are then scaled by its own draws, one vectorized call
 per rank (:func:`sim.hardware.faults.jitter_draws`). tests/test_copies.py checks a copy
 equals the rank built op by op, for every rank of several layouts.
@@ -17,33 +21,52 @@ import numpy as np
 from ..engine.core import Collective, Op, RankProgram
 from ..hardware.faults import jitter_draws
 from .folding import dense
+from ..input.scenario import ZERO_BUBBLE_SCHEDULES
+from .ep import expert_kernels
 from .layout import Group
+from .program import RankBuilder, Varying
 
 
 def programs(ctx, build) -> list[RankProgram]:
-    """The program of every simulated rank (ascending): ``build(rank)`` for the first rank
-    of each signature, copies for the rest; with jitter, each scaled by its own draws."""
+    """The program of every simulated rank (ascending): ``build(rank)`` (a
+    :class:`~.program.RankBuilder` that has built it) for the first rank of each signature,
+    copies for the rest; with jitter, each scaled by its own draws."""
     signature = signatures(ctx)
-    bases: dict[int, RankProgram | None] = {}  # signature -> the program copies come from (None: build each)
+    bases: dict[int, RankBuilder | None] = {}  # signature -> the builder copies come from (None: build each)
     out = []
     for rank in sorted(ctx.simulated):
         base = bases.get(signature[rank], False)
         if base is None or base is False:
-            prog = build(rank)
+            built = build(rank)
+            prog = built.program
             if base is False:
-                bases[signature[rank]] = prog if copyable(ctx, prog) else None
+                ok = copyable(ctx, prog) and (built.varying is not None or not retimed(ctx))
+                bases[signature[rank]] = built if ok else None
         else:
-            prog = copy_program(ctx, base, rank)
+            prog = copy_program(ctx, base.program, rank, base.varying)
         out.append(jittered(ctx, prog) if ctx.scenario.jitter.sigma > 0 else prog)
     return out
 
 
+def retimed(ctx) -> bool:
+    """Whether copies retime the local experts' ops for their own expert slice (uneven
+    expert loads), so one program per stage serves every slice: unless the expert-tp
+    collectives around them carry the slice's own bytes too (MoE parallel folding with
+    expert_tp > 1: :func:`.ep.compute_experts`), or a zero-bubble schedule splits them for
+    its W passes: then one program per slice is built (a builder that meets a split expert
+    op anyway says so: ``varying`` None, and each rank of its signature builds its own)."""
+    layout = ctx.layout
+    return (ctx.folding.uneven_experts and not (layout.folded_experts and layout.etp > 1)
+            and ctx.scenario.parallel.schedule not in ZERO_BUBBLE_SCHEDULES)
+
+
 def signatures(ctx) -> np.ndarray:
-    """Per rank: an id of the program it builds up to its groups (stage, and the position
-    in its expert group when expert loads are uneven)."""
+    """Per rank: an id of the program it builds up to its groups and its local experts'
+    times (stage, and the position in its expert group when expert loads are uneven and
+    a copy cannot retime them: :func:`retimed`)."""
     tables = ctx.folding.tables
     cols = [tables["pp"].pos if "pp" in tables else np.zeros(ctx.layout.world, np.int64)]
-    if ctx.folding.uneven_experts and "ep" in tables:
+    if ctx.folding.uneven_experts and "ep" in tables and not retimed(ctx):
         cols.append(tables["ep"].pos)
     return dense(cols)
 
@@ -53,13 +76,19 @@ def copyable(ctx, base: RankProgram) -> bool:
     return all(ctx.folding.locate(g) is not None for g in {op.comm.group for op in base.ops if op.comm})
 
 
-def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
+def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | None = None) -> RankProgram:
     """``base`` as rank ``rank`` runs it: each group renamed to ``rank``'s group of the same
-    type at the same positions, with that group's siblings."""
+    type at the same positions, with that group's siblings; the ``varying`` ops (its local
+    experts', :attr:`.program.RankBuilder.varying`) timed for ``rank``'s own expert slice."""
     renamed: dict[tuple, tuple] = {}
     calls: dict[int, Collective] = {}
     prog = RankProgram(rank)
-    for op in base.ops:
+    ops = base.ops
+    if varying and ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank):
+        ops = list(ops)
+        for v in varying:
+            ops[v.index] = v.op(ctx, ops[v.index], expert_kernels(ctx, rank, v.layer, v.direction))
+    for op in ops:
         c = op.comm
         if c is not None:
             call = calls.get(id(c))
@@ -73,7 +102,7 @@ def copy_program(ctx, base: RankProgram, rank: int) -> RankProgram:
             op = Op(op.name, op.category, op.stream, op.duration, call, op.deps, op.layer, op.micro_batch, op.stage,
                     op.phase, op.issue)
         prog.ops.append(op)
-    prog.released = base.release()  # (the same issue costs in the same order)
+    prog.released = base.release() if ops is base.ops else None  # (the same issue costs in the same order)
     return prog
 
 

@@ -104,17 +104,33 @@ def _shares(b, layer: int, group: tuple, combine: bool) -> tuple | None:
     return (1.0,) * n, f
 
 
-def local_loads(b, layer: int) -> tuple[float, ...]:
-    """Tokens each local expert processes in one micro-batch on this rank (memoized per
-    layer and rank, as :func:`shares`)."""
-    key = ("local_loads", layer, b.rank)
-    found = b.ctx.memo.get(key)
+def local_loads(ctx, rank: int, layer: int) -> tuple[float, ...]:
+    """Tokens each local expert processes in one micro-batch on ``rank`` (memoized per
+    layer and expert slice, as :func:`shares`)."""
+    j = ctx.layout.ep_index(rank)
+    key = ("local_loads", layer, j)
+    found = ctx.memo.get(key)
     if found is None:
-        loads = b.ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
-        ep = b.ctx.layout.ep
-        per = len(loads) // ep
-        j = b.ctx.layout.ep_index(b.rank)
-        found = b.ctx.memo[key] = tuple(float(x) for x in loads[j * per:(j + 1) * per])
+        loads = ctx.expert_loads[layer]  # tokens per expert, over the whole ep group
+        per = len(loads) // ctx.layout.ep
+        found = ctx.memo[key] = tuple(float(x) for x in loads[j * per:(j + 1) * per])
+    return found
+
+
+def expert_kernels(ctx, rank: int, layer: int, direction: str) -> tuple:
+    """The kernels of ``rank``'s local experts in one micro-batch (its expert slice's loads;
+    folded: on the expert-tp gathered tokens), memoized per layer, slice and direction: a
+    step asks for every micro-batch, and :mod:`.copies` again for each slice it retimes."""
+    key = ("expert_kernels", layer, ctx.layout.ep_index(rank), direction)
+    found = ctx.memo.get(key)
+    if found is None:
+        d, sh, layout = ctx.dims, ctx.shard, ctx.layout
+        loads = local_loads(ctx, rank, layer)
+        if layout.folded_experts:
+            found = tuple(routed_experts(d, replace(sh, tp=layout.etp), loads, layout.etp))
+        else:
+            found = experts(d, sh, loads)
+        found = ctx.memo[key] = _kernels(found, direction)
     return found
 
 
@@ -200,18 +216,16 @@ def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "")
 def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
     """The local experts' GEMMs (folded with expert_tp > 1: between an all-gather and a
     reduce-scatter of the dispatched tokens over the expert-tp group)."""
-    d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
+    d, layout = b.ctx.dims, b.ctx.layout
     name = f"experts_{direction}{tag}"
-    if not layout.folded_experts:
-        return b.compute(name, _kernels(experts(d, sh, local_loads(b, layer)), direction), deps, layer, mb)
-    etp, loads = layout.etp, local_loads(b, layer)
-    routed = tuple(routed_experts(d, replace(sh, tp=etp), loads, etp))  # on the expert-tp gathered tokens
-    if etp == 1:
-        return b.compute(name, _kernels(routed, direction), deps, layer, mb)
-    nbytes = etp * ELEM * sum(loads) * d.h  # every expert-tp rank's dispatched tokens
+    kernels = expert_kernels(b.ctx, b.rank, layer, direction)
+    if not layout.folded_experts or layout.etp == 1:
+        return b.compute(name, kernels, deps, layer, mb, loads=(layer, direction))
+    etp = layout.etp
+    nbytes = etp * ELEM * sum(local_loads(b.ctx, b.rank, layer)) * d.h  # every expert-tp rank's dispatched tokens
     group_of = layout.expert_tp_group
     x = b.collective(f"etp_ag_{direction}{tag}", tp.AXIS, "all_gather", group_of(b.rank), nbytes, deps,
                      layer=layer, mb=mb, group_of=group_of)
-    x = b.compute(name, _kernels(routed, direction), x, layer, mb)
+    x = b.compute(name, kernels, x, layer, mb)  # (the collectives' bytes vary too: built per expert slice)
     return b.collective(f"etp_rs_{direction}{tag}", tp.AXIS, "reduce_scatter", group_of(b.rank), nbytes, x,
                         layer=layer, mb=mb, group_of=group_of)

@@ -155,8 +155,8 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute", weights=True) -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream, weights)
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute", weights=True, loads=None) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads)
         self.kernel_counts[index] = len(kernels)
         return index
 

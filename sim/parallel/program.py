@@ -82,6 +82,32 @@ class Context:
         return int(self.folding.representative[rank])
 
 
+def timed(ctx: Context, kernels, fuse: bool) -> tuple[float, float]:
+    """(duration, own host issue seconds) of a compute op of ``kernels`` (``fuse``: as
+    torch.compile issues them, :func:`sim.model.host.fused`)."""
+    issued = host.fused(kernels) if fuse else kernels
+    return ctx.compute.time(issued), host.issue_s(issued)
+
+
+@dataclass(frozen=True)
+class Varying:
+    """An op whose kernels are the rank's local experts' (tokens per expert of its ep slice):
+    all a copy for another slice retimes, with the host state it was issued in (seconds
+    pending, inside a captured region, fused)."""
+
+    index: int
+    pending: float
+    captured: bool
+    fuse: bool
+    layer: int
+    direction: str
+
+    def op(self, ctx: Context, base: Op, kernels) -> Op:
+        """``base`` timed for ``kernels`` (what :meth:`RankBuilder.compute` would have built)."""
+        duration, own = timed(ctx, kernels, self.fuse)
+        return base._replace(duration=duration, issue=self.pending + (0.0 if self.captured else own))
+
+
 class RankBuilder:
     """Adds ops to one rank's program. Every op it adds is of the :class:`Phase` the
     code building it has entered (:meth:`phase_of`: a pass, a recomputation, the optimizer)."""
@@ -96,6 +122,7 @@ class RankBuilder:
         self.pending = 0.0  # host seconds spent since the last op (charged to the next op added)
         self.captured = False  # inside a CUDA-graph captured region
         self.compiled = ctx.scenario.training.compile
+        self.varying: list[Varying] | None = []  # ops timed by this rank's expert loads (None: others vary too)
 
     def host(self, seconds: float) -> None:
         """The host spends ``seconds`` before it issues the next op (the schedule loop)."""
@@ -136,19 +163,26 @@ class RankBuilder:
         return self.phase
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute",
-                weights: bool = True) -> int:
+                weights: bool = True, loads: tuple | None = None) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
         While a pass defers its weight gradients (:attr:`deferred` is a list), the
         weight-gradient half of the op's GEMMs (:func:`.tp.grad_parts`) is recorded there
-        instead; ``weights=False``: the kernels are already one side of that split."""
+        instead; ``weights=False``: the kernels are already one side of that split. ``loads``:
+        (layer, direction) when the kernels are this rank's local experts' (:func:`.ep.expert_kernels`),
+        recorded in :attr:`varying` so a copy for another expert slice retimes the op."""
         wgrad = ()
         if self.deferred is not None and weights:
             kernels, wgrad = grad_parts(kernels)
-        issued = host.fused(kernels) if self.compiled and self.phase is not Phase.OPTIMIZER else kernels
-        duration = self.ctx.compute.time(issued)  # (jitter scales a built program: sim.parallel.copies)
+        fuse = self.compiled and self.phase is not Phase.OPTIMIZER
+        duration, own = timed(self.ctx, kernels, fuse)  # (jitter scales a built program: sim.parallel.copies)
+        if loads is not None and self.varying is not None:
+            if self.deferred is not None:
+                self.varying = None  # (split for a zero-bubble W: such programs are built per rank)
+            else:
+                self.varying.append(Varying(len(self.program.ops), self.pending, self.captured, fuse, *loads))
         op = self.program.add(Op(name, Category.COMPUTE, stream, duration, None, _deps(deps),
-                                 layer, mb, self.stage, self._phase(), self._issue(host.issue_s(issued))))
+                                 layer, mb, self.stage, self._phase(), self._issue(own)))
         if wgrad:
             self.deferred.append((name, wgrad, op, layer, mb))
         return op

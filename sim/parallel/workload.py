@@ -111,7 +111,7 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
 def build_programs(ctx: Context) -> list:
     """The program of every simulated rank: one built per stage (and expert position), the
     other ranks' copies of it with their own groups and jitter (:mod:`sim.parallel.copies`)."""
-    return copies.programs(ctx, lambda r: build_rank(ctx, r).program)
+    return copies.programs(ctx, lambda r: build_rank(ctx, r))
 
 
 def build_rank(ctx: Context, rank: int) -> RankBuilder:
