@@ -162,6 +162,13 @@ class Stream:
         self.pos, self.meeting = 0, None
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
 
+    def _resume_after(self, i: int) -> None:
+        """Advance again when op ``i`` of this rank ends (one event per op, shared by waiters)."""
+        ev = self.waiters.get(i)
+        if ev is None:
+            ev = self.waiters[i] = self.env.event()
+        ev.callbacks.append(self.advance)
+
     def _advance(self, _event=None) -> None:
         """Start the next op whose deps have finished; else wait for the first unfinished one."""
         pos = self.pos
@@ -171,20 +178,14 @@ class Stream:
         finish = self.finish
         for d in op.deps:
             if finish[d] is None:
-                ev = self.waiters.get(d)
-                if ev is None:
-                    ev = self.waiters[d] = self.env.event()
-                ev.callbacks.append(self.advance)
+                self._resume_after(d)
                 return
         now = self.env._now  # (SimPy's Environment.now, without the property call)
         release = self.release[pos]
         if self.anchor is not None and self.anchor[pos] >= 0:  # issued after the host's last wait
             a = self.anchor[pos]
             if finish[a] is None:  # the host still waits for that sync op to end
-                ev = self.waiters.get(a)
-                if ev is None:
-                    ev = self.waiters[a] = self.env.event()
-                ev.callbacks.append(self.advance)
+                self._resume_after(a)
                 return
             release = finish[a] + self.offset[pos]
         if release > now and self.held != pos:  # the host has not issued it yet
