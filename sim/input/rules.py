@@ -86,9 +86,27 @@ def _check_precision(t, gpu) -> None:
         instead = instead if low_peak(gpu, instead) else "bf16"
         raise InputError("training.precision", f"{t.precision!r} needs {what}, which {gpu.name} lacks ({who}); "
                                                f"use {instead!r}")
+    _check_recipe(t)
     if t.attention_backend is not None and not t.flash_attention:
         raise InputError("training.attention_backend", "chooses the fused-attention kernels, but flash_attention "
                                                        "is false (scores stored, no fused kernel): drop one of them")
+
+
+def _check_recipe(t) -> None:
+    """``training.fp8_recipe`` names who quantizes the linears: only with a quantized precision,
+    torchao only for the formats it trains in and as torchtitan runs it, compiled."""
+    if "fp8_recipe" not in t.model_fields_set:
+        return
+    if t.precision not in ("fp8", "mxfp8", "nvfp4"):
+        raise InputError("training.fp8_recipe", f"chooses how fp8/mxfp8 linears are quantized, but "
+                                                f"training.precision is {t.precision!r}: drop it or quantize")
+    if t.fp8_recipe == "torchao" and t.precision == "nvfp4":
+        raise InputError("training.fp8_recipe", "'torchao' trains in fp8 (Float8Linear) and mxfp8 (MXLinear); "
+                                                "nvfp4 is modelled as Transformer Engine's recipe: use 'te'")
+    if t.fp8_recipe == "torchao" and not t.compile:
+        raise InputError("training.fp8_recipe", "'torchao' is modelled as torchtitan runs it, under torch.compile "
+                                                "(its eager casts take several more passes): set training.compile "
+                                                "= true")
 
 
 def _check_heads(m, p) -> None:

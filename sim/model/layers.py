@@ -64,11 +64,40 @@ class Shard:
     flash: bool  # flash attention: causal half of the scores, no stored scores
     fp8: bool = False  # linear layers quantized (training.precision = "fp8", "mxfp8" or "nvfp4")
     quant: str = "fp8"  # which of sim.model.compute.QUANTIZED they run in (when fp8)
+    recipe: str = "te"  # who quantizes them (training.fp8_recipe): "te" or "torchao" (TORCHAO_CAST_BYTES)
 
     @property
     def norm_tokens(self) -> float:
         """Tokens the elementwise kernels touch."""
         return self.tokens / self.tp if self.sp else self.tokens
+
+
+# torchao (``training.fp8_recipe = "torchao"``, torchtitan's float8 and mxfp8 converters, run
+# under torch.compile): HBM bytes its casts move per element of each of a linear's three
+# quantized tensors -- the input x, the weight w and the output gradient g -- every micro-batch.
+# - fp8, Float8Linear with dynamic tensor-wise scales (pytorch/ao torchao/float8/
+#   float8_scaling_utils.py ``hp_tensor_to_float8_dynamic``: amax = max(|t|) over the whole
+#   tensor, scale, saturated cast; float8_linear.py casts x and w in every forward -- no
+#   per-step weight cache -- and g in the backward). The whole-tensor amax is a reduction the
+#   cast waits for, so Inductor runs two kernels: the amax reads t (2 bytes), the cast reads it
+#   again (2) and writes e4m3/e5m2 in both layouts the three GEMMs take (torch._scaled_mm wants
+#   its first operand row-major and its second column-major, so x, w and g are each read in
+#   two layouts: float8_ops.py's ``.t().contiguous().t()``), fused into the cast (1 + 1): 6.
+# - mxfp8, MXLinear (torchao/prototype/mx_formats/mx_linear.py ``mx_mm``): x, w and g are each
+#   quantized twice from BF16, along dim 0 (``MXTensor.to_mx``) and dim 1
+#   (``_to_mxfp8_dim1_kernel_wrapper``), each pass reading 2 bytes and writing 1 + 1/32 (the
+#   block's amax is local to its 32 elements and fuses into the pass).
+# bench/measured/h100-2026-11-26-fp8-moe.json (``fp8_linear``) times the fp8 recipe written out
+# and compiled on one H100: bench/measured_fp8.py compares it with what this model charges.
+TORCHAO_CAST_BYTES = {"fp8": 2 + 2 + 2 * QUANTIZED["fp8"], "mxfp8": 2 * (2 + QUANTIZED["mxfp8"])}
+
+
+def torchao_cast(m: float, n: float, k: float, quant: str) -> Kernel:
+    """torchao's casts around one quantized linear on ``m`` tokens, k -> n features, per
+    micro-batch: x (m k) and w (n k) in the forward, g (m n) in the backward, each
+    :data:`TORCHAO_CAST_BYTES` per element."""
+    per = TORCHAO_CAST_BYTES[quant]
+    return Kernel(bytes=per * (m * k + n * k), bwd=m * n / (m * k + n * k))
 
 
 def fp8_cast(n_in: float, n_out: float, fused: bool, operand: float = 1.0) -> Kernel:
@@ -90,6 +119,9 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
     if not sh.fp8:
         return [gemm(m, n, k)._replace(tp=tp)]
+    if sh.recipe == "torchao":  # no norm emits FP8 fused; the weight is cast every micro-batch
+        return [torchao_cast(m, n, k, sh.quant)._replace(tp=tp),
+                gemm(m, n, k, fp8=True, operand=QUANTIZED[sh.quant])._replace(tp=tp)]
     if sh.quant != "fp8":  # MX / NVFP4: operands with block scales, no norm fusion
         operand = QUANTIZED[sh.quant]
         return [fp8_cast(m * k, m * n, False, operand)._replace(tp=tp),

@@ -182,7 +182,8 @@ def shard_of(s) -> Shard:
     """What one rank holds of one micro-batch (as :func:`sim.parallel.workload.make_context`)."""
     p, t = s.parallel, s.training
     return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                 t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8")
+                 t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
+                 t.fp8_recipe)
 
 
 class _All(frozenset):

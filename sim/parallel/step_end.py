@@ -75,7 +75,8 @@ def optimizer_step(b, params: float, deps) -> int:
     """Adam on ``params`` parameters (FSDP2: fp32 sharded parameters, no master copy)."""
     p = b.ctx.scenario.parallel
     dense, expert = rank_params(b.ctx, b.stage)
-    fp8_weights = dense + expert if b.ctx.shard.fp8 else 0.0  # TE casts the full local weights
+    te = b.ctx.shard.fp8 and b.ctx.shard.recipe == "te"  # (torchao casts them every micro-batch instead)
+    fp8_weights = dense + expert if te else 0.0  # TE casts the full local weights
     kernels = optimizer(params, fp8_weights, GRAD_BYTES if p.zero < 3 else 4, copies_to_model=p.zero < 3)
     return b.compute("optimizer", kernels, deps)
 

@@ -39,7 +39,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
     shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8")
+                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
+                  t.fp8_recipe)
     loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
     uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())

@@ -15,6 +15,11 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
   the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
   "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
+- torchtitan rows whose notes say "+ compile" (or "+ torch.compile") ran under torch.compile (``training.compile``;
+  torchtitan ``--compile``); those in fp8 or mxfp8 quantize with torchao (torchtitan's
+  float8 and mxfp8 converters swap the linears for torchao's Float8Linear / MXLinear:
+  torchtitan docs/float8.md, docs/mxfp8.md): ``training.fp8_recipe = "torchao"``. AMD's
+  Primus runs are Megatron-LM with Transformer Engine, the default recipe.
 - A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
   number of micro-batches at the commit its table was measured with (docs/performance.md,
   "Versions used for performance testing": torchtitan 9dec370, 2024/12/26), where
@@ -34,10 +39,13 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   per GPU"): 128 sequences per 8 GPUs, 1024 on 64.
 """
 
+import re
+
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
-ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
+ASSUMED_SEQUENCES_PER_8_GPUS = 128
+COMPILED = re.compile(r"\+ ?(torch\.)?compile")  # "float8 + compile", "+ torch.compile", "FSDP+compile+Float8"  # Primus example configs: global_batch_size 128 per node
 
 
 def frontier_rows() -> list[Row]:
@@ -59,6 +67,9 @@ def frontier_scenario(row: dict) -> dict:
         p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
     if row["id"].startswith("tt_"):
         t["attention_backend"] = "flash2"
+        t["compile"] = COMPILED.search(row["notes"]) is not None
+        if t.get("precision") in ("fp8", "mxfp8"):
+            t["fp8_recipe"] = "torchao"
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
     if p.get("pp", 1) > 1 and "micro_batch" not in t:

@@ -1,0 +1,97 @@
+"""What the simulator charges for one FP8 training linear against what one H100 measured.
+
+Run: ``python bench/measured_fp8.py`` (reads bench/measured/h100-2026-11-26-fp8-moe.json,
+written by bench/gpu_measure_fp8_moe.py on the GPU; no GPU needed here). For each measured
+``fp8_linear`` shape (m tokens, k -> n features: the Llama 3 8B/70B/405B layers at 8,192
+tokens, whole and as TP-8 shards) it builds the linear's kernels with the layer builder's
+own function, :func:`sim.model.layers.linear` (the forward list and
+:func:`sim.model.layers.backward` of it), and times them with the ``h100-sxm`` preset's
+:class:`sim.model.compute.ComputeModel`:
+
+- BF16: the forward, dgrad and wgrad GEMMs;
+- FP8 as torchao runs it (``training.fp8_recipe = "torchao"``: the measured recipe, compiled):
+  the casts of x, w and the output gradient (:data:`sim.model.layers.TORCHAO_CAST_BYTES`) and
+  the three FP8 GEMMs;
+
+and prints the BF16 / FP8 time ratio the simulator gives beside the measured one (the
+compiled column), at the preset (the sustained factor slows the GEMMs, not the casts, as in a
+simulated step) and at kernel level (sustained factor 1, as the benchmark ran). Transformer
+Engine's recipe (``"te"``: casts fused with transposes and norms, weights cast once per step,
+here once per linear) is printed for comparison; it was not measured.
+
+tests/test_measured.py checks that bench/measured/README.md quotes what this prints and that
+the simulated ratio stays within 10% of the measured one at the whole 70B/405B layer shapes.
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+from sim.hardware.gpus import gpu_preset
+from sim.model.compute import GEMM_KERNEL, ComputeModel
+from sim.model.layers import Shard, backward, linear, optimizer
+
+HERE = Path(__file__).parent / "measured"
+MEASURED = json.loads((HERE / "h100-2026-11-26-fp8-moe.json").read_text())
+GPU = "h100-sxm"
+
+
+def shard(m: int, recipe: str | None) -> Shard:
+    """One micro-batch of ``m`` tokens on one GPU (no TP: the shapes already are the shards)."""
+    if recipe is None:
+        return Shard(m, m, 1, 1, False, True)
+    return Shard(m, m, 1, 1, False, True, fp8=True, quant="fp8", recipe=recipe)
+
+
+def linear_s(cm: ComputeModel, m: int, n: int, k: int, recipe: str | None) -> float:
+    """Seconds of one linear's forward, dgrad and wgrad with their casts, as the layer builder
+    lists them; under Transformer Engine also the weight's once-per-step cast (the optimizer's
+    kernel: one micro-batch here)."""
+    fwd = linear(m, n, k, shard(m, recipe))
+    extra = optimizer(0.0, n * k)[1:] if recipe == "te" else []
+    return cm.time(fwd) + cm.time(backward(fwd)) + cm.time(extra)
+
+
+def rows() -> list[dict]:
+    """Per measured shape: the measured ratio and the simulated ones."""
+    gpu = gpu_preset(GPU)
+    models = {"preset": ComputeModel(gpu), "kernel": ComputeModel(gpu, e_max=GEMM_KERNEL[GPU]["bf16"])}
+    out = []
+    for r in MEASURED["fp8_linear"]["rows"]:
+        m, n, k = r["m"], r["n"], r["k"]
+        row = {"shape": r["shape"], "m": m, "n": n, "k": k, "measured": r["fp8_compiled_speedup"]}
+        for name, cm in models.items():
+            bf16 = linear_s(cm, m, n, k, None)
+            row[name] = bf16 / linear_s(cm, m, n, k, "torchao")
+            row[name + "_te"] = bf16 / linear_s(cm, m, n, k, "te")
+        out.append(row)
+    return out
+
+
+def whole_layer(row: dict) -> bool:
+    """The 70B / 405B layers' linears whole (tp 1): the shapes the 10% check covers."""
+    return row["shape"].split("_")[0] in ("70b", "405b") and "_tp1_" in row["shape"]
+
+
+def report() -> str:
+    env = MEASURED["env"]
+    out = [f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, {env['date_utc'][:10]} "
+           f"(bench/measured/h100-2026-11-26-fp8-moe.json, fp8_linear) vs clustersim's {GPU} preset",
+           "BF16 / FP8 time of one linear's forward + dgrad + wgrad (FP8: torchao tensor-wise, compiled)",
+           "  shape              m      n      k   measured  simulated (miss)  kernel-level (miss)   TE recipe"]
+    table = rows()
+    for r in table:
+        out.append(f"  {r['shape']:15s} {r['m']:5d} {r['n']:6d} {r['k']:6d}   {r['measured']:6.2f}   "
+                   f"{r['preset']:6.2f} ({r['preset'] / r['measured'] - 1:+6.1%})   "
+                   f"{r['kernel']:6.2f} ({r['kernel'] / r['measured'] - 1:+6.1%})   {r['preset_te']:6.2f}")
+    for label, keep in (("70B/405B whole layers", whole_layer), ("every shape", lambda r: True)):
+        chosen = [r for r in table if keep(r)]
+        misses = [r["preset"] / r["measured"] - 1 for r in chosen]
+        out.append(f"  {label} ({len(chosen)}): measured median {statistics.median(r['measured'] for r in chosen):.2f}, "
+                   f"simulated median {statistics.median(r['preset'] for r in chosen):.2f}, "
+                   f"worst miss {max(misses, key=abs):+.1%}")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(report(), end="")
