@@ -119,7 +119,8 @@ def test_ranking_groups_of_the_shipped_tables():
 def test_each_knob_pair_differs_in_its_knob_alone():
     pairs = {p.id: p.differs for g in vr.layout_ranking(published_as_predicted()) for p in g.pairs}
     assert pairs["tt_h100_l70b_256g_2d_asynctp"] == "tp_comm_overlap False->True"
-    assert pairs["tt_b200_l8b_8g_fp8tw"] == "precision bf16->fp8"
+    assert pairs["tt_b200_l8b_8g_fp8tw"] == "fp8_recipe default->torchao, precision bf16->fp8"  # (torchao's casts)
+    assert pairs["tt_h100_l8b_8g_compile_fp8"] == "compile False->True, fp8_recipe default->torchao, precision bf16->fp8"
     assert pairs["tt_h100_l405b_512g_interleaved"] == ("schedule default->interleaved, "
                                                         "virtual_stages default->2")  # (torchtitan 9dec370: pp micro-batches)
     assert pairs["tt_h100_l8b_128g_bf16"] == "gpus 8->128, dp 8->128, global_batch 16->256"

@@ -41,6 +41,13 @@ under FP8 (torchtitan's MXFP8 converter skips the output projection; the router 
 nn.Linear it converts). NVFP4's other parts -- random Hadamard transforms on the wgrad inputs,
 stochastic rounding of gradients, a few sensitive layers kept in BF16 (arXiv:2509.25149,
 section 4) -- are not modelled.
+
+Who quantizes (``training.fp8_recipe``): the above is Transformer Engine's recipe ("te", the
+default: Megatron-Core and NeMo). torchtitan's runs quantize with torchao ("torchao"): no cast
+is fused with a norm, the weight is cast in every forward rather than once per step, and each
+tensor takes more passes (:data:`TORCHAO_CAST_BYTES`, cited there). Not modelled: FSDP2's
+float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``: weights cast on the shard and
+gathered in FP8), and the activations torchao saves in BF16 where TE keeps FP8 copies (memory).
 """
 
 from dataclasses import dataclass
