@@ -18,6 +18,14 @@ Run on a machine with one NVIDIA Hopper/Blackwell GPU and PyTorch (never in CI):
   per expert, against one dense GEMM of the same total FLOPs and a Python loop of per-expert
   GEMMs (Megatron's SequentialMLP); and the token permutation (gather of ``topk`` copies of
   each token) and un-permutation (weighted scatter-add back), as bytes per second.
+- ``fp8_step``: the 4-layer Llama-3-8B-shaped model of ``bench/gpu_measure.py`` (its
+  ``trace`` setup) trained a step at a time with every decoder-layer linear in BF16 or in the
+  FP8 recipe above (an autograd Function: forward casts x and w to e4m3, backward casts the
+  output gradient to e5m2; the output head stays BF16, as torchtitan's float8 converter
+  leaves ``output``), eager and with each layer under ``torch.compile``: the whole step's
+  BF16 / FP8 ratio at 2 x 4,096 and 1 x 8,192 tokens.
+- ``nccl_more``: c10d's host cost of an all-gather and a broadcast call (world of one), the two
+  kinds ``bench/gpu_measure.py``'s ``nccl`` section left out.
 ``ONLY=moe`` runs a subset.
 """
 
@@ -101,6 +109,85 @@ def fp8_linear():
                       "timings after 3 warm-ups", "rows": rows}
 
 
+class Float8Linear(torch.autograd.Function):
+    """fp8_train as autograd sees it: x and w cast in forward (kept in e4m3 for backward)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        x8, sx = cast(x, E4M3_MAX, torch.float8_e4m3fn)
+        w8, sw = cast(w, E4M3_MAX, torch.float8_e4m3fn)
+        ctx.save_for_backward(x8, sx, w8, sw)
+        return torch._scaled_mm(x8, w8.t(), sx, sw, out_dtype=torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, g):
+        x8, sx, w8, sw = ctx.saved_tensors
+        g8, sg = cast(g, E5M2_MAX, torch.float8_e5m2)
+        gx = torch._scaled_mm(g8, w8.t().contiguous().t(), sg, sw, out_dtype=torch.bfloat16)
+        gw = torch._scaled_mm(g8.t().contiguous(), x8.t().contiguous().t(), sg, sx, out_dtype=torch.bfloat16)
+        return gx, gw
+
+
+class Fp8Linear(torch.nn.Linear):
+    def forward(self, x):
+        return Float8Linear.apply(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+def fp8_model(model):
+    for layer in model.layers:
+        for name in ("qkv", "o", "w13", "w2"):
+            lin = getattr(layer, name)
+            new = Fp8Linear(lin.in_features, lin.out_features, bias=False, device=DEV, dtype=torch.bfloat16)
+            new.weight = lin.weight
+            setattr(layer, name, new)
+    return model
+
+
+@gm.section
+def fp8_step():
+    rows = []
+    for precision in ("bf16", "fp8"):
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            with torch.device(DEV):
+                model = gm.Model().to(torch.bfloat16)
+            if precision == "fp8":
+                fp8_model(model)
+            if compiled:
+                for i, layer in enumerate(model.layers):
+                    model.layers[i] = torch.compile(layer)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+            for b, seq in ((2, 4096), (1, 8192)):
+                try:
+                    fig = gm.step_figures(gm.small_model_step(model, opt, b, seq))
+                except Exception as e:  # noqa: BLE001
+                    fig = {"error": repr(e)[:300]}
+                rows.append({"precision": precision, "compiled": compiled, "batch": b, "seq": seq, **fig})
+            del model, opt
+            torch.cuda.empty_cache()
+    return {"model": gm.TRACE_SETUP["model"], "method": "as bench/gpu_measure.py hostbound/compiled; FP8: "
+            "Float8Linear (tensor-wise dynamic, e4m3 forward / e5m2 gradients) on qkv, o, w13, w2 of every "
+            "layer; embedding and head BF16", "rows": rows}
+
+
+@gm.section
+def nccl_more():
+    import torch.distributed as dist
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29534", rank=0, world_size=1,
+                            device_id=torch.device(DEV, 0))
+    t = torch.ones(1024, device=DEV)
+    out = torch.empty(1024, device=DEV)
+    res = {"note": "world size 1: the c10d + NCCL host path per call; no data moves between GPUs"}
+    for name, fn in (("all_gather_4KiB", lambda: dist.all_gather_into_tensor(out, t)),
+                     ("broadcast_4KiB", lambda: dist.broadcast(t, 0)),
+                     ("all_reduce_4KiB", lambda: dist.all_reduce(t))):
+        for _ in range(50):
+            fn()
+        res[name] = dict(zip(("host_s", "wall_s"), gm.host_wall(fn, 2000)))
+    dist.destroy_process_group()
+    return res
+
+
 MOE = {"dsv3": (7168, 2048), "qwen3_235b": (4096, 1536), "mixtral_8x22b": (6144, 16384)}
 
 
@@ -169,7 +256,8 @@ if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = False
     only = set(os.environ.get("ONLY", "").split(",")) - {""}
     t0 = time.perf_counter()
-    for name, fn in (("env", gm.env), ("fp8_linear", fp8_linear), ("moe", moe)):
+    for name, fn in (("env", gm.env), ("fp8_linear", fp8_linear), ("moe", moe), ("fp8_step", fp8_step),
+                     ("nccl_more", nccl_more)):
         if not only or name in only:
             fn()
     print("total", round(time.perf_counter() - t0, 1), "s", gm.RES.get("section_wall_s"))

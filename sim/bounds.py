@@ -87,6 +87,9 @@ EXPERTS = Bound(1, 16384, "8x GShard's 2,048 experts, the most of any MoE traine
 CAPACITY = Bound(1.0, 1024.0, "capacity factor of training: below 1 experts drop tokens even under balanced "
                                "routing, doing less than the FLOPs MFU counts; past experts/top_k nothing changes")
 LAB_CAPACITY = Bound(1e-3, 1024.0, "capacity factor of the routing lab, which studies dropping itself")
+ROUTER_KERNELS = Bound(1, 4096, "kernel launches of one router forward: Megatron-Core's unfused DeepSeek-V3 "
+                                 "router launches 72 (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-"
+                                 "optimization); 4,096 is over 50x that")
 SKEW = Bound(0.0, 16.0, "Zipf exponent: at 16 the first experts win every token by > 11 standard deviations")
 
 # --- training ----------------------------------------------------------------------------

@@ -46,6 +46,11 @@ class MoE(_Section):
     # shapes; Megatron --moe-pad-expert-input-to-capacity): compute and all-to-all carry the
     # padding. Default: true for token_drop (the only routing with a capacity to pad to).
     pad_to_capacity: Flag | None = None
+    # Kernel launches of the router's routing and aux-loss part in one forward (scores, top-k,
+    # their normalization and scatter into probabilities and the routing map, the aux loss),
+    # beside its gating GEMM: sim/model/layers.py ``router``. 1: one fused kernel (the default,
+    # as before); Megatron-Core's unfused DeepSeek-V3 router: 71 (72 with the gating GEMM).
+    router_kernels: count(B.ROUTER_KERNELS) = 1
 
     @model_validator(mode="after")
     def _k(self):

@@ -240,11 +240,27 @@ def local_sort(n_local: int, received: float, width: float) -> list[Kernel]:
     return [Kernel(bytes=2 * ELEM * received * width, bwd=1.0)] if n_local > 1 else []
 
 
+# The router's routing and aux-loss kernels are many small launches on tokens x experts scores:
+# Megatron-Core's TopKRouter (megatron/core/transformer/moe/router.py ``routing``, moe_utils.py
+# ``topk_softmax_with_capacity``, ``group_limited_topk``, ``sequence_load_balancing_loss_func``)
+# runs each step as its own PyTorch op -- score function, top-k (per group, then within the chosen
+# groups), gather, normalization, scaling, the scatters into probabilities and routing map, the
+# aux loss's own scores, top-k and token counts. Megatron-Core's DeepSeek-V3 write-up
+# (NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, section 2.1.4, "Kernel
+# Fusion in the Router Part") counted 72 kernels in the router part, 31 with
+# ``--moe-router-fusion`` (TE PR 1883), 17 with DeepEP's fused preprocess. ``router_kernels``
+# (scenario ``model.moe.router_kernels``) is that count without the gating GEMM; they move the
+# scores' bytes between them (3 fp32 passes over tokens x experts, as the fused kernel). The
+# backward follows :meth:`Kernel.backward` (two launches per forward launch: an assumption, the
+# write-up counts the forward).
+
+
 @lru_cache(maxsize=1024)
-def router(d: Dims, sh: Shard) -> list[Kernel]:
-    """Norm, router logits, top-k and softmax (fp32 scores, tokens x experts) and the
-    permutation of an MoE layer's tokens into the dispatch buffer."""
-    scores = elementwise(3 * 4 * sh.tokens * d.experts)
+def router(d: Dims, sh: Shard, launches: int = 1) -> list[Kernel]:
+    """Norm, router logits, the routing and aux-loss kernels (fp32 scores, tokens x experts,
+    in ``launches`` kernel launches) and the permutation of an MoE layer's tokens into the
+    dispatch buffer."""
+    scores = elementwise(3 * 4 * sh.tokens * d.experts, count=launches)
     return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h), scores,
                                                    permute(d, sh.tokens)])
 

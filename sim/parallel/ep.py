@@ -142,10 +142,11 @@ def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -
     """The router (folded: on this rank's own tokens, then the shared experts on the
     attention's tp group)."""
     d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
+    launches = b.ctx.scenario.model.moe.router_kernels
     if not layout.folded_experts:
-        return _router(b, router(d, sh), layer, mb, deps, direction, tag)
+        return _router(b, router(d, sh, launches), layer, mb, deps, direction, tag)
     own = replace(sh, tokens=tokens(b), tp=1, sp=False)
-    x = _router(b, router(d, own), layer, mb, deps, direction, tag)
+    x = _router(b, router(d, own, launches), layer, mb, deps, direction, tag)
     name = f"shared_experts_{direction}{tag}"
     kernels = _kernels(experts(d, sh, ()), direction)  # no routed tokens: shared experts + residual
     if d.shared == 0:  # the block's dropout and residual only, on the shard

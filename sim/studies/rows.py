@@ -45,7 +45,7 @@ SECTIONS = {  # column -> (section, scenario key)
     **{k: ("model", k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
                                   "mlp", "attention", "mtp_layers")},
     **{k: ("model.moe", k) for k in ("experts", "top_k", "shared_experts", "dense_layers", "capacity_factor",
-                                      "routing")},
+                                      "routing", "router_kernels")},
     "expert_ffn": ("model.moe", "expert_ffn_hidden"),
     **{k: ("training", k) for k in ("seq_len", "global_batch", "micro_batch", "precision", "recompute",
                                      "flash_attention", "attention_backend")},
