@@ -19,6 +19,11 @@ simulated step) and at kernel level (sustained factor 1, as the benchmark ran). 
 Engine's recipe (``"te"``: casts fused with transposes and norms, weights cast once per step,
 here once per linear) is printed for comparison; it was not measured.
 
+Then a whole step: the 4-layer Llama-3-8B-shaped model of bench/measured/
+h100-2026-11-26-fp8-step.json (one H100, BF16 and torchao FP8 decoder linears, both under
+torch.compile) simulated as a 1-GPU scenario of the same shape, its BF16 / FP8 step ratio
+beside the measured one.
+
 tests/test_measured.py checks that bench/measured/README.md quotes what this prints and that
 the simulated ratio stays within 10% of the measured one at the whole 70B/405B layer shapes.
 """
@@ -28,11 +33,16 @@ import statistics
 from pathlib import Path
 
 from sim.hardware.gpus import gpu_preset
+from sim.input.load import scenario_from_dict
 from sim.model.compute import GEMM_KERNEL, ComputeModel
 from sim.model.layers import Shard, backward, linear, optimizer
+from sim.step import simulate
 
 HERE = Path(__file__).parent / "measured"
 MEASURED = json.loads((HERE / "h100-2026-11-26-fp8-moe.json").read_text())
+STEP = json.loads((HERE / "h100-2026-11-26-fp8-step.json").read_text())["fp8_step"]
+STEP_MODEL = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,
+              "mlp": "swiglu"}  # (STEP["model"]: untied embedding and head)
 GPU = "h100-sxm"
 
 
@@ -73,6 +83,32 @@ def whole_layer(row: dict) -> bool:
     return row["shape"].split("_")[0] in ("70b", "405b") and "_tp1_" in row["shape"]
 
 
+def step_s(precision: str, seq: int, batch: int) -> float:
+    """The simulated step of the measured 4-layer model on one H100, compiled."""
+    training = {"seq_len": seq, "global_batch": batch, "micro_batch": batch, "precision": precision, "compile": True}
+    if precision == "fp8":
+        training["fp8_recipe"] = "torchao"
+    return simulate(scenario_from_dict({"name": "fp8-step", "model": STEP_MODEL, "training": training,
+                                        "cluster": {"topology": "dgx-h100", "gpus": 1, "gpu": GPU},
+                                        "parallel": {"dp": 1}})).summary["step_time_s"]
+
+
+def step_rows() -> list[dict]:
+    """Per measured shape (batch x seq): measured and simulated BF16 / FP8 step ratios, compiled."""
+    wall = {(r["precision"], r["batch"], r["seq"]): r["wall_s"] for r in STEP["rows"] if r["compiled"]}
+    return [{"batch": b, "seq": s, "measured": wall[("bf16", b, s)] / wall[("fp8", b, s)],
+             "simulated": step_s("bf16", s, b) / step_s("fp8", s, b)}
+            for (p, b, s) in sorted(wall) if p == "bf16"]
+
+
+def step_lines() -> list[str]:
+    out = ["Whole step, 4-layer Llama-3-8B shape, compiled (h100-2026-11-26-fp8-step.json): BF16 / FP8 step time"]
+    for r in step_rows():
+        out.append(f"  {r['batch']} x {r['seq']} tokens: measured {r['measured']:.3f}, simulated {r['simulated']:.3f} "
+                   f"({r['simulated'] / r['measured'] - 1:+.1%})")
+    return out
+
+
 def report() -> str:
     env = MEASURED["env"]
     out = [f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, {env['date_utc'][:10]} "
@@ -90,7 +126,7 @@ def report() -> str:
         out.append(f"  {label} ({len(chosen)}): measured median {statistics.median(r['measured'] for r in chosen):.2f}, "
                    f"simulated median {statistics.median(r['preset'] for r in chosen):.2f}, "
                    f"worst miss {max(misses, key=abs):+.1%}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + step_lines()) + "\n"
 
 
 if __name__ == "__main__":

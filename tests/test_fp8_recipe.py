@@ -120,6 +120,15 @@ def test_simulated_fp8_speedup_within_10pct_of_the_measured_one_at_whole_layers(
         assert r["kernel_te"] > r["kernel"]  # TE's fused casts cost less than torchao's
 
 
+def test_simulated_step_ratio_within_10pct_of_the_measured_4_layer_step():
+    """The whole compiled step of bench/measured/h100-2026-11-26-fp8-step.json (BF16 vs torchao
+    FP8 decoder linears), simulated through sim.step.simulate at the preset."""
+    rows = measured_fp8().step_rows()
+    assert len(rows) == 2 and all(1.05 < r["measured"] < 1.15 for r in rows)
+    for r in rows:
+        assert r["simulated"] == pytest.approx(r["measured"], rel=0.10)
+
+
 def test_readme_quotes_what_the_fp8_comparison_prints():
     readme = (ROOT / "bench" / "measured" / "README.md").read_text()
     block = readme.split("`python bench/measured_fp8.py` prints")[1].split("```\n")[1]
