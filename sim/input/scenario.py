@@ -99,7 +99,8 @@ class Training(_Section):
     global_batch: count(B.BATCH)  # sequences per optimizer step
     micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
     precision: Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"] = "bf16"
-    recompute: Literal["none", "selective", "full"] = "none"
+    # "op": torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
+    recompute: Literal["none", "selective", "full", "op"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
     # The fused-attention kernels (sim/model/compute.py ATTENTION_KERNEL): "cudnn", what
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
@@ -114,6 +115,11 @@ class Training(_Section):
     # per micro-batch and direction (sim/model/host.py; sim/parallel/passes.py says which part)
     cuda_graphs: Flag = False
     compile: Flag = False  # torch.compile: elementwise chains fused into one kernel (sim/model/host.py)
+    # The elementwise kernels the model code runs: "fused" (Transformer Engine / Megatron fused
+    # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
+    # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:
+    # sim/model/layers.py EAGER_*); "pytorch" with compile = true is fused.
+    kernels: Literal["fused", "pytorch"] = "fused"
 
 
 class Straggler(_Section):

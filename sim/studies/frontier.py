@@ -15,6 +15,11 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
   the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
   "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
+- torchtitan's model code is plain PyTorch: a row whose notes say ``+ compile`` (or ``+ torch.compile``) runs
+  torch.compile (``compile``), the others run it eagerly, one kernel per elementwise operator
+  (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/layers.py ``EAGER_*``). Its
+  selective activation checkpointing is per-op (train_configs' ``selective_ac_option =
+  'op'``): ``recompute = "op"`` (sim/model/layers.py ``op_recompute``).
 - A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
   number of micro-batches at the commit its table was measured with (docs/performance.md,
   "Versions used for performance testing": torchtitan 9dec370, 2024/12/26), where
@@ -34,9 +39,12 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   per GPU"): 128 sequences per 8 GPUs, 1024 on 64.
 """
 
+import re
+
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
+COMPILED = re.compile(r"\+ (torch\.)?compile")  # "float8 + compile", "bf16 + torch.compile"
 ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
 
 
@@ -59,6 +67,9 @@ def frontier_scenario(row: dict) -> dict:
         p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
     if row["id"].startswith("tt_"):
         t["attention_backend"] = "flash2"
+        t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
+        if t.get("recompute") == "selective":  # torchtitan's selective AC: per-op (selective_ac_option "op")
+            t["recompute"] = "op"
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
     if p.get("pp", 1) > 1 and "micro_batch" not in t:
