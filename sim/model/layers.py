@@ -237,17 +237,16 @@ def op_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
     ops in it "except every second mm" and prefers recomputing everything else). Its Llama
     block runs seven mm in order -- wq, wk, wv, wo, w1, w3, w2 (model.py ``Attention``,
     ``FeedForward``) -- so wk, wo and w3 are recomputed; the attention core is saved; every
-    elementwise kernel (norms, RoPE, the gating, residuals, FP8 casts) is recomputed; and a
-    quantized linear's GEMM (``torch._scaled_mm``, torchao's Float8Linear and MX linears) is
-    not an aten.mm, so under FP8 / MXFP8 every GEMM of the block is recomputed."""
+    elementwise kernel (norms, RoPE, the gating, residuals, the FP8 casts -- only their amax,
+    a ``max``, is saved) is recomputed. A quantized linear counts as an mm too: torchao's
+    Float8Linear and MX linears call ``torch.mm`` on their tensor subclasses, and the
+    checkpoint's dispatch mode sees that aten.mm before the subclass turns it into
+    ``torch._scaled_mm``."""
     block = attention_pre(d, sh) + attention_post(d, sh) + mlp_block(d, sh)
-    elementwise_ = [k for k in block if not k.flops and not k.attn]
-    if sh.fp8:
-        return tuple(elementwise_ + [k for k in block if k.flops and not k.attn])
     t = sh.tokens
-    mms = [gemm(t, d.g * d.dq / sh.tp, d.h)._replace(tp=1), gemm(t, d.h, d.a * d.dv / sh.tp)._replace(tp=2),
-           gemm(t, d.f / sh.tp, d.h)._replace(tp=1)]  # wk, wo, w3
-    return tuple(elementwise_ + mms)
+    mms = [linear(t, d.g * d.dq / sh.tp, d.h, sh, tp=1), linear(t, d.h, d.a * d.dv / sh.tp, sh, tp=2),
+           linear(t, d.f / sh.tp, d.h, sh, tp=1)]  # wk, wo, w3
+    return tuple([k for k in block if not k.flops and not k.attn] + [k for mm in mms for k in mm if k.flops])
 
 
 # The token dispatcher's memory passes (Megatron-Core core_v0.12.0 token_dispatcher.py,

@@ -202,10 +202,9 @@ def activation_bytes_per_layer(d: Dims, seq: int, micro: int, tp: int, sp: bool,
                                flash: bool, fp8: bool = False) -> float:
     """Bytes one layer keeps for backward per micro-batch (Korthikanti et al. 2022, Table 2;
     ``"op"``: what torchtitan's per-op checkpointing saves, sim/model/layers.py op_recompute --
-    the block's input, the SDPA output and, in BF16, the outputs of the odd mm: wq, wv, w1, w2;
-    a quantized linear's output is never saved)."""
+    the block's input, the SDPA output and the outputs of the odd mm: wq, wv, w1, w2)."""
     if recompute == "op":
-        width = d.h + d.a * d.dv + (0 if fp8 else d.a * d.dq + d.g * d.dv + d.f + d.h)
+        width = d.h + d.a * d.dv + d.a * d.dq + d.g * d.dv + d.f + d.h
         return 2 * seq * micro * width / tp
     sbh = seq * micro * d.h
     scores = 0 if flash else 5 * d.a * seq / d.h  # attention scores + softmax + dropout mask
