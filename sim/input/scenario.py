@@ -199,6 +199,10 @@ class Parallel(_Section):
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
     ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
+    # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
+    # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as
+    # torchtitan runs it (sim/parallel/cp_torch.py).
+    cp_impl: Literal["ring", "torch"] = "ring"
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: Flag = True  # simulate one rank per class of identical ranks

@@ -20,6 +20,10 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/layers.py ``EAGER_*``). Its
   selective activation checkpointing is per-op (train_configs' ``selective_ac_option =
   'op'``): ``recompute = "op"`` (sim/model/layers.py ``op_recompute``).
+- torchtitan's context parallelism is PyTorch's experimental one
+  (torch/distributed/tensor/experimental/_attention.py, called from torchtitan 9dec370
+  torchtitan/utils.py ``create_context_parallel_ctx``): ``cp_impl = "torch"`` on every
+  ``tt_`` row with cp > 1 (sim/parallel/cp_torch.py).
 - A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
   number of micro-batches at the commit its table was measured with (docs/performance.md,
   "Versions used for performance testing": torchtitan 9dec370, 2024/12/26), where
@@ -68,6 +72,8 @@ def frontier_scenario(row: dict) -> dict:
     if row["id"].startswith("tt_"):
         t["attention_backend"] = "flash2"
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
+        if p.get("cp", 1) > 1:  # PyTorch's experimental context parallelism (torchtitan/utils.py)
+            p["cp_impl"] = "torch"
         if t.get("recompute") == "selective":  # torchtitan's selective AC: per-op (selective_ac_option "op")
             t["recompute"] = "op"
     if row["id"].endswith("_interleaved"):
