@@ -18,8 +18,8 @@ ROW_ERROR, MAPE = 0.15, 0.08
 SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200")  # 30-120 s each
 
 
-def test_twenty_rows_on_six_gpu_types():
-    assert len(ROWS) == 20
+def test_twenty_two_rows_on_six_gpu_types():
+    assert len(ROWS) == 22
     assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200-power-limited", "gb200-torchtitan", "mi325x", "mi355x"}
 
 
@@ -33,6 +33,19 @@ def test_torchtitan_rules():
     one, inter = ROWS["tt_h100_l405b_512g_1f1b"].scenario, ROWS["tt_h100_l405b_512g_interleaved"].scenario
     assert one["training"]["micro_batch"] == 256 // (8 * 8) and inter["training"]["micro_batch"] == 256 // (8 * 8)
     assert inter["parallel"]["virtual_stages"] == 2 and inter["parallel"]["schedule"] == "interleaved"
+
+
+def test_torchtitan_runs_plain_pytorch_compiled_where_its_notes_say():
+    """Every tt_ row runs torchtitan's plain-PyTorch model code, compiled where the table says
+    torch.compile; its selective checkpointing is per-op."""
+    tt = {i: r.scenario["training"] for i, r in ROWS.items() if i.startswith("tt_")}
+    assert all(t["kernels"] == "pytorch" for t in tt.values())
+    eager = {i for i, t in tt.items() if not t["compile"]}
+    assert eager == {"tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"}
+    per_op = {i for i, t in tt.items() if t.get("recompute") == "op"}
+    assert per_op == {i for i in tt if "_l8b_" in i and "cp8" not in i}  # every 8B FSDP row: selective AC
+    assert tt["tt_h100_l70b_256g_2d"]["recompute"] == "full" and "recompute" not in tt["tt_gb200_scout_256g_bf16"] \
+        or tt["tt_gb200_scout_256g_bf16"]["recompute"] == "none"
 
 
 def test_tokens_rows_assume_128_sequences_per_node_and_compare_as_tokens():

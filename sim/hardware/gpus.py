@@ -61,9 +61,9 @@ _register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 
 # docs/performance.md: "H100 SXM 96GB ... @500W"): the H100 SXM's tensor cores and NVLink4
 # (peaks at max boost: 989 / 1,979 TFLOP/s dense BF16 / FP8) with 96 GB of HBM under a 500 W
 # power cap instead of 700 W. The cap lowers the clock a GEMM sustains, which is what the
-# sustained factor of this part (sim/model/compute.py, fitted on its rows) carries; HBM
-# bandwidth is not published for this part, the SXM5's 3.35 TB/s is kept.
-_register(GPU("h100-500w", 989 * TFLOPS, 96 * GB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS))
+# sustained factor of this part (sim/model/compute.py, fitted on its rows) carries. Its HBM is
+# HBM2e: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (the same page, commit eaea6f6).
+_register(GPU("h100-500w", 989 * TFLOPS, 96 * GB, 2400 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS))
 # NVIDIA H200 datasheet (SXM): same Hopper compute as H100 (989 TFLOP/s dense BF16),
 # 141 GB HBM3e at 4.8 TB/s, NVLink4 450 GB/s per direction; 400 Gb/s NICs.
 # Dense FP8: 1,979 TFLOP/s (H200 datasheet: 3,958 with sparsity).

@@ -22,6 +22,7 @@ def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
     _check_stages(m, p, t, whole=s.rl is None)
     _check_moe(m, p)
     _check_overlap(m, p, t)
+    _check_op_recompute(m, p, t)
     _check_data_parallel(p)
     _check_ranks(s, gpus, per_node)
     if s.rl is not None:
@@ -264,6 +265,20 @@ def _check_overlap(m, p, t) -> None:
     if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
         raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
                                                      "run under the other's compute)")
+
+
+def _check_op_recompute(m, p, t) -> None:
+    """torchtitan's per-op checkpointing (sim/model/layers.py op_recompute) is modelled for its
+    dense blocks without tensor parallelism: MoE blocks recompute grouped GEMMs and TP blocks
+    re-run the all-gathers they recompute through, neither of which is counted."""
+    if t.recompute != "op":
+        return
+    if m.moe is not None or m.attention == "mla":
+        raise InputError("training.recompute", "'op' (torchtitan's per-op checkpointing) is modelled for dense "
+                                               "blocks with standard attention, not MoE or MLA")
+    if p.tp > 1:
+        raise InputError("training.recompute", f"'op' (torchtitan's per-op checkpointing) is modelled for tp = 1, "
+                                               f"got tp = {p.tp}")
 
 
 def _check_data_parallel(p) -> None:

@@ -104,7 +104,8 @@ class Training(_Section):
     global_batch: count(B.BATCH)  # sequences per optimizer step
     micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
     precision: Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"] = "bf16"
-    recompute: Literal["none", "selective", "full"] = "none"
+    # "op": torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
+    recompute: Literal["none", "selective", "full", "op"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
     # The fused-attention kernels (sim/model/compute.py ATTENTION_KERNEL): "cudnn", what
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
@@ -124,6 +125,11 @@ class Training(_Section):
     # cached per step) or "torchao" (torchtitan's Float8Linear / MXLinear under torch.compile:
     # dynamic scales, x, w and the output gradient quantized every micro-batch).
     fp8_recipe: Literal["te", "torchao"] = "te"
+    # The elementwise kernels the model code runs: "fused" (Transformer Engine / Megatron fused
+    # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
+    # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:
+    # sim/model/layers.py EAGER_*); "pytorch" with compile = true is fused.
+    kernels: Literal["fused", "pytorch"] = "fused"
 
 
 class Straggler(_Section):
@@ -203,6 +209,10 @@ class Parallel(_Section):
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
     ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
+    # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
+    # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as
+    # torchtitan runs it (sim/parallel/cp_torch.py).
+    cp_impl: Literal["ring", "torch"] = "ring"
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: Flag = True  # simulate one rank per class of identical ranks

@@ -49,6 +49,19 @@ is fused with a norm, the weight is cast in every forward rather than once per s
 tensor takes more passes (:data:`TORCHAO_CAST_BYTES`, cited there). Not modelled: FSDP2's
 float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``: weights cast on the shard and
 gathered in FP8), and the activations torchao saves in BF16 where TE keeps FP8 copies (memory).
+Plain PyTorch operators (``training.kernels = "pytorch"`` without ``training.compile``): the
+stacks above run fused kernels (Transformer Engine's norms and fused RoPE, Megatron's fused
+bias-SwiGLU, or Inductor's fusion under torch.compile), which is what the kernels here count
+by default. torchtitan's Llama code, run eagerly, issues every elementwise step as its own
+kernel reading and writing whole tensors (pytorch/torchtitan 9dec370, the commit its H100
+table ran: torchtitan/models/norms.py ``RMSNorm`` -- ``self._norm(x.float()).type_as(x) *
+self.weight``, the default ``norm_type = "rmsnorm"`` of train_configs/llama3_*.toml;
+models/llama/model.py ``apply_rotary_emb`` in complex fp32 and ``FeedForward``
+``w2(F.silu(w1(x)) * w3(x))``; ``h = x + attention(...)`` without dropout). Their bytes per
+element are :data:`EAGER_RMSNORM`, :data:`EAGER_ROPE`, :data:`EAGER_SWIGLU` and
+:data:`EAGER_RESIDUAL`. The check: torchtitan's own table (docs/performance.md, Llama 3 8B on
+8 and 128 H100) measured torch.compile at +15.7% and +16.2% tokens/s over eager BF16
+(tests/test_eager_kernels.py; ``clustersim validate`` rows ``tt_h100_l8b_*_compile_bf16``).
 """
 
 from dataclasses import dataclass
@@ -73,6 +86,7 @@ class Shard:
     fp8: bool = False  # linear layers quantized (training.precision = "fp8", "mxfp8" or "nvfp4")
     quant: str = "fp8"  # which of sim.model.compute.QUANTIZED they run in (when fp8)
     recipe: str = "te"  # who quantizes them (training.fp8_recipe): "te" or "torchao" (TORCHAO_CAST_BYTES)
+    eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
 
     @property
     def norm_tokens(self) -> float:
@@ -137,9 +151,45 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
 
 
+# Eager PyTorch (bytes per element of the tensor, forward; backward bytes; forward launches),
+# each a sum over the operators of torchtitan's code (module docstring):
+# RMSNorm forward: x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36
+#   in 6 kernels and the per-token rsqrt(+eps); backward, autograd's kernels of the same ops:
+#   grad * weight 2+2, the weight's gradient (g * n, summed) 2+2+2+2, type_as 2+4, g * rsqrt 4+4,
+#   the rsqrt's gradient (g * x, summed per token) 4+4+4+4, mean's expand / N 4, pow's 2 * x * g
+#   4+4+4, the two gradients of x.float() added 4+4+4, .float()'s cast back 4+2 = 76.
+EAGER_RMSNORM = (36, 76, 7)
+# RoPE, per element of q and of k: .float() 2+4, the complex multiply by freqs_cis 4+4, type_as
+#   4+2 = 20 in 3 kernels each (view_as_complex / view_as_real are views); backward the same
+#   three in reverse (type_as, the conjugate multiply, the cast) = 20.
+EAGER_ROPE = (20, 20, 3)
+# SwiGLU, per element of the FFN width: F.silu 2+2, * w3(x) 2+2+2 = 10 in 2 kernels; backward:
+#   the product's two gradients 2+2+2 each and silu's 2+2+2 = 18.
+EAGER_SWIGLU = (10, 18, 2)
+# Residual add (no dropout): 2+2+2 = 6; backward: the skip and branch gradients summed, 6.
+EAGER_RESIDUAL = (6, 6, 1)
+
+
+def _eager(spec: tuple[int, int, int], elements: float) -> Kernel:
+    fwd, bwd, launches = spec
+    return Kernel(bytes=fwd * elements, count=launches, bwd=bwd / fwd)
+
+
 def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
+    if sh.eager:
+        n = sh.norm_tokens * d.h
+        return [_eager(EAGER_RMSNORM, n), _eager(EAGER_RESIDUAL, n)]
     nbytes = ELEM * sh.norm_tokens * d.h
     return [elementwise(3 * nbytes), elementwise(5 * nbytes)]  # layernorm; dropout + residual add
+
+
+def rope(d: Dims, sh: Shard) -> list[Kernel]:
+    """Rotary embedding of q and k as separate kernels (eager PyTorch only: the fused stacks
+    apply it inside other kernels, not counted); MLA rotates only its qk_rope part."""
+    if not sh.eager:
+        return []
+    width = d.a * d.qk_rope + d.qk_rope if d.mla else (d.a + d.g) * d.dq
+    return [_eager(EAGER_ROPE, sh.tokens * width / sh.tp)._replace(count=2 * EAGER_ROPE[2])]
 
 
 def entry_width(d: Dims) -> int:
@@ -182,8 +232,9 @@ def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and the Q, K, V projections (MLA: down, norm, up)."""
     norm = _norm_and_residual(d, sh)[:1]
     if d.mla:
-        return tuple(norm + _mla_projections(d, sh))
-    return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1))
+        return tuple(norm + _mla_projections(d, sh) + rope(d, sh))
+    return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1)
+                 + rope(d, sh))
 
 
 @lru_cache(maxsize=1024)
@@ -205,6 +256,8 @@ def _mlp(d: Dims, sh: Shard, f: int, t: float, fused: bool) -> tuple[Kernel, ...
         return ()
     up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
     act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; gated: 2f, f
+    if sh.eager and d.mats == 3:  # eager gating: the activation and the product apart
+        act = _eager(EAGER_SWIGLU, t * f / sh.tp)
     return tuple(up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2))
 
 
@@ -213,6 +266,26 @@ def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, dense MLP, dropout and residual."""
     nr = _norm_and_residual(d, sh)
     return tuple(nr[:1] + mlp(d, sh, fused=True) + nr[1:])
+
+
+def op_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
+    """What torchtitan's per-op selective activation checkpointing recomputes of one dense
+    block in backward (``training.recompute = "op"``; pytorch/torchtitan 9dec370
+    parallelisms/parallelize_llama.py, and unchanged at 6fc499f llama3/infra/parallelize.py:
+    ``_save_list`` = aten.mm, the SDPA kernels, reduce-scatter and max; the policy saves the
+    ops in it "except every second mm" and prefers recomputing everything else). Its Llama
+    block runs seven mm in order -- wq, wk, wv, wo, w1, w3, w2 (model.py ``Attention``,
+    ``FeedForward``) -- so wk, wo and w3 are recomputed; the attention core is saved; every
+    elementwise kernel (norms, RoPE, the gating, residuals, the FP8 casts -- only their amax,
+    a ``max``, is saved) is recomputed. A quantized linear counts as an mm too: torchao's
+    Float8Linear and MX linears call ``torch.mm`` on their tensor subclasses, and the
+    checkpoint's dispatch mode sees that aten.mm before the subclass turns it into
+    ``torch._scaled_mm``."""
+    block = attention_pre(d, sh) + attention_post(d, sh) + mlp_block(d, sh)
+    t = sh.tokens
+    mms = [linear(t, d.g * d.dq / sh.tp, d.h, sh, tp=1), linear(t, d.h, d.a * d.dv / sh.tp, sh, tp=2),
+           linear(t, d.f / sh.tp, d.h, sh, tp=1)]  # wk, wo, w3
+    return tuple([k for k in block if not k.flops and not k.attn] + [k for mm in mms for k in mm if k.flops])
 
 
 # The token dispatcher's memory passes (Megatron-Core core_v0.12.0 token_dispatcher.py,

@@ -200,7 +200,12 @@ def _saved_units(d: Dims, fp8: bool) -> tuple[int | float, int | float]:
 
 def activation_bytes_per_layer(d: Dims, seq: int, micro: int, tp: int, sp: bool, recompute: str,
                                flash: bool, fp8: bool = False) -> float:
-    """Bytes one layer keeps for backward per micro-batch (Korthikanti et al. 2022, Table 2)."""
+    """Bytes one layer keeps for backward per micro-batch (Korthikanti et al. 2022, Table 2;
+    ``"op"``: what torchtitan's per-op checkpointing saves, sim/model/layers.py op_recompute --
+    the block's input, the SDPA output and the outputs of the odd mm: wq, wv, w1, w2)."""
+    if recompute == "op":
+        width = d.h + d.a * d.dv + d.a * d.dq + d.g * d.dv + d.f + d.h
+        return 2 * seq * micro * width / tp
     sbh = seq * micro * d.h
     scores = 0 if flash else 5 * d.a * seq / d.h  # attention scores + softmax + dropout mask
     if recompute == "full":

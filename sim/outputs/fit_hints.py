@@ -20,6 +20,8 @@ def candidates(sc) -> list[tuple[str, dict, dict]]:
     if p.tp > 1 and not p.sequence_parallel:
         out.append(("parallel.sequence_parallel=true", {"sequence_parallel": True}, {}))
     order = ("none", "selective", "full")
+    if t.recompute == "op":  # torchtitan's per-op checkpointing: full keeps less
+        out.append(("training.recompute=full", {}, {"recompute": "full"}))
     if t.recompute in order:
         out += [(f"training.recompute={r}", {}, {"recompute": r}) for r in order[order.index(t.recompute) + 1:]]
     if p.dp % 2 == 0 and sc.model.layers % (2 * p.pp * p.virtual_stages) == 0 and p.stage_layers is None:

@@ -3,11 +3,13 @@
 The sequence is split across cp ranks (load-balanced for causal masks); each rank
 computes attention of its queries against one K/V block at a time while the next block
 arrives from its ring neighbour, so cp-1 K/V shifts overlap cp-1 of the cp attention
-chunks. Backward circulates K/V and their gradients (twice the bytes).
+chunks. Backward circulates K/V and their gradients (twice the bytes). ``parallel.cp_impl =
+"torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py).
 """
 
 from ..model.layers import ELEM, attention_core, backward
 from ..engine.kinds import Category
+from . import cp_torch
 
 AXIS = Category.CP
 
@@ -31,6 +33,9 @@ def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "
     kernels = [core] if direction == "fwd" else backward([core])
     if cp == 1:
         return b.compute(f"attn_core_{direction}{tag}", kernels, deps, layer, mb)
+    if b.ctx.scenario.parallel.cp_impl == "torch":  # PyTorch's experimental CP (torchtitan)
+        run = cp_torch.forward if direction == "fwd" else cp_torch.backward
+        return run(b, kernels, layer, mb, deps, f"{direction}{tag}")
     scale = 1 if direction == "fwd" else 2
     shift, last = None, deps
     for step in range(cp):

@@ -34,8 +34,7 @@ import numpy as np
 
 from ..hardware.gpus import gpu_preset
 from ..model import transformer as model_costs
-from ..model.compute import ComputeModel, quantized
-from ..model.layers import Shard
+from ..model.compute import ComputeModel
 from .layout import Layout
 from .params import EMBEDDING, moe_block_ids, mtp_ids, stage_layer_ids
 from .passes import Pass
@@ -178,12 +177,7 @@ def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = N
                    expert_loads(s, d, shard, layout) if loads is None else loads)
 
 
-def shard_of(s) -> Shard:
-    """What one rank holds of one micro-batch (as :func:`sim.parallel.workload.make_context`)."""
-    p, t = s.parallel, s.training
-    return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                 t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
-                 t.fp8_recipe)
+shard_of = workload.shard_of  # (what one rank holds of one micro-batch: one definition)
 
 
 class _All(frozenset):

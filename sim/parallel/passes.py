@@ -17,7 +17,7 @@ head (multi_token_prediction.py, MultiTokenPredictionLayer.forward).
 from ..engine.kinds import Phase
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input
+from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input, op_recompute
 from . import cp, ep, fsdp, tp, tp_overlap
 
 PIECES = 4
@@ -88,9 +88,14 @@ class Pass:
             self.x = (self.x, self.gather.before(layer), self.param_waits.get(layer))
             return
         self.x = (self.x, self.gather.before(layer))
-        if self.b.ctx.scenario.training.recompute == "full" and is_block(self.b.ctx.dims, layer):
+        recompute = self.b.ctx.scenario.training.recompute
+        if recompute == "full" and is_block(self.b.ctx.dims, layer):
             with self.b.phase_of(Phase.RECOMPUTE):
                 self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
+        elif recompute == "op" and is_block(self.b.ctx.dims, layer):
+            with self.b.phase_of(Phase.RECOMPUTE):
+                self.x = self.b.compute("op_recompute", op_recompute(self.b.ctx.dims, self.b.ctx.shard), self.x,
+                                        layer, self.mb)
 
     def _end(self, layer: int) -> None:
         self.gather.after(layer, self.x)

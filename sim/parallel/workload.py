@@ -30,6 +30,14 @@ from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
 
+def shard_of(s: Scenario) -> Shard:
+    """What one rank holds of one micro-batch, and how its kernels run."""
+    p, t = s.parallel, s.training
+    return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
+                 t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
+                 recipe=t.fp8_recipe, eager=t.kernels == "pytorch" and not t.compile)
+
+
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
                  fabric: FatTreeSpec | None = None) -> Context:
     """Resolve everything the builders share. ``fabric``: the cluster's topology spec
@@ -38,9 +46,7 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     p, t = s.parallel, s.training
     layout = Layout.from_parallel(p)
     d = model_costs.dims(s.model)
-    shard = Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
-                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
-                  t.fp8_recipe)
+    shard = shard_of(s)
     loads = expert_loads(s, d, shard, layout)
     fabric = fabric or FatTreeSpec("default", gpus_per_node=s.cluster.gpus_per_node or 8)
     uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())

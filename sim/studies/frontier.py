@@ -15,8 +15,16 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
   the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
   "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
-- torchtitan rows whose notes say "+ compile" (or "+ torch.compile") ran under torch.compile (``training.compile``;
-  torchtitan ``--compile``); those in fp8 or mxfp8 quantize with torchao (torchtitan's
+- torchtitan's model code is plain PyTorch: a row whose notes say ``+ compile`` (or ``+ torch.compile``) runs
+  torch.compile (``compile``), the others run it eagerly, one kernel per elementwise operator
+  (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/layers.py ``EAGER_*``). Its
+  selective activation checkpointing is per-op (train_configs' ``selective_ac_option =
+  'op'``): ``recompute = "op"`` (sim/model/layers.py ``op_recompute``).
+- torchtitan's context parallelism is PyTorch's experimental one
+  (torch/distributed/tensor/experimental/_attention.py, called from torchtitan 9dec370
+  torchtitan/utils.py ``create_context_parallel_ctx``): ``cp_impl = "torch"`` on every
+  ``tt_`` row with cp > 1 (sim/parallel/cp_torch.py).
+- torchtitan rows in fp8 or mxfp8 quantize with torchao (torchtitan's
   float8 and mxfp8 converters swap the linears for torchao's Float8Linear / MXLinear:
   torchtitan docs/float8.md, docs/mxfp8.md): ``training.fp8_recipe = "torchao"``. AMD's
   Primus runs are Megatron-LM with Transformer Engine, the default recipe.
@@ -44,8 +52,8 @@ import re
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
-ASSUMED_SEQUENCES_PER_8_GPUS = 128
-COMPILED = re.compile(r"\+ ?(torch\.)?compile")  # "float8 + compile", "+ torch.compile", "FSDP+compile+Float8"  # Primus example configs: global_batch_size 128 per node
+COMPILED = re.compile(r"\+ ?(torch\.)?compile")  # "float8 + compile", "+ torch.compile", "FSDP+compile+Float8"
+ASSUMED_SEQUENCES_PER_8_GPUS = 128  # Primus example configs: global_batch_size 128 per node
 
 
 def frontier_rows() -> list[Row]:
@@ -67,7 +75,11 @@ def frontier_scenario(row: dict) -> dict:
         p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
     if row["id"].startswith("tt_"):
         t["attention_backend"] = "flash2"
-        t["compile"] = COMPILED.search(row["notes"]) is not None
+        t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
+        if p.get("cp", 1) > 1:  # PyTorch's experimental context parallelism (torchtitan/utils.py)
+            p["cp_impl"] = "torch"
+        if t.get("recompute") == "selective":  # torchtitan's selective AC: per-op (selective_ac_option "op")
+            t["recompute"] = "op"
         if t.get("precision") in ("fp8", "mxfp8"):
             t["fp8_recipe"] = "torchao"
     if row["id"].endswith("_interleaved"):
