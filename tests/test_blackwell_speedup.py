@@ -14,8 +14,8 @@ above) was NVIDIA's GB200 NVL72 submission against Hopper at the same GPU count;
 Training v5.1 (NVIDIA's round summary, Nov 2025) puts GB300 NVL72 at "more than 4x" Hopper and
 "nearly 2x" GB200 per GPU on the same benchmark (NVFP4), i.e. GB200 at about 2x or more. The
 same band, 2.0x to 2.6x. The GB200's factor fitted on torchtitan's two Scout rows
-(gb200-torchtitan, 0.501) gave 1.64x here; the plain gb200 scales the H100 SXM's factor by
-torchtitan's own GB200/H100 ratio (sim/model/compute.py).
+(gb200-torchtitan, 0.501) gave 1.64x here; the plain gb200 takes the H100 SXM's factor, as b200
+and b300 do (sim/model/compute.py).
 
 Run: ``python -m pytest tests/test_blackwell_speedup.py``
 """
