@@ -25,6 +25,7 @@ their traffic still loads the network (merged phase by phase: :mod:`sim.engine.t
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import gc
+from heapq import heappush
 from itertools import accumulate
 from typing import Callable, NamedTuple
 
@@ -32,7 +33,7 @@ import numpy as np
 import simpy
 
 from ..collectives.schedule import Schedule
-from .clock import run_until_empty, wake_after
+from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .kinds import Category, Phase
 from .network import Network
 from .traffic import SiblingGroups, merged_schedule
@@ -144,10 +145,12 @@ class Stream:
     """
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
-                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset")
+                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
+                 "queue", "eid")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
+        self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
         released = prog.release()
@@ -166,7 +169,7 @@ class Stream:
         """Advance again when op ``i`` of this rank ends (one event per op, shared by waiters)."""
         ev = self.waiters.get(i)
         if ev is None:
-            ev = self.waiters[i] = self.env.event()
+            ev = self.waiters[i] = pending()
         ev.callbacks.append(self.advance)
 
     def _advance(self, _event=None) -> None:
@@ -194,9 +197,10 @@ class Stream:
             return
         i = self.indices[pos]
         self.starts[i] = now
-        if op.comm is None:
+        if op.comm is None:  # (wake_after inlined: the one event of most ops)
             scale_of = self.scale_of
-            wake_after(self.env, op.duration * scale_of(self.rank, now) if scale_of else op.duration, self._end)
+            delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
+            heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
         else:
             self.meeting = meeting = self.arrive(op.comm, self.rank, i)
             meeting.done.callbacks.append(self._end)
@@ -214,7 +218,7 @@ class Stream:
         if self.waiters:
             waiter = self.waiters.pop(i, None)
             if waiter is not None:
-                waiter.succeed()
+                trigger(self.env, waiter)
         self.pos = pos + 1
         self.advance()
 
@@ -233,7 +237,7 @@ class OpTimes:
 class Meeting:
     """One collective instance: its members as they arrive, and when it began."""
 
-    done: simpy.Event  # succeeds when the collective's last phase ends
+    done: Wake  # triggered when the collective's last phase ends (sim.engine.clock.trigger)
     sent: dict[int, float]  # bytes each member sends
     expected: int  # members that will arrive (the simulated ones)
     members: list = field(default_factory=list)  # (rank, op index, arrival time), in arrival order
@@ -258,7 +262,7 @@ class Engine:
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
         self._met: list[list] = []  # members of complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
-        self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
+        self._waiters: dict[int, dict[int, Wake]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._member_bytes: dict[tuple, dict[int, float]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self.collectives_run = 0
@@ -302,17 +306,23 @@ class Engine:
         raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
     def arrive(self, call: Collective, rank: int, index: int) -> Meeting:
-        """Register one member's arrival; the last simulated member starts the collective."""
+        """Register one member's arrival; the last simulated member starts the collective.
+        (A call with one simulated member, the usual one under folding, meets no one: it
+        never enters the rendezvous, which saves hashing its key twice.)"""
+        now = self.env._now
         meeting = self._rendezvous.get(call.key)
         if meeting is None:
-            meeting = self._rendezvous[call.key] = Meeting(self.env.event(), self.member_bytes(call),
-                                                           self._expected_members(call.group))
-        meeting.members.append((rank, index, self.env._now))
-        if len(meeting.members) == meeting.expected:
-            del self._rendezvous[call.key]
-            late = self.folded_arrival(call, meeting.members, self.ready) if self.folded_arrival is not None else None
-            if late is not None and late > self.env._now:  # folded members still on their way
-                wake_after(self.env, late - self.env._now, lambda _ev: self._begin(call, meeting))
+            meeting = Meeting(pending(), self.member_bytes(call), self._expected_members(call.group))
+            if meeting.expected > 1:
+                self._rendezvous[call.key] = meeting
+        members = meeting.members
+        members.append((rank, index, now))
+        if len(members) == meeting.expected:
+            if meeting.expected > 1:
+                del self._rendezvous[call.key]
+            late = self.folded_arrival(call, members, self.ready) if self.folded_arrival is not None else None
+            if late is not None and late > now:  # folded members still on their way
+                wake_after(self.env, late - now, lambda _ev: self._begin(call, meeting))
             else:
                 self._begin(call, meeting)
         return meeting
@@ -339,7 +349,7 @@ class Engine:
         """Run phase i, then the next, then end the meeting (callbacks, no process)."""
         if i == len(phases):
             self._met.append(meeting.members)  # (only these: the rest goes once the members move on)
-            meeting.done.succeed()
+            trigger(self.env, meeting.done)
         else:
             self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, meeting))
 

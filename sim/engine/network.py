@@ -202,9 +202,12 @@ class Network:
 
     def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
-        for act in acts:
-            self._advance(act)
-            act.mask = _mask_key(act.remaining)
+        if len(acts) > 1:
+            self._advance_many(acts)
+        else:
+            for act in acts:
+                self._advance(act)
+                act.mask = _mask_key(act.remaining)
         order = sorted(acts, key=lambda a: (a.phase.key, a.mask)) if len(acts) > 1 else acts
         key = tuple((a.phase.key, a.mask) for a in order)
         rates = self._rate_cache.get(key)
@@ -218,7 +221,34 @@ class Network:
         for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1
-            self._wake_in(act, self._horizon(act))
+        horizons = _horizons(order) if len(order) > 1 else None
+        for i, act in enumerate(order):
+            self._wake_in(act, self._horizon(act) if horizons is None else horizons[i])
+
+    def _advance_many(self, acts) -> None:
+        """:meth:`_advance` and the live mask of every act, the arithmetic of the acts that
+        moved done on their chains at once (elementwise, so the same floats as act by act:
+        a joint solve re-plans every transfer in flight, dozens at a time)."""
+        now = self.env.now
+        moving = []
+        for act in acts:
+            dt = now - act.updated
+            act.updated = now
+            if dt > 0 and act.rates is not None:
+                moving.append((act, dt))
+            else:
+                act.mask = _mask_key(act.remaining)
+        if not moving:
+            return
+        sizes = [len(act.remaining) for act, _ in moving]
+        left = (np.concatenate([act.remaining for act, _ in moving])
+                - np.concatenate([act.rates for act, _ in moving]) * np.repeat([dt for _, dt in moving], sizes))
+        live = bool(left.min() > 0)  # (every chain of every act still moving: the usual case)
+        start = 0
+        for (act, _), size in zip(moving, sizes):
+            act.remaining = left[start:start + size]
+            act.mask = b"" if live else _mask_key(act.remaining)
+            start += size
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -343,6 +373,18 @@ def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
     """Bytes a transfer of ``phase`` (``nbytes`` per chain) carries on each of ``phase.links``."""
     return np.bincount(phase.link_index, weights=nbytes[phase.entry_chain] * phase.entry_weight,
                        minlength=len(phase.links))
+
+
+def _horizons(order: list[_Active]) -> list[float] | np.ndarray:
+    """:meth:`Network._horizon` of each act, at once when every chain of every act is
+    live (the same divisions and minima, elementwise over the chains of all)."""
+    if any(act.mask != b"" for act in order):
+        return [Network._horizon(act) for act in order]
+    sizes = [len(act.remaining) for act in order]
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    ratio = np.concatenate([act.remaining for act in order]) / np.concatenate([act.rates for act in order])
+    return np.minimum.reduceat(ratio, starts).tolist()
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
