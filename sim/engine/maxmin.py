@@ -93,8 +93,9 @@ def components(link_sets: list[np.ndarray], owner: np.ndarray) -> list[list[int]
         label = lowest
     owner[links] = -1
     order = np.argsort(label, kind="stable")
-    cuts = np.flatnonzero(np.diff(label[order])) + 1
-    return [part.tolist() for part in np.split(order, cuts)]
+    bounds = [0, *(np.flatnonzero(np.diff(label[order])) + 1).tolist(), n]
+    order = order.tolist()
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _components_by_union(link_sets: list[np.ndarray], owner: np.ndarray) -> list[list[int]]:

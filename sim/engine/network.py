@@ -80,6 +80,7 @@ class _Active:
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
+    wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
 
 
 class Network:
@@ -243,12 +244,15 @@ class Network:
         sizes = [len(act.remaining) for act, _ in moving]
         left = (np.concatenate([act.remaining for act, _ in moving])
                 - np.concatenate([act.rates for act, _ in moving]) * np.repeat([dt for _, dt in moving], sizes))
-        live = bool(left.min() > 0)  # (every chain of every act still moving: the usual case)
-        start = 0
-        for (act, _), size in zip(moving, sizes):
-            act.remaining = left[start:start + size]
-            act.mask = b"" if live else _mask_key(act.remaining)
-            start += size
+        live = left > 0
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        every = np.logical_and.reduceat(live, bounds[:-1]).tolist()  # per act: all its chains live
+        bounds = bounds.tolist()
+        for k, (act, _) in enumerate(moving):
+            start, end = bounds[k], bounds[k + 1]
+            act.remaining = left[start:end]
+            act.mask = b"" if every[k] else live[start:end].tobytes()  # (as _mask_key)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -273,8 +277,10 @@ class Network:
         if not horizon < np.inf:  # nan or inf: a moving chain without bandwidth never ends
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
+        if act.wake is not None:  # a wake-up of an older generation: left in the queue, but calls nothing
+            act.wake.callbacks = ()
         generation = act.generation
-        wake_after(self.env, max(horizon, 0.0), lambda _ev: self._on_wake(act, generation))
+        act.wake = wake_after(self.env, max(horizon, 0.0), lambda _ev: self._on_wake(act, generation))
         if self.log is not None:
             self._record(act, act.rates)
 
@@ -375,16 +381,21 @@ def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
                        minlength=len(phase.links))
 
 
-def _horizons(order: list[_Active]) -> list[float] | np.ndarray:
-    """:meth:`Network._horizon` of each act, at once when every chain of every act is
-    live (the same divisions and minima, elementwise over the chains of all)."""
-    if any(act.mask != b"" for act in order):
-        return [Network._horizon(act) for act in order]
+def _horizons(order: list[_Active]) -> list[float]:
+    """:meth:`Network._horizon` of each act, at once: the same divisions (of the live
+    chains) and minima, elementwise over the chains of all."""
     sizes = [len(act.remaining) for act in order]
     starts = np.zeros(len(sizes), dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
-    ratio = np.concatenate([act.remaining for act in order]) / np.concatenate([act.rates for act in order])
-    return np.minimum.reduceat(ratio, starts).tolist()
+    remaining = np.concatenate([act.remaining for act in order])
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+        ratio = remaining / np.concatenate([act.rates for act in order])
+    if all(act.mask == b"" for act in order):
+        return np.minimum.reduceat(ratio, starts).tolist()
+    live = remaining > 0
+    out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
+    # a phase whose bytes ran out while another's wake-up re-solved it finishes now
+    return np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
