@@ -89,6 +89,25 @@ def test_components_are_found_through_shared_links():
     assert (owner == -1).all()
 
 
+def test_vectorized_components_match_union_find():
+    """The label propagation finds the union-find's groups, in its order, on random sets
+    (long chains of transfers included: many rounds of propagation)."""
+    rng = np.random.default_rng(7)
+    owner = np.full(400, -1, dtype=np.int64)
+    for trial in range(300):
+        n = int(rng.integers(2, 40))
+        width = int(rng.integers(1, 400))
+        sets = [np.unique(rng.integers(0, width, size=int(rng.integers(1, 6)))) for _ in range(n)]
+        if trial % 3 == 0:  # a chain: transfer i shares one link with i + 1, shuffled
+            perm = rng.permutation(n)
+            sets = [np.array(sorted({2 * int(perm[i]), 2 * int(perm[i]) + 1})) for i in range(n)]
+            for i in range(n - 1):
+                sets[i] = np.union1d(sets[i], [300 + i])
+                sets[i + 1] = np.union1d(sets[i + 1], [300 + i])
+        assert maxmin.components(sets, owner) == maxmin._components_by_union(sets, owner)
+        assert (owner == -1).all()
+
+
 def _hop(src, dst, nbytes):
     return Phase(np.array([src]), np.array([dst]), np.array([0]), np.array([float(nbytes)]), 1)
 

@@ -1,7 +1,9 @@
 """The engine's clock: SimPy's event queue, driven without SimPy's per-event machinery.
 
 A compute op, a phase's latency and a transfer's planned end each need a timed wake-up
-that only calls callbacks. :func:`wake_after` puts one on SimPy's own queue exactly as
+that only calls callbacks; an op's end that other streams wait for and a collective's
+end need an event triggered when they happen (:func:`pending`, :func:`trigger`: SimPy's
+``env.event()`` and ``succeed()`` without their checks, in the same place of the order). :func:`wake_after` puts one on SimPy's own queue exactly as
 ``env.timeout(delay)`` would (the same ``(now + delay, NORMAL, next eid)`` key, so every
 event fires in the same order and ``Engine.events`` counts the same), as a slotted
 :class:`Wake` instead of a :class:`simpy.Timeout` (whose constructor checks, stores and
@@ -37,6 +39,18 @@ def wake_after(env: simpy.Environment, delay: float, callback) -> Wake:
     wake = Wake([callback])
     heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), wake))
     return wake
+
+
+def pending() -> Wake:
+    """An event nobody has triggered yet (callbacks hang on it): SimPy's ``env.event()``
+    for waiting only, without its checks and value; :func:`trigger` fires it."""
+    return Wake([])
+
+
+def trigger(env: simpy.Environment, wake: Wake) -> None:
+    """Fire ``wake`` now, in the place ``event.succeed()`` would give it in the event order
+    (the same ``(now, NORMAL, next eid)`` key; ``Engine.events`` counts the same)."""
+    heappush(env._queue, (env._now, NORMAL, next(env._eid), wake))
 
 
 def run_until_empty(env: simpy.Environment) -> None:

@@ -25,6 +25,7 @@ their traffic still loads the network (merged phase by phase: :mod:`sim.engine.t
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import gc
+from heapq import heappush
 from itertools import accumulate
 from typing import Callable, NamedTuple
 
@@ -32,7 +33,7 @@ import numpy as np
 import simpy
 
 from ..collectives.schedule import Schedule
-from .clock import run_until_empty, wake_after
+from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .kinds import Category, Phase
 from .network import Network
 from .traffic import SiblingGroups, merged_schedule
@@ -144,10 +145,12 @@ class Stream:
     """
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
-                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset")
+                 "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
+                 "queue", "eid")
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
+        self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
         released = prog.release()
@@ -166,7 +169,7 @@ class Stream:
         """Advance again when op ``i`` of this rank ends (one event per op, shared by waiters)."""
         ev = self.waiters.get(i)
         if ev is None:
-            ev = self.waiters[i] = self.env.event()
+            ev = self.waiters[i] = pending()
         ev.callbacks.append(self.advance)
 
     def _advance(self, _event=None) -> None:
@@ -182,8 +185,9 @@ class Stream:
                 return
         now = self.env._now  # (SimPy's Environment.now, without the property call)
         release = self.release[pos]
-        if self.anchor is not None and self.anchor[pos] >= 0:  # issued after the host's last wait
-            a = self.anchor[pos]
+        anchor = self.anchor
+        if anchor is not None and anchor[pos] >= 0:  # issued after the host's last wait
+            a = anchor[pos]
             if finish[a] is None:  # the host still waits for that sync op to end
                 self._resume_after(a)
                 return
@@ -194,27 +198,32 @@ class Stream:
             return
         i = self.indices[pos]
         self.starts[i] = now
-        if op.comm is None:
+        comm = op.comm
+        if comm is None:  # (wake_after inlined: the one event of most ops)
             scale_of = self.scale_of
-            wake_after(self.env, op.duration * scale_of(self.rank, now) if scale_of else op.duration, self._end)
+            delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
+            heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
         else:
-            self.meeting = meeting = self.arrive(op.comm, self.rank, i)
+            self.meeting = meeting = self.arrive(comm, self.rank, i)
             meeting.done.callbacks.append(self._end)
 
     def _ended(self, _event) -> None:
         """The current op has ended: note when and what it sent, wake whoever waits on it, go on."""
         pos = self.pos
-        i, comm = self.indices[pos], self.ops[pos].comm
+        i = self.indices[pos]
+        comm = self.ops[pos].comm
         if comm is not None:
             meeting = self.meeting
             if comm.op == "send_recv":
                 self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
             self.sent[i] = meeting.sent.get(self.rank, 0.0)
-        self.finish[i] = self.env._now
-        if self.waiters:
-            waiter = self.waiters.pop(i, None)
-            if waiter is not None:
-                waiter.succeed()
+        now = self.env._now
+        self.finish[i] = now
+        waiters = self.waiters
+        if waiters:
+            waiter = waiters.pop(i, None)
+            if waiter is not None:  # (clock.trigger inlined)
+                heappush(self.queue, (now, NORMAL, next(self.eid), waiter))
         self.pos = pos + 1
         self.advance()
 
@@ -233,7 +242,7 @@ class OpTimes:
 class Meeting:
     """One collective instance: its members as they arrive, and when it began."""
 
-    done: simpy.Event  # succeeds when the collective's last phase ends
+    done: Wake  # triggered when the collective's last phase ends (sim.engine.clock.trigger)
     sent: dict[int, float]  # bytes each member sends
     expected: int  # members that will arrive (the simulated ones)
     members: list = field(default_factory=list)  # (rank, op index, arrival time), in arrival order
@@ -258,7 +267,7 @@ class Engine:
         self._rendezvous: dict[tuple, Meeting] = {}  # collective key -> its meeting, until complete
         self._met: list[list] = []  # members of complete meetings, in the order their done events fire
         self._expected: dict[tuple, int] = {}
-        self._waiters: dict[int, dict[int, simpy.Event]] = {p.rank: {} for p in programs}  # rank -> op -> event
+        self._waiters: dict[int, dict[int, Wake]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._member_bytes: dict[tuple, dict[int, float]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self.collectives_run = 0
@@ -276,7 +285,10 @@ class Engine:
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
             run_until_empty(self.env)
-        if any(s.pos < s.count for s in streams):
+        unfinished = any(s.pos < s.count for s in streams)
+        for stream in streams:  # (their bound methods made each a cycle: now reference counting frees them)
+            stream.advance = stream._end = None
+        if unfinished:
             self._report_deadlock()
 
     @property
@@ -302,17 +314,23 @@ class Engine:
         raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
     def arrive(self, call: Collective, rank: int, index: int) -> Meeting:
-        """Register one member's arrival; the last simulated member starts the collective."""
+        """Register one member's arrival; the last simulated member starts the collective.
+        (A call with one simulated member, the usual one under folding, meets no one: it
+        never enters the rendezvous, which saves hashing its key twice.)"""
+        now = self.env._now
         meeting = self._rendezvous.get(call.key)
         if meeting is None:
-            meeting = self._rendezvous[call.key] = Meeting(self.env.event(), self.member_bytes(call),
-                                                           self._expected_members(call.group))
-        meeting.members.append((rank, index, self.env._now))
-        if len(meeting.members) == meeting.expected:
-            del self._rendezvous[call.key]
-            late = self.folded_arrival(call, meeting.members, self.ready) if self.folded_arrival is not None else None
-            if late is not None and late > self.env._now:  # folded members still on their way
-                wake_after(self.env, late - self.env._now, lambda _ev: self._begin(call, meeting))
+            meeting = Meeting(pending(), self.member_bytes(call), self._expected_members(call.group))
+            if meeting.expected > 1:
+                self._rendezvous[call.key] = meeting
+        members = meeting.members
+        members.append((rank, index, now))
+        if len(members) == meeting.expected:
+            if meeting.expected > 1:
+                del self._rendezvous[call.key]
+            late = self.folded_arrival(call, members, self.ready) if self.folded_arrival is not None else None
+            if late is not None and late > now:  # folded members still on their way
+                wake_after(self.env, late - now, lambda _ev: self._begin(call, meeting))
             else:
                 self._begin(call, meeting)
         return meeting
@@ -339,7 +357,7 @@ class Engine:
         """Run phase i, then the next, then end the meeting (callbacks, no process)."""
         if i == len(phases):
             self._met.append(meeting.members)  # (only these: the rest goes once the members move on)
-            meeting.done.succeed()
+            trigger(self.env, meeting.done)
         else:
             self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, meeting))
 
@@ -377,12 +395,17 @@ def cycle_collector_paused():
     every program on each full pass and find almost nothing: 1,109 objects in cycles after
     the 206k-event run of ``python bench/collectives.py`` (where the passes took a quarter
     of the run), 460 after the 1.6M events of scenarios/gpt3-175b-ptd.toml. Those few are
-    collected once the run is over.
+    collected by the next full pass once the run is over: what it left alive is moved to the
+    oldest generation (``gc.freeze``, ``gc.unfreeze``), or the first young pass after the
+    pause would traverse every object the run allocated to find them (about 5% of a GPT
+    530B run of ``python bench/step.py``).
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if was_enabled:
+        if was_enabled:  # what the run left alive goes to the oldest generation (see above)
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()

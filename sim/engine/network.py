@@ -80,6 +80,7 @@ class _Active:
     updated: float = 0.0  # when ``remaining`` was last brought up to date
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
+    wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
 
 
 class Network:
@@ -202,9 +203,12 @@ class Network:
 
     def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
-        for act in acts:
-            self._advance(act)
-            act.mask = _mask_key(act.remaining)
+        if len(acts) > 1:
+            self._advance_many(acts)
+        else:
+            for act in acts:
+                self._advance(act)
+                act.mask = _mask_key(act.remaining)
         order = sorted(acts, key=lambda a: (a.phase.key, a.mask)) if len(acts) > 1 else acts
         key = tuple((a.phase.key, a.mask) for a in order)
         rates = self._rate_cache.get(key)
@@ -218,7 +222,37 @@ class Network:
         for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1
-            self._wake_in(act, self._horizon(act))
+        horizons = _horizons(order) if len(order) > 1 else None
+        for i, act in enumerate(order):
+            self._wake_in(act, self._horizon(act) if horizons is None else horizons[i])
+
+    def _advance_many(self, acts) -> None:
+        """:meth:`_advance` and the live mask of every act, the arithmetic of the acts that
+        moved done on their chains at once (elementwise, so the same floats as act by act:
+        a joint solve re-plans every transfer in flight, dozens at a time)."""
+        now = self.env.now
+        moving = []
+        for act in acts:
+            dt = now - act.updated
+            act.updated = now
+            if dt > 0 and act.rates is not None:
+                moving.append((act, dt))
+            else:
+                act.mask = _mask_key(act.remaining)
+        if not moving:
+            return
+        sizes = [len(act.remaining) for act, _ in moving]
+        left = (np.concatenate([act.remaining for act, _ in moving])
+                - np.concatenate([act.rates for act, _ in moving]) * np.repeat([dt for _, dt in moving], sizes))
+        live = left > 0
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        every = np.logical_and.reduceat(live, bounds[:-1]).tolist()  # per act: all its chains live
+        bounds = bounds.tolist()
+        for k, (act, _) in enumerate(moving):
+            start, end = bounds[k], bounds[k + 1]
+            act.remaining = left[start:end]
+            act.mask = b"" if every[k] else live[start:end].tobytes()  # (as _mask_key)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -243,8 +277,10 @@ class Network:
         if not horizon < np.inf:  # nan or inf: a moving chain without bandwidth never ends
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
+        if act.wake is not None:  # a wake-up of an older generation: left in the queue, but calls nothing
+            act.wake.callbacks = ()
         generation = act.generation
-        wake_after(self.env, max(horizon, 0.0), lambda _ev: self._on_wake(act, generation))
+        act.wake = wake_after(self.env, max(horizon, 0.0), lambda _ev: self._on_wake(act, generation))
         if self.log is not None:
             self._record(act, act.rates)
 
@@ -343,6 +379,23 @@ def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
     """Bytes a transfer of ``phase`` (``nbytes`` per chain) carries on each of ``phase.links``."""
     return np.bincount(phase.link_index, weights=nbytes[phase.entry_chain] * phase.entry_weight,
                        minlength=len(phase.links))
+
+
+def _horizons(order: list[_Active]) -> list[float]:
+    """:meth:`Network._horizon` of each act, at once: the same divisions (of the live
+    chains) and minima, elementwise over the chains of all."""
+    sizes = [len(act.remaining) for act in order]
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    remaining = np.concatenate([act.remaining for act in order])
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+        ratio = remaining / np.concatenate([act.rates for act in order])
+    if all(act.mask == b"" for act in order):
+        return np.minimum.reduceat(ratio, starts).tolist()
+    live = remaining > 0
+    out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
+    # a phase whose bytes ran out while another's wake-up re-solved it finishes now
+    return np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:

@@ -2,12 +2,13 @@
 facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
 
 from ..parallel.step_end import STEP_SYNCS
-from ..engine.core import OP_COLUMNS, SPAN_COLUMNS, RankProgram
+from ..engine.core import OP_COLUMNS, SPAN_COLUMNS, Op, RankProgram
 from ..hardware.topology import Topology
 from ..input.scenario import Scenario
 from ..parallel.folding import Folding
@@ -69,7 +70,8 @@ def spans_frame(engine) -> pd.DataFrame:
     for column, field in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
         ran[column] = np.array([v for ts in times for v in getattr(ts, field)])  # float64 (int64 if all ints, as from rows)
     _step_syncs_start_together(engine, ops, ran["start_s"])
-    own = {c: pd.Series([getattr(op, c) for op in ops]) for c in OP_COLUMNS}  # dtypes as from rows
+    # (a field by its position, in C: Op is a NamedTuple; dtypes as from rows)
+    own = {c: pd.Series(list(map(itemgetter(Op._fields.index(c)), ops))) for c in OP_COLUMNS}
     df = pd.DataFrame({c: ran[c] if c in ran else own[c] for c in SPAN_COLUMNS})
     return df.sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)
 
