@@ -33,8 +33,9 @@ The network solved per connected component (docs/scaling.md): ``qwen`` at 128 se
 results identical (load average 8-9 on 2 cores, both in one process).
 Building the MoE programs (one per stage, copies retime their experts; CPU seconds, load
 average 6-12): ``qwen`` 263.6 s -> 58.9 s (15,173,728 ops, unchanged); DeepSeek-V3 at 512
-sequences 27.4 s -> 8.3 s. The ``qwen`` case is still refused by the work estimate (~393 s,
-13.4 GiB) and was not timed whole. ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
+sequences 27.4 s -> 8.3 s. The ``qwen`` case is still refused by the work estimate, now ~2,059 s
+and 24.9 GiB with its uneven all-to-alls priced (``python bench/work.py --case qwen-128``: 257 s
+CPU, 2.02 GB at 128 sequences, load 11-13; docs/scaling.md), and was not timed whole. ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
 The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load average 5-13):
 ``gpt-530b`` at ``training.global_batch=315`` 103.4 s -> 85.1 s (engine 88.5 -> 74.2 s,
 3,584,333 events); ``405b-straggler-v4`` 16.9 s -> 14.9 s; 405B 16k 6.1-6.7 s -> 5.9 s;

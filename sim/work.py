@@ -4,13 +4,18 @@
 the ops of the simulated ranks (:mod:`sim.parallel.census` asks the workload how many
 ranks it simulates and counts a rank's ops), the GPUs (graph nodes, routes, the traffic
 of folded ranks), the fabric's leaf-spine links, the router scores drawn (tokens x
-experts) and the expert kernels timed. Each is priced with a constant measured on this
+experts), the expert kernels timed and, where routing loads experts unevenly (whole
+expert groups simulated), the all-to-alls of the simulated ranks: each is a transfer on
+every pair of its group that the network re-rates together with the others in flight
+(max-min solves over connected components, sim/engine/maxmin.py), which costs far more
+than an op's own events. Each is priced with a constant measured on this
 machine by ``python bench/work.py`` (CPU seconds and bytes per unit; wall time is CPU
 time on an idle machine). :func:`check` refuses a scenario whose estimate exceeds the
 budget with an InputError naming the key that drives the cost (exit 2); ``--force`` on
 ``clustersim run`` / ``plot`` (``simulate(..., force=True)``) runs it anyway.
 
-Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``.
+Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``;
+``python bench/work.py --cases`` prints the estimate against measured runs, case by case.
 """
 
 from contextlib import contextmanager
@@ -24,6 +29,7 @@ from .errors import InputError, SimulationError
 from .hardware.faults import perturbed
 from .input.load import clean_copy, topology_spec
 from .parallel import census
+from .parallel.layout import Layout
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
 # probe isolating each; estimate / measured for it in brackets after the change):
@@ -40,6 +46,20 @@ CROWD_RANKS, CROWD_EXP = 1024, 0.6  # per-op cost grows as (ranks simulated / 10
 #   (more transfers in flight share each max-min solve; jitter-dp-1k at 4,096 GPUs: 39 us per op) [1.5x]
 JITTER_DRAW_BYTES = 32.0  # a jittered rank draws its multipliers 4,096 at a time, as Python floats
 KERNEL_S = 170e-9  # per expert kernel timed: the compute-time memo hashes each op's kernel list (0.14 us) [1.2x]
+# Per all-to-all of a simulated rank under uneven routing (whole expert groups simulated), on
+# top of its op's cost: the network re-rates it with everything in flight, more so as more ranks
+# run at once: A2A_S x (ranks / A2A_RANKS)^A2A_EXP CPU s, A2A_BYTES x (ranks / A2A_RANKS)^A2A_BYTES_EXP
+# bytes. Fitted by `python bench/work.py --fit ROWS` to rows of `python bench/work.py --cases --json
+# ROWS` measured on the 2-core VM at load 11-13 (CPU seconds scaled by 0.523, the dense rows'
+# median estimate / measured then, so the dense constants above stay as calibrated): per
+# all-to-all, Mixtral 8x7B token choice on 64 H100 (8 ranks, 8 and 32 experts, 8 to 32
+# micro-batches) 93-197 us, 0-1.2 KB; 32 experts over ep 16 and 32 (16, 32 ranks) 226 and 181 us,
+# 1.2 and 1.6 KB; Qwen3-235B-A22B (bench/step.py `qwen`) at 128 sequences, 256 ranks, 98,304
+# all-to-alls: 257 s CPU (134 s scaled), 2.02 GB peak RSS: 1,071 us and 6.7 KB each (its rate
+# memos not yet bounded). Fit 1.21e-4 s ^ 0.59, 823 B ^ 0.58 [est / measured 0.6-1.6x CPU].
+A2A_RANKS = 8
+A2A_S, A2A_EXP = 1.3e-4, 0.6
+A2A_BYTES, A2A_BYTES_EXP = 900.0, 0.6
 BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and pydantic loaded (124 MiB)
 
 BUDGET_S = 300.0  # five minutes of CPU: past it, say so and let --force decide
@@ -58,6 +78,7 @@ class Work:
     fabric_links: int  # leaf-spine links
     scores: int  # router scores drawn per step (tokens x experts)
     expert_kernels: int
+    alltoalls: int  # all-to-alls of the simulated ranks re-rated with whole expert groups (uneven routing)
     seconds: float  # CPU seconds, estimated
     bytes: float  # peak memory, estimated
     driver: str  # the key that drives the larger share of the cost
@@ -66,7 +87,7 @@ class Work:
         """One line: the estimate and its parts."""
         return cost_text(self.seconds, self.bytes, f"{self.ranks:,} ranks x {self.ops // max(self.ranks, 1):,} ops, "
                          f"{self.gpus:,} GPUs, {self.fabric_links:,} fabric links, {self.scores:,} router scores, "
-                         f"{self.expert_kernels:,} expert kernels")
+                         f"{self.expert_kernels:,} expert kernels, {self.alltoalls:,} uneven all-to-alls")
 
 
 def estimate(s) -> Work:
@@ -78,16 +99,24 @@ def estimate(s) -> Work:
     gpus, links = s.cluster.gpus, _fabric_links(s)
     scores, held = census.routed_scores(s)
     kernels = census.expert_kernels(s) * ranks
+    a2a = census.alltoalls(s) * ranks if census.uneven_routing(s, Layout.from_parallel(s.parallel)) else 0
     crowd = max(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
     draws = ranks * max(per_rank, 4096) * JITTER_DRAW_BYTES if s.jitter.sigma > 0 else 0.0
     parts = {"ops": (ops * OP_S * crowd, ops * OP_BYTES + draws), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
              "links": (links * LINK_S, links * LINK_BYTES), "scores": (scores * SCORE_S, held * SCORE_BYTES),
-             "kernels": (kernels * KERNEL_S, 0.0)}
+             "kernels": (kernels * KERNEL_S, 0.0),
+             "alltoalls": alltoall_part(a2a, ranks)}
     seconds = sum(t for t, _ in parts.values())
     nbytes = BASE_BYTES + sum(b for _, b in parts.values())
     share = {name: t / BUDGET_S + b / BUDGET_BYTES for name, (t, b) in parts.items()}
-    return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, seconds, nbytes,
+    return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, a2a, seconds, nbytes,
                 _driver(s, max(share, key=share.get), ranks))
+
+
+def alltoall_part(a2a: int, ranks: int) -> tuple[float, float]:
+    """(CPU s, bytes) of ``a2a`` uneven all-to-alls among ``ranks`` simulated ranks."""
+    crowd = max(1.0, ranks / A2A_RANKS)
+    return a2a * A2A_S * crowd ** A2A_EXP, a2a * A2A_BYTES * crowd ** A2A_BYTES_EXP
 
 
 def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -> Work:
@@ -181,6 +210,9 @@ def _driver(s, part: str, ranks: int) -> str:
     if part == "links":
         spec = topology_spec(s)
         return "cluster.topology_overrides.spines" if spec.spines > 64 else gpus_key
+    if part == "alltoalls":
+        factors = {"parallel.ep": s.parallel.ep / 32, "training.global_batch": census.micro_batches(s) / 64}
+        return max(factors, key=factors.get)
     if part in ("scores", "kernels"):
         tokens = t.micro_batch * t.seq_len // p.cp
         factors = {"model.moe.experts": s.model.moe.experts / 256, "training.seq_len": tokens / 8192}

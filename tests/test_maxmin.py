@@ -139,3 +139,30 @@ def test_a_recurring_pair_beside_other_traffic_is_solved_once(monkeypatch):
     monkeypatch.setattr(ComponentRates, "solve", lambda self, sets, keys, joint: joint(list(range(len(sets)))))
     _, joint_ends = _run(topo, starts)
     assert ends == joint_ends  # exactly the joint solve's times
+
+
+def test_the_memo_drops_the_least_recently_used_past_its_bytes():
+    memo = maxmin.Memo(30, lambda key, value: value)  # an entry costs its value in bytes
+    memo.put("a", 10)
+    memo.put("b", 10)
+    assert memo.get("a") == 10  # "a" used last: "b" goes first
+    memo.put("c", 15)
+    assert (memo.get("b"), memo.get("a"), memo.get("c")) == (None, 10, 15)
+    assert (len(memo), memo.held, memo.evicted, memo.hits, memo.misses) == (2, 25, 1, 3, 1)
+    memo.put("d", 99)  # larger than the limit alone: kept, everything else dropped
+    assert (len(memo), memo.held) == (1, 99)
+
+
+def test_a_memo_of_one_entry_gives_the_same_times(monkeypatch):
+    """Rates solved again after an eviction are the floats the memo held: the same
+    transfers' ends as with the default bound, while the small memos drop entries."""
+    topo = spec_topology(24)
+    starts = [(0.0, _hop(8, 9, 4e9)), (0.0, _hop(0, 1, 1e9)), (1e-4, _hop(0, 1, 1e9)),
+              (0.5, _hop(16, 17, 4e9)), (0.5, _hop(0, 1, 1e9)), (0.5 + 1e-4, _hop(0, 1, 1e9)),
+              (0.6, _hop(8, 9, 4e9)), (0.6, _hop(0, 1, 1e9)), (0.6 + 1e-4, _hop(16, 17, 1e9))]
+    _, ends = _run(topo, starts)
+    monkeypatch.setattr(maxmin, "MEMO_BYTES", 1)
+    monkeypatch.setattr("sim.engine.network.MEMO_BYTES", 1)
+    net, small_ends = _run(topo, starts)
+    assert net._rate_cache.evicted > 0 and len(net._rate_cache) == 1
+    assert small_ends == ends

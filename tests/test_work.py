@@ -78,6 +78,24 @@ def test_census_equals_built_programs_with_mtp_fp8_and_moe(name, overrides):
     assert census.ops_per_rank(s) == _built_ops(s), overrides
 
 
+@pytest.mark.parametrize("name, overrides", [v for v in MOE_VARIANTS if v[0] == "mixtral-small-ep-h100"])
+def test_census_counts_the_all_to_alls_of_built_programs(name, overrides):
+    """The work estimate's all-to-alls per rank: the busiest stage's expert-parallel
+    all-to-alls, as built (MTP depths, EP overlap and interleaving included)."""
+    s = _load(name, overrides)
+    assert census.alltoalls(s) == max(sum(1 for op in p.ops if op.comm is not None and op.comm.op == "all_to_all")
+                                      for p in _stage_programs(s)) > 0, overrides
+
+
+def _stage_programs(s) -> list:
+    """The builder's program of every stage's first rank (built without folding)."""
+    from sim.parallel import layer_program
+
+    ctx = layer_program.context(s, census.gpu_of(s))
+    ranks = [ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage) for stage in range(ctx.layout.sizes["pp"])]
+    return [workload.build_rank(ctx, r).program for r in ranks]
+
+
 def _built_ops(s) -> int:
     """Ops of the busiest rank: the builder's program of every stage's first rank (a layer's
     ops are the same on every rank of a stage; built without folding, which copies them)."""

@@ -18,11 +18,62 @@ levels differ by at most ``_EPS`` relatively without being equal; every level is
 some chain got, so :func:`separated` checks this on the results, and where it fails the
 joint solve is done instead (``joint_fallbacks`` counts it). Tested by
 ``python -m pytest tests/test_maxmin.py``.
+
+Both memos of rates (this module's per component, the network's per set of transfers in
+flight) are :class:`Memo`: least recently used first out past :data:`MEMO_BYTES` each, so a
+long MoE step (tens of thousands of distinct sets in flight) holds a bounded amount; an
+evicted entry is solved again, to the same floats (the solve is a function of its key).
 """
+
+from collections import OrderedDict
 
 import numpy as np
 
 _EPS = 1e-9  # relative: links whose shares are this close to the lowest freeze together
+# Bytes each rate memo may hold (its arrays and keys, as :func:`rates_bytes` counts them):
+# `qwen` of bench/step.py at 128 sequences kept 84,662 sets in flight (docs/scaling.md).
+MEMO_BYTES = 64 * 2**20
+ARRAY_OVERHEAD, KEY_ITEM_BYTES = 112, 72  # a numpy array's header; one (phase key, mask) pair of a key
+
+
+class Memo:
+    """A memo of at most ``limit`` bytes (``cost(key, value)`` says an entry's), the least
+    recently used entry dropped first; ``hits``, ``misses`` and ``evicted`` count."""
+
+    __slots__ = ("limit", "cost", "held", "hits", "misses", "evicted", "_items")
+
+    def __init__(self, limit: float, cost):
+        self.limit, self.cost, self.held = limit, cost, 0
+        self.hits = self.misses = self.evicted = 0
+        self._items: OrderedDict = OrderedDict()  # key -> (value, its cost)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key):
+        """The value kept for ``key`` (now the most recently used), or None."""
+        found = self._items.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._items.move_to_end(key)
+        return found[0]
+
+    def put(self, key, value) -> None:
+        """Keep ``value`` for ``key``, dropping the least recently used past the limit."""
+        n = self.cost(key, value)
+        self._items[key] = (value, n)
+        self.held += n
+        while self.held > self.limit and len(self._items) > 1:
+            _, (_, dropped) = self._items.popitem(last=False)
+            self.held -= dropped
+            self.evicted += 1
+
+
+def rates_bytes(key: tuple, rates: list[np.ndarray]) -> int:
+    """What one memo entry of rates holds: its arrays and its key's items."""
+    return sum(r.nbytes + ARRAY_OVERHEAD for r in rates) + KEY_ITEM_BYTES * len(key)
 
 
 def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
@@ -144,7 +195,7 @@ class ComponentRates:
 
     def __init__(self, n_links: int):
         self._owner = np.full(n_links, -1, dtype=np.int64)
-        self._cache: dict[tuple, tuple[list[np.ndarray], np.ndarray]] = {}
+        self._cache = Memo(MEMO_BYTES, lambda key, found: rates_bytes(key, found[0]) + found[1].nbytes)
         self.hits = 0  # components found in the cache
         self.solves = 0  # components solved
         self.joint_fallbacks = 0  # joint solves done because components' levels nearly tied
@@ -161,7 +212,8 @@ class ComponentRates:
             if found is None:
                 self.solves += 1
                 rates = joint(group)
-                found = self._cache[key] = (rates, np.unique(np.concatenate(rates)))
+                found = (rates, np.unique(np.concatenate(rates)))
+                self._cache.put(key, found)
             else:
                 self.hits += 1
             for i, r in zip(group, found[0]):

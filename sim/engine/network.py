@@ -24,7 +24,7 @@ import numpy as np
 import simpy
 
 from .clock import wake_after
-from .maxmin import ComponentRates, fill
+from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from ..errors import SimulationError
 from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
@@ -98,7 +98,7 @@ class Network:
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
-        self._rate_cache: dict[tuple, list[np.ndarray]] = {}
+        self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
         self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
@@ -218,7 +218,7 @@ class Network:
             else:
                 rates = self.components.solve([a.phase.links for a in order], key,
                                               lambda group: self._max_min([order[i] for i in group]))
-            self._rate_cache[key] = rates
+            self._rate_cache.put(key, rates)
         for act, r in zip(order, rates):
             act.rates = r
             act.generation += 1

@@ -89,6 +89,19 @@ def routed_scores(s) -> tuple[int, int]:
     return elements, held
 
 
+def alltoalls(s) -> int:
+    """All-to-alls per step of the rank holding the most MoE layers (MTP depths included):
+    the expert-parallel collectives of its layer programs (:mod:`.layer_program`), each
+    micro-batch (0 without experts or expert parallelism)."""
+    if s.model.moe is None or s.parallel.ep == 1:
+        return 0
+    d, programs = model_costs.dims(s.model), layer_program.counted(s, gpu_of(s))
+    per_stage = [sum(sum(1 for c in programs[layer_program.kind_of(d, l)].collectives("ep") if c.op == "all_to_all")
+                     for l in ids if model_costs.is_moe_layer(d, l))
+                 for ids in layer_program.stage_layers(s)]
+    return micro_batches(s) * max(per_stage)
+
+
 def expert_kernels(s) -> int:
     """Kernels timed per step in the MoE layers (MTP depths included) of the rank holding
     the most: each compute op's kernel list is hashed by the compute-time memo, and an
