@@ -4,6 +4,7 @@ gallery (in a copy of the repository's tracked files, through the command line).
 one run here also checks every picture it regenerates (it was a second run in tests/test_timeline.py)."""
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import pytest
 from sim.commands.study import STUDIES
 
 from conftest import REPO, cli_env
+import docs_commands
+from test_docs import OUT as DOCS_OUT, differences
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -43,12 +46,20 @@ def _run(args, cwd):
 
 
 def test_gallery_writes_to_out_not_plots_and_regenerates_every_picture(tmp_path):
-    """One run of the gallery (it takes ~30 s of CPU): its pictures go to out/, and every
-    picture is there, with the step times the hardware picture compares."""
+    """One run of the gallery (it takes ~30 s of CPU): its pictures go to out/, every picture
+    is there, with the step times the hardware picture compares, and it prints what the docs
+    store for ``python -m sim.studies.gallery``."""
     clone = _clone(tmp_path)
     before = _digest(clone / "plots")
     p = _run(["-m", "sim.studies.gallery"], clone)
     assert _digest(clone / "plots") == before
+    command = "python -m sim.studies.gallery"  # what the docs show it printing (tests/test_docs.py skips it)
+    assert command in docs_commands.RUN_ELSEWHERE
+    stored = DOCS_OUT / f"{docs_commands.slug(command)}.out"
+    if os.environ.get("UPDATE_DOCS"):  # as tests/test_docs.py does for the commands it runs
+        stored.write_text(p.stdout)
+    bad = differences(stored.read_text(), p.stdout)
+    assert not bad, "\n".join(bad[:20])
     for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical", "hardware"):
         assert (clone / "out" / f"gallery-{name}.png").read_bytes()[:8] == PNG
     assert "bubble" in p.stdout and "straggler cost" in p.stdout
