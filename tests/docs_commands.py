@@ -68,6 +68,10 @@ NOT_RUN = {
     "python bench/mutations.py": "runs the test suite once per mutation (minutes; docs/mutations.md's own table)",
 }
 
+# Commands another test runs anyway (minutes of CPU): that test compares their output with the
+# stored one (tests/test_docs.py's differences), so tests/test_docs.py does not run them again.
+RUN_ELSEWHERE = {"python -m sim.studies.gallery": "tests/test_output_folders.py (in a clone, writing out/)"}
+
 # Commands the docs show failing on purpose: substring -> the exit status they show (stderr compared).
 EXIT = {"--algo pat --gpus 64 --topology generic": 2}
 

@@ -1,8 +1,10 @@
 """Studies and the gallery write to an untracked folder (``out/``) unless told ``--out-dir plots``:
 a fresh clone's shipped ``plots/`` is unchanged after running every study with ``--quick`` and the
-gallery (in a copy of the repository's tracked files, through the command line)."""
+gallery (in a copy of the repository's tracked files, through the command line). The gallery's
+one run here also checks every picture it regenerates (it was a second run in tests/test_timeline.py)."""
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,10 @@ import pytest
 from sim.commands.study import STUDIES
 
 from conftest import REPO, cli_env
+import docs_commands
+from test_docs import OUT as DOCS_OUT, differences
+
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _clone(dst):
@@ -39,12 +45,31 @@ def _run(args, cwd):
     return proc
 
 
-def test_gallery_writes_to_out_not_plots(tmp_path):
+def test_gallery_writes_to_out_not_plots_and_regenerates_every_picture(tmp_path):
+    """One run of the gallery (it takes ~30 s of CPU): its pictures go to out/, every picture
+    is there, with the step times the hardware picture compares, and it prints what the docs
+    store for ``python -m sim.studies.gallery``."""
     clone = _clone(tmp_path)
     before = _digest(clone / "plots")
-    _run(["-m", "sim.studies.gallery"], clone)
+    p = _run(["-m", "sim.studies.gallery"], clone)
     assert _digest(clone / "plots") == before
-    assert {p.name for p in (clone / "out").iterdir()} >= {"gallery-fsdp-prefetch.png", "gallery-straggler.png"}
+    command = "python -m sim.studies.gallery"  # what the docs show it printing (tests/test_docs.py skips it)
+    assert command in docs_commands.RUN_ELSEWHERE
+    stored = DOCS_OUT / f"{docs_commands.slug(command)}.out"
+    if os.environ.get("UPDATE_DOCS"):  # as tests/test_docs.py does for the commands it runs
+        stored.write_text(p.stdout)
+    bad = differences(stored.read_text(), p.stdout)
+    assert not bad, "\n".join(bad[:20])
+    for name in ("fsdp-prefetch", "pipeline-schedules", "straggler", "hierarchical", "hardware"):
+        assert (clone / "out" / f"gallery-{name}.png").read_bytes()[:8] == PNG
+    assert "bubble" in p.stdout and "straggler cost" in p.stdout
+    steps = {line.split(":")[0]: float(line.split("step ")[1].split(" ms")[0])
+             for line in p.stdout.splitlines() if " SuperPOD: step" in line or "racks: step" in line
+             or "cluster: step" in line}
+    assert set(steps) == {"H100 SuperPOD", "B200 SuperPOD", "GB200 NVL72 racks", "MI355X cluster"}
+    assert steps["GB200 NVL72 racks"] < steps["H100 SuperPOD"] and steps["MI355X cluster"] < steps["H100 SuperPOD"]
+    # MLPerf Training v5.0: GB200 NVL72 2.2x Hopper per GPU; a GB200 (2.5 PFLOP/s) ahead of a B200 (2.25)
+    assert steps["GB200 NVL72 racks"] < steps["B200 SuperPOD"] < steps["H100 SuperPOD"] / 1.8
 
 
 @pytest.mark.slow

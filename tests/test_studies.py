@@ -142,6 +142,25 @@ def test_unknown_study_is_an_input_error():
 
 
 def test_cli_study_quick_prints_table_and_writes_files(tmp_path):
+    """`clustersim study` through a subprocess on the cheapest study (batch-floor: 6 points,
+    ~8 s of CPU; the module's `reports` check every study's numbers in-process), and an
+    unknown study's exit 2. The same on pipeline-bubbles (~40 s): the slow test below."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "sim", "study", "batch-floor", "--quick", "--out-dir",
+                           str(tmp_path), "--workers", "2"], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "speedup_vs_best_fsdp" in proc.stdout and "wrote plot" in proc.stdout
+    assert (tmp_path / "study-batch-floor.png").read_bytes()[:8] == PNG_MAGIC
+    table = pd.read_csv(tmp_path / "study-batch-floor.csv")  # FSDP at 3 GPU counts, + PP, CP, TP at 4096
+    assert len(table) == 6 and table["error"].str.contains("batch-size floor").sum() == 1
+    bad = subprocess.run([sys.executable, "-m", "sim", "study", "nope"], capture_output=True, text=True, cwd=REPO,
+                         env=env, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_cli_study_quick_pipeline_bubbles_prints_table_and_writes_files(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run([sys.executable, "-m", "sim", "study", "pipeline-bubbles", "--quick", "--out-dir",
                            str(tmp_path), "--workers", "2"], capture_output=True, text=True, cwd=REPO, env=env,
