@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .compute import QUANTIZED, Kernel, elementwise, gemm
+from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
 from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element
@@ -151,34 +152,10 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
 
 
-# Eager PyTorch (bytes per element of the tensor, forward; backward bytes; forward launches),
-# each a sum over the operators of torchtitan's code (module docstring):
-# RMSNorm forward: x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36
-#   in 6 kernels and the per-token rsqrt(+eps); backward, autograd's kernels of the same ops:
-#   grad * weight 2+2, the weight's gradient (g * n, summed) 2+2+2+2, type_as 2+4, g * rsqrt 4+4,
-#   the rsqrt's gradient (g * x, summed per token) 4+4+4+4, mean's expand / N 4, pow's 2 * x * g
-#   4+4+4, the two gradients of x.float() added 4+4+4, .float()'s cast back 4+2 = 76.
-EAGER_RMSNORM = (36, 76, 7)
-# RoPE, per element of q and of k: .float() 2+4, the complex multiply by freqs_cis 4+4, type_as
-#   4+2 = 20 in 3 kernels each (view_as_complex / view_as_real are views); backward the same
-#   three in reverse (type_as, the conjugate multiply, the cast) = 20.
-EAGER_ROPE = (20, 20, 3)
-# SwiGLU, per element of the FFN width: F.silu 2+2, * w3(x) 2+2+2 = 10 in 2 kernels; backward:
-#   the product's two gradients 2+2+2 each and silu's 2+2+2 = 18.
-EAGER_SWIGLU = (10, 18, 2)
-# Residual add (no dropout): 2+2+2 = 6; backward: the skip and branch gradients summed, 6.
-EAGER_RESIDUAL = (6, 6, 1)
-
-
-def _eager(spec: tuple[int, int, int], elements: float) -> Kernel:
-    fwd, bwd, launches = spec
-    return Kernel(bytes=fwd * elements, count=launches, bwd=bwd / fwd)
-
-
 def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
     if sh.eager:
         n = sh.norm_tokens * d.h
-        return [_eager(EAGER_RMSNORM, n), _eager(EAGER_RESIDUAL, n)]
+        return [eager(EAGER_RMSNORM, n), eager(EAGER_RESIDUAL, n)]
     nbytes = ELEM * sh.norm_tokens * d.h
     return [elementwise(3 * nbytes), elementwise(5 * nbytes)]  # layernorm; dropout + residual add
 
@@ -189,7 +166,7 @@ def rope(d: Dims, sh: Shard) -> list[Kernel]:
     if not sh.eager:
         return []
     width = d.a * d.qk_rope + d.qk_rope if d.mla else (d.a + d.g) * d.dq
-    return [_eager(EAGER_ROPE, sh.tokens * width / sh.tp)._replace(count=2 * EAGER_ROPE[2])]
+    return [eager(EAGER_ROPE, sh.tokens * width / sh.tp)._replace(count=2 * EAGER_ROPE[2])]
 
 
 def entry_width(d: Dims) -> int:
@@ -257,7 +234,7 @@ def _mlp(d: Dims, sh: Shard, f: int, t: float, fused: bool) -> tuple[Kernel, ...
     up = linear(t, (d.mats - 1) * f / sh.tp, d.h, sh, fused, tp=1)
     act = elementwise(ELEM * t * f / sh.tp * d.mats)  # gelu, relu2: read f, write f; gated: 2f, f
     if sh.eager and d.mats == 3:  # eager gating: the activation and the product apart
-        act = _eager(EAGER_SWIGLU, t * f / sh.tp)
+        act = eager(EAGER_SWIGLU, t * f / sh.tp)
     return tuple(up + [act] + linear(t, d.h, f / sh.tp, sh, tp=2))
 
 
