@@ -63,8 +63,10 @@ behind the GPU waits; no launch is charged twice to one resource.
 ``torch.compile`` (``training.compile``): Inductor fuses chains of elementwise / memory-bound
 operators into one kernel (PyTorch 2 paper, Ansel et al. ASPLOS 2024, section 5: pointwise and
 reduction fusion): :func:`fused` makes each run of consecutive memory-bound kernels of one op
-(same TP role) one launch. The HBM traffic the fusion saves (intermediates no longer written)
-is not modelled: bytes stay summed.
+(same TP role) one launch. The kernels it fuses are already counted at fused traffic (the
+stacks modelled run fused norms, RoPE and gating); what compile saves in HBM traffic is the
+plain-PyTorch code's (``training.kernels = "pytorch"``: sim/model/eager.py, which compile turns
+back into the fused kernels); within a fused run the bytes stay summed.
 """
 
 from .compute import Kernel
