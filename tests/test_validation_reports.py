@@ -88,7 +88,8 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["dg-g175-128", "dg-g175-2048"],
     ["dg-n340-256", "dg-n340-2048"],
     ["dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048"],
-    ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_bf16", "tt_h100_l8b_128g_compile_fp8"],
+    ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_bf16",
+     "tt_h100_l8b_128g_compile_bf16", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h100_l70b_256g_2d", "tt_h100_l70b_256g_2d_asynctp"],
     ["tt_h100_l405b_512g_1f1b", "tt_h100_l405b_512g_interleaved"],
     ["tt_h200_l8b_32g_fp8", "tt_h200_l8b_64g_fp8"],
@@ -101,7 +102,8 @@ SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
     ["N21-T2-174.6B-384", "N21-T2-174.6B-768", "N21-T2-174.6B-1536"],  # fixed global batch
     ["dg-l70-64", "dg-l70-2048"], ["dg-l405-512", "dg-l405-2048"], ["dg-g175-128", "dg-g175-2048"],
     ["dg-n340-256", "dg-n340-2048"], ["dg-grok-512", "dg-grok-2048"],
-    ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"], ["tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_compile_fp8"],
+    ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"], ["tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_128g_compile_bf16"],
+    ["tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h200_l8b_32g_fp8", "tt_h200_l8b_64g_fp8"],
 ]
 
@@ -197,7 +199,7 @@ def test_cli_reports_from_predictions_file(tmp_path):
     overall = data["scale_trend"]["overall"]
     assert overall["slope_points_per_doubling"] == pytest.approx(2.0, rel=1e-9) and overall["n"] == len(ROWS)
     assert overall["stderr"] == pytest.approx(0.0, abs=1e-6)
-    assert "all rows: slope +2.00 +- 0.00 points per doubling (n = 49)" in p.stdout
+    assert f"all rows: slope +2.00 +- 0.00 points per doubling (n = {len(ROWS)})" in p.stdout
     assert "NOT met  scale-trend slope within +-1 point per doubling: +2.00" in p.stdout
     assert "Spearman" in p.stdout and p.stdout.index("MAPE over") < p.stdout.index("Scale trend")
 
