@@ -128,7 +128,7 @@ class Training(_Section):
     # The elementwise kernels the model code runs: "fused" (Transformer Engine / Megatron fused
     # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
     # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:
-    # sim/model/layers.py EAGER_*); "pytorch" with compile = true is fused.
+    # sim/model/eager.py EAGER_*); "pytorch" with compile = true is fused.
     kernels: Literal["fused", "pytorch"] = "fused"
 
 

@@ -17,7 +17,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   "flash2"`` on every ``tt_`` row. AMD's Megatron runs keep the default.
 - torchtitan's model code is plain PyTorch: a row whose notes say ``+ compile`` (or ``+ torch.compile``) runs
   torch.compile (``compile``), the others run it eagerly, one kernel per elementwise operator
-  (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/layers.py ``EAGER_*``). Its
+  (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/eager.py ``EAGER_*``). Its
   selective activation checkpointing is per-op (train_configs' ``selective_ac_option =
   'op'``): ``recompute = "op"`` (sim/model/layers.py ``op_recompute``).
 - torchtitan's context parallelism is PyTorch's experimental one
