@@ -245,6 +245,7 @@ def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     return tuple(nr[:1] + mlp(d, sh, fused=True) + nr[1:])
 
 
+@lru_cache(maxsize=1024)  # (asked once per block and micro-batch of every rank built)
 def op_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
     """What torchtitan's per-op selective activation checkpointing recomputes of one dense
     block in backward (``training.recompute = "op"``; pytorch/torchtitan 9dec370

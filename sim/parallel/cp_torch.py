@@ -56,11 +56,17 @@ def _group(b):
     return b.ctx.layout.group(b.rank, "cp")
 
 
+def _cat(b, name, deps, layer, mb) -> int:
+    """K and V copied into one buffer (``torch.cat([key.flatten(), value.flatten()])``)."""
+    nq, nv, _ = sizes(b)
+    return b.compute(f"cp_kv_cat_{name}", [elementwise(2 * ELEM * (nq + nv))], deps, layer, mb)
+
+
 def _gather(b, name, deps, layer, mb):
-    """K, V copied into one buffer (torch.cat) and all-gathered over the cp ranks."""
+    """K, V copied into one buffer and all-gathered over the cp ranks."""
     nq, nv, _ = sizes(b)
     cp = b.ctx.layout.sizes["cp"]
-    cat = b.compute(f"cp_kv_cat_{name}", [elementwise(2 * ELEM * (nq + nv))], deps, layer, mb)
+    cat = _cat(b, name, deps, layer, mb)
     return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, "all_gather", _group(b), cp * ELEM * (nq + nv), (cat,),
                              layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, "cp"))
 
@@ -75,13 +81,13 @@ def merge_kernels(b) -> list[Kernel]:
 
 def forward(b, kernels, layer, mb, deps, name):
     """The chunks' SDPA calls, merged in fp32, the K/V all-gathered once."""
-    nq, nv, nl = sizes(b)
+    _, nv, nl = sizes(b)
     cp = b.ctx.layout.sizes["cp"]
     cat, gather = _gather(b, name, deps, layer, mb)
     last = b.compute(f"attn_core_{name}", kernels, (cat,), layer, mb)
     for step in range(1, cp):
         if b.ctx.shard.eager and step < cp - 1:  # next_kv = torch.cat(...) runs every step eagerly
-            last = b.compute(f"cp_kv_cat_{name}", [elementwise(2 * ELEM * (nq + nv))], (last,), layer, mb)
+            last = _cat(b, name, (last,), layer, mb)
         last = b.compute(f"attn_core_{name}", kernels, (last, gather), layer, mb)
         last = b.compute(f"cp_merge_{name}", merge_kernels(b), (last,), layer, mb)
     return b.compute(f"cp_merge_{name}", [elementwise(CAST * (nv + nl))], (last,), layer, mb)  # results()
@@ -106,7 +112,7 @@ def backward(b, kernels, layer, mb, deps, name):
     last, shift = cat, None
     for step in range(cp):
         if b.ctx.shard.eager and 0 < step < cp - 1:
-            last = b.compute(f"cp_kv_cat_{name}", [elementwise(2 * ELEM * (nq + nv))], (last,), layer, mb)
+            last = _cat(b, name, (last,), layer, mb)
         last = b.compute(f"attn_core_{name}", kernels, (last,) if step == 0 else (last, gather), layer, mb)
         last = b.compute(f"cp_grad_acc_{name}", accumulate_kernels(b, step == 0),
                          (last,) if shift is None else (last, shift), layer, mb)
