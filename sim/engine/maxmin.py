@@ -196,9 +196,17 @@ class ComponentRates:
     def __init__(self, n_links: int):
         self._owner = np.full(n_links, -1, dtype=np.int64)
         self._cache = Memo(MEMO_BYTES, lambda key, found: rates_bytes(key, found[0]) + found[1].nbytes)
-        self.hits = 0  # components found in the cache
-        self.solves = 0  # components solved
         self.joint_fallbacks = 0  # joint solves done because components' levels nearly tied
+
+    @property
+    def hits(self) -> int:
+        """Components found in the memo."""
+        return self._cache.hits
+
+    @property
+    def solves(self) -> int:
+        """Components solved (not found in the memo)."""
+        return self._cache.misses
 
     def solve(self, link_sets: list[np.ndarray], keys: list, joint) -> list[np.ndarray]:
         groups = components(link_sets, self._owner)
@@ -210,12 +218,9 @@ class ComponentRates:
             key = tuple(keys[i] for i in group)
             found = self._cache.get(key)
             if found is None:
-                self.solves += 1
                 rates = joint(group)
                 found = (rates, np.unique(np.concatenate(rates)))
                 self._cache.put(key, found)
-            else:
-                self.hits += 1
             for i, r in zip(group, found[0]):
                 out[i] = r
             levels.append(found[1])
