@@ -10,7 +10,7 @@ own function, :func:`sim.model.layers.linear` (the forward list and
 
 - BF16: the forward, dgrad and wgrad GEMMs;
 - FP8 as torchao runs it (``training.fp8_recipe = "torchao"``: the measured recipe, compiled):
-  the casts of x, w and the output gradient (:data:`sim.model.layers.TORCHAO_CAST_BYTES`) and
+  the casts of x, w and the output gradient (:data:`sim.model.quant.TORCHAO_CAST_BYTES`) and
   the three FP8 GEMMs;
 
 and prints the BF16 / FP8 time ratio the simulator gives beside the measured one (the
@@ -35,7 +35,8 @@ from pathlib import Path
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model.compute import GEMM_KERNEL, ComputeModel
-from sim.model.layers import Shard, backward, linear, optimizer
+from sim.model.layers import Shard, backward, linear
+from sim.model.optimizer import optimizer
 from sim.step import simulate
 
 HERE = Path(__file__).parent / "measured"

@@ -18,6 +18,7 @@ from sim.input.load import scenario_from_dict
 from sim.model import layers as L
 from sim.model import transformer as T
 from sim.model.compute import HBM_EFFICIENCY, LAUNCH_S, ComputeModel, elementwise, gemm
+from sim.model.optimizer import optimizer
 from sim.step import simulate
 
 H100 = gpu_preset("h100-sxm")
@@ -93,9 +94,9 @@ def test_cast_kernels_cost_their_bytes_at_hbm_bandwidth():
 
 def test_weights_are_cast_once_per_step_in_the_optimizer():
     cm, n = ComputeModel(H100), 1e9
-    extra = cm.time(L.optimizer(n, n)) - cm.time(L.optimizer(n))
+    extra = cm.time(optimizer(n, n)) - cm.time(optimizer(n))
     assert extra == pytest.approx(2 * LAUNCH_S + 4 * n / (3350e9 * HBM_EFFICIENCY), rel=1e-9)
-    assert L.optimizer(n) == [elementwise((6 + 28 + 6) * n, count=3)]  # grad cast, Adam, master copy (step_end.py)
+    assert optimizer(n) == [elementwise((6 + 28 + 6) * n, count=3)]  # grad cast, Adam, master copy (step_end.py)
 
 
 def one_node(precision: str) -> dict:

@@ -120,7 +120,7 @@ class Training(_Section):
     # per micro-batch and direction (sim/model/host.py; sim/parallel/passes.py says which part)
     cuda_graphs: Flag = False
     compile: Flag = False  # torch.compile: elementwise chains fused into one kernel (sim/model/host.py)
-    # Which stack quantizes the linears under fp8 / mxfp8 (sim/model/layers.py, fp8_cast): "te",
+    # Which stack quantizes the linears under fp8 / mxfp8 (sim/model/quant.py, Recipe): "te",
     # Transformer Engine (Megatron-Core, NeMo: casts fused with transposes and norms, FP8 weights
     # cached per step) or "torchao" (torchtitan's Float8Linear / MXLinear under torch.compile:
     # dynamic scales, x, w and the output gradient quantized every micro-batch).

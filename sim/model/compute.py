@@ -29,6 +29,7 @@ So one fitted number per GPU type scales every kind of tensor-core work; the rat
 between kinds are kernel benchmarks, cited where they are defined.
 """
 
+from enum import StrEnum
 from typing import NamedTuple
 
 from ..errors import InputError
@@ -118,6 +119,17 @@ SUSTAINED.update(gb300=SUSTAINED["gb200"])
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
 GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}
+
+
+class Quant(StrEnum):
+    """A quantized linear-layer format (``training.precision``; str-valued: equal to the
+    scenario's strings, so tables keyed by either answer both)."""
+
+    FP8 = "fp8"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+
+
 GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
 # FP8 size dependence: a tile's fixed cost (prologue, epilogue, wave tail) does not shrink when
 #   the MMA runs twice as fast, so the half-efficiency size doubles. Measured: fitting
@@ -128,12 +140,12 @@ FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
 # NVFP4: the MMA runs twice as fast again as FP8 on Blackwell; by the same fixed-cost argument
 #   the half-efficiency size doubles again (an extrapolation of the FP8 measurement above, no
 #   FP4 K-sweep is shipped).
-HALF_SIZE = {"fp8": FP8_GEMM_HALF_SIZE, "mxfp8": FP8_GEMM_HALF_SIZE, "nvfp4": 2 * FP8_GEMM_HALF_SIZE}
+HALF_SIZE = {Quant.FP8: FP8_GEMM_HALF_SIZE, Quant.MXFP8: FP8_GEMM_HALF_SIZE, Quant.NVFP4: 2 * FP8_GEMM_HALF_SIZE}
 # The quantized linear-layer precisions and the bytes per element of an operand with its block
 # scales (MX: one 1-byte E8M0 scale per 32 elements, OCP Microscaling Formats v1.0; NVFP4: one
 # 1-byte E4M3 scale per 16 elements plus a per-tensor FP32 scale, NVIDIA "Pretraining Large
 # Language Models with NVFP4", arXiv:2509.25149). Their dense peaks: sim.hardware.gpus.low_peak.
-QUANTIZED = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+QUANTIZED = {Quant.FP8: 1.0, Quant.MXFP8: 1 + 1 / 32, Quant.NVFP4: 0.5 + 1 / 16}
 
 
 def quantized(precision: str) -> bool:
@@ -226,7 +238,7 @@ class ComputeModel:
             kernel, curves, e_max = self._calibrated(calibration, kernel, curves, e_max)
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
-        fmt = precision if precision in QUANTIZED else "fp8"
+        fmt = Quant(precision) if precision in QUANTIZED else Quant.FP8
         self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt] * self.half / GEMM_HALF_SIZE
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get(fmt, 0.0)
         self.attention = tuple((self.sustained * top, half) for top, half in curves)

@@ -23,32 +23,11 @@ ReLU, Nemotron-4) read and write f activations per token, the gated swiglu and g
 gating a third matrix: Grok-1, Gemma) read 2f and write f;
 all are memory-bound, their arithmetic hidden under the traffic.
 
-FP8 (``training.precision = "fp8"``; Transformer Engine's delayed-scaling recipe,
-transformer_engine/pytorch/module/linear.py): every linear layer of the transformer
-layers runs its forward, dgrad and wgrad GEMMs in FP8; the attention core (flash
-attention), router and output layer stay BF16. Each FP8 linear costs a memory-bound cast
-kernel (:func:`fp8_cast`); weights are cast once per step (``is_first_microbatch``
-caching) in :func:`optimizer`; amax is produced by the cast kernels themselves.
+Quantized linears (``training.precision`` fp8, mxfp8, nvfp4; ``training.fp8_recipe``): which
+kernels cast what, and who casts (Transformer Engine or torchao), is :mod:`sim.model.quant`;
+:func:`linear` puts the casts beside each linear's GEMM. The optimizer step's kernels are
+:mod:`sim.model.optimizer`; the plain PyTorch operators' bytes are :mod:`sim.model.eager`.
 
-MXFP8 and NVFP4 (``"mxfp8"``: torchao's MX linears, pytorch/ao torchao/prototype/mx_formats,
-as torchtitan's docs/mxfp8.md runs them; ``"nvfp4"``: Transformer Engine's NVFP4BlockScaling
-recipe) quantize the same linears: the block scales run along the reduction dimension, so the
-forward GEMM and the wgrad GEMM need the input quantized along different axes -- two quantized
-copies with their scales, not a transpose of one (read BF16 once, write 2 x (1 + 1/32) bytes
-per element for MXFP8, 2 x (0.5 + 1/16) for NVFP4), and likewise the output gradient for dgrad
-and wgrad. No norm emits them fused. The attention core, router and output layer stay BF16, as
-under FP8 (torchtitan's MXFP8 converter skips the output projection; the router is not an
-nn.Linear it converts). NVFP4's other parts -- random Hadamard transforms on the wgrad inputs,
-stochastic rounding of gradients, a few sensitive layers kept in BF16 (arXiv:2509.25149,
-section 4) -- are not modelled.
-
-Who quantizes (``training.fp8_recipe``): the above is Transformer Engine's recipe ("te", the
-default: Megatron-Core and NeMo, whose performance scripts default to per-tensor delayed
-scaling, NVIDIA/NeMo scripts/performance/README.md ``--fp8_recipe``: "Defaults to 'ds'"). torchtitan's runs quantize with torchao ("torchao"): no cast
-is fused with a norm, the weight is cast in every forward rather than once per step, and each
-tensor takes more passes (:data:`TORCHAO_CAST_BYTES`, cited there). Not modelled: FSDP2's
-float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``: weights cast on the shard and
-gathered in FP8), and the activations torchao saves in BF16 where TE keeps FP8 copies (memory).
 Plain PyTorch operators (``training.kernels = "pytorch"`` without ``training.compile``): the
 stacks above run fused kernels (Transformer Engine's norms and fused RoPE, Megatron's fused
 bias-SwiGLU, or Inductor's fusion under torch.compile), which is what the kernels here count
@@ -67,8 +46,9 @@ element are :data:`EAGER_RMSNORM`, :data:`EAGER_ROPE`, :data:`EAGER_SWIGLU` and
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .compute import QUANTIZED, Kernel, elementwise, gemm
+from .compute import QUANTIZED, Kernel, Quant, elementwise, gemm
 from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
+from .quant import Recipe, fp8_cast, torchao_cast
 from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element
@@ -85,55 +65,20 @@ class Shard:
     sp: bool  # sequence parallelism: norms/dropouts on tokens/tp
     flash: bool  # flash attention: causal half of the scores, no stored scores
     fp8: bool = False  # linear layers quantized (training.precision = "fp8", "mxfp8" or "nvfp4")
-    quant: str = "fp8"  # which of sim.model.compute.QUANTIZED they run in (when fp8)
-    recipe: str = "te"  # who quantizes them (training.fp8_recipe): "te" or "torchao" (TORCHAO_CAST_BYTES)
+    quant: Quant = Quant.FP8  # which of sim.model.compute.QUANTIZED they run in (when fp8)
+    recipe: Recipe = Recipe.TE  # who quantizes them (training.fp8_recipe; sim.model.quant)
     eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
+
+    def __post_init__(self):
+        """The scenario's strings become :class:`Quant` and :class:`Recipe` here, once (an
+        unknown name raises ValueError: the scenario's own types refuse it first)."""
+        object.__setattr__(self, "quant", Quant(self.quant))
+        object.__setattr__(self, "recipe", Recipe(self.recipe))
 
     @property
     def norm_tokens(self) -> float:
         """Tokens the elementwise kernels touch."""
         return self.tokens / self.tp if self.sp else self.tokens
-
-
-# torchao (``training.fp8_recipe = "torchao"``, torchtitan's float8 and mxfp8 converters, run
-# under torch.compile): HBM bytes its casts move per element of each of a linear's three
-# quantized tensors -- the input x, the weight w and the output gradient g -- every micro-batch.
-# - fp8, Float8Linear with dynamic tensor-wise scales (pytorch/ao torchao/float8/
-#   float8_scaling_utils.py ``hp_tensor_to_float8_dynamic``: amax = max(|t|) over the whole
-#   tensor, scale, saturated cast; float8_linear.py casts x and w in every forward -- no
-#   per-step weight cache -- and g in the backward). The whole-tensor amax is a reduction the
-#   cast waits for, so Inductor runs two kernels: the amax reads t (2 bytes), the cast reads it
-#   again (2) and writes e4m3/e5m2 in both layouts the three GEMMs take (torch._scaled_mm wants
-#   its first operand row-major and its second column-major, so x, w and g are each read in
-#   two layouts: float8_ops.py's ``.t().contiguous().t()``), fused into the cast (1 + 1): 6.
-# - mxfp8, MXLinear (torchao/prototype/mx_formats/mx_linear.py ``mx_mm``): x, w and g are each
-#   quantized twice from BF16, along dim 0 (``MXTensor.to_mx``) and dim 1
-#   (``_to_mxfp8_dim1_kernel_wrapper``), each pass reading 2 bytes and writing 1 + 1/32 (the
-#   block's amax is local to its 32 elements and fuses into the pass).
-# bench/measured/h100-2026-11-26-fp8-moe.json (``fp8_linear``) times the fp8 recipe written out
-# and compiled on one H100: bench/measured_fp8.py compares it with what this model charges.
-TORCHAO_CAST_BYTES = {"fp8": 2 + 2 + 2 * QUANTIZED["fp8"], "mxfp8": 2 * (2 + QUANTIZED["mxfp8"])}
-
-
-def torchao_cast(m: float, n: float, k: float, quant: str) -> Kernel:
-    """torchao's casts around one quantized linear on ``m`` tokens, k -> n features, per
-    micro-batch: x (m k) and w (n k) in the forward, g (m n) in the backward, each
-    :data:`TORCHAO_CAST_BYTES` per element."""
-    per = TORCHAO_CAST_BYTES[quant]
-    return Kernel(bytes=per * (m * k + n * k), bwd=m * n / (m * k + n * k))
-
-
-def fp8_cast(n_in: float, n_out: float, fused: bool, operand: float = 1.0) -> Kernel:
-    """The casts around one FP8 GEMM with ``n_in`` input and ``n_out`` output elements.
-    Forward: TE's fp8_cast_transpose_fused reads BF16 and writes FP8 plus the transpose
-    the wgrad GEMM needs (Hopper FP8 GEMMs take only TN layouts): 4 bytes per input
-    element; when the preceding norm already emits FP8 (TE LayerNormLinear) only the
-    transpose is left (read 1, write 1). Backward: fp8_cast_transpose_bgrad_fused on the
-    output gradient, 4 bytes per output element. ``operand``: bytes per quantized element
-    with its scales (MXFP8, NVFP4: the two copies above are written in that size)."""
-    both = 2 + 2 * operand
-    fwd = (2 if fused else both) * n_in
-    return Kernel(bytes=fwd, bwd=both * n_out / fwd)
 
 
 def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int = 0) -> list[Kernel]:
@@ -142,10 +87,10 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
     if not sh.fp8:
         return [gemm(m, n, k)._replace(tp=tp)]
-    if sh.recipe == "torchao":  # no norm emits FP8 fused; the weight is cast every micro-batch
+    if sh.recipe is Recipe.TORCHAO:  # no norm emits FP8 fused; the weight is cast every micro-batch
         return [torchao_cast(m, n, k, sh.quant)._replace(tp=tp),
                 gemm(m, n, k, fp8=True, operand=QUANTIZED[sh.quant])._replace(tp=tp)]
-    if sh.quant != "fp8":  # MX / NVFP4: operands with block scales, no norm fusion
+    if sh.quant is not Quant.FP8:  # MX / NVFP4: operands with block scales, no norm fusion
         operand = QUANTIZED[sh.quant]
         return [fp8_cast(m * k, m * n, False, operand)._replace(tp=tp),
                 gemm(m, n, k, fp8=True, operand=operand)._replace(tp=tp)]
@@ -365,54 +310,3 @@ def backward(kernels: list[Kernel] | tuple[Kernel, ...]) -> tuple[Kernel, ...]:
 @lru_cache(maxsize=1024)
 def _backward(kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
     return tuple(k.backward() for k in kernels)
-
-
-# Bytes per parameter of the optimizer step, term by term (fp32 master weights, Adam's two fp32
-# moments, fp32 main gradients; Megatron-Core's distributed optimizer and Float16Optimizer
-# with Transformer Engine's FusedAdam / apex multi_tensor_adam):
-ADAM_BYTES = 4 * 4 + 3 * 4  # read master weight, main grad, exp_avg, exp_avg_sq; write the three states
-MAIN_GRAD_BYTES = 4  # fp32 main gradient (megatron/core/optimizer/distrib_optimizer.py
-#                      _copy_model_grads_to_main_grads: shard_main_param.grad = shard_model_grad.float())
-MASTER_COPY_BYTES = 4 + 2  # _copy_main_params_to_model_params: read fp32 master, write the bf16 weight
-
-
-def optimizer_bytes_per_param(grad_bytes: int, copies_to_model: bool = True) -> int:
-    """HBM bytes one Adam step moves per parameter it updates: the cast of the reduced
-    ``grad_bytes``-wide gradient to an fp32 main gradient (none when the gradient is fp32
-    already: ``.float()`` returns it), the Adam kernel (:data:`ADAM_BYTES`), and, when
-    ``copies_to_model``, the copy of the fp32 master into the bf16 weight the model computes
-    with (:data:`MASTER_COPY_BYTES`; PyTorch FSDP2 keeps fp32 sharded parameters and casts in
-    its all-gather instead: no copy). bf16 gradients, Megatron: 6 + 28 + 6 = 40 bytes."""
-    cast = grad_bytes + MAIN_GRAD_BYTES if grad_bytes != MAIN_GRAD_BYTES else 0
-    return cast + ADAM_BYTES + (MASTER_COPY_BYTES if copies_to_model else 0)
-
-
-def optimizer(params: float, fp8_weights: float = 0.0, grad_bytes: int = 2, copies_to_model: bool = True) -> list[Kernel]:
-    """Adam on ``params`` local parameters, memory-bound: :func:`optimizer_bytes_per_param`
-    bytes each, in one launch per kernel (the grad cast, multi-tensor Adam, the master copy).
-    Under FP8, Transformer Engine casts each of the ``fp8_weights`` weights the rank computes
-    with to FP8 and its transpose once per step (read 2, write 1 + 1 bytes; later
-    micro-batches reuse the copies), and updates the amax history and scales in one fused
-    kernel."""
-    per = optimizer_bytes_per_param(grad_bytes, copies_to_model)
-    launches = 1 + (grad_bytes != MAIN_GRAD_BYTES) + copies_to_model
-    kernels = [elementwise(per * params, count=launches)]
-    if fp8_weights:
-        kernels.append(elementwise(4 * fp8_weights, count=2))
-    return kernels
-
-
-def grad_norm(params: float) -> list[Kernel]:
-    """The local part of gradient-norm clipping: one multi-tensor L2-norm kernel reading the
-    fp32 main gradients of the ``params`` parameters the rank updates (megatron/core/optimizer/
-    clip_grads.py ``get_grad_norm_fp32``: ``multi_tensor_l2norm``). The scaling by the clip
-    coefficient runs only on steps whose norm exceeds the limit (``clip_coeff < 1``), not
-    in the steady state modelled here."""
-    return [elementwise(MAIN_GRAD_BYTES * params)]
-
-
-def zero_grad(params: float, grad_bytes: int) -> list[Kernel]:
-    """Megatron-Core zeroes its whole gradient buffer at the start of every step
-    (megatron/training/training.py ``train_step``: ``model_chunk.zero_grad_buffer()`` ->
-    ``grad_data.zero_()``): a memset writing ``grad_bytes`` per local parameter."""
-    return [elementwise(grad_bytes * params)]

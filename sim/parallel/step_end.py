@@ -13,7 +13,7 @@ order (megatron/training/training.py ``train_step``):
    (megatron/core/optimizer/__init__.py ``grad_stats_parallel_group``). Latency-bound, and
    every rank waits for it: it lines up all pipeline stages before their updates;
 3. the optimizer: Adam over the rank's shard as HBM traffic
-   (:func:`sim.model.layers.optimizer`; ZeRO 1-2 then all-gather the updated parameters
+   (:func:`sim.model.optimizer.optimizer`; ZeRO 1-2 then all-gather the updated parameters
    here when ``overlap_param_gather`` is false: :mod:`.zero`);
 4. the loss for logging: the last pipeline stage sums (loss, tokens) over its micro-batches
    and all-reduces those two fp32 over the data- and context-parallel group
@@ -25,7 +25,7 @@ look for ``grad_norm``, ``grad_norm_ar``, ``optimizer`` and ``loss_ar`` in ``--t
 """
 
 from ..engine.kinds import Phase
-from ..model.layers import grad_norm, optimizer, zero_grad
+from ..model.optimizer import grad_norm, optimizer, zero_grad
 from .dp import AXIS, GRAD_BYTES
 from .params import rank_params
 

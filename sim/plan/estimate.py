@@ -17,7 +17,7 @@ forward; FSDP gathers each layer once per micro-batch and pass, hidden behind th
 compute when shorter. EP overlap (combined 1F1B) hides the all-to-alls under the paired
 micro-batch's compute except in warm-up and cool-down; with ``overlap_grad_reduce = false``
 the whole reduction is exposed. The optimizer is Adam's memory-bound update of the rank's
-shard (:func:`sim.model.layers.optimizer`), with the per-step costs the builder adds
+shard (:func:`sim.model.optimizer.optimizer`), with the per-step costs the builder adds
 (sim/parallel/step_end.py): the gradient-norm kernel over the shard and the gradient
 buffer's memset (zero 0-2), the same kernel definitions.
 
@@ -33,7 +33,8 @@ import pandas as pd
 from ..hardware.gpus import gpu_preset
 from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
-from ..model.layers import ELEM, grad_norm, optimizer, zero_grad
+from ..model.layers import ELEM
+from ..model.optimizer import grad_norm, optimizer, zero_grad
 from ..parallel import layer_program
 from ..parallel.layout import Layout
 from .comm import Comm
