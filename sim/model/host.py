@@ -45,9 +45,9 @@ What issuing costs (seconds of host time), each constant with its source:
 
 - :data:`D2H_SYNC_S`: the host reading GPU values (``.tolist()``, ``.cpu()``, an event's
   ``synchronize()``): the eager ops of the device-to-host copies, then the event record and
-  the blocking wait. An op built with ``sync`` (:class:`sim.engine.core.Op`) is such a read:
+  the blocking wait. An op built with ``sync`` (:class:`sim.engine.ops.Op`) is such a read:
   the host cannot issue anything after it before the GPU has finished it, so its clock
-  jumps to the op's end (:meth:`sim.engine.core.RankProgram.anchors`) and everything issued
+  jumps to the op's end (:meth:`sim.engine.ops.RankProgram.anchors`) and everything issued
   after it is issued late by its own issue cost, whatever lead the host had built up.
   Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
   MoEAlltoAllTokenDispatcher ``_maybe_dtoh_and_synchronize``) copies 4 tensors of split

@@ -8,7 +8,7 @@ id with ``dims.layers`` or -1 itself.
 
 from enum import StrEnum
 
-EMBEDDING = -1  # the token embedding's id (an op of no layer also writes -1: sim.engine.core.NO_LAYER)
+EMBEDDING = -1  # the token embedding's id (an op of no layer also writes -1: sim.engine.ops.NO_LAYER)
 
 
 class LayerKind(StrEnum):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..parallel.step_end import STEP_SYNCS
-from ..engine.core import OP_COLUMNS, SPAN_COLUMNS, Op, RankProgram
+from ..engine.ops import OP_COLUMNS, SPAN_COLUMNS, Op, RankProgram
 from ..hardware.topology import Topology
 from ..input.scenario import Scenario
 from ..parallel.folding import Folding

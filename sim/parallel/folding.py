@@ -71,7 +71,7 @@ import numpy as np
 
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
-from ..engine.core import SiblingGroups
+from ..engine.traffic import SiblingGroups
 from .group_arrays import GroupTable, instance_table, model_parallel_table
 
 GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples

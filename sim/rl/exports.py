@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..engine.core import SPAN_COLUMNS
+from ..engine.ops import SPAN_COLUMNS
 from ..engine.kinds import Category, Phase
 from ..outputs.result import Result, StepFacts
 

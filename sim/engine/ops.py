@@ -1,0 +1,109 @@
+"""What the engine runs: a rank program is the ops one rank issues in one step, in order.
+
+An :class:`Op` is a compute kernel (its duration) or one member's part of a :class:`Collective`
+call, on a named stream, after its ``deps`` (earlier ops of the same program), issued by the
+rank's host at a cost (``Op.issue``; the host waits on ``Op.sync`` ops:
+:meth:`RankProgram.anchors`). The builders (sim/parallel) make them; :mod:`sim.engine.core`
+runs them; the spans table (:data:`SPAN_COLUMNS`) joins them with when they ran.
+
+Run: ``python -m pytest -q tests/test_engine.py tests/test_host_sync.py``
+"""
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import NamedTuple
+
+from .kinds import Category, Phase
+from .traffic import SiblingGroups
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective call. ``key`` matches the calls of all members of one instance."""
+
+    key: tuple
+    op: str
+    group: tuple[int, ...]
+    nbytes: float
+    algo: str = "auto"
+    siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
+    shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
+
+
+NO_LAYER = -1  # Op.layer of an op of no layer (the optimizer; as the embedding's id: the phase differs)
+
+
+class Op(NamedTuple):
+    """One operation of a rank program, immutable (program copies share ops); a NamedTuple,
+    as fast to build as a slotted dataclass (a frozen dataclass took 15% more time to simulate
+    scenarios/llama3-405b-16k-h100.toml). ``deps`` index earlier ops of the same program;
+    ``phase`` is None only for ops built outside a training step (engine tests)."""
+
+    name: str
+    category: Category
+    stream: str
+    duration: float = 0.0  # seconds, compute ops
+    comm: Collective | None = None
+    deps: tuple[int, ...] = ()
+    layer: int = NO_LAYER
+    micro_batch: int = -1
+    stage: int = -1
+    phase: Phase | None = None
+    issue: float = 0.0  # seconds of host time to issue it (sim.model.host; 0: built outside a step)
+    sync: bool = False  # the host waits for this op to end before it issues the next (sim.model.host.SYNC)
+
+
+@dataclass
+class RankProgram:
+    """The ops one rank executes in one step, in issue order. ``released``: when the host
+    has issued each op (:meth:`release`; copies of a program share their base's list)."""
+
+    rank: int
+    ops: list[Op] = field(default_factory=list)
+    released: list[float] | None = None
+    _anchored: tuple | None = None  # (ops seen, :meth:`anchors`'s answer), kept
+
+    def add(self, op: Op) -> int:
+        """Append ``op``; return its index for later ``deps``."""
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def release(self) -> list[float]:
+        """Seconds from the step's start at which the host has issued each op: the running
+        sum of the issue costs up to and including it (one host thread, program order;
+        computed once, then kept)."""
+        if self.released is None or len(self.released) != len(self.ops):
+            self.released = list(accumulate(op.issue for op in self.ops))
+        return self.released
+
+    def anchors(self) -> tuple[list[int], list[float]] | None:
+        """The host's waits (ops with ``sync``: a device-to-host read, ``.tolist()`` or
+        ``cudaEventSynchronize``): for each op, the last sync op before it (-1: none) and the
+        issue seconds from there up to and including it. The host issues op i at
+        ``end[anchor] + offset`` (its clock jumps to the sync op's end, then runs on), or at
+        :meth:`release` without an anchor. None when the program has no sync op."""
+        if self._anchored is None or self._anchored[0] != len(self.ops):
+            anchor, offset, a, since = [], [], -1, 0.0
+            for i, op in enumerate(self.ops):
+                since += op.issue
+                anchor.append(a)
+                offset.append(since)
+                if op.sync:
+                    a, since = i, 0.0
+            self._anchored = (len(self.ops), (anchor, offset) if a >= 0 else None)
+        return self._anchored[1]
+
+    def issued(self, end) -> list[float]:
+        """When the host issued each op, given ``end[i]``, when op i ended (after a run):
+        :meth:`release` moved on past every sync op to its end (:meth:`anchors`)."""
+        found = self.anchors()
+        if found is None:
+            return self.release()
+        anchor, offset = found
+        static = self.release()
+        return [static[i] if a < 0 else end[a] + offset[i] for i, a in enumerate(anchor)]
+
+
+SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
+                "micro_batch", "stage", "bytes", "op", "phase")
+OP_COLUMNS = ("stream", "name", "category", "layer", "micro_batch", "stage", "phase")  # the op's own fields
