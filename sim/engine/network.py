@@ -13,8 +13,9 @@ Rates depend only on which chains are active, never on bytes, so allocations are
 by the set of active phase shapes: a step that repeats the same collectives re-solves
 nothing. Transfers that share no link are solved apart, each connected component cached
 by its own phases' shapes (:mod:`sim.engine.maxmin`: the same floats as one joint solve),
-so an all-to-all that recurs beside different traffic is solved once. Each Phase object also keeps a plan (:class:`_Plan`): its routes, and the rates
-and wake-up it gets when no other transfer shares its links, so a collective that runs
+so an all-to-all that recurs beside different traffic is solved once. A phase's routes onto
+links are :mod:`sim.engine.links`; each Phase object also keeps a plan (:class:`_Plan`): its
+routes, and the rates and wake-up it gets when no other transfer shares its links, so a collective that runs
 alone again costs two timeouts and no arithmetic on bytes.
 """
 
@@ -24,35 +25,15 @@ import numpy as np
 import simpy
 
 from .clock import wake_after
+from .links import CompiledPhase, compile_phase, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from ..errors import SimulationError
-from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
 _PICOSECOND = 1e-12  # a chain within this of its end at a wake-up ends there (rounding of times)
 _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at that time
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
-
-
-@dataclass
-class CompiledPhase:
-    """A phase mapped onto the topology's links (bytes-independent, so cacheable): entry
-    i puts ``entry_weight[i]`` times chain ``entry_chain[i]``'s rate on link
-    ``links[link_index[i]]``."""
-
-    entry_chain: np.ndarray
-    entry_weight: np.ndarray  # share of the chain's rate on that link (spraying splits it)
-    n_chains: int
-    step_latency: float  # seconds: the longest hop's path latency
-    key: int  # identifies the link structure, for the rate cache
-    links: np.ndarray  # the distinct links it uses, ascending
-    link_index: np.ndarray  # per entry: the position of its link in ``links``
-
-    @property
-    def entry_link(self) -> np.ndarray:
-        """Per entry: its link."""
-        return self.links[self.link_index]
 
 
 @dataclass(eq=False, slots=True)
@@ -116,7 +97,7 @@ class Network:
             key = phase.structure_key()
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = self._compiled[key] = self._compile(phase, len(self._compiled))
+                compiled = self._compiled[key] = compile_phase(self.topo, phase, len(self._compiled), self._templates)
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             plan = self._plans[phase] = _Plan(compiled, phase.nbytes.astype(float), empty, _mask_key(phase.nbytes))
         return plan
@@ -133,33 +114,6 @@ class Network:
         for ph, nbytes in sent.values():
             out[ph.links] += link_bytes(ph, nbytes)
         return out
-
-    def _compile(self, phase, serial: int) -> CompiledPhase:
-        """Route ``phase``'s hops; or, when an earlier phase had the same hops a whole number
-        of scalable units away, move its links (:func:`sim.hardware.paths.translate`:
-        the same entries, shared, on the moved links)."""
-        shape = _shape_key(phase)
-        template = self._templates.get(shape) if shape is not None else None
-        if template is not None:
-            base, found = template
-            links = translate(self.topo, found.links, int(phase.src[0]) - base)
-            if links is not None and (len(links) < 2 or bool((np.diff(links) > 0).all())):
-                return CompiledPhase(found.entry_chain, found.entry_weight, found.n_chains, found.step_latency,
-                                     serial, links, found.link_index)
-        stats: dict = {}
-        entry_link, entry_weight, lengths, latency = routes(self.topo, phase.src, phase.dst, stats)
-        if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
-            entry_weight = entry_weight * phase.wire
-        used = np.zeros(len(self.topo.caps), dtype=bool)  # its distinct links, without sorting the entries
-        used[entry_link] = True
-        links = np.flatnonzero(used)
-        position = np.empty(len(used), dtype=np.int64)
-        position[links] = np.arange(len(links))
-        compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_weight, phase.n_chains,
-                                 float(latency.max()) if len(latency) else 0.0, serial, links, position[entry_link])
-        if shape is not None and not stats["slow"]:
-            self._templates.setdefault(shape, (int(phase.src[0]), compiled))
-        return compiled
 
     def run(self, phase):
         """SimPy generator: latency, then the bytes. Returns when every chain is done."""
@@ -375,12 +329,6 @@ class Network:
         self.log.append((self.env.now, id(act), act.phase, rates))
 
 
-def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
-    """Bytes a transfer of ``phase`` (``nbytes`` per chain) carries on each of ``phase.links``."""
-    return np.bincount(phase.link_index, weights=nbytes[phase.entry_chain] * phase.entry_weight,
-                       minlength=len(phase.links))
-
-
 def _horizons(order: list[_Active]) -> list[float]:
     """:meth:`Network._horizon` of each act, at once: the same divisions (of the live
     chains) and minima, elementwise over the chains of all."""
@@ -403,11 +351,3 @@ def _mask_key(remaining: np.ndarray) -> bytes:
     else the live mask. Always bytes, so keys of two copies of one phase compare."""
     live = remaining > 0
     return b"" if live.all() else live.tobytes()
-
-
-def _shape_key(phase) -> tuple | None:
-    """A phase's hops relative to its first source (GPU endpoints only), for translation."""
-    if not len(phase.src) or phase.src.min() < 0 or phase.dst.min() < 0:
-        return None
-    base = phase.src[0]
-    return (phase.chain.tobytes(), (phase.src - base).tobytes(), (phase.dst - base).tobytes(), phase.wire)
