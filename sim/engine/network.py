@@ -15,8 +15,8 @@ nothing. Transfers that share no link are solved apart, each connected component
 by its own phases' shapes (:mod:`sim.engine.maxmin`: the same floats as one joint solve),
 so an all-to-all that recurs beside different traffic is solved once. A phase's routes onto
 links are :mod:`sim.engine.links`; each Phase object also keeps a plan (:class:`_Plan`): its
-routes, and the rates and wake-up it gets when no other transfer shares its links, so a collective that runs
-alone again costs two timeouts and no arithmetic on bytes.
+routes, and the rates and wake-up it gets when no other transfer shares its links, so a
+collective that runs alone again costs two timeouts and no arithmetic on bytes.
 """
 
 from dataclasses import dataclass
