@@ -128,6 +128,21 @@ def _fabric_buckets(topo) -> tuple[dict, dict]:
     return bucket, caps
 
 
+def _busy_panel(ax, series: dict, caps: dict, colors: dict, t_max: float) -> None:
+    """How busy each fabric of ``series`` (name -> (times, bytes/s)) is over time, in % of its
+    links' capacity ``caps[name]``, on an axis ``t_max`` seconds wide."""
+    for name in ("NVLink", "InfiniBand"):
+        if name in series:
+            times, rates = series[name]
+            util = 100 * rates / caps[name]
+            ax.step(times * 1e3, util, where="post", color=colors[name], lw=1.5)
+            ax.fill_between(times * 1e3, util, step="post", color=colors[name], alpha=0.15)
+    ax.set_xlim(0, t_max * 1e3 * 1.02)
+    ax.set_ylim(0, 110)
+    ax.set_xlabel("time (ms)")
+    ax.grid(True, alpha=0.3)
+
+
 def hierarchical(out: Path) -> list[str]:
     """Flat ring vs hierarchical all-reduce across NVLink domains. Rows 1-2: one 3.4 GB
     all-reduce (1.7B bf16 gradients) over 2 DGX H100 nodes, how busy NVLink and InfiniBand
@@ -138,11 +153,10 @@ def hierarchical(out: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     from ..hardware import topology
     from ..hardware.gpus import gpu_preset
-    from ..outputs.timeline import add_legend, draw
+    from ..outputs.timeline import draw
     from ..outputs.trace import series_from_log
 
     spec = topology.load_spec("dgx-h100")
@@ -158,19 +172,9 @@ def hierarchical(out: Path) -> list[str]:
         t_max = max(t for t, _ in runs.values())
         for col, (algo, (t, log)) in enumerate(runs.items()):
             ax = axes[row, col]
-            series = series_from_log(log, bucket.get)
-            for name in ("NVLink", "InfiniBand"):
-                if name in series:
-                    times, rates = series[name]
-                    util = 100 * rates / caps[name]
-                    ax.step(times * 1e3, util, where="post", color=colors[name], lw=1.5)
-                    ax.fill_between(times * 1e3, util, step="post", color=colors[name], alpha=0.15)
-            ax.set_xlim(0, t_max * 1e3 * 1.02)
-            ax.set_ylim(0, 110)
+            _busy_panel(ax, series_from_log(log, bucket.get), caps, colors, t_max)
             ax.axvline(t * 1e3, color="k", lw=0.8, ls="--")
             ax.set_title(f"{label}: {algo} all-reduce, {t * 1e3:.1f} ms", fontsize=10, loc="left")
-            ax.set_xlabel("time (ms)")
-            ax.grid(True, alpha=0.3)
             if col == 0:
                 ax.set_ylabel("busy (% of capacity)")
             lines.append(f"{label}, 2 nodes, {algo}: {t * 1e3:.1f} ms")
@@ -190,6 +194,20 @@ def hierarchical(out: Path) -> list[str]:
                      f"MFU {r.summary['mfu']:.1%}", fontsize=10, loc="left")
         lines.append(f"step with 100 Gb/s NICs, dp_algo={algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
                      f"MFU {r.summary['mfu']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms")
+    _hierarchical_legends(fig, features, colors)
+    with written(out / "gallery-hierarchical.png", "--out") as tmp:
+        fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    return lines
+
+
+def _hierarchical_legends(fig, features, colors: dict) -> None:
+    """:func:`hierarchical`'s legends (the fabrics' over the panels, the timelines' under them)
+    and title."""
+    from matplotlib.lines import Line2D
+
+    from ..outputs.timeline import add_legend
+
     fig.tight_layout(rect=(0, 0.07, 1, 0.91))
     legend_ax = fig.add_axes((0.06, 0.0, 0.9, 0.05))  # the timelines' legend, under them
     legend_ax.axis("off")
@@ -201,10 +219,6 @@ def hierarchical(out: Path) -> list[str]:
     fig.suptitle("Flat ring vs hierarchical all-reduce of 3.4 GB over 2 DGX H100 nodes (16 GPUs). NCCL-style rings "
                  "already drive every NIC;\nhierarchical adds two NVLink phases and wins only when the NICs are the "
                  "bottleneck (and the domains few)", fontsize=11)
-    with written(out / "gallery-hierarchical.png", "--out") as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return lines
 
 
 CLUSTERS = (("H100 SuperPOD", "dgx-h100-superpod", "h100-sxm"), ("B200 SuperPOD", "dgx-b200", "b200"),
