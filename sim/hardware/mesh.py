@@ -14,15 +14,14 @@ an NVSwitch-node path, is not modelled here). Try ``clustersim collective --op a
 
 from ..errors import InputError
 from .gpus import LINK_LATENCY
-
-BUILDER = "xgmi_mesh"
+from .specs import Builder
 
 
 def check_gpu(spec, gpu, key: str = "cluster.gpu") -> None:
     """InputError(key) when the GPU cannot sit in this topology: an xGMI-meshed GPU (AMD
     Instinct) on an NVSwitch system, a GPU without xGMI links on the mesh, or more GPUs per
     node than a GPU has links to reach them."""
-    mesh = spec.builder == BUILDER
+    mesh = spec.builder is Builder.XGMI_MESH
     if gpu.peer_links and not mesh:
         raise InputError(key, f"{gpu.name} joins its peers by xGMI links, not NVLink switches; topology "
                               f"{spec.name!r} is an NVSwitch system (use topology 'amd-xgmi')")

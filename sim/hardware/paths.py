@@ -14,6 +14,7 @@ rail-only or multi-plane fabric still go through ``route()``. The result is the 
 import numpy as np
 
 from .rails import pxn_relay
+from .specs import Builder, Routing
 
 
 def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
@@ -24,7 +25,7 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     # hops ending at a switch (in-switch reduction: negative ids) and every hop of a
     # rail-only or multi-plane fabric (sim/hardware/switching.py) go through route()
-    other = (src < 0) | (dst < 0) | (topo.spec.planes > 1) | (topo.spec.builder != "fat_tree")
+    other = (src < 0) | (dst < 0) | (topo.spec.planes > 1) | (topo.spec.builder is not Builder.FAT_TREE)
     calls = (src, dst)  # what route() is asked
     src, dst = np.where(other, 0, src), np.where(other, 0, dst)
     ends, dom = topo.endpoint_links, topo.domains
@@ -36,7 +37,7 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
             "nic": (ends["up_nic"][relay], ends["up_ib"][relay]), "last": (ends["down_ib"][dst], ends["down_nic"][dst])}
     broken = {k: (a < 0) | (b < 0) for k, (a, b) in hops.items()}
     slow = np.where(same, broken["nv"], (valid & broken["pre"]) | broken["nic"] | broken["last"]) | other
-    if topo.spec.routing == "ecmp":
+    if topo.spec.routing is Routing.ECMP:
         slow |= ~same
     core = np.full(len(src), -1, dtype=np.int64)  # per pair crossing the fabric: its leaf pair's row in ``table``
     table = None
@@ -177,7 +178,7 @@ def translatable(topo, off: int) -> bool:
     plain = topo.__dict__.get("_translatable")
     if plain is None:  # (counting a graph's edges walks every node: once per topology)
         plain = topo.__dict__["_translatable"] = (
-            spec.routing == "spray" and spec.planes == 1 and spec.builder == "fat_tree"
+            spec.routing is Routing.SPRAY and spec.planes == 1 and spec.builder is Builder.FAT_TREE
             and topo.graph.graph.get("connected_with") == topo.graph.number_of_edges()
             and topo.num_gpus % unit == 0 and spine_table(topo)[2] is None)
     return plain and off % unit == 0 and off % spec.gpus_per_domain == 0

@@ -7,15 +7,29 @@ Run: ``python -m pytest -q tests/test_topology.py tests/test_bounds.py``
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 import tomllib
 
 from .. import bounds
 from ..errors import InputError
-from . import mesh
-from .switching import BUILDERS
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"  # package data: a link to the repository's topologies/
+
+
+class Builder(StrEnum):
+    """Which graph a topology file builds (``builder``; str-valued: equal to the file's strings)."""
+
+    FAT_TREE = "fat_tree"  # NVLink domains on a rail-optimised fat tree (sim/hardware/topology.py)
+    RAIL_ONLY = "rail_only"  # no switch joins two rails (sim/hardware/switching.py)
+    XGMI_MESH = "xgmi_mesh"  # no NVSwitch: the node's GPUs linked pairwise (sim/hardware/mesh.py)
+
+
+class Routing(StrEnum):
+    """How a flow crosses the fat tree's core (``routing``)."""
+
+    SPRAY = "spray"  # IB adaptive routing: sprayed evenly over the equal-cost paths
+    ECMP = "ecmp"  # hashed onto one of them
 
 
 @dataclass(frozen=True)
@@ -31,9 +45,9 @@ class FatTreeSpec:
     gpu: str = "h100-sxm"  # default GPU preset for this system
     nvlink_gbps: float | None = None  # GB/s per direction per GPU; default from the GPU
     nic_gbps: float | None = None  # GB/s per NIC; default from the GPU
-    routing: str = "spray"  # "spray": IB adaptive routing over equal paths | "ecmp": hash one
+    routing: Routing = Routing.SPRAY  # "spray": IB adaptive routing over equal paths | "ecmp": hash one
     max_gpus: int | None = None  # the most GPUs this system has (None: grows as asked)
-    builder: str = "fat_tree"  # "rail_only": no switch joins two rails (Wang et al. 2023); "xgmi_mesh":
+    builder: Builder = Builder.FAT_TREE  # "rail_only": no switch joins two rails (Wang et al. 2023); "xgmi_mesh":
     #                            no NVSwitch, the node's GPUs linked pairwise (sim/hardware/mesh.py)
     planes: int = 1  # > 1: every NIC splits over this many independent switch planes
     sharp: bool = False  # the IB switches reduce in the network (SHARP; NCCL CollNet)
@@ -44,7 +58,13 @@ class FatTreeSpec:
         """A non-blocking rail-optimised fat tree of one plane: a leaf's uplinks carry what
         its NICs do, so a flow slowed on one link never slows other GPUs' flows on links
         they share, and every route is what :func:`sim.hardware.rails.placement` describes."""
-        return self.oversubscription <= 1 and self.builder == "fat_tree" and self.planes == 1
+        return self.oversubscription <= 1 and self.builder is Builder.FAT_TREE and self.planes == 1
+
+    def __post_init__(self):
+        """A file's (or a scenario override's) strings become :class:`Builder` and
+        :class:`Routing` here, once (:func:`check_field` has refused unknown ones)."""
+        object.__setattr__(self, "builder", Builder(self.builder))
+        object.__setattr__(self, "routing", Routing(self.routing))
 
 
 def load_spec(name_or_path: str, key: str = "cluster.topology") -> FatTreeSpec:
@@ -92,9 +112,9 @@ def check_field(key: str, field: str, value, where: str = ""):
         expected = str if "bool" not in kind else bool
         if not isinstance(value, expected):
             raise InputError(key, f"{where}expected a {expected.__name__}, got {value!r}")
-        if field == "builder" and value not in BUILDERS:
-            raise InputError(key, f"{where}unknown builder {value!r}; known: {', '.join(BUILDERS)}")
-        if field == "routing" and value not in ("spray", "ecmp"):
+        if field == "builder" and value not in tuple(Builder):
+            raise InputError(key, f"{where}unknown builder {value!r}; known: {', '.join(Builder)}")
+        if field == "routing" and value not in tuple(Routing):
             raise InputError(key, f"{where}expected 'spray' or 'ecmp', got {value!r}")
         return value
     bound = FIELD_BOUNDS.get(field, bounds.Bound(1e-9, bounds.EXACT_INT, "a positive finite number"))
@@ -110,7 +130,7 @@ def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
     spec = FatTreeSpec(**data)
     if spec.gpus_per_domain % spec.gpus_per_node and spec.gpus_per_node % spec.gpus_per_domain:
         raise InputError(f"{key}.gpus_per_domain", "must be a multiple or a divisor of gpus_per_node")
-    if spec.builder == mesh.BUILDER and (spec.gpus_per_domain != spec.gpus_per_node or spec.nvls or spec.planes > 1):
+    if spec.builder is Builder.XGMI_MESH and (spec.gpus_per_domain != spec.gpus_per_node or spec.nvls or spec.planes > 1):
         raise InputError(f"{key}.builder", "an xGMI mesh is one node: gpus_per_domain = gpus_per_node, "
                                            "nvls = false, planes = 1")
     return spec

@@ -25,9 +25,8 @@ from functools import cached_property
 
 from ..errors import InputError
 from .gpus import FABRIC_EFFICIENCY, LINK_LATENCY, NVLS_EFFICIENCY, arch, gpu_preset, nvlink_efficiency
+from .specs import Builder
 from ..units import GB
-
-BUILDERS = ("fat_tree", "rail_only", "xgmi_mesh")  # xgmi_mesh: sim/hardware/mesh.py
 
 
 def nvls_port(g: int) -> int:
@@ -71,7 +70,7 @@ def add_railed_fabric(g, num_gpus: int, spec, nic: float) -> None:
                 leaf = leaf_name(su, rail, p, planes)
                 if leaf not in g:
                     continue
-                group = rail * planes + p if spec.builder == "rail_only" else p
+                group = rail * planes + p if spec.builder is Builder.RAIL_ONLY else p
                 for s in range(spec.spines):
                     spine = ("spine", group * spec.spines + s)
                     g.add_node(spine, kind="switch", plane=p)
@@ -115,7 +114,7 @@ def fabric_of(spec, gpu_name: str, calibration=None) -> Fabric:
     return Fabric(arch(gpu_name), nvlink * nv_eff,
                   min(gpu.pcie_bw * eff["pcie"], nic * eff["ib"]),
                   eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su,
-                  spec.builder == "xgmi_mesh")
+                  spec.builder is Builder.XGMI_MESH)
 
 
 class SwitchRoutes:
@@ -133,7 +132,7 @@ class SwitchRoutes:
         a's rail to the GPU on it beside b, then NVLink to b."""
         ends, per = self.endpoint_links, self.spec.gpus_per_node
         last, suffix = b, []
-        if relay % per != b % per and self.spec.builder == "rail_only":
+        if relay % per != b % per and self.spec.builder is Builder.RAIL_ONLY:
             last = b - b % per + relay % per
             if last >= self.num_gpus or self.domains[last] != self.domains[b]:
                 return None  # no NVLink path to b's rail on either side

@@ -26,7 +26,8 @@ from . import mesh
 from .rails import pxn_relay
 from .calibration import apply as apply_calibration
 # the topology files' spec, read and checked (sim/hardware/specs.py), also importable from here
-from .specs import FIELD_BOUNDS, TOPOLOGY_DIR, FatTreeSpec, check_field, load_spec, topology_file  # noqa: F401
+from .specs import (FIELD_BOUNDS, TOPOLOGY_DIR, Builder, FatTreeSpec, Routing, check_field,  # noqa: F401
+                    load_spec, topology_file)
 from .switching import SwitchRoutes
 from ..units import GB
 
@@ -46,11 +47,11 @@ def fat_tree(num_gpus: int, spec: FatTreeSpec, gpu: GPU) -> nx.Graph:
     nic = (spec.nic_gbps * GB) if spec.nic_gbps else gpu.nic_bw
     g = nx.Graph(name=spec.name, gpu=gpu.name)
     mesh.check_gpu(spec, gpu)
-    if spec.builder == mesh.BUILDER:  # per link: nvlink_gbps (or the GPU's) over its peer links
+    if spec.builder is Builder.XGMI_MESH:  # per link: nvlink_gbps (or the GPU's) over its peer links
         mesh.add_mesh(g, num_gpus, spec, nvlink / gpu.peer_links, gpu.pcie_bw)
     else:
         _add_domains(g, num_gpus, spec, nvlink, gpu.pcie_bw, nvlink_efficiency(gpu.name))
-    if spec.builder in ("fat_tree", mesh.BUILDER) and spec.planes == 1:
+    if spec.builder in (Builder.FAT_TREE, Builder.XGMI_MESH) and spec.planes == 1:
         _add_fabric(g, num_gpus, spec, nic)
         g.graph["connected_with"] = g.number_of_edges()  # built connected: Topology re-checks if links go
     else:  # rail-only or multi-plane (sim/hardware/switching.py)
@@ -181,13 +182,13 @@ class Topology(SwitchRoutes):
 
     def _fast_route(self, a: int, b: int) -> list[tuple[int, float]] | None:
         ends = self.endpoint_links
-        if self.spec.builder == mesh.BUILDER:
+        if self.spec.builder is Builder.XGMI_MESH:
             return self._mesh_hops(a, b)
         if self.domains[a] == self.domains[b]:
             hops = [ends["up_nv"][a], ends["down_nv"][b]]
             return None if min(hops) < 0 else [(h, 1.0) for h in hops]
         relay, prefix = self._rail_relay(a, b)
-        if self.spec.planes > 1 or self.spec.builder != "fat_tree":
+        if self.spec.planes > 1 or self.spec.builder is not Builder.FAT_TREE:
             return self._railed_hops(a, b, relay, prefix)  # sim/hardware/switching.py
         first = prefix + [ends["up_nic"][relay], ends["up_ib"][relay]]
         last = [ends["down_ib"][b], ends["down_nic"][b]]
@@ -219,7 +220,7 @@ class Topology(SwitchRoutes):
         return relay, [ends["up_nv"][a], ends["down_nv"][relay]]
 
     def _core_hops(self, la, lb, flow: tuple[int, int]) -> list[tuple[int, float]]:
-        spray = self.spec.routing != "ecmp"
+        spray = self.spec.routing is not Routing.ECMP
         found = self._core_shares.get((la, lb)) if spray else None
         if found is not None:  # sprayed shares depend on the leaves only, not on the flow
             return found
