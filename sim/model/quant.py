@@ -22,10 +22,11 @@ section 4) -- are not modelled.
 Who quantizes (``training.fp8_recipe``): the above is Transformer Engine's recipe ("te", the
 default: Megatron-Core and NeMo, whose performance scripts default to per-tensor delayed
 scaling, NVIDIA/NeMo scripts/performance/README.md ``--fp8_recipe``: "Defaults to 'ds'").
-torchtitan's runs quantize with torchao ("torchao"): no cast is fused with a norm, the weight is cast in every forward rather than once per step, and each
-tensor takes more passes (:data:`TORCHAO_CAST_BYTES`, cited there). Not modelled: FSDP2's
-float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``: weights cast on the shard and
-gathered in FP8), and the activations torchao saves in BF16 where TE keeps FP8 copies (memory).
+torchtitan's runs quantize with torchao ("torchao"): no cast is fused with a norm, the weight
+is cast in every forward rather than once per step, and each tensor takes more passes
+(:data:`TORCHAO_CAST_BYTES`, cited there). Not modelled: FSDP2's float8 all-gather (torchtitan
+``enable_fsdp_float8_all_gather``: weights cast on the shard and gathered in FP8), and the
+activations torchao saves in BF16 where TE keeps FP8 copies (memory).
 
 :class:`Recipe` names who quantizes, :class:`sim.model.compute.Quant` the format; the scenario's
 strings (``training.fp8_recipe``, ``training.precision``) become them once, where a
