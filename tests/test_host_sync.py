@@ -1,4 +1,4 @@
-"""The host's waits (``Op.sync``, sim/engine/core.py ``RankProgram.anchors``): after a sync op
+"""The host's waits (``Op.sync``, sim/engine/ops.py ``RankProgram.anchors``): after a sync op
 the host's clock jumps to that op's end, so whatever is issued after it starts no earlier
 than that end plus its own issue time; and the MoE forward emits one such wait per layer and
 micro-batch where Megatron-Core's alltoall dispatcher does (sim/parallel/ep.py).
