@@ -13,13 +13,13 @@ fits memory.
 - Llama 3.1 70B on 1,152 GB200 (16 NVL72 racks, topology gb200-nvl72; seq 8192, 8M tokens)
 - Llama 3.1 70B on 1,024 MI355X (128 xGMI-meshed nodes, topology amd-xgmi; seq 8192, 8M tokens)
 
-Measured 2026-11-26 (``--only gb200 --workers 1``, ``--only mi355x --workers 1``; 2 cores shared,
-load ~6; the H100 cases' figures are in docs/plan.md):
+Measured 2026-11-26 (``--only mi355x --workers 1``, then ``--only gb200 --workers 1``; 2 cores shared,
+load 2 to 10; gb200 at the H100 SXM's sustained factor 0.797; the H100 cases' figures are in docs/plan.md):
 
-- gb200: 326,592 layouts, 316,410 rejected, 10,182 estimated, 20 simulated (4 stopped at 60 s);
-  977 s wall (simulations 929 s, predicted 36 s): MISSED the 300 s target. Best: tp 2 x pp 9
-  (ZB-H1) x dp 32 x cp 2, ZeRO 1, TP overlap: 2.991 s, MFU 46.9%, 59.0 GiB; Spearman 0.82.
-- mi355x: 59,184 layouts, 10,662 rejected, 48,522 estimated, 24 simulated; 71 s wall: OK.
+- gb200: 326,592 layouts, 316,410 rejected, 10,182 estimated, 24 simulated (none stopped);
+  553 s wall (simulations 539 s, predicted 32 s): MISSED the 300 s target. Best: tp 2 x pp 9
+  (ZB-H1) x dp 32 x cp 2, ZeRO 1, TP overlap: 2.822 s, MFU 49.7%, 59.0 GiB; Spearman 0.79.
+- mi355x: 59,184 layouts, 10,662 rejected, 48,522 estimated, 24 simulated; 32 s wall: OK.
   Best: dp 1024, ZeRO 3, no recompute, micro-batch 1: 3.541 s, MFU 44.3%, 183.8 GiB; Spearman 0.66.
 """
 
