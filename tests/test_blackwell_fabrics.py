@@ -53,3 +53,29 @@ def test_gb300_rack_rings_and_800g_nics():
     gb200 = build_topology("gb200-nvl72", 144, None)
     assert min(gb200.caps[[lid for lid in gb200.route(0, 72).links if gb200.kinds[lid] == "ib"]]) \
         == pytest.approx(50e9 * 0.95)
+
+
+def test_nvl72_nvls_runs_at_nccls_nvlink_figure_not_the_racks_ring_rate():
+    """NVLS in an NVL72 rack takes eta 0.74 of NCCL's SM100 NVLink figure (40.1 x 18 = 721.8
+    GB/s), as on the 8-GPU board, not of the rack's ring rate (0.93 x 900 = 837): 8 GB300 of
+    one rack 721.8 x 0.74 x 14/9 = 831 GB/s busbw (841.6 measured, OCI), while a ring keeps 837."""
+    topo = build_topology("gb300-nvl72", 72, None)
+    w = 40.1e9 * 18
+    assert busbw(topo, "all_reduce", "nvls", 8) == pytest.approx(w * 0.74 * 14 / 9, rel=2e-3)
+    assert busbw(topo, "all_reduce", "nvls", 4) == pytest.approx(w * 0.74 * 6 / 5, rel=2e-3)
+    assert busbw(topo, "all_reduce", "ring", 72) == pytest.approx(900e9 * 0.93, rel=0.01)
+
+
+def test_nvls_has_at_most_32_heads_per_domain():
+    """NCCL_MAX_NVLS_ARITY = 32 heads: on 64 GPUs of a rack each of 32 heads' links carries
+    B (1 + 1/32), so busbw = W eta 2(N-1)/N x 32/33 (not N/(N+1)); reduce-scatter and
+    all-gather refuse NVLS above 32 GPUs of a domain, as NCCL's enqueue.cc does."""
+    from sim.collectives import unsupported
+
+    topo = build_topology("gb300-nvl72", 72, None)
+    w = 40.1e9 * 18 * 0.74
+    assert busbw(topo, "all_reduce", "nvls", 64) == pytest.approx(w * 2 * 63 / 64 * 32 / 33, rel=2e-3)
+    assert busbw(topo, "all_reduce", "nvls", 32) == pytest.approx(w * 2 * 31 / 33, rel=2e-3)
+    assert unsupported("all_gather", "nvls", (0,) * 64, topo.fabric)
+    assert unsupported("all_gather", "nvls", (0,) * 32, topo.fabric) is None
+    assert algorithm(topo, "reduce_scatter", "auto", None, tuple(range(64)), B) == "ring"

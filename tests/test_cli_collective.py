@@ -66,6 +66,7 @@ BASE = {"--op": "all_reduce", "--algo": "ring", "--gpus": "16", "--topology": "d
     ({"--op": "all_gather", "--algo": "pat"}, "--algo"),  # 8 GPUs per node: NCCL refuses PAT
     ({"--op": "all_reduce", "--algo": "pat", "--topology": "dgx-h100-sharp"}, "--algo"),
     ({"--algo": "nvls", "--proto": "ll", "--gpus": "8"}, "--proto"),  # NVLS runs Simple only
+    ({"--op": "all_gather", "--algo": "nvls", "--gpus": "64", "--topology": "gb300-nvl72"}, "--algo"),  # > 32 heads
     ({"--proto": "ll256"}, "--proto"),
     ({"--op": "all_to_all", "--algo": "direct", "--explain": ""}, "--explain"),
     ({"--op": "all_to_all", "--algo": "auto", "--gpus": "4096", "--sizes": "1G"}, "--gpus"),  # issue 30: 5.4 GB

@@ -73,6 +73,8 @@ def unsupported(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | N
     if base == "nvls" and c.nodes > 1 and not (f.sharp and op == "all_reduce"):
         return (f"'nvls' across {c.nodes} NVLink domains needs SHARP switches (topology sharp = true) and "
                 "all_reduce; use nvls_tree")
+    if base in ("nvls", "nvls_tree") and op != "all_reduce" and c.local > 32:
+        return f"NCCL runs {base!r} {op} only up to 32 GPUs per NVLink domain (NCCL_MAX_NVLS_ARITY); use ring"
     if base == "nvls_tree" and c.nodes == 1:
         return "'nvls_tree' joins several NVLink domains; the group has one (use nvls)"
     if base == "collnet" and not f.sharp:

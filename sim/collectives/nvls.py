@@ -21,6 +21,13 @@ per shard and the IB switches reduce across domains (NCCL's NVLS + CollNet); wit
 them, NVLS_TREE joins the owners by NCCL's double binary trees over the network
 (``NCCL_ALGO_NVLS_TREE``). The fixed latencies are tuning.cc's ``hwLatencies``: NVLS 25
 us on NVLink, +18 us for SHARP across nodes.
+
+Heads: NCCL's NVLS graph has one channel per head GPU, at most ``NCCL_MAX_NVLS_ARITY`` = 32
+(src/include/device.h; search.cc ``maxChannels = min(NCCL_MAX_NVLS_ARITY, ngpus)``,
+connect.cc ``connectNvls``), so in a domain of more than 32 GPUs only 32 own a shard and
+reduce it (the rest scatter and gather): a head's link carries B + B/32 each way, busbw
+W eta_nvls 2(N-1)/N x 32/33. NCCL runs NVLS reduce-scatter and all-gather only up to 32
+local ranks (enqueue.cc), as :mod:`sim.collectives.tuner` does.
 """
 
 import math
@@ -32,6 +39,7 @@ from .ring import domain_members
 from .schedule import chains_phase
 from .tree import tree_edges
 
+MAX_NVLS_ARITY = 32  # NVIDIA/nccl src/include/device.h NCCL_MAX_NVLS_ARITY: NVLS heads per domain
 NVLS_LATENCY = 25e-6  # s, tuning.cc hwLatencies[NVLINK][NVLS][SIMPLE]
 SHARP_NVLS_LATENCY = 18e-6  # s, tuning.cc hwLatencies[NET][NVLS][SIMPLE] (NVLS + CollNet)
 
@@ -49,9 +57,9 @@ def all_reduce(group, domains, nbytes, fabric=None):
     domains: NVLS in each domain, SHARP across (needs ``fabric.sharp``)."""
     if len(set(domains)) > 1:
         return (_nvls_sharp(group, domains, nbytes, fabric),)
-    n = len(group)
-    chains = [_up(group) + [(nvls_port(i), i), (i, nvls_port(i))] + _down(group) for i in group]
-    return (chains_phase(chains, np.full(n, nbytes / n), 4, "nvls all_reduce", NVLS_LATENCY),)
+    heads = group[:MAX_NVLS_ARITY]
+    chains = [_up(group) + [(nvls_port(i), i), (i, nvls_port(i))] + _down(group) for i in heads]
+    return (chains_phase(chains, np.full(len(heads), nbytes / len(heads)), 4, "nvls all_reduce", NVLS_LATENCY),)
 
 
 def reduce_scatter(group, domains, nbytes, fabric=None):
@@ -89,8 +97,14 @@ def sharp_tree(owned: list[int], fabric) -> tuple[list, list]:
     return up, down
 
 
-def _nvls_sharp(group, domains, nbytes, fabric):
+def heads(group, domains) -> tuple[list[list[int]], int]:
+    """:func:`owners` with NCCL's NVLS head count: at most MAX_NVLS_ARITY shards."""
     per_domain, k = owners(group, domains)
+    return per_domain, min(k, MAX_NVLS_ARITY)
+
+
+def _nvls_sharp(group, domains, nbytes, fabric):
+    per_domain, k = heads(group, domains)
     chains = []
     for j in range(k):
         own = [m[j % len(m)] for m in per_domain]
@@ -105,7 +119,7 @@ def _nvls_sharp(group, domains, nbytes, fabric):
 def tree_all_reduce(group, domains, nbytes, fabric=None):
     """NVLS_TREE: NVLS reduce to the shard owner in each domain, two complementary binary
     trees over the owners across domains (reduce up, broadcast down), NVLS multicast."""
-    per_domain, k = owners(group, domains)
+    per_domain, k = heads(group, domains)
     chains = []
     for j in range(k):
         own = [m[j % len(m)] for m in per_domain]

@@ -108,7 +108,8 @@ def enabled(c: Comm, algo: str, proto: str) -> bool:
         return False
     if algo in ("nvls", "nvls_tree"):
         multi_ok = c.nodes == 1 or (algo == "nvls_tree") or (f.sharp and op == "all_reduce")
-        return f.nvls > 0 and c.local >= 2 and multi_ok and not (algo == "nvls_tree" and c.nodes == 1)
+        arity_ok = op == "all_reduce" or c.local <= 32  # enqueue.cc: NCCL_MAX_NVLS_ARITY local ranks
+        return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok and not (algo == "nvls_tree" and c.nodes == 1)
     if algo == "collnet":
         return f.sharp and c.nodes > 1 and f.nvlink_w > 0
     if algo == "pat":

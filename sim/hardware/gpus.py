@@ -200,6 +200,15 @@ ARCH = {"a100-80gb": "ampere", "h100-sxm": "hopper", "h100-500w": "hopper", "h20
 # Blackwell 0.74; Volta/Ampere NVSwitches cannot reduce). 8x H100: busbw
 # 370 * 0.85 * 2(N-1)/(N+1) = 489 vs ~480 measured (nccl-tests issue 212, NCCL issue 2140).
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# What NCCL's topology takes one NVLink of the GPU to carry (NVIDIA/nccl src/graph/topo.h
+# ``SM90_NVLINK_BW`` 20.6, ``SM100_NVLINK_BW`` 40.1 GB/s), as a share of the link's line rate
+# (NVLink4 25, NVLink5 50 GB/s per direction): NCCL sizes NVLS channels from it (search.cc
+# ``ncclTopoSearchTryNvls`` over the GPU<->NVSwitch paths) and its nvlsEfficiency is relative
+# to it, on an 8-GPU board and in an NVL72 rack alike. So an NVLS byte gets
+# eta_nvls x this share of line rate, whatever share a part's rings reach (the rack's 0.93):
+# 8 GB300 of one rack 721.8 x 0.74 x 14/9 = 831 GB/s busbw vs 841.6 measured (OCI GB300
+# quickstart, NCCL 2.28.7), where the rack's 837 gave 962.
+NCCL_NVLINK_SHARE = {"hopper": 20.6 / 25, "blackwell": 40.1 / 50}
 # NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure),
 # per part, as NVLink5 (Blackwell) measures differently on an 8-GPU board and in a rack:
 # - NVL72 racks (gb200, gb300): coreweave/nccl-tests README "Expected Performance / GB200"

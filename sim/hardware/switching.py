@@ -14,7 +14,9 @@
   leaf of g's NIC, for SHARP / NCCL CollNet) name those endpoints with negative ids; the
   reduced result coming back down as one chain over several GPUs is a multicast.
   An NVLS byte occupies the NVLink for 1/eta_nvls of a byte's time (route weight 1/eta,
-  ``sim.hardware.gpus.NVLS_EFFICIENCY``, NCCL's ``nvlsEfficiency``).
+  ``sim.hardware.gpus.NVLS_EFFICIENCY``, NCCL's ``nvlsEfficiency``), eta_nvls taken of
+  NCCL's own NVLink figure (``sim.hardware.gpus.NCCL_NVLINK_SHARE``) where a part's rings
+  reach more (the NVL72 racks' 0.93).
 
 :class:`Fabric` is what the collective tuner reads of a cluster. Try
 ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import InputError
-from .gpus import FABRIC_EFFICIENCY, LINK_LATENCY, NVLS_EFFICIENCY, arch, gpu_preset, nvlink_efficiency
+from .gpus import FABRIC_EFFICIENCY, LINK_LATENCY, NCCL_NVLINK_SHARE, NVLS_EFFICIENCY, arch, gpu_preset, \
+    nvlink_efficiency
 from .specs import Builder
 from ..units import GB
 
@@ -111,6 +114,9 @@ def fabric_of(spec, gpu_name: str, calibration=None) -> Fabric:
         kind: calibration.link_efficiency(kind, FABRIC_EFFICIENCY[kind]) for kind in FABRIC_EFFICIENCY}
     nv_eff = nvlink_efficiency(gpu_name) if calibration is None else calibration.link_efficiency(
         "nvlink", nvlink_efficiency(gpu_name))
+    share, part = NCCL_NVLINK_SHARE.get(arch(gpu_name), 1.0), nvlink_efficiency(gpu_name)
+    if eta and share < part * (1 - 1e-9):  # NVLS runs at NCCL's NVLink figure, not the part's rings'
+        eta *= share / part
     return Fabric(arch(gpu_name), nvlink * nv_eff,
                   min(gpu.pcie_bw * eff["pcie"], nic * eff["ib"]),
                   eta, spec.sharp, spec.gpus_per_node, spec.gpus_per_node * spec.nodes_per_su,
