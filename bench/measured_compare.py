@@ -10,7 +10,7 @@ by bench/gpu_measure.py on the GPU; no GPU needed here). It prints, for the ``h2
   shape error, per shape.
 - Flash attention (PyTorch's FlashAttention-2 and cuDNN backends), forward and backward, the
   same way against the attention curves.
-- Host costs (sim/model/host.py) and HBM streaming (sim/model/compute.HBM_EFFICIENCY)
+- Host costs (sim/model/host.py, measured on an H100 machine: tests/test_host_measured.py) and HBM streaming (sim/model/compute.HBM_EFFICIENCY)
   against the measured figures.
 
 tests/test_measured.py checks that this prints what bench/measured/compare.out holds (so the
@@ -67,16 +67,20 @@ def attention_lines() -> list[str]:
 
 def host_lines() -> list[str]:
     h, n = MEASURED["host"], MEASURED["nccl"]
-    pairs = [("eager op dispatch + launch (KERNEL_ISSUE_S)", host.KERNEL_ISSUE_S, "eager in-place add",
+    pairs = [("eager op + launch (KERNEL_ISSUE_S)", host.KERNEL_ISSUE_S, "eager in-place add",
               h["eager_add_inplace"]["host_s"]),
-             ("", host.KERNEL_ISSUE_S, "eager F.linear 1024x1024", h["eager_linear_1k"]["host_s"]),
+             ("GEMM op + launch (GEMM_ISSUE_S)", host.GEMM_ISSUE_S, "eager F.linear 1024x1024",
+              h["eager_linear_1k"]["host_s"]),
              ("bare CUDA launch (CUDA_LAUNCH_S)", host.CUDA_LAUNCH_S, "empty CuPy kernel (with CuPy's call)",
               h["cupy_empty_kernel"]["host_s"]),
              ("CUDA graph launch (GRAPH_LAUNCH_S)", host.GRAPH_LAUNCH_S, "replay of a 100-kernel graph",
               h["cuda_graph_100_adds"]["host_s_per_replay"]),
-             ("NCCL call (NCCL_CALL_S)", host.NCCL_CALL_S, "c10d all_reduce", n["all_reduce_4KiB"]["host_s"]),
-             ("", host.NCCL_CALL_S, "c10d reduce_scatter_tensor", n["reduce_scatter_4KiB"]["host_s"]),
-             ("", host.NCCL_CALL_S, "c10d all_to_all_single", n["all_to_all_4KiB"]["host_s"])]
+             ("NCCL call, all-reduce (NCCL_CALL_S)", host.nccl_call_s("all_reduce"), "c10d all_reduce",
+              n["all_reduce_4KiB"]["host_s"]),
+             ("NCCL call, reduce-scatter", host.nccl_call_s("reduce_scatter"), "c10d reduce_scatter_tensor",
+              n["reduce_scatter_4KiB"]["host_s"]),
+             ("NCCL call, all-to-all", host.nccl_call_s("all_to_all"), "c10d all_to_all_single",
+              n["all_to_all_4KiB"]["host_s"])]
     out = ["Host (sim/model/host.py)                     model us  measured us  ratio  what was measured"]
     for name, model, what, measured in pairs:
         out.append(f"  {name:44s} {model / US:6.1f}  {measured / US:10.1f}  {measured / model:5.2f}  {what}")

@@ -85,15 +85,17 @@ def calls(monkeypatch):
     return count
 
 
-HOST_COSTS = ("KERNEL_ISSUE_S", "NCCL_CALL_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS_S")
+HOST_COSTS = ("KERNEL_ISSUE_S", "GEMM_ISSUE_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS_S")
 
 
 def zero_host(mp: pytest.MonkeyPatch) -> None:
-    """Zero sim/model/host.py's issue costs through ``mp`` (see :func:`free_host`)."""
+    """Zero sim/model/host.py's issue costs through ``mp`` (see :func:`free_host`): the
+    per-kernel, graph and schedule costs and every kind's NCCL call."""
     from sim.model import host
 
     for name in HOST_COSTS:
         mp.setattr(host, name, 0.0)
+    mp.setattr(host, "NCCL_CALL_S", dict.fromkeys(host.NCCL_CALL_S, 0.0))
 
 
 @pytest.fixture

@@ -9,50 +9,76 @@ NCCL_BLOCKING_WAIT). So the GPU can run at most as fast as the host issues: op i
 before the host has issued ops 0..i (:mod:`sim.engine.core` releases it then). The step's host
 starts at t = 0: the previous step ended with a host sync (loss / grad-norm ``.item()``).
 
-What issuing costs (seconds of host time), each constant with its source:
+What issuing costs (seconds of host time), each constant with its source. The measured ones
+are host seconds per call on one H100 SXM machine (PyTorch 2.11, CUDA 13.0, 2026-11-26:
+bench/measured/h100-2026-11-26.json and, for the calls that file lacks, the same script's
+second run h100-2026-11-26-fp8-step.json, written by bench/gpu_measure.py: ``perf_counter``
+over thousands of back-to-back calls with tiny kernels, so the host is the bottleneck);
+tests/test_host_measured.py reads each field named here and checks the constant against it.
 
-- :data:`CUDA_LAUNCH_S`: one CUDA runtime call that enqueues work (``cudaLaunchKernel``,
-  ``cudaEventRecord``, ``cudaGraphLaunch``): 2 us. NVIDIA Technical Blog, "Getting Started
-  with CUDA Graphs" (A. Gray, 2019): back-to-back 2.9 us kernels ran at 3.8 us each with the
-  launches hidden behind execution (so a launch costs the host less than 3.8 us); 1-3 us per
-  ``cudaLaunchKernel`` on CUDA 12 drivers (J. Lin, "From PyTorch op to kernel launch",
-  jiahuanglin.xyz, gpu_kernel_serving lesson 18, the dispatch-chain table).
-- :data:`EAGER_OP_S`: PyTorch eager dispatch of one operator before its launch: Python
-  bytecode ~1 us, pybind11 ~1 us, autograd recording 1-3 us, the ATen dispatcher 1-2 us,
-  the backend's choice of algorithm and workspace 1-5 us (the same table: 5-25 us per op in
-  all, launch included); 8 us. Megatron-Core's DeepSeek-V3 GB200 write-up (NVIDIA/Megatron-LM
-  docs/discussions/deepseek-v3-gb200-optimization) names the same sources -- Python code,
-  PyTorch's Python and C++ logic ("a simple ``torch.empty`` ... a few microseconds of
-  overhead on the host side"), the CUDA launch -- as the first bottleneck of its baseline.
-- :data:`KERNEL_ISSUE_S` = EAGER_OP_S + CUDA_LAUNCH_S per kernel launch the model counts
-  (``Kernel.count``).
-- :data:`NCCL_CALL_S`: one c10d collective or point-to-point call: the eager op, then
-  ProcessGroupNCCL's ``syncStream`` (``cudaEventRecord`` + ``cudaStreamWaitEvent``) and the
-  NCCL enqueue with its kernel launch (ProcessGroupNCCL.cpp ``collective()`` /
-  ``pointToPoint()``): EAGER_OP_S + 3 CUDA calls.
+- :data:`KERNEL_ISSUE_S`: one eager operator that launches one memory-bound kernel (dispatch,
+  autograd recording, ``cudaLaunchKernel``): ``host.eager_add_inplace.host_s``, 7.97 us (an
+  in-place add of a one-element tensor).
+- :data:`GEMM_ISSUE_S`: one eager operator that launches a library kernel (a GEMM through
+  cuBLAS: its heuristic and workspace choice on the host): ``host.eager_linear_1k.host_s``,
+  17.1 us (``F.linear`` at 1024 x 1024, BF16). A kernel with FLOPs or flash attention
+  (:func:`issue_cost`) is charged this; attention's own ``scaled_dot_product_attention`` call
+  was not measured and is taken to cost the same as a GEMM's.
+- :data:`NCCL_CALL_S`: one c10d call into ProcessGroupNCCL (``collective()``: the eager op,
+  ``syncStream``'s event record and wait, the NCCL enqueue and its kernel launch), per kind
+  (:class:`CallKind`), on a world of one GPU (the c10d + NCCL host path, no data moved):
+  all-reduce ``nccl.all_reduce_4KiB.host_s`` 24.2 us (128 MiB: 20.0 us, so not a function of
+  the size; a second machine of the same kind measured 28.2 us, in the fp8-step file),
+  reduce-scatter ``nccl.reduce_scatter_4KiB.host_s`` 29.0 us, all-to-all
+  ``nccl.all_to_all_4KiB.host_s`` 40.4 us, all-gather (fp8-step file)
+  ``nccl_more.all_gather_4KiB.host_s`` 25.9 us, broadcast (fp8-step file)
+  ``nccl_more.broadcast_4KiB.host_s`` 20.3 us. Point-to-point calls (pipeline send/recv,
+  context parallelism's ring shift: ``batch_isend_irecv``, ProcessGroupNCCL ``pointToPoint()``)
+  were not measured (a world of one GPU has no peer): :data:`P2P_CALL_S` keeps the estimate,
+  the eager op and 3 CUDA calls (:data:`EAGER_OP_S` + 3 :data:`CUDA_LAUNCH_S`), 14 us -- lower
+  than every measured collective, so pipeline and ring-attention layouts are likely charged
+  too little.
 - :data:`GRAPH_LAUNCH_S`: one captured region replayed (Transformer Engine
-  ``make_graphed_callables``, Megatron ``--cuda-graph-impl transformer_engine``): its autograd
-  Function call (an eager op) and ``cudaGraphLaunch``, plus the copy of the input into the
-  graph's static buffer (one more launch): EAGER_OP_S + 2 CUDA calls. Everything inside the
-  region issues with it: the GB200 write-up's CUDA graphs (``--cuda-graph-scope attn
-  moe_router moe_preprocess``) took its DeepSeek-V3 step from 610.7 to 663.3 TFLOP/s, and
-  router fusion cut that part from 72 kernels to 31 (DeepEP's fused preprocess: 17).
+  ``make_graphed_callables``, Megatron ``--cuda-graph-impl transformer_engine``):
+  ``host.cuda_graph_100_adds.host_s_per_replay``, 23.1 us (``torch.cuda.CUDAGraph.replay()``
+  of a 100-kernel graph). Transformer Engine's wrapper around it (its autograd Function, the
+  copy of the input into the graph's static buffer) was not measured: this is its lower
+  bound. Everything inside the region issues with it: the GB200 write-up's CUDA graphs
+  (``--cuda-graph-scope attn moe_router moe_preprocess``) took its DeepSeek-V3 step from
+  610.7 to 663.3 TFLOP/s, and router fusion cut that part from 72 kernels to 31 (DeepEP's
+  fused preprocess: 17).
+- :data:`D2H_SYNC_S`: the host reading GPU values (``.tolist()``, ``.cpu()``, an event's
+  ``synchronize()``): the eager ops of the device-to-host copies, then the blocking wait. An op
+  built with ``sync`` (:class:`sim.engine.ops.Op`) is such a read: the host cannot issue
+  anything after it before the GPU has finished it, so its clock jumps to the op's end
+  (:meth:`sim.engine.ops.RankProgram.anchors`) and everything issued after it is issued late
+  by its own issue cost, whatever lead the host had built up. Megatron-Core's alltoall token
+  dispatcher (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
+  ``_maybe_dtoh_and_synchronize``) copies 4 tensors of split sizes (tokens_per_expert,
+  input_splits, output_splits, output_splits_tp) on its ``cuda_dtoh_stream`` and calls
+  ``d2h_event.synchronize()``. Measured: ``host.sync_round_trip.host_s``, 18.9 us, is an eager
+  add then ``.item()`` (one copy and its blocking wait); less the add (``eager_add_inplace``)
+  that is 10.9 us for one copy with the wait, and each further copy an eager op
+  (:data:`KERNEL_ISSUE_S`): 10.9 + 3 x 7.97 = 34.9 us. (The measured wait includes the tiny
+  add's GPU latency, which the engine also charges: a microsecond or two counted twice.)
 - :data:`SCHEDULE_PASS_S`: Megatron-Core's pipeline schedule (core/pipeline_parallel/
   schedules.py ``forward_step`` / ``backward_step``) per micro-batch and model chunk and
   direction: ``set_input_tensor``, the model call's module hooks, the loss function,
-  ``deallocate_output_tensor``, the p2p wrappers and ``torch.autograd.backward``. An
-  estimate, not a measurement: ~10 eager operator-equivalents of Python, 10 x EAGER_OP_S.
-
-- :data:`D2H_SYNC_S`: the host reading GPU values (``.tolist()``, ``.cpu()``, an event's
-  ``synchronize()``): the eager ops of the device-to-host copies, then the event record and
-  the blocking wait. An op built with ``sync`` (:class:`sim.engine.ops.Op`) is such a read:
-  the host cannot issue anything after it before the GPU has finished it, so its clock
-  jumps to the op's end (:meth:`sim.engine.ops.RankProgram.anchors`) and everything issued
-  after it is issued late by its own issue cost, whatever lead the host had built up.
-  Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
-  MoEAlltoAllTokenDispatcher ``_maybe_dtoh_and_synchronize``) copies 4 tensors of split
-  sizes (tokens_per_expert, input_splits, output_splits, output_splits_tp) on its
-  ``cuda_dtoh_stream`` and calls ``d2h_event.synchronize()``: 4 eager copies and 2 CUDA calls.
+  ``deallocate_output_tensor``, the p2p wrappers and ``torch.autograd.backward``. Not
+  measured (bench/gpu_measure.py has no pipeline schedule): an estimate, ~10 eager
+  operator-equivalents of Python, 10 x :data:`EAGER_OP_S`.
+- :data:`EAGER_OP_S` (8 us, PyTorch eager dispatch of one operator before its launch) and
+  :data:`CUDA_LAUNCH_S` (2 us, one CUDA runtime call) are the estimates the two unmeasured
+  costs above are built from: Python bytecode ~1 us, pybind11 ~1 us, autograd recording
+  1-3 us, the ATen dispatcher 1-2 us, the backend's choice of algorithm 1-5 us, 1-3 us per
+  ``cudaLaunchKernel`` on CUDA 12 drivers (J. Lin, "From PyTorch op to kernel launch",
+  jiahuanglin.xyz, gpu_kernel_serving lesson 18, the dispatch-chain table; NVIDIA Technical
+  Blog, "Getting Started with CUDA Graphs", A. Gray, 2019). The measured eager add (7.97 us
+  with its launch) and empty CuPy kernel (5.3 us with CuPy's Python call:
+  ``host.cupy_empty_kernel.host_s``) bound them; neither measures either alone.
+  Megatron-Core's DeepSeek-V3 GB200 write-up (NVIDIA/Megatron-LM
+  docs/discussions/deepseek-v3-gb200-optimization) names the same sources -- Python code,
+  PyTorch's Python and C++ logic, the CUDA launch -- as the first bottleneck of its baseline.
 
 GPU side: ``sim.model.compute.LAUNCH_S`` (4 us per kernel) stays what it was, the time a kernel
 occupies the *GPU* beyond its roofline (launch latency from the queue to the SMs, wave ramp-up
@@ -69,15 +95,57 @@ plain-PyTorch code's (``training.kernels = "pytorch"``: sim/model/eager.py, whic
 back into the fused kernels); within a fused run the bytes stay summed.
 """
 
+from enum import StrEnum
+
 from .compute import Kernel
 
+# Estimates (not measured; see the module docstring): the unmeasured costs are built from them.
 CUDA_LAUNCH_S = 2.0e-6
 EAGER_OP_S = 8.0e-6
-KERNEL_ISSUE_S = EAGER_OP_S + CUDA_LAUNCH_S
-NCCL_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S
-GRAPH_LAUNCH_S = EAGER_OP_S + 2 * CUDA_LAUNCH_S
-SCHEDULE_PASS_S = 10 * EAGER_OP_S
-D2H_SYNC_S = 4 * KERNEL_ISSUE_S + 2 * CUDA_LAUNCH_S
+# Measured, bench/measured/h100-2026-11-26.json (``host``, ``nccl``) and h100-2026-11-26-fp8-step.json
+# (``nccl_more``): host seconds per call, rounded to 0.01 us (tests/test_host_measured.py).
+KERNEL_ISSUE_S = 7.97e-6  # host.eager_add_inplace.host_s
+GEMM_ISSUE_S = 17.12e-6  # host.eager_linear_1k.host_s
+GRAPH_LAUNCH_S = 23.15e-6  # host.cuda_graph_100_adds.host_s_per_replay
+SYNC_ROUND_TRIP_S = 18.94e-6  # host.sync_round_trip.host_s (an eager add, then .item())
+D2H_SYNC_S = SYNC_ROUND_TRIP_S - KERNEL_ISSUE_S + 3 * KERNEL_ISSUE_S  # 4 copies, one wait
+P2P_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S  # not measured (no peer on a world of one GPU)
+SCHEDULE_PASS_S = 10 * EAGER_OP_S  # not measured
+
+
+class CallKind(StrEnum):
+    """The c10d call a collective op is issued with (its value: the op's name in
+    :data:`sim.collectives.OPS`)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    SEND_RECV = "send_recv"
+    RING_SHIFT = "ring_shift"
+
+
+NCCL_CALL_S = {
+    CallKind.ALL_REDUCE: 24.22e-6,  # nccl.all_reduce_4KiB.host_s
+    CallKind.REDUCE_SCATTER: 29.00e-6,  # nccl.reduce_scatter_4KiB.host_s
+    CallKind.ALL_TO_ALL: 40.41e-6,  # nccl.all_to_all_4KiB.host_s
+    CallKind.ALL_GATHER: 25.94e-6,  # fp8-step file: nccl_more.all_gather_4KiB.host_s
+    CallKind.BROADCAST: 20.26e-6,  # fp8-step file: nccl_more.broadcast_4KiB.host_s
+    CallKind.SEND_RECV: P2P_CALL_S,
+    CallKind.RING_SHIFT: P2P_CALL_S,
+}
+
+
+def nccl_call_s(op: str) -> float:
+    """Host seconds of one c10d call of collective ``op`` (a :class:`CallKind` value)."""
+    return NCCL_CALL_S[CallKind(op)]
+
+
+def issue_cost(k: Kernel) -> float:
+    """Host seconds to issue one launch of ``k`` eagerly: a library call (GEMM, flash
+    attention) or a memory-bound kernel's operator."""
+    return GEMM_ISSUE_S if k.flops or k.attn else KERNEL_ISSUE_S
 
 
 def launches(kernels) -> int:
@@ -87,7 +155,7 @@ def launches(kernels) -> int:
 
 def issue_s(kernels) -> float:
     """Host seconds to issue ``kernels`` eagerly, one launch at a time."""
-    return launches(kernels) * KERNEL_ISSUE_S
+    return sum(k.count * issue_cost(k) for k in kernels)
 
 
 def _memory_bound(k: Kernel) -> bool:

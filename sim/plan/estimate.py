@@ -43,7 +43,7 @@ from .fit import lookup
 from .layers import KINDS, Pricer, costs as layer_costs
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
-FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host")  # per layer kind (:class:`.layers.Cost`)
+FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp")  # per layer kind (:class:`.layers.Cost`)
 GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
 BUCKET_PARAMS = 40_000_000  # Megatron-Core's default bucket floor (sim/parallel/dp.py): exact up to dp x cp = 40
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
@@ -153,9 +153,12 @@ class Estimator:
         micro = g["micro"].to_numpy().astype(float)
         ep = self._ep_exposed(g, layer, micro, pp, v)
         fsdp, scatters = self._fsdp(g, layer, gathered)
+        zero3 = g["zero"].to_numpy() == 3
         per_kind = np.stack([layer[:, :, 0] + layer[:, :, 1], layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
-                             fsdp, layer[:, :, 6]], axis=2)  # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host)
+                             fsdp, layer[:, :, 6] + zero3[:, None] * layer[:, :, 7]], axis=2)
+        # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
+        stage[:, :, 6] = np.maximum(stage[:, :, 6], 0.0)  # the host waits only where a stage's issue outlasts it
         total = stage.sum(axis=2)
         crit = total.argmax(axis=1)
         rows = np.arange(len(g))

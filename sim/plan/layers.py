@@ -12,9 +12,11 @@ backward's dgrad / wgrad) is the program's, not a formula. The time past the lay
 compute is the exposed communication, attributed to the axes of the collectives on the
 critical path. The host issues the ops in program order at their issue costs (``LayerOp.issue``,
 sim/model/host.py) and none starts before it is issued, as in the engine; the host runs ahead
-across layers, so a layer's ``host`` time is what issuing it takes beyond its makespan. FSDP's gathers (axis dp) are left to :mod:`.estimate` (they hide behind the
-previous layer, which a one-layer program cannot show); the MoE all-to-alls are reported
-as exposed here, and the schedule's EP overlap is applied by :mod:`.estimate`.
+across layers, so a layer's ``host`` time is what issuing it takes beyond its makespan,
+signed (a layer that runs longer than its issue gives the host a lead), and :mod:`.estimate`
+clamps it at zero only summed over a stage's layers. FSDP's gathers (axis dp: their time,
+and their issue as ``host_dp``) are left to :mod:`.estimate` (they hide behind the previous
+layer, which a one-layer program cannot show); the MoE all-to-alls are reported as exposed here, and the schedule's EP overlap is applied by :mod:`.estimate`.
 """
 
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ class Cost:
     tp: float = 0.0
     cp: float = 0.0
     ep: float = 0.0
-    host: float = 0.0  # what waiting for the host adds to the layer's makespan
+    host: float = 0.0  # issuing the layer less running it (< 0: the lead the host gains on it)
+    host_dp: float = 0.0  # issuing its FSDP calls (axis dp: built for every candidate, run under ZeRO 3 only)
 
 
 class Pricer:
@@ -83,13 +86,15 @@ def schedule(lp: LayerProgram, price) -> tuple[list[float], list[int]]:
 def cost(lp: LayerProgram, price) -> Cost:
     """Schedule ``lp``'s ops on their streams (:func:`schedule`); the exposed time
     (makespan less compute) split over the axes by their collectives' time on the critical
-    path, and what the host adds to the makespan when issuing the layer outlasts running it."""
+    path, and how much longer issuing the layer takes than running it (signed)."""
     n = len(lp.ops)
     end, pred = schedule(lp, price)
-    # The host runs ahead of the GPU across layers (it never blocks inside a step), so a layer
-    # waits for it only when issuing the layer takes longer than running it: the excess of its
-    # issue time over its makespan (steady state; the step's first op's issue is one-off).
-    issued = sum(op.issue for op in lp.ops)
+    # The host runs ahead of the GPU across layers (it never blocks inside a step): a layer
+    # that runs longer than it takes to issue (the output layer's GEMM) gives the host a lead
+    # that later layers' issue can use up. So the excess is kept signed here and summed over a
+    # stage's layers before it is clamped at zero (sim/plan/estimate.py ``_shape``).
+    fsdp_issue = sum(op.issue for op in lp.ops if op.collective is not None and op.collective.axis == "dp")
+    issued = sum(op.issue for op in lp.ops) - fsdp_issue
     seconds = {p: lp.compute_s(p) for p in Phase}
     on_path = dict.fromkeys(EXPOSED_AXES, 0.0)
     i = max(range(n), key=end.__getitem__) if n else -1
@@ -102,7 +107,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
     return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
-                host=max(0.0, issued - (max(end) if n else 0.0)))
+                host=issued - (max(end) if n else 0.0), host_dp=fsdp_issue)
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:
