@@ -25,7 +25,7 @@ from .outputs.metrics import summarize
 from .outputs.result import Result, StepFacts, spans_frame
 from .hardware.faults import compute_scale, perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
-from .input.scenario import Scenario
+from .input.scenario import MicroBatches, Scenario
 from .parallel.program import Context
 
 
@@ -46,11 +46,17 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
     past 20x its estimate of CPU is stopped (:func:`sim.work.watchdog`). The summary is
     checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
-    a simulation that stops making progress, is a SimulationError naming the scenario."""
+    a simulation that stops making progress, is a SimulationError naming the scenario.
+    Under ``[simulation] micro_batches = "steady"`` the step is extrapolated from a few
+    micro-batch counts (:mod:`sim.steady`), or simulated exactly where it cannot be."""
     if s.rl is not None:
         raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
     limit = None if force else work.watchdog_seconds(estimate or work.check(s))  # (estimate: checked by the caller)
     with work.watchdog(s.name, limit):
+        if s.simulation.micro_batches is MicroBatches.STEADY:  # a few micro-batch counts, extrapolated
+            from . import steady
+
+            return steady.simulate(s, lambda each, clean: _simulate(each, clean, e_max, record_links), baseline)
         return _simulate(s, baseline, e_max, record_links)
 
 

@@ -1,0 +1,79 @@
+"""Which micro-batch counts a steady-state run simulates (``[simulation] micro_batches =
+"steady"``, run by sim/steady.py), and whether a scenario's micro-batches are identical
+enough to try.
+
+A pipeline schedule repeats the same work once per micro-batch: in 1F1B, interleaved 1F1B,
+GPipe, the zero-bubble and DualPipe schedules every micro-batch of a stage runs the same
+kernels and collectives (expert loads are drawn per layer, not per micro-batch:
+:func:`sim.parallel.workload.expert_loads`), so past the pipeline's fill the step grows by
+the same time per micro-batch. The step is therefore simulated at three counts
+``m0 < m0 + u < m0 + 2u`` whose per-micro-batch work is the scenario's own (only
+``training.global_batch`` changes): ``u`` is the step the schedule's rule allows
+(interleaved: a multiple of pp, Megatron-LM's rule; DualPipe: an even count), ``m0`` the
+smallest count past its rules and fill (DualPipe: 2 pp, its assertion; interleaved: 2 pp,
+so every rank runs a steady phase; other pipelines: pp; without a pipeline: 2, so gradient
+accumulation runs at least once beside the last micro-batch's reduction).
+
+Not tried (the exact step runs): seeded jitter draws a different slowdown for every op, so
+no two micro-batches are alike; a straggler that starts slowing at ``start_s`` > 0 changes
+the step's shape with its length; a step whose count is at most the last simulated one.
+
+Run: ``python -c "import sim; from sim.parallel import steady; print(steady.counts(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``.
+"""
+
+from dataclasses import dataclass
+
+from ..input.scenario import V_SCHEDULES, Scenario
+
+COUNTS = 3  # the fewest counts that test linearity (a second difference) besides fitting it
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The micro-batch counts (per pipeline) a steady run simulates, or why it cannot."""
+
+    real: int  # the scenario's own micro-batches per pipeline
+    simulated: tuple[int, ...] = ()  # ascending, equally spaced; empty when not eligible
+    reason: str = ""  # why the exact step runs instead (empty when eligible)
+
+    @property
+    def eligible(self) -> bool:
+        return bool(self.simulated)
+
+
+def micro_batches(s: Scenario) -> int:
+    """Micro-batches per pipeline per step (global_batch / (dp * micro_batch))."""
+    return s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
+
+
+def counts(s: Scenario) -> Counts:
+    """What a steady run of ``s`` simulates (see the module docstring)."""
+    real, p = micro_batches(s), s.parallel
+    if s.jitter.sigma > 0:
+        return Counts(real, reason="jitter draws a slowdown per op: no two micro-batches are alike")
+    late = [i for i, st in enumerate(s.stragglers) if st.start_s > 0]
+    if late:
+        return Counts(real, reason=f"stragglers[{late[0]}] starts at start_s > 0: the step's shape changes with its length")
+    step = p.pp if p.schedule == "interleaved" else 2 if p.schedule == "dualpipe" else 1
+    if p.pp == 1:
+        first = 2
+    elif p.schedule in ("interleaved", "dualpipe") or p.schedule in V_SCHEDULES:
+        first = 2 * p.pp
+    else:
+        first = p.pp
+    first = -(-first // step) * step
+    simulated = tuple(first + i * step for i in range(COUNTS))
+    if sum(simulated) >= real:
+        return Counts(real, reason=f"{real} micro-batches per pipeline: no more than the {sum(simulated)} a steady "
+                                   f"run would simulate ({' + '.join(map(str, simulated))})")
+    return Counts(real, simulated)
+
+
+def at(s: Scenario, m: int) -> Scenario:
+    """``s`` with ``m`` micro-batches per pipeline (only ``training.global_batch`` changes) and
+    its micro-batches simulated exactly."""
+    from ..input.scenario import Simulation
+
+    batch = m * s.parallel.dp * s.training.micro_batch
+    return s.model_copy(update={"training": s.training.model_copy(update={"global_batch": batch}),
+                                "simulation": Simulation()})
