@@ -36,7 +36,8 @@ from .outputs.metrics import throughput
 from .outputs.result import Result
 from .parallel import layer_program
 from .parallel.memory import peak_memory
-from .parallel.steady import at, counts, micro_batches
+from .parallel.steady import at, counts, exact_copy, micro_batches
+from .errors import InputError
 from .input.scenario import Scenario
 
 # Largest second difference accepted, relative to the largest run's step time (bytes: to its
@@ -55,32 +56,47 @@ class _Run:
     busy: dict  # simulated rank -> compute seconds (its ops back to back, times its slowdown)
 
 
-def simulate(s: Scenario, run, baseline: bool = True) -> Result:
+def simulate(s: Scenario, run, baseline: bool = True, check=None) -> Result:
     """The steady-state result of ``s``. ``run(scenario, baseline) -> Result`` simulates one
     scenario exactly (sim/step.py's pipeline); it is called at each count of
     :func:`sim.parallel.steady.counts`, or once on ``s`` itself when the scenario does not
-    qualify or its step is not linear."""
+    qualify or its step is not linear. ``check(scenario)``: the work budget (sim/work.py
+    ``check``), applied to the exact step before it runs after a failed linearity test."""
     plan = counts(s)
     if not plan.eligible:
         return _exact(s, run, baseline, plan.reason, [])
-    results = [run(at(s, m), baseline) for m in plan.simulated]
-    runs = [_quantities(r, m) for r, m in zip(results, plan.simulated)]
-    residual, worst = _residual(runs)
-    if residual > TOLERANCE:
-        return _exact(s, run, baseline, f"not linear in micro-batches: {worst}'s second difference over "
-                                        f"{list(plan.simulated)} is {residual:.1e} of the step (> {TOLERANCE:g})",
-                      results)
-    return _extrapolated(s, results, runs, plan.real, residual)
+    cost, reasons = [0, 0.0], []
+    for window in plan.windows():
+        runs = []
+        for m in window:  # (only the last run's spans and programs are kept)
+            last = run(at(s, m), baseline)
+            runs.append(_quantities(last, m))
+            cost = [cost[0] + last.summary["sim_events"], cost[1] + last.summary["sim_wall_s"]]
+        residual, worst = _residual(runs)
+        if residual <= TOLERANCE:
+            return _extrapolated(s, last, runs, plan.real, residual, cost)
+        reasons.append(f"{worst}'s second difference over {list(window)} is {residual:.1e} of the step")
+    if reasons:
+        reason = f"not linear in micro-batches: {'; '.join(reasons)} (> {TOLERANCE:g})"
+        if check is not None:
+            try:
+                check(exact_copy(s))
+            except InputError as exc:
+                raise InputError(exc.key, f"the steady state failed ({reason}) and the exact step is too "
+                                          f"costly: {exc.reason}") from None
+        return _exact(s, run, baseline, reason, cost)
+    return _exact(s, run, baseline, "no window of counts is smaller than the step", cost)
 
 
-def _exact(s: Scenario, run, baseline: bool, reason: str, tried: list[Result]) -> Result:
-    """The exact step of ``s``, its summary saying why it was not extrapolated."""
+def _exact(s: Scenario, run, baseline: bool, reason: str, cost: list) -> Result:
+    """The exact step of ``s``, its summary saying why it was not extrapolated; ``cost``:
+    events and seconds of the steady runs tried before it (empty: none)."""
     result, m = run(s, baseline), micro_batches(s)
     result.summary.update(micro_batches=m, micro_batches_simulated=[m], extrapolated=False,
                           steady_fallback=reason)
-    if tried:  # the steady runs were paid for too
-        result.summary["sim_events"] += sum(r.summary["sim_events"] for r in tried)
-        result.summary["sim_wall_s"] = round(result.summary["sim_wall_s"] + sum(r.summary["sim_wall_s"] for r in tried), 3)
+    if cost:  # the steady runs were paid for too
+        result.summary["sim_events"] += cost[0]
+        result.summary["sim_wall_s"] = round(result.summary["sim_wall_s"] + cost[1], 3)
     return result
 
 
@@ -118,9 +134,9 @@ def _line(qb: float, qc: float, mb: int, mc: int, m: int) -> float:
     return qc + (qc - qb) * (m - mc) / (mc - mb)
 
 
-def _extrapolated(s: Scenario, results: list[Result], runs: list[_Run], real: int, residual: float) -> Result:
+def _extrapolated(s: Scenario, last: Result, runs: list[_Run], real: int, residual: float, cost: list) -> Result:
     """The summary at ``real`` micro-batches from the last two runs; spans and facts of the last."""
-    last, (b, c) = results[-1], runs[1:]
+    b, c = runs[1:]
     q = {k: _line(b.values[k], c.values[k], b.m, c.m, real) for k in c.values}
     step = q["step_time_s"]
     gpu = gpu_preset(last.facts.gpu)
@@ -134,8 +150,7 @@ def _extrapolated(s: Scenario, results: list[Result], runs: list[_Run], real: in
                    memory_per_gpu_bytes=float(memory.total), fits_in_memory=bool(memory.total <= gpu.hbm_bytes))
     if "straggler_cost_s" in q:
         summary["straggler_cost_s"] = q["straggler_cost_s"]
-    summary.update(sim_events=sum(r.summary["sim_events"] for r in results),
-                   sim_wall_s=round(sum(r.summary["sim_wall_s"] for r in results), 3),
+    summary.update(sim_events=cost[0], sim_wall_s=round(cost[1], 3),
                    micro_batches=real, micro_batches_simulated=[r.m for r in runs], extrapolated=True,
                    steady_residual=residual)
     floor = max(_line(b.busy[k], c.busy[k], b.m, c.m, real) for k in c.busy)

@@ -26,7 +26,7 @@ LAYERS = [
     ("engine", ("sim.engine",)),
     ("parallelism", ("sim.parallel",)),
     ("outputs", ("sim.outputs",)),
-    ("one step", ("sim.step", "sim.work")),
+    ("one step", ("sim.step", "sim.steady", "sim.work")),
     ("sweeps", ("sim.sweeps",)),
     ("studies and labs", ("sim.studies", "sim.labs")),
     ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric", "sim.calibrate")),

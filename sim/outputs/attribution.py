@@ -139,7 +139,9 @@ def _exposed_lines(result) -> list[str]:
 
 
 def report(result) -> str:
-    """Human-readable attribution of the step."""
+    """Human-readable attribution of the step (a steady run's: of its largest simulated run,
+    ``Result.shown``)."""
+    result = result.shown or result
     a = critical_path(result)
     s, lines = result.summary, []
     lines.append(f"step {a.step_s * 1e3:.2f} ms; critical path of {len(a.path)} ops")

@@ -12,7 +12,9 @@ the same time per micro-batch. The step is therefore simulated at three counts
 (interleaved: a multiple of pp, Megatron-LM's rule; DualPipe: an even count), ``m0`` the
 smallest count past its rules and fill (DualPipe: 2 pp, its assertion; interleaved: 2 pp,
 so every rank runs a steady phase; other pipelines: pp; without a pipeline: 2, so gradient
-accumulation runs at least once beside the last micro-batch's reduction).
+accumulation runs at least once beside the last micro-batch's reduction). A window whose
+step is not yet linear (a straggler's transient outlasts the fill) is followed by windows
+starting twice as far in, while all the counts tried stay fewer than the step's own.
 
 Not tried (the exact step runs): seeded jitter draws a different slowdown for every op, so
 no two micro-batches are alike; a straggler that starts slowing at ``start_s`` > 0 changes
@@ -36,9 +38,24 @@ class Counts:
     simulated: tuple[int, ...] = ()  # ascending, equally spaced; empty when not eligible
     reason: str = ""  # why the exact step runs instead (empty when eligible)
 
+    step: int = 1  # the spacing of the counts
+
     @property
     def eligible(self) -> bool:
         return bool(self.simulated)
+
+    def windows(self):
+        """The counts to try, first ``simulated``, then (if its step was not yet linear: a
+        transient longer than the fill, such as a straggler's) windows starting twice as far
+        in, as long as all the counts tried add up to fewer micro-batches than the step's."""
+        start, spent = self.simulated[0] if self.simulated else 0, 0
+        while self.simulated:
+            window = tuple(start + i * self.step for i in range(COUNTS))
+            spent += sum(window)
+            if spent >= self.real:
+                return
+            yield window
+            start *= 2
 
 
 def micro_batches(s: Scenario) -> int:
@@ -66,7 +83,7 @@ def counts(s: Scenario) -> Counts:
     if sum(simulated) >= real:
         return Counts(real, reason=f"{real} micro-batches per pipeline: no more than the {sum(simulated)} a steady "
                                    f"run would simulate ({' + '.join(map(str, simulated))})")
-    return Counts(real, simulated)
+    return Counts(real, simulated, step=step)
 
 
 def at(s: Scenario, m: int) -> Scenario:
@@ -77,3 +94,8 @@ def at(s: Scenario, m: int) -> Scenario:
     batch = m * s.parallel.dp * s.training.micro_batch
     return s.model_copy(update={"training": s.training.model_copy(update={"global_batch": batch}),
                                 "simulation": Simulation()})
+
+
+def exact_copy(s: Scenario) -> Scenario:
+    """``s`` with every micro-batch simulated (``[simulation] micro_batches = "all"``)."""
+    return at(s, micro_batches(s))

@@ -1,0 +1,136 @@
+"""Steady-state mode (sim/steady.py): a step extrapolated from a few micro-batch counts
+against the exact step, field by field; the fallbacks; the key's bad values; the CLI.
+
+Measured (this file prints each relative difference, ``pytest -s``): every extrapolated
+time, rate and bubble within 1.3e-12 of the exact step's, bytes and memory equal; the bound
+asserted, :data:`BOUND`, is 1e-10 (two orders of magnitude above the worst seen, seven below
+any modelling difference).
+
+Run: ``python -m pytest -q tests/test_steady.py``
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import sim
+from sim import steady
+from sim.parallel import steady as counts_of
+from sim.input.load import load_scenario
+
+GPT = "scenarios/gpt-1.7b-ptd-interleaved-a100.toml"  # tp 2 pp 2 v 2 dp 4 on 16 A100
+MIXTRAL = "scenarios/mixtral-8x7b-ep-h100.toml"  # tp 2 dp 32 ep 8 on 64 H100
+BOUND = 1e-10
+STEADY = "simulation.micro_batches=steady"
+ONE_F_ONE_B = ["parallel.schedule=1f1b", "parallel.virtual_stages=1"]
+
+
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else abs(a)
+
+
+def compare(path: str, overrides: list[str]) -> dict:
+    """Steady vs exact: every summary field's relative difference (printed), asserted within BOUND."""
+    exact = sim.simulate(load_scenario(path, overrides)).summary
+    got = sim.simulate(load_scenario(path, overrides + [STEADY])).summary
+    assert got["extrapolated"] is True, got.get("steady_fallback")
+    assert got["micro_batches_simulated"][-1] < got["micro_batches"]
+    diffs = {}
+    for key, want in exact.items():
+        if key in ("sim_events", "sim_wall_s"):
+            continue
+        if isinstance(want, dict):
+            diffs.update({f"{key}.{k}": relative(got[key][k], v) for k, v in want.items()})
+        elif isinstance(want, (bool, str)):
+            assert got[key] == want, key
+        else:
+            diffs[key] = relative(got[key], want)
+    print(f"\n{path} {overrides}: simulated {got['micro_batches_simulated']} of {got['micro_batches']}, residual "
+          f"{got['steady_residual']:.1e}; worst {max(diffs, key=diffs.get)} {max(diffs.values()):.1e}")
+    for key, d in diffs.items():
+        print(f"  {key}: {d:.2e}")
+    assert max(diffs.values()) <= BOUND, diffs
+    assert got["memory_per_gpu_bytes"] == exact["memory_per_gpu_bytes"]  # (the real count's, not extrapolated)
+    assert got["sim_events"] < exact["sim_events"]
+    return got
+
+
+def test_dense_1f1b():
+    got = compare(GPT, ONE_F_ONE_B + ["training.global_batch=128"])  # 32 micro-batches, pp 2
+    assert got["micro_batches_simulated"] == [2, 3, 4]
+
+
+def test_interleaved():
+    got = compare(GPT, ["training.global_batch=128"])  # interleaved: counts are multiples of pp
+    assert got["micro_batches_simulated"] == [4, 6, 8]
+
+
+def test_straggler():
+    got = compare(GPT, ONE_F_ONE_B + ["training.global_batch=128", "stragglers=[{ranks = [3], slowdown = 1.3}]"])
+    assert got["straggler_cost_s"] > 0
+
+
+def test_moe_uneven_routing():
+    """Token-choice routing loads experts unevenly (drawn per layer, the same in every micro-batch)."""
+    compare(MIXTRAL, ["model.moe.routing=token_choice", "training.global_batch=512"])  # 16 micro-batches
+
+
+def test_jitter_is_not_eligible():
+    got = sim.simulate(load_scenario(GPT, ["training.global_batch=128", "jitter.sigma=0.05", STEADY])).summary
+    assert got["extrapolated"] is False and "jitter" in got["steady_fallback"]
+    assert got["micro_batches_simulated"] == [32]
+
+
+def test_not_linear_falls_back(monkeypatch):
+    """A straggler that starts slowing mid-step (at 0.13 s: after the 2-micro-batch step's end,
+    0.113 s, inside the 3- and 4-micro-batch steps) makes the step's shape depend on its
+    length; let it past the eligibility rule and the linearity test must catch it. With 12
+    micro-batches only the first window (2, 3, 4) is cheaper than the step."""
+    over = ONE_F_ONE_B + ["training.global_batch=48", "stragglers=[{ranks = [3], slowdown = 2.0, start_s = 0.13}]"]
+    s = load_scenario(GPT, over + [STEADY])
+    assert not counts_of.counts(s).eligible  # (the rule refuses it outright)
+    monkeypatch.setattr(steady, "counts", lambda _s: counts_of.Counts(12, (2, 3, 4)))
+    exact = sim.simulate(load_scenario(GPT, over)).summary
+    got = sim.simulate(s).summary
+    assert got["extrapolated"] is False, got
+    assert got["steady_fallback"].startswith("not linear in micro-batches: "), got["steady_fallback"]
+    assert "over [2, 3, 4]" in got["steady_fallback"]
+    assert got["step_time_s"] == exact["step_time_s"]
+    assert got["sim_events"] > exact["sim_events"]  # (the steady runs tried count too)
+
+
+@pytest.mark.parametrize("value", ["fast", "1", "true", "'ALL'"])
+def test_bad_value_exits_2(value):
+    out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, "--set", f"simulation.micro_batches={value}"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "clustersim run: simulation.micro_batches: Input should be 'all' or 'steady'"], out.stderr
+
+
+def test_unknown_key_exits_2():
+    out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, "--set", "simulation.steady=true"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "simulation.steady: unknown key" in out.stderr
+
+
+def test_cli_steady_flag(tmp_path):
+    trace = tmp_path / "t.json"
+    out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, "--steady", "--json", "--set",
+                          "training.global_batch=128", "--trace", str(trace)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["extrapolated"] is True and summary["micro_batches_simulated"] == [4, 6, 8]
+    assert summary["micro_batches"] == 32
+    assert "note: step extrapolated from [4, 6, 8] to 32 micro-batches" in out.stderr
+    other = json.loads(trace.read_text())["otherData"]
+    assert other["steady_shown"].startswith("the 8-micro-batch run of a steady-state estimate")
+    assert other["step_time_s"] < summary["step_time_s"]  # (the trace is the 8-micro-batch run's)
+
+
+def test_default_is_exact():
+    s = load_scenario(GPT)
+    assert s.simulation.micro_batches is sim.input.scenario.MicroBatches.ALL
+    assert "extrapolated" not in sim.simulate(s).summary
