@@ -9,7 +9,9 @@ adds the same time, bytes and idle to the step. Each additive quantity ``q`` of 
 GPU and axis, ``straggler_cost_s``, each simulated rank's compute time) is simulated at
 ``m0 < m0 + u < m0 + 2u`` micro-batches; its second difference ``q(m0) - 2 q(m0 + u) +
 q(m0 + 2u)`` must be at most :data:`TOLERANCE` of the largest run's step time (bytes: of the
-largest run's bytes on that axis), and ``q(M)`` is then the line through the last two. What
+largest run's bytes on that axis), and ``q(M)`` is then the line through the last two (a
+window that fails is followed by one twice as far in while the counts tried stay fewer than
+the step's: :meth:`sim.parallel.steady.Counts.windows`). What
 is not additive comes from the real scenario: FLOPs, tokens and MFU from the extrapolated
 step time, peak memory from the real count (:func:`sim.parallel.memory.peak_memory`: the
 schedule's micro-batches in flight). A step that is not linear, or a scenario that does not
