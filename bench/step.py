@@ -41,6 +41,11 @@ The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load 
 ``gpt-530b`` at ``training.global_batch=315`` 103.4 s -> 85.1 s (engine 88.5 -> 74.2 s,
 3,584,333 events); ``405b-straggler-v4`` 16.9 s -> 14.9 s; 405B 16k 6.1-6.7 s -> 5.9 s;
 + jitter 76.5 s -> 65.6 s.
+Steady-state mode (``python bench/step.py --only 405b-1k --steady``, load average ~9 on 2
+cores): exact 406.6 s wall, 95.9 s CPU, 2.57 GB, 5,148,986 events; steady (16, 24, 32
+micro-batches extrapolated to 192) 157.2 s wall, 38.7 s CPU, 0.76 GB, 1,948,544 events;
+step and MFU 3.4e-13 from exact (2.5x less CPU). The 405B 16k/131k cases (16 micro-batches
+on pp 16) are not eligible: the three runs would simulate more than the step.
 """
 
 import argparse
