@@ -144,3 +144,19 @@ def test_default_is_exact():
     s = load_scenario(GPT)
     assert s.simulation.micro_batches is sim.input.scenario.MicroBatches.ALL
     assert "extrapolated" not in sim.simulate(s).summary
+
+
+def test_planner_prices_steady_runs():
+    """sim/plan/cost.py: under steady mode a candidate's simulation runs the first window's
+    counts (three runs) where they are fewer than its micro-batches, else all of them once."""
+    import pandas as pd
+    from sim.plan.cost import simulated_micro_batches
+
+    c = pd.DataFrame({"schedule": ["1f1b", "interleaved", "1f1b", "1f1b", "dualpipe"],
+                      "pp": [8, 4, 16, 1, 4], "micro": [64, 64, 16, 1, 64]})
+    s = load_scenario(GPT)
+    micro, runs = simulated_micro_batches(c, s)
+    assert micro.tolist() == [64, 64, 16, 1, 64] and runs.tolist() == [1] * 5
+    micro, runs = simulated_micro_batches(c, load_scenario(GPT, [STEADY]))
+    # 1f1b pp 8: 8+9+10; interleaved pp 4: 8+12+16; 1f1b pp 16: 16+17+18 > 16; pp 1: 2+3+4 > 1; dualpipe: 8+10+12
+    assert micro.tolist() == [27, 36, 16, 1, 30] and runs.tolist() == [3, 3, 1, 1, 3]

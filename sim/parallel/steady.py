@@ -63,6 +63,21 @@ def micro_batches(s: Scenario) -> int:
     return s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
 
 
+def window(schedule: str, pp: int) -> tuple[tuple[int, ...], int]:
+    """The first counts a steady run of ``schedule`` on ``pp`` stages simulates, and their
+    spacing (the module docstring's ``m0``, ``u``); the planner prices them too
+    (sim/plan/cost.py)."""
+    step = pp if schedule == "interleaved" else 2 if schedule == "dualpipe" else 1
+    if pp == 1:
+        first = 2
+    elif schedule in ("interleaved", "dualpipe") or schedule in V_SCHEDULES:
+        first = 2 * pp
+    else:
+        first = pp
+    first = -(-first // step) * step
+    return tuple(first + i * step for i in range(COUNTS)), step
+
+
 def counts(s: Scenario) -> Counts:
     """What a steady run of ``s`` simulates (see the module docstring)."""
     real, p = micro_batches(s), s.parallel
@@ -71,15 +86,7 @@ def counts(s: Scenario) -> Counts:
     late = [i for i, st in enumerate(s.stragglers) if st.start_s > 0]
     if late:
         return Counts(real, reason=f"stragglers[{late[0]}] starts at start_s > 0: the step's shape changes with its length")
-    step = p.pp if p.schedule == "interleaved" else 2 if p.schedule == "dualpipe" else 1
-    if p.pp == 1:
-        first = 2
-    elif p.schedule in ("interleaved", "dualpipe") or p.schedule in V_SCHEDULES:
-        first = 2 * p.pp
-    else:
-        first = p.pp
-    first = -(-first // step) * step
-    simulated = tuple(first + i * step for i in range(COUNTS))
+    simulated, step = window(p.schedule, p.pp)
     if sum(simulated) >= real:
         return Counts(real, reason=f"{real} micro-batches per pipeline: no more than the {sum(simulated)} a steady "
                                    f"run would simulate ({' + '.join(map(str, simulated))})")
