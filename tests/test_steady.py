@@ -160,3 +160,16 @@ def test_planner_prices_steady_runs():
     micro, runs = simulated_micro_batches(c, load_scenario(GPT, [STEADY]))
     # 1f1b pp 8: 8+9+10; interleaved pp 4: 8+12+16; 1f1b pp 16: 16+17+18 > 16; pp 1: 2+3+4 > 1; dualpipe: 8+10+12
     assert micro.tolist() == [27, 36, 16, 1, 30] and runs.tolist() == [3, 3, 1, 1, 3]
+
+
+def test_refused_where_it_would_do_nothing():
+    """An RL loop and jobs sharing a fabric build their own steps: 'steady' there is exit 2."""
+    out = subprocess.run([sys.executable, "-m", "sim", "rl", "rl-llama3-8b-h100", "--set", STEADY],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "simulation.micro_batches: 'steady' extrapolates one training step" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, GPT, "--shared-fabric", "--set", STEADY],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "simulation.micro_batches: job 0" in out.stderr, out.stderr
+    out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, GPT, "--shared-fabric", "--steady"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--steady: not available with --shared-fabric" in out.stderr, out.stderr
