@@ -129,9 +129,12 @@ def test_unknown_key_exits_2():
 def test_cli_steady_flag(tmp_path):
     trace = tmp_path / "t.json"
     out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, "--steady", "--json", "--set",
-                          "training.global_batch=128", "--trace", str(trace)], capture_output=True, text=True)
+                          "training.global_batch=128", "--trace", str(trace), "--report"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout)
+    summary = json.loads(out.stdout.splitlines()[0])
+    report = out.stdout.splitlines()[1]  # (--report: what held the step, of the run drawn)
+    assert report.endswith("ops -- the 8-micro-batch run of a steady-state estimate (the step has 32 micro-batches "
+                           "per pipeline; its summary is extrapolated)"), report
     assert summary["extrapolated"] is True and summary["micro_batches_simulated"] == [4, 6, 8]
     assert summary["micro_batches"] == 32
     assert "note: step extrapolated from [4, 6, 8] to 32 micro-batches" in out.stderr
