@@ -44,8 +44,10 @@ The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load 
 Steady-state mode (``python bench/step.py --only 405b-1k --steady``, load average ~9 on 2
 cores): exact 406.6 s wall, 95.9 s CPU, 2.57 GB, 5,148,986 events; steady (16, 24, 32
 micro-batches extrapolated to 192) 157.2 s wall, 38.7 s CPU, 0.76 GB, 1,948,544 events;
-step and MFU 3.4e-13 from exact (2.5x less CPU). The 405B 16k/131k cases (16 micro-batches
-on pp 16) are not eligible: the three runs would simulate more than the step.
+step and MFU 3.4e-13 from exact (2.5x less CPU). ``gpt-1t --steady --force``: exact 1,251.5 s
+wall, 188.7 s CPU, 3.78 GB; steady (64, 65, 66 of 512) 135.1 s wall, 85.4 s CPU, 0.95 GB,
+step 2.2e-13 from exact. The 405B 16k/131k cases (16 micro-batches on pp 16) and gpt-530b
+are not eligible: the three runs would simulate more than the step (docs/scaling.md).
 """
 
 import argparse
