@@ -64,12 +64,13 @@ def test_dense_1f1b():
 
 
 def test_interleaved():
-    got = compare(GPT, ["training.global_batch=128"])  # interleaved: counts are multiples of pp
+    got = compare(GPT, ["training.global_batch=256"])  # interleaved: counts are multiples of pp
     assert got["micro_batches_simulated"] == [4, 6, 8]
 
 
 def test_straggler():
-    got = compare(GPT, ONE_F_ONE_B + ["training.global_batch=128", "stragglers=[{ranks = [3], slowdown = 1.3}]"])
+    # 64 micro-batches: (2, 3, 4) is not linear yet, (4, 5, 6) is
+    got = compare(GPT, ONE_F_ONE_B + ["training.global_batch=256", "stragglers=[{ranks = [3], slowdown = 1.3}]"])
     assert got["straggler_cost_s"] > 0
 
 
@@ -78,13 +79,13 @@ def test_moe_uneven_routing_falls_back():
     micro-batch), yet without a pipeline the critical rank's exposed communication is not
     linear at these counts (measured: second difference 6.3e-4 of the step over [2, 3, 4],
     1.7e-3 over [4, 5, 6] at 32 micro-batches): the exact step runs, and says why."""
-    over = ["model.moe.routing=token_choice", "training.global_batch=512"]  # 16 micro-batches
+    over = ["model.moe.routing=token_choice", "training.global_batch=1024"]  # 32 micro-batches
     exact = sim.simulate(load_scenario(MIXTRAL, over)).summary
     got = sim.simulate(load_scenario(MIXTRAL, over + [STEADY])).summary
     assert got["extrapolated"] is False
     assert got["steady_fallback"].startswith("not linear in micro-batches: exposed_comm_s's second difference over "
                                              "[2, 3, 4]"), got["steady_fallback"]
-    assert got["step_time_s"] == exact["step_time_s"] and got["micro_batches_simulated"] == [16]
+    assert got["step_time_s"] == exact["step_time_s"] and got["micro_batches_simulated"] == [32]
 
 
 def test_jitter_is_not_eligible():
@@ -96,12 +97,12 @@ def test_jitter_is_not_eligible():
 def test_not_linear_falls_back(monkeypatch):
     """A straggler that starts slowing mid-step (at 0.13 s: after the 2-micro-batch step's end,
     0.113 s, inside the 3- and 4-micro-batch steps) makes the step's shape depend on its
-    length; let it past the eligibility rule and the linearity test must catch it. With 12
-    micro-batches only the first window (2, 3, 4) is cheaper than the step."""
-    over = ONE_F_ONE_B + ["training.global_batch=48", "stragglers=[{ranks = [3], slowdown = 2.0, start_s = 0.13}]"]
+    length; let it past the eligibility rule and the linearity test must catch it. With 24
+    micro-batches only the first window (2, 3, 4) is at most half the step."""
+    over = ONE_F_ONE_B + ["training.global_batch=96", "stragglers=[{ranks = [3], slowdown = 2.0, start_s = 0.13}]"]
     s = load_scenario(GPT, over + [STEADY])
     assert not counts_of.counts(s).eligible  # (the rule refuses it outright)
-    monkeypatch.setattr(steady, "counts", lambda _s: counts_of.Counts(12, (2, 3, 4)))
+    monkeypatch.setattr(steady, "counts", lambda _s: counts_of.Counts(24, (2, 3, 4)))
     exact = sim.simulate(load_scenario(GPT, over)).summary
     got = sim.simulate(s).summary
     assert got["extrapolated"] is False, got
@@ -129,15 +130,15 @@ def test_unknown_key_exits_2():
 def test_cli_steady_flag(tmp_path):
     trace = tmp_path / "t.json"
     out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, "--steady", "--json", "--set",
-                          "training.global_batch=128", "--trace", str(trace), "--report"], capture_output=True, text=True)
+                          "training.global_batch=256", "--trace", str(trace), "--report"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.splitlines()[0])
     report = out.stdout.splitlines()[1]  # (--report: what held the step, of the run drawn)
-    assert report.endswith("ops -- the 8-micro-batch run of a steady-state estimate (the step has 32 micro-batches "
+    assert report.endswith("ops -- the 8-micro-batch run of a steady-state estimate (the step has 64 micro-batches "
                            "per pipeline; its summary is extrapolated)"), report
     assert summary["extrapolated"] is True and summary["micro_batches_simulated"] == [4, 6, 8]
-    assert summary["micro_batches"] == 32
-    assert "note: step extrapolated from [4, 6, 8] to 32 micro-batches" in out.stderr
+    assert summary["micro_batches"] == 64
+    assert "note: step extrapolated from [4, 6, 8] to 64 micro-batches" in out.stderr
     other = json.loads(trace.read_text())["otherData"]
     assert other["steady_shown"].startswith("the 8-micro-batch run of a steady-state estimate")
     assert other["step_time_s"] < summary["step_time_s"]  # (the trace is the 8-micro-batch run's)
@@ -151,17 +152,18 @@ def test_default_is_exact():
 
 def test_planner_prices_steady_runs():
     """sim/plan/cost.py: under steady mode a candidate's simulation runs the first window's
-    counts (three runs) where they are fewer than its micro-batches, else all of them once."""
+    counts (three runs) where they are at most half its micro-batches, else all of them once."""
     import pandas as pd
     from sim.plan.cost import simulated_micro_batches
 
     c = pd.DataFrame({"schedule": ["1f1b", "interleaved", "1f1b", "1f1b", "dualpipe"],
-                      "pp": [8, 4, 16, 1, 4], "micro": [64, 64, 16, 1, 64]})
+                      "pp": [8, 4, 16, 1, 4], "micro": [64, 96, 16, 1, 64]})
     s = load_scenario(GPT)
     micro, runs = simulated_micro_batches(c, s)
-    assert micro.tolist() == [64, 64, 16, 1, 64] and runs.tolist() == [1] * 5
+    assert micro.tolist() == [64, 96, 16, 1, 64] and runs.tolist() == [1] * 5
     micro, runs = simulated_micro_batches(c, load_scenario(GPT, [STEADY]))
-    # 1f1b pp 8: 8+9+10; interleaved pp 4: 8+12+16; 1f1b pp 16: 16+17+18 > 16; pp 1: 2+3+4 > 1; dualpipe: 8+10+12
+    # at most half the micro-batches: 1f1b pp 8: 8+9+10 of 64; interleaved pp 4: 8+12+16 of 96; dualpipe: 8+10+12
+    # of 64; not: 1f1b pp 16, 16+17+18 of 16; pp 1, 2+3+4 of 1
     assert micro.tolist() == [27, 36, 16, 1, 30] and runs.tolist() == [3, 3, 1, 1, 3]
 
 
