@@ -2,7 +2,8 @@
 runs it): how many layouts it covers, how many it rejects, estimates and simulates, the
 winner, the estimate's rank correlation with the simulations, and the wall time.
 
-Run: ``python bench/plan.py`` (``--only 70b`` to run one; ``--workers N``). Targets: >= 1,000
+Run: ``python bench/plan.py`` (``--only 70b`` to run one; ``--workers N``; ``--steady``: the
+planner simulates in steady-state mode, sim/steady.py, and prices that, sim/plan/cost.py). Targets: >= 1,000
 candidate layouts each, <= 5 minutes each on this 2-core machine, every reported layout
 fits memory.
 
@@ -77,9 +78,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(CASES), action="append")
     parser.add_argument("--workers", default="2")
+    parser.add_argument("--steady", action="store_true",
+                        help="simulate in steady-state mode (--set simulation.micro_batches=steady: sim/steady.py)")
     args = parser.parse_args()
+    steady = ["--set", "simulation.micro_batches=steady"] if args.steady else []
     for name in args.only or list(CASES):
-        show(name, run(name, ["--workers", args.workers]))
+        show(name + (" (steady)" if args.steady else ""), run(name, ["--workers", args.workers, *steady]))
 
 
 if __name__ == "__main__":

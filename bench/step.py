@@ -1,8 +1,9 @@
 """Wall time and peak memory of simulating one training step at scale.
 
 Run: ``python bench/step.py`` (``--quick``: skip the 1k-16k scaling sweep; ``--only NAME``
-(or ``--case``): one of issue 28's cases alone, repeatable; ``--force``: simulate a case the
-work estimate refuses, to time it). Each case runs
+(or ``--case``): one of issue 28's cases alone, repeatable, ``--set K=V`` overriding it;
+``--force``: simulate a case the work estimate refuses, to time it; ``--steady``: time each
+case in steady-state mode too, with its step's difference from the exact one). Each case runs
 in its own subprocess, so its peak RSS is its own; it prints wall and CPU seconds (on a
 shared machine wall time carries other people's load: the load average is printed first),
 peak RSS, and each figure as a fraction of its target. Targets:
@@ -40,6 +41,13 @@ The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load 
 ``gpt-530b`` at ``training.global_batch=315`` 103.4 s -> 85.1 s (engine 88.5 -> 74.2 s,
 3,584,333 events); ``405b-straggler-v4`` 16.9 s -> 14.9 s; 405B 16k 6.1-6.7 s -> 5.9 s;
 + jitter 76.5 s -> 65.6 s.
+Steady-state mode (``python bench/step.py --only 405b-1k --steady``, load average ~9 on 2
+cores): exact 406.6 s wall, 95.9 s CPU, 2.57 GB, 5,148,986 events; steady (16, 24, 32
+micro-batches extrapolated to 192) 157.2 s wall, 38.7 s CPU, 0.76 GB, 1,948,544 events;
+step and MFU 3.4e-13 from exact (2.5x less CPU). ``gpt-1t --steady --force``: exact 1,251.5 s
+wall, 188.7 s CPU, 3.78 GB; steady (64, 65, 66 of 512) 135.1 s wall, 85.4 s CPU, 0.95 GB,
+step 2.2e-13 from exact. The 405B 16k/131k cases (16 micro-batches on pp 16) and gpt-530b
+are not eligible: the three runs would simulate more than the step (docs/scaling.md).
 """
 
 import argparse
@@ -64,7 +72,9 @@ use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "rss_bytes": use.ru_maxrss * 1024,
                   "events": r.summary["sim_events"], "engine_s": r.summary["sim_wall_s"],
                   "step_s": r.summary["step_time_s"], "mfu": r.summary["mfu"], "gpus": r.summary["num_gpus"],
-                  "simulated": len(r.facts.simulated_ranks), "cost_s": r.summary.get("straggler_cost_s")}))
+                  "simulated": len(r.facts.simulated_ranks), "cost_s": r.summary.get("straggler_cost_s"),
+                  "steady": {k: r.summary[k] for k in ("micro_batches", "micro_batches_simulated", "extrapolated",
+                                                       "steady_fallback") if k in r.summary}}))
 """
 LLAMA_405B = "scenarios/llama3-405b-16k-h100.toml"
 GB = 1e9  # the issues' targets are in decimal gigabytes
@@ -177,24 +187,44 @@ CASES = {
 FORCE = False
 
 
-def run_case(name: str) -> None:
+STEADY = False  # --steady: each case also in steady-state mode (sim/steady.py)
+
+
+def run_case(name: str, *more: str) -> None:
+    """One case of :data:`CASES` (``more``: overrides after the case's own); with ``--steady``
+    also in steady-state mode, with its step's relative difference from the exact one."""
     label, scenario, overrides, extra = CASES[name]
-    show(f"{label} [{name}]", measure(scenario, *overrides, extra=extra), 10, 1.5 * GB)
+    exact = measure(scenario, *overrides, *more, extra=extra)
+    show(f"{label} [{name}]{' ' + ' '.join(more) if more else ''}", exact, 10, 1.5 * GB)
+    if STEADY:
+        steady = measure(scenario, *overrides, *more, "simulation.micro_batches=steady", extra=extra)
+        show("    steady-state mode", steady, 10, 1.5 * GB)
+        st = steady["steady"]
+        what = (f"extrapolated from {st['micro_batches_simulated']} to {st['micro_batches']} micro-batches"
+                if st.get("extrapolated") else f"exact ({st.get('steady_fallback')})")
+        rel = abs(steady["step_s"] - exact["step_s"]) / exact["step_s"]
+        mfu = abs(steady["mfu"] - exact["mfu"]) / exact["mfu"]
+        print(f"    {what}; step {rel:.1e} and MFU {mfu:.1e} from exact; wall {exact['wall_s'] / steady['wall_s']:.1f}x "
+              f"faster, CPU {exact['cpu_s'] / steady['cpu_s']:.1f}x")
 
 
 def main() -> None:
-    global FORCE
+    global FORCE, STEADY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 1k-16k scaling sweep")
     parser.add_argument("--only", "--case", choices=sorted(CASES), action="append",
                         help="run only this case of issue 28 (repeatable)")
     parser.add_argument("--force", action="store_true", help="simulate past the work budget (timing a refusal)")
+    parser.add_argument("--steady", action="store_true",
+                        help="also time each case in steady-state mode ([simulation] micro_batches = \"steady\")")
+    parser.add_argument("--set", dest="more", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --only: an override after the case's own (e.g. training.global_batch=512)")
     args = parser.parse_args()
-    FORCE = args.force
+    FORCE, STEADY = args.force, args.steady
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     if args.only:
         for name in args.only:
-            run_case(name)
+            run_case(name, *args.more)
         return
     show("Llama-3-70B FSDP, 1,024 H100", measure("scenarios/llama3-70b-fsdp-1k-h100.toml"), 5, 2 * GB)
     show("Llama-3-405B 4D, 16,384 H100", measure(LLAMA_405B), 60, 4 * GB)

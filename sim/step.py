@@ -25,7 +25,8 @@ from .outputs.metrics import summarize
 from .outputs.result import Result, StepFacts, spans_frame
 from .hardware.faults import compute_scale, perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
-from .input.scenario import Scenario
+from .input.scenario import MicroBatches, Scenario
+from .parallel.steady import exact_copy
 from .parallel.program import Context
 
 
@@ -46,12 +47,22 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     (:func:`sim.work.check`: InputError naming the key that drives the cost) and a run
     past 20x its estimate of CPU is stopped (:func:`sim.work.watchdog`). The summary is
     checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
-    a simulation that stops making progress, is a SimulationError naming the scenario."""
+    a simulation that stops making progress, is a SimulationError naming the scenario.
+    Under ``[simulation] micro_batches = "steady"`` the step is extrapolated from a few
+    micro-batch counts (:mod:`sim.steady`), or simulated exactly where it cannot be."""
     if s.rl is not None:
         raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
     limit = None if force else work.watchdog_seconds(estimate or work.check(s))  # (estimate: checked by the caller)
+    if s.simulation.micro_batches is not MicroBatches.STEADY:
+        with work.watchdog(s.name, limit):
+            return _simulate(s, baseline, e_max, record_links)
+    from . import steady  # a few micro-batch counts, extrapolated; the exact step if not linear
+
+    if limit is not None:  # (the exact step may run after the steady runs: the watchdog allows for both)
+        limit += work.watchdog_seconds(work.estimate(exact_copy(s)))
     with work.watchdog(s.name, limit):
-        return _simulate(s, baseline, e_max, record_links)
+        return steady.simulate(s, lambda each, clean: _simulate(each, clean, e_max, record_links), baseline,
+                               None if force else work.check)
 
 
 def build(s: Scenario, topo: topology.Topology, e_max: float | None = None, domains: list[int] | None = None,

@@ -19,6 +19,7 @@ Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('
 """
 
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 import math
 import signal
@@ -28,7 +29,8 @@ from . import bounds
 from .errors import InputError, SimulationError
 from .hardware.faults import perturbed
 from .input.load import clean_copy, topology_spec
-from .parallel import census
+from .input.scenario import MicroBatches
+from .parallel import census, steady
 from .parallel.layout import Layout
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
@@ -91,7 +93,24 @@ class Work:
 
 
 def estimate(s) -> Work:
-    """The work of ``simulate(s)`` for a checked scenario (sim.load_scenario's result)."""
+    """The work of ``simulate(s)`` for a checked scenario (sim.load_scenario's result). In
+    steady-state mode (``[simulation] micro_batches = "steady"``), what runs: the scenario at
+    each of its few micro-batch counts (sim/parallel/steady.py), one after the other (CPU
+    summed; memory the largest run's, sim/steady.py keeps only the last run's spans), or the
+    exact step where steady mode does not apply."""
+    if s.simulation.micro_batches is MicroBatches.STEADY:
+        plan = steady.counts(s)
+        if plan.eligible:
+            runs = [_estimate(steady.at(s, m)) for m in plan.simulated]
+            last = runs[-1]
+            return dataclasses.replace(last, ops=sum(w.ops for w in runs), events=sum(w.events for w in runs),
+                                       seconds=sum(w.seconds for w in runs), bytes=max(w.bytes for w in runs))
+        return _estimate(steady.at(s, plan.real))
+    return _estimate(s)
+
+
+def _estimate(s) -> Work:
+    """:func:`estimate` of one exact step."""
     ranks, per_rank = census.simulated_ranks(s), census.ops_per_rank(s)
     ops = ranks * per_rank
     if perturbed(s):  # the clean baseline

@@ -26,7 +26,7 @@ LAYERS = [
     ("engine", ("sim.engine",)),
     ("parallelism", ("sim.parallel",)),
     ("outputs", ("sim.outputs",)),
-    ("one step", ("sim.step", "sim.work")),
+    ("one step", ("sim.step", "sim.steady", "sim.work")),
     ("sweeps", ("sim.sweeps",)),
     ("studies and labs", ("sim.studies", "sim.labs")),
     ("capabilities", ("sim.plan", "sim.rl", "sim.campaign", "sim.fabric", "sim.calibrate")),
@@ -230,10 +230,10 @@ def test_a_private_read_across_modules_fails():
 # What a layer launches, moves and computes is said once, by the rank-program builders
 # (tp, cp, ep, passes, ...). The planner (sim/plan/) reads it through
 # sim.parallel.layer_program and the layout's facts (groups, parameters, the layer split
-# and schedule, memory), never a builder's internals; the work census likewise, plus the
+# and schedule, memory, the counts a steady-state run simulates), never a builder's internals; the work census likewise, plus the
 # workload's folding rule (which ranks a run simulates).
 LAYER_INTERFACE = {"sim.parallel.layer_program", "sim.parallel.layout", "sim.parallel.params", "sim.parallel.pp",
-                   "sim.parallel.program", "sim.parallel.memory"}
+                   "sim.parallel.program", "sim.parallel.memory", "sim.parallel.steady"}
 READERS = {"sim.plan": LAYER_INTERFACE, "sim.parallel.census": LAYER_INTERFACE | {"sim.parallel.workload"}}
 
 

@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
     p.add_argument("--cluster-nodes", type=int, default=None,
                    help="with --shared-fabric: nodes of the shared cluster (default: what the jobs need)")
     p.add_argument("--force", action="store_true", help="simulate even past the work budget (sim/work.py)")
+    p.add_argument("--steady", action="store_true",
+                   help="simulate a few micro-batch counts and extrapolate the step, checked linear (sim/steady.py); "
+                        "the same as --set simulation.micro_batches=steady")
     add_calibration_flag(p)
     p.set_defaults(func=run)
 
@@ -49,6 +52,8 @@ def run(args) -> int:
     from ..outputs.progress import status
 
     args.overrides = calibration_overrides(args)
+    if args.steady:
+        args.overrides = [*args.overrides, "simulation.micro_batches=steady"]
     if args.shared_fabric or len(args.scenario) > 1:
         from ..fabric import run_cli
 
@@ -61,6 +66,7 @@ def run(args) -> int:
     estimate = None if args.force else work.check(scenario)  # (a refusal is one line: before any progress line)
     with status(f"simulating {scenario.name} on {scenario.cluster.gpus:,} GPUs"):
         result = simulate(scenario, record_links=bool(args.trace), force=args.force, estimate=estimate)
+    steady_note(result.summary)
     if not result.summary["fits_in_memory"]:
         gpu = gpu_preset(result.facts.gpu)
         print(f"warning: {scenario.name} needs {format_bytes(result.summary['memory_per_gpu_bytes'], gpu.hbm_unit)} "
@@ -71,6 +77,18 @@ def run(args) -> int:
         print_summary(result)
     _exports(args, result)
     return 0
+
+
+def steady_note(summary: dict) -> None:
+    """On stderr, what a steady-state run did (sim/steady.py): extrapolated, or why not."""
+    if "extrapolated" not in summary:
+        return
+    if summary["extrapolated"]:
+        print(f"note: step extrapolated from {summary['micro_batches_simulated']} to {summary['micro_batches']} "
+              f"micro-batches per pipeline (steady state; residual {summary['steady_residual']:.1e} of the step); "
+              "spans, trace and timeline show the largest simulated run", file=sys.stderr)
+    else:
+        print(f"note: steady state not used, the exact step ran: {summary['steady_fallback']}", file=sys.stderr)
 
 
 def _check_outputs(args, scenario) -> None:
@@ -106,6 +124,7 @@ def _exports(args, result) -> None:
     the flag and leaves any old file intact."""
     from ..outputs.paths import written
 
+    result = result.shown or result  # (a steady run's spans are its largest simulated run's)
     if args.spans:
         with written(args.spans, "--spans") as tmp:
             if args.spans.endswith(".csv"):
@@ -152,6 +171,9 @@ def print_summary(result) -> None:
     if "straggler_cost_s" in s:
         rows.append(("straggler cost", format_duration(s["straggler_cost_s"])))
     rows.append(("simulated", f"{s['sim_events']:,} events in {s['sim_wall_s']:.2f} s"))
+    if s.get("extrapolated"):
+        rows.append(("steady state", f"extrapolated from {s['micro_batches_simulated']} to {s['micro_batches']} "
+                                     "micro-batches per pipeline"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

@@ -14,7 +14,7 @@ from ..input.bundled import scenario_file
 from ..input.load import load_scenario
 from .shared import run_shared
 
-UNSUPPORTED = ("trace", "timeline", "timeline_window", "spans", "report", "trace_ranks")
+UNSUPPORTED = ("trace", "timeline", "timeline_window", "spans", "report", "trace_ranks", "steady")
 
 
 def run_cli(args) -> int:

@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..hardware.faults import compute_scale, perturbed
 from ..input.load import clean_copy
 from ..hardware import topology
-from ..input.scenario import Scenario
+from ..input.scenario import MicroBatches, Scenario
 from ..outputs.metrics import summarize
 from ..parallel.memory import peak_memory
 from ..parallel.program import Context
@@ -56,6 +56,11 @@ class Job:
 def run_shared(scenarios: list[Scenario], placement: str = "packed", cluster_nodes: int | None = None) -> dict:
     """Simulate the jobs together and each alone; the report of every job."""
     t0 = time.perf_counter()
+    steady = [i for i, s in enumerate(scenarios) if s.simulation.micro_batches is MicroBatches.STEADY]
+    if steady:  # (the jobs' micro-batches interleave on the shared links: no job's step is its own line)
+        raise InputError("simulation.micro_batches", f"job {steady[0]} ({scenarios[steady[0]].name}) asks for "
+                                                     "'steady', which extrapolates one job's step alone; jobs sharing "
+                                                     "a fabric run every micro-batch: remove it")
     per_node = _check_cluster(scenarios)
     needs = [_nodes_needed(s, per_node, i) for i, s in enumerate(scenarios)]
     total = cluster_nodes if cluster_nodes is not None else sum(needs)

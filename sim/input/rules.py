@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, Scenario
+from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
 
@@ -351,3 +351,6 @@ def _check_rl(s: Scenario, m, gpus: int) -> None:
     if s.stragglers or s.jitter.sigma > 0:
         raise InputError("stragglers" if s.stragglers else "jitter",
                          "not modelled in an [rl] scenario (clustersim rl simulates the pools' steady state)")
+    if s.simulation.micro_batches is MicroBatches.STEADY:
+        raise InputError("simulation.micro_batches", "'steady' extrapolates one training step (clustersim run); an "
+                                                     "[rl] trainer's rows come from its responses: remove it")

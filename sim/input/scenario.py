@@ -13,6 +13,7 @@ count, ``nan``/``inf`` never a number, and a value past physics or representabil
 exit 2 naming the key. Cross-field rules live in sim/input/load.py.
 """
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -259,6 +260,23 @@ class RL(_Section):
     lengths: RLLengths
 
 
+class MicroBatches(StrEnum):
+    """How many of a step's micro-batches the engine simulates (``[simulation] micro_batches``)."""
+
+    ALL = "all"  # every one: the exact step (the default)
+    STEADY = "steady"  # a few, the step extrapolated from them, checked linear (sim/steady.py)
+
+
+class Simulation(_Section):
+    """How the simulator runs a scenario, not what the scenario is. ``micro_batches =
+    "steady"``: simulate the step at three small micro-batch counts, check that the step
+    time and every additive summary quantity is linear in the count, and extrapolate to the
+    scenario's own (sim/steady.py); a step that is not linear, or a scenario whose
+    micro-batches differ (jitter, stragglers that start late), runs exactly instead."""
+
+    micro_batches: MicroBatches = MicroBatches.ALL
+
+
 class Scenario(_Section):
     """A whole scenario. ``model`` holds resolved fields after loading."""
 
@@ -271,3 +289,4 @@ class Scenario(_Section):
     stragglers: list[Straggler] = Field([], max_length=B.FAULTS.hi)
     jitter: Jitter = Jitter()
     rl: RL | None = None  # an RL loop (clustersim rl); [parallel] is then the trainer pool's layout
+    simulation: Simulation = Simulation()

@@ -139,10 +139,13 @@ def _exposed_lines(result) -> list[str]:
 
 
 def report(result) -> str:
-    """Human-readable attribution of the step."""
+    """Human-readable attribution of the step (a steady run's: of its largest simulated run,
+    ``Result.shown``)."""
+    result = result.shown or result
     a = critical_path(result)
     s, lines = result.summary, []
-    lines.append(f"step {a.step_s * 1e3:.2f} ms; critical path of {len(a.path)} ops")
+    lines.append(f"step {a.step_s * 1e3:.2f} ms; critical path of {len(a.path)} ops"
+                 + (f" -- {s['steady_shown']}" if "steady_shown" in s else ""))  # (sim/steady.py)
     slow = straggler_slowdowns(result.scenario, result.facts.topology.spec.gpus_per_node)
     for rank, t in sorted(a.compute_by_rank.items(), key=lambda kv: -kv[1])[:5]:
         note = f"  (straggler, {slow[rank]}x compute)" if rank in slow else ""

@@ -112,17 +112,25 @@ def rank_mean(ctx):
     return mean
 
 
+def throughput(scenario, dims, step: float, peak_flops: float) -> dict:
+    """``tokens_per_s``, ``tflops_per_gpu`` and ``mfu`` of a step of ``step`` seconds: the
+    scenario's global batch and model FLOPs (CONTRACT.md's convention) over that time."""
+    t, n = scenario.training, scenario.cluster.gpus
+    flops = model_flops_per_token(dims, t.seq_len) * t.global_batch * t.seq_len
+    tflops = flops / step / n / 1e12 if step > 0 else 0.0
+    return {"tokens_per_s": t.global_batch * t.seq_len / step if step > 0 else 0.0,
+            "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak_flops}
+
+
 def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float,
               folded_end: float | None = None) -> dict:
     """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s).
     ``folded_end``: when ranks that were not simulated finish, if that can be later than
     every simulated one (sampled jitter)."""
-    t, n = scenario.training, scenario.cluster.gpus
+    n = scenario.cluster.gpus
     step = max(float(spans.end_s.max()) if len(spans) else 0.0, folded_end or 0.0)
     per_rank = rank_times(spans, step)
     critical = critical_rank(per_rank)
-    flops = model_flops_per_token(ctx.dims, t.seq_len) * t.global_batch * t.seq_len
-    tflops = flops / step / n / 1e12 if step > 0 else 0.0
     mean = rank_mean(ctx)
     bubble = float(mean(per_rank.set_index("rank").idle_s) / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
     sent = spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
@@ -130,9 +138,7 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
         "name": scenario.name,
         "num_gpus": n,
         "step_time_s": step,
-        "tokens_per_s": t.global_batch * t.seq_len / step if step > 0 else 0.0,
-        "tflops_per_gpu": tflops,
-        "mfu": tflops * 1e12 / peak_flops,
+        **throughput(scenario, ctx.dims, step, peak_flops),
         "bubble_fraction": bubble,
         "exposed_comm_s": float(critical.exposed_comm_s),
         "comm_bytes_per_gpu": {a: float(mean(sent[a])) if a in sent else 0.0 for a in AXES},

@@ -48,6 +48,10 @@ class Result:
     scenario: Scenario | None = None
     memory: Memory | None = None
     facts: StepFacts | None = None
+    # A steady-state run (sim/steady.py): the largest simulated run, with its own summary (its
+    # ``steady_shown`` says what it is); ``spans`` and ``facts`` are that run's, not the whole
+    # step's. Traces, timelines and reports draw it. None when the spans are the whole step.
+    shown: "Result | None" = None
 
     def to_chrome_trace(self, ranks=None) -> dict:
         """Chrome/Perfetto trace of the spans (see :mod:`sim.outputs.trace`)."""

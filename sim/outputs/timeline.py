@@ -194,7 +194,8 @@ def headline(result) -> str:
     from ..units import format_duration
 
     s = result.summary
-    return f"{s['name']}: {s['num_gpus']:,} GPUs, step {format_duration(s['step_time_s'])}, MFU {s['mfu']:.1%}"
+    text = f"{s['name']}: {s['num_gpus']:,} GPUs, step {format_duration(s['step_time_s'])}, MFU {s['mfu']:.1%}"
+    return text + (f" -- {s['steady_shown']}" if "steady_shown" in s else "")  # (sim/steady.py)
 
 
 def window_note(window, step: float, whole: str = "step") -> str:
@@ -211,8 +212,9 @@ def window_note(window, step: float, whole: str = "step") -> str:
 
 
 def plot_timeline(result, path: str, ranks=None, window=None, title: str | None = None, whole: str = "step") -> None:
-    """One result's timeline as a PNG (``whole``: what its time axis spans, see :func:`window_note`)."""
-    plot_panels([(result, title)], path, ranks, window, whole=whole)
+    """One result's timeline as a PNG (``whole``: what its time axis spans, see :func:`window_note`);
+    a steady run's shows its largest simulated run (``Result.shown``), its title says so."""
+    plot_panels([(result.shown or result, title)], path, ranks, window, whole=whole)
 
 
 def _rows(result, ranks) -> list[tuple]:

@@ -54,7 +54,9 @@ def _describe(group: tuple[int, ...]) -> str:
 
 def chrome_trace(result, ranks=None) -> dict:
     """The trace of ``result`` for ``ranks`` (a list, a selector string, or None; folded
-    ranks show as their representative)."""
+    ranks show as their representative; a steady run's largest simulated run, ``Result.shown``,
+    its ``otherData`` saying so)."""
+    result = getattr(result, "shown", None) or result
     if ranks is None or isinstance(ranks, str):
         ranks = select_ranks(result, ranks)
     ranks = sorted({representative(result, int(r)) for r in ranks})
@@ -100,7 +102,8 @@ def chrome_trace(result, ranks=None) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
                           "ranks_shown": ranks, "simulated_ranks": len(result.facts.simulated_ranks),
-                          "num_gpus": s.get("num_gpus")}}
+                          "num_gpus": s.get("num_gpus"),
+                          **({"steady_shown": s["steady_shown"]} if "steady_shown" in s else {})}}  # (sim/steady.py)
 
 
 def _host_events(programs: dict, ranks, topo, spans_table) -> list[dict]:

@@ -30,6 +30,8 @@ them; a simulation the predictor underrates stops at the planner's point time li
 
 import numpy as np
 
+from ..input.scenario import MicroBatches
+from ..parallel import steady
 from .layers import KINDS
 
 SECONDS_PER_GPU = 2.3e-4  # building the topology and the groups, per GPU (fit: 2.28e-4)
@@ -53,8 +55,9 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     per step). ``layer``: n x kinds x :data:`COUNTS` of its layer programs
     (:meth:`.estimate.Estimator._layer_costs`); ``split``: the layers of each kind of the
     whole model (one stage's :class:`.stages.Split`)."""
-    tp, cp, dp, ep, etp, pp, v, micro = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
-                                                                    "virtual_stages", "micro"))
+    tp, cp, dp, ep, etp, pp, v = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
+                                                            "virtual_stages"))
+    micro, _ = simulated_micro_batches(c, s)
     zero3 = c["zero"].to_numpy() == 3
     ranks = tp * cp * dp  # GPUs of one stage: the copies a cross-domain collective carries
     cross_cp, cross_dp, cross_pp = tp * cp > domain, ranks > domain, ranks >= domain
@@ -68,6 +71,22 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     if uneven(s):
         ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
     return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
+
+
+def simulated_micro_batches(c, s) -> tuple[np.ndarray, np.ndarray]:
+    """Micro-batches the simulation of each candidate of table ``c`` runs in all, and its
+    runs: its ``micro`` once, or under ``[simulation] micro_batches = "steady"`` the three
+    counts of its first window (sim/parallel/steady.py ``window``) where they are at most
+    half its micro-batches (``SHARE``; a window that is not linear costs more: priced as the
+    first, as sim/work.py does)."""
+    micro = c["micro"].to_numpy()
+    if s.simulation.micro_batches is not MicroBatches.STEADY:
+        return micro, np.ones(len(micro))
+    keys = list(zip(c["schedule"].to_numpy(), c["pp"].to_numpy()))
+    first = {k: sum(steady.window(str(k[0]), int(k[1]))[0]) for k in set(keys)}
+    total = np.fromiter((first[k] for k in keys), float, len(keys))
+    cheaper = total <= steady.SHARE * micro
+    return np.where(cheaper, total, micro), np.where(cheaper, float(steady.COUNTS), 1.0)
 
 
 def uneven(s) -> bool:
@@ -85,5 +104,6 @@ def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
     as :func:`counts`)."""
     ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split)
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
-    return (SECONDS_PER_GPU * s.cluster.gpus + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
+    _, runs = simulated_micro_batches(c, s)  # (steady mode: each run builds the cluster)
+    return (SECONDS_PER_GPU * s.cluster.gpus * runs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
             + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A * a2a)
