@@ -178,3 +178,18 @@ def test_refused_where_it_would_do_nothing():
     out = subprocess.run([sys.executable, "-m", "sim", "run", GPT, GPT, "--shared-fabric", "--steady"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--steady: not available with --shared-fabric" in out.stderr, out.stderr
+
+
+def test_sweep_fingerprint_leaves_out_the_default_simulation_section():
+    """A sweep's points written before [simulation] existed keep their fingerprints (the
+    section at its default is not part of it); steady mode is a different point."""
+    from sim.sweeps.grid import _Fingerprints, fingerprint
+    from sim.hardware.topology import load_spec
+    import dataclasses
+    exact = load_scenario(GPT)
+    prints = _Fingerprints({})
+    dump = exact.model_dump(mode="json")
+    del dump["simulation"]
+    spec = dataclasses.asdict(load_spec(exact.cluster.topology))
+    assert prints.valid(exact) == fingerprint({"scenario": dump, "topology": spec})
+    assert prints.valid(load_scenario(GPT, [STEADY])) != prints.valid(exact)

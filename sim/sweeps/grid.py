@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..hardware.topology import load_spec
 from ..input.bundled import scenario_file
 from ..input.load import override_pairs, read_toml, scenario_from_dict
-from ..input.scenario import Scenario
+from ..input.scenario import Scenario, Simulation
 from ..outputs.paths import output_file
 from ..outputs.progress import Progress
 from ..version import __version__
@@ -139,7 +139,10 @@ class _Fingerprints:
         name = s.cluster.topology
         if name not in self.specs:
             self.specs[name] = dataclasses.asdict(load_spec(name))
-        return fingerprint({"scenario": s.model_dump(mode="json"), "topology": self.specs[name], **self.extra})
+        scenario = s.model_dump(mode="json")
+        if s.simulation == Simulation():  # (how it is simulated, left out at its default: the
+            del scenario["simulation"]    # points a sweep wrote before the section existed still match)
+        return fingerprint({"scenario": scenario, "topology": self.specs[name], **self.extra})
 
     def invalid(self, overrides: dict) -> str:
         return fingerprint({"data": self.data, "overrides": overrides, **self.extra})
