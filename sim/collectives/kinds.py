@@ -9,7 +9,7 @@ calibration file's or an nccl-tests table's op) becomes a member once, where it 
 (``CollectiveOp(text)``). The members are ``StrEnum``: JSON, CSV, f-strings and the Chrome
 trace write their plain value, unchanged from the strings they replace.
 
-Run: ``python -m pytest -q tests/test_collectives.py``
+Run: ``python -m pytest -q tests/test_collective_ops.py``
 """
 
 from enum import StrEnum
