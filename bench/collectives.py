@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from sim.hardware import topology  # noqa: E402
 from sim.engine.clock import bare_simpy_rate  # noqa: E402
+from sim.collectives.kinds import ALL_REDUCE, REDUCE_SCATTER  # noqa: E402
 from sim.engine.core import Collective, Engine, Op, RankProgram  # noqa: E402
 from sim.hardware.gpus import gpu_preset  # noqa: E402
 from sim.studies.nccl_tests import bus_factor, time_collective  # noqa: E402
@@ -43,10 +44,10 @@ def training_programs(collectives: bool = True) -> list[RankProgram]:
             c = prog.add(Op(f"fwd{layer}", "compute", "compute", duration=150e-6, deps=prev))
             if not collectives:
                 continue
-            call = Collective(("tp", node, layer), "all_reduce", tp, 32 * 2**20, "ring")
+            call = Collective(("tp", node, layer), ALL_REDUCE, tp, 32 * 2**20, "ring")
             prev = (prog.add(Op(f"tp{layer}", "tp", "comm", comm=call, deps=(c,))),)
             if layer % 4 == 3:
-                call = Collective(("dp", local, layer), "reduce_scatter", dp, 256 * 2**20, "ring")
+                call = Collective(("dp", local, layer), REDUCE_SCATTER, dp, 256 * 2**20, "ring")
                 prog.add(Op(f"dp{layer}", "dp", "comm", comm=call, deps=(c,)))
         programs.append(prog)
     return programs
@@ -95,9 +96,9 @@ def bench_ring(gpus: int, target: float) -> None:
     spec = topology.load_spec("dgx-h100")
     topo = topology.build(spec, gpus, gpu_preset(spec.gpu))
     built = time.perf_counter() - t0
-    sim_s = time_collective(topo, "all_reduce", "ring", tuple(range(gpus)), GIB)
+    sim_s = time_collective(topo, ALL_REDUCE, "ring", tuple(range(gpus)), GIB)
     wall = time.perf_counter() - t0
-    busbw = GIB / sim_s * bus_factor("all_reduce", gpus) / 1e9
+    busbw = GIB / sim_s * bus_factor(ALL_REDUCE, gpus) / 1e9
     print(f"ring all-reduce 1 GiB on {gpus:,} H100: {wall:.2f} s wall (topology {built:.2f} s) "
           f"target < {target:.0f} s: {'OK' if wall < target else 'MISSED'}; "
           f"simulated {sim_s * 1e3:.2f} ms, busbw {busbw:.1f} GB/s")

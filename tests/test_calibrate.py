@@ -11,6 +11,7 @@ import tomllib
 import pytest
 
 from sim.calibrate import fabric, nccl
+from sim.collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
 from sim.hardware.calibration import Calibration
 from sim.model.compute import SUSTAINED
 
@@ -41,7 +42,7 @@ def cli(*args, cwd=None):
 def _tables(tmp_path, truth: Calibration) -> list[Path]:
     sizes = [2 ** k for k in range(3, 34, 3)]
     out = []
-    for op, gpus in (("all_reduce", 8), ("all_gather", 16)):
+    for op, gpus in ((ALL_REDUCE, 8), (ALL_GATHER, 16)):
         table = nccl.Table("x", op, gpus, 0, "auto", True, tuple(nccl.Row(s, 1, 1, None, None, 0) for s in sizes))
         times = fabric.Bench([table], "dgx-h100", "h100-sxm").times(truth)
         path = tmp_path / f"{op}_perf.txt"
@@ -268,12 +269,12 @@ def test_older_nccl_tests_format_and_alltoall_in_place(tmp_path):
     path = tmp_path / "x.txt"
     path.write_text(old)
     t = nccl.parse(path)
-    assert (t.op, t.gpus, t.hosts) == ("all_reduce", 2, 2)
+    assert t.op is ALL_REDUCE and (t.gpus, t.hosts) == (2, 2)  # the table's text read as the member
     assert t.time_s(t.rows[1]) == pytest.approx(41e-6)
     a2a = tmp_path / "alltoall_perf.log"
     a2a.write_text(old.replace("sum", "none").replace("    31.00    0.00    0.00  0e+00", "      N/A     N/A     N/A    N/A"))
     t = nccl.parse(a2a)
-    assert t.op == "all_to_all" and t.rows[0].time_in_s is None and t.time_s(t.rows[0]) == pytest.approx(30e-6)
+    assert t.op is ALL_TO_ALL and t.rows[0].time_in_s is None and t.time_s(t.rows[0]) == pytest.approx(30e-6)
 
 
 def test_rccl_tests_file_with_several_collectives(tmp_path):

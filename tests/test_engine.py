@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from conftest import spec_topology
+from sim.collectives.kinds import ALL_REDUCE, SEND_RECV, CollectiveOp
 from sim.engine.core import Collective, Engine, Op, RankProgram
 from sim.engine.network import Network
 from sim.outputs.result import spans_frame
@@ -52,7 +53,7 @@ class ProcessEngine(Engine):
             else:
                 meeting = self.arrive(op.comm, rank, i)
                 yield meeting.done
-                start = meeting.start if op.comm.op == "send_recv" else start
+                start = meeting.start if op.comm.op is SEND_RECV else start
                 sent = meeting.sent.get(rank, 0.0)
             times.start[i], times.sent[i], times.end[i] = start, sent, env.now
             waiter = waiters.pop(i, None)
@@ -87,7 +88,8 @@ def programs(draw):
             members = draw(st.lists(st.sampled_from(ranks), min_size=2, max_size=len(ranks), unique=True))
         nbytes = draw(st.sampled_from([1e3, 1e6, 8e6, 6.4e7]))
         algo = "direct" if kind in ("send_recv", "all_to_all") else draw(st.sampled_from(["ring", "auto"]))
-        call = Collective((kind, step), kind, tuple(sorted(members)), nbytes, algo)
+        call = None if kind == "compute" else Collective((kind, step), CollectiveOp(kind), tuple(sorted(members)),
+                                                         nbytes, algo)
         for r in members:
             prog = progs[r]
             deps = tuple(draw(st.sets(st.sampled_from(range(len(prog.ops))), max_size=2))) if prog.ops else ()
@@ -131,7 +133,7 @@ def test_network_shortcuts_give_the_general_paths_times(progs):
 
 
 def test_repeated_lone_collective_takes_the_shortcut_and_the_same_time():
-    call = lambda k: Collective(("ar", k), "all_reduce", tuple(range(8, 16)), 6.4e7, "ring")
+    call = lambda k: Collective(("ar", k), ALL_REDUCE, tuple(range(8, 16)), 6.4e7, "ring")
     progs = [RankProgram(r, [Op(f"ar{k}", "dp", "dp", comm=call(k)) for k in range(3)]) for r in range(8, 16)]
     engine = run(Engine, progs)
     spans = spans_frame(engine)
@@ -142,7 +144,7 @@ def test_repeated_lone_collective_takes_the_shortcut_and_the_same_time():
 
 
 def test_held_by_names_the_last_member_and_arrived_the_wait_start():
-    call = Collective(("x",), "all_reduce", (0, 1), 1e6, "ring")
+    call = Collective(("x",), ALL_REDUCE, (0, 1), 1e6, "ring")
     progs = [RankProgram(0, [Op("x", "dp", "comm", comm=call)]),
              RankProgram(1, [Op("work", "compute", "compute", duration=1e-3), Op("x", "dp", "comm", comm=call, deps=(0,))])]
     engine = run(Engine, progs)
@@ -155,8 +157,8 @@ def test_garbage_collector_is_back_as_it_was_after_a_run_and_after_a_deadlock():
     prog = RankProgram(0, [Op("c", "compute", "compute", duration=1e-3)])
     run(Engine, [prog])
     assert gc.isenabled()
-    x = Collective(("x",), "all_reduce", (0, 1), 1e6, "ring")
-    y = Collective(("y",), "all_reduce", (0, 1), 1e6, "ring")
+    x = Collective(("x",), ALL_REDUCE, (0, 1), 1e6, "ring")
+    y = Collective(("y",), ALL_REDUCE, (0, 1), 1e6, "ring")
     stuck = [RankProgram(0, [Op("x", "dp", "comm", comm=x), Op("y", "dp", "comm", comm=y)]),
              RankProgram(1, [Op("y", "dp", "comm", comm=y), Op("x", "dp", "comm", comm=x)])]
     with pytest.raises(RuntimeError, match="deadlock"):
@@ -179,7 +181,7 @@ def test_a_finished_run_leaves_no_stream_for_the_cycle_collector():
     gc.disable()
     try:
         progs = [RankProgram(r, [Op("c", "compute", "compute", duration=1e-3),
-                                 Op("x", "dp", "comm", comm=Collective(("x",), "all_reduce", (0, 1), 1e6, "ring"),
+                                 Op("x", "dp", "comm", comm=Collective(("x",), ALL_REDUCE, (0, 1), 1e6, "ring"),
                                     deps=(0,))]) for r in (0, 1)]
         run(Engine, progs)
         assert not [o for o in gc.get_objects() if type(o) is Stream]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import spec_topology
+from sim.collectives.kinds import ALL_GATHER, ALL_REDUCE, SEND_RECV
 from sim.engine.core import Collective, Engine, Op, RankProgram
 from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
 from sim.engine.maxmin import max_min_rates
@@ -114,7 +115,7 @@ def send_recvs(topo, *flows):
     {key: end time at the receiver}."""
     programs: dict[int, RankProgram] = {}
     for key, src, dst, nbytes in flows:
-        call = Collective((key,), "send_recv", (src, dst), nbytes, "direct")
+        call = Collective((key,), SEND_RECV, (src, dst), nbytes, "direct")
         for rank in (src, dst):
             programs.setdefault(rank, RankProgram(rank)).add(Op(key, "pp", key, comm=call))
     times = run_engine(topo, list(programs.values()))
@@ -154,8 +155,8 @@ def test_a_flow_ending_early_frees_its_share():
 
 def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
     topo, nbytes = spec_topology(32), 2**28
-    inside = Collective(("tp",), "all_reduce", tuple(range(8)), nbytes, "ring")
-    across = Collective(("dp",), "all_reduce", (0, 8, 16, 24), 4 * nbytes, "ring")  # rail 0: no NVLink
+    inside = Collective(("tp",), ALL_REDUCE, tuple(range(8)), nbytes, "ring")
+    across = Collective(("dp",), ALL_REDUCE, (0, 8, 16, 24), 4 * nbytes, "ring")  # rail 0: no NVLink
     programs = [RankProgram(r, [Op("tp", "tp", "tp", comm=inside)]) for r in range(8)]
     programs[0].ops.append(Op("dp", "dp", "dp", comm=across))  # GPU 0 is in both, on two streams
     programs += [RankProgram(r, [Op("dp", "dp", "dp", comm=across)]) for r in (8, 16, 24)]
@@ -167,7 +168,7 @@ def test_nvlink_all_reduce_is_unaffected_by_ib_traffic():
 
 def test_bytes_by_link_adds_up_what_every_hop_carried():
     topo, nbytes, group = spec_topology(8), 2**20, tuple(range(8))
-    calls = [Collective((i,), "all_gather", group, nbytes, "ring") for i in range(2)]
+    calls = [Collective((i,), ALL_GATHER, group, nbytes, "ring") for i in range(2)]
     engine = Engine(topo, [RankProgram(r, [Op("ag", "dp", "comm", comm=c) for c in calls]) for r in group])
     engine.run()
     up = engine.net.bytes_by_link[[topo.link_id[(("gpu", r), ("nvsw", 0))] for r in group]]
@@ -188,7 +189,7 @@ def test_dependency_across_streams_gives_exact_times():
 
 def test_a_late_member_delays_the_collective_for_everyone():
     topo, nbytes = spec_topology(8), 1e8
-    call = Collective(("ar",), "all_reduce", (0, 1), nbytes, "ring")
+    call = Collective(("ar",), ALL_REDUCE, (0, 1), nbytes, "ring")
     t = 2 * 2 * LAT["nvlink"] + nbytes / (H100.nvlink_bw * EFF["nvlink"])  # 2 steps; 2(N-1)/N = 1
     programs = []
     for rank, late in ((0, 1.0), (1, 3.0)):
@@ -202,8 +203,8 @@ def test_a_late_member_delays_the_collective_for_everyone():
 
 
 def test_engine_raises_on_deadlock():
-    x = Collective(("x",), "all_reduce", (0, 1), 1e6, "ring")
-    y = Collective(("y",), "all_reduce", (0, 1), 1e6, "ring")
+    x = Collective(("x",), ALL_REDUCE, (0, 1), 1e6, "ring")
+    y = Collective(("y",), ALL_REDUCE, (0, 1), 1e6, "ring")
     programs = [RankProgram(0, [Op("x", "dp", "comm", comm=x), Op("y", "dp", "comm", comm=y)]),
                 RankProgram(1, [Op("y", "dp", "comm", comm=y), Op("x", "dp", "comm", comm=x)])]
     with pytest.raises(RuntimeError, match="deadlock"):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from conftest import assert_input_error, clustersim, spec_topology
+from sim.collectives.kinds import ALL_REDUCE
 from sim.engine.core import Collective, Engine, Op, RankProgram
 from sim.errors import InputError
 from sim.fabric import placement
@@ -46,7 +47,7 @@ def test_bad_placements_name_the_key(spec, needs, nodes, says):
 # --- two jobs on one oversubscribed spine: exact max-min shares ------------------------
 
 def one_all_reduce(job_ranks=(0, 1), nbytes=B):
-    call = Collective(("ar",), "all_reduce", job_ranks, nbytes, "ring")
+    call = Collective(("ar",), ALL_REDUCE, job_ranks, nbytes, "ring")
     return [RankProgram(r, [Op("ar", "dp", "dp", comm=call)]) for r in job_ranks]
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sim.collectives.kinds import ALL_REDUCE
 from sim.engine.core import Collective, Engine, Op, RankProgram
 from sim.hardware.faults import apply_faults, jitter_fn
 from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
@@ -77,7 +78,7 @@ def test_jitter_step_is_the_max_of_the_ranks_draws():
     for r in group:
         p = RankProgram(r)
         p.add(Op("work", "compute", "compute", d * draw(r, 0)))
-        p.add(Op("ar", "dp", "dp", comm=Collective(("ar",), "all_reduce", group, 1e6), deps=(0,)))
+        p.add(Op("ar", "dp", "dp", comm=Collective(("ar",), ALL_REDUCE, group, 1e6), deps=(0,)))
         progs.append(p)
     eng = Engine(topo, progs)
     eng.run()

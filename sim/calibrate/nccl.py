@@ -22,13 +22,14 @@ from pathlib import Path
 import re
 
 from .. import bounds
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, CollectiveOp
 from ..errors import InputError
 
 MAX_BYTES = 256 << 20  # a long training log or a big sweep of tables
 
-OPS = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
-       "allgather": "all_gather", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
-       "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast"}
+OPS = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": ALL_GATHER, "allgather": ALL_GATHER,
+       "reduce_scatter": REDUCE_SCATTER, "reducescatter": REDUCE_SCATTER, "alltoall": ALL_TO_ALL,
+       "all_to_all": ALL_TO_ALL, "broadcast": BROADCAST}  # a binary's name (all_reduce_perf) -> the collective
 ALGO_NAMES = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "collnet": "collnet",
               "collnetdirect": "collnet", "collnetchain": "collnet", "pat": "pat"}
 TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
@@ -56,7 +57,7 @@ class Table:
     """One nccl-tests run: the collective, the GPUs and servers, what NCCL was told to run."""
 
     path: str
-    op: str
+    op: CollectiveOp
     gpus: int
     hosts: int  # servers seen in the rank lines (0: none listed)
     algo: str  # "auto" unless NCCL_ALGO was set
@@ -189,7 +190,7 @@ def _gpus(ranks: set, path: Path, lines: list[str]) -> int:
                               "cannot tell how many GPUs ran (keep the header nccl-tests prints)")
 
 
-def _op(path: Path, by_name: bool, text: str, rows: list[Row], lines: list[str]) -> str:
+def _op(path: Path, by_name: bool, text: str, rows: list[Row], lines: list[str]) -> CollectiveOp:
     """The collective: the binary named in the table's text, or in the file name (when the file
     holds one table), else what the count column and the reduction say."""
     named = _BINARY.search(text) or (_BINARY.search(path.name.lower().replace("-", "_")) if by_name else None)
@@ -200,19 +201,19 @@ def _op(path: Path, by_name: bool, text: str, rows: list[Row], lines: list[str])
     per = TYPE_BYTES.get(kind)
     redop = first[3].lower() if len(first) > 3 else ""
     if per and redop not in ("none", ""):
-        return "all_reduce" if count * per == size else "reduce_scatter"
+        return ALL_REDUCE if count * per == size else REDUCE_SCATTER
     raise InputError("INPUT", f"{path}:{rows[0].line}: cannot tell the collective "
                               "(all_gather and alltoall print alike): keep the binary's name in the file or name "
                               "the file after it, e.g. all_gather_perf.txt")
 
 
-def render(op: str, gpus: int, gpus_per_node: int, sizes: list[int], times_s: list[float],
+def render(op: CollectiveOp, gpus: int, gpus_per_node: int, sizes: list[int], times_s: list[float],
            algo: str | None = None) -> str:
     """nccl-tests' text for simulated times (what the round-trip tests feed back to the fit):
     the header, one rank line per GPU, the rows (in-place = out-of-place), the average."""
     from ..studies.nccl_tests import bus_factor
 
-    binary = {"all_to_all": "alltoall"}.get(op, op)
+    binary = "alltoall" if op is ALL_TO_ALL else op.value
     out = [f"# {binary}_perf" + (f" with NCCL_ALGO={algo}" if algo else ""),
            f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} step: 2(factor) warmup iters: 5 "
            "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
@@ -223,7 +224,7 @@ def render(op: str, gpus: int, gpus_per_node: int, sizes: list[int], times_s: li
             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"]
     busbws = []
     for size, t in zip(sizes, times_s):
-        count = size // 4 // (1 if op in ("all_reduce", "broadcast") else gpus)
+        count = size // 4 // (1 if op in (ALL_REDUCE, BROADCAST) else gpus)
         algbw = size / t / 1e9
         busbw = algbw * bus_factor(op, gpus)
         busbws.append(busbw)

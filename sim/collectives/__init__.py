@@ -16,33 +16,35 @@ from functools import lru_cache
 from ..errors import InputError
 from ..hardware.switching import Fabric
 from . import collnet, direct, hierarchical, nvls, pat, protocols, ring, tree, tuner
+from .kinds import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, RING_SHIFT, SEND_RECV,
+                    CollectiveOp)
 from .schedule import Phase, Schedule
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "ring_shift")
+OPS = tuple(CollectiveOp)
 ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "hierarchical", "direct", "auto")
-DIRECT_OPS = ("all_to_all", "send_recv", "ring_shift")
+DIRECT_OPS = (ALL_TO_ALL, SEND_RECV, RING_SHIFT)
 
 ALGORITHMS = {
-    ("all_reduce", "ring"): ring.all_reduce,
-    ("all_gather", "ring"): ring.all_gather,
-    ("reduce_scatter", "ring"): ring.reduce_scatter,
-    ("broadcast", "ring"): ring.broadcast,
-    ("all_reduce", "tree"): tree.all_reduce,
-    ("all_reduce", "nvls"): nvls.all_reduce,
-    ("all_gather", "nvls"): nvls.all_gather,
-    ("reduce_scatter", "nvls"): nvls.reduce_scatter,
-    ("all_reduce", "nvls_tree"): nvls.tree_all_reduce,
-    ("all_reduce", "collnet"): collnet.all_reduce,
-    ("all_gather", "collnet"): collnet.all_gather,
-    ("reduce_scatter", "collnet"): collnet.reduce_scatter,
-    ("all_gather", "pat"): pat.all_gather,
-    ("reduce_scatter", "pat"): pat.reduce_scatter,
-    ("all_reduce", "hierarchical"): hierarchical.all_reduce,
-    ("all_gather", "hierarchical"): hierarchical.all_gather,
-    ("reduce_scatter", "hierarchical"): hierarchical.reduce_scatter,
-    ("all_to_all", "direct"): direct.all_to_all,
-    ("send_recv", "direct"): direct.send_recv,
-    ("ring_shift", "direct"): direct.ring_shift,
+    (ALL_REDUCE, "ring"): ring.all_reduce,
+    (ALL_GATHER, "ring"): ring.all_gather,
+    (REDUCE_SCATTER, "ring"): ring.reduce_scatter,
+    (BROADCAST, "ring"): ring.broadcast,
+    (ALL_REDUCE, "tree"): tree.all_reduce,
+    (ALL_REDUCE, "nvls"): nvls.all_reduce,
+    (ALL_GATHER, "nvls"): nvls.all_gather,
+    (REDUCE_SCATTER, "nvls"): nvls.reduce_scatter,
+    (ALL_REDUCE, "nvls_tree"): nvls.tree_all_reduce,
+    (ALL_REDUCE, "collnet"): collnet.all_reduce,
+    (ALL_GATHER, "collnet"): collnet.all_gather,
+    (REDUCE_SCATTER, "collnet"): collnet.reduce_scatter,
+    (ALL_GATHER, "pat"): pat.all_gather,
+    (REDUCE_SCATTER, "pat"): pat.reduce_scatter,
+    (ALL_REDUCE, "hierarchical"): hierarchical.all_reduce,
+    (ALL_GATHER, "hierarchical"): hierarchical.all_gather,
+    (REDUCE_SCATTER, "hierarchical"): hierarchical.reduce_scatter,
+    (ALL_TO_ALL, "direct"): direct.all_to_all,
+    (SEND_RECV, "direct"): direct.send_recv,
+    (RING_SHIFT, "direct"): direct.ring_shift,
 }
 NEEDS_FABRIC = ("nvls", "nvls_tree", "collnet", "pat")  # take the fabric as a fourth argument
 MESH_AWARE = ("ring", "hierarchical")  # lay their rings over an xGMI mesh's links (fourth argument)
@@ -50,7 +52,7 @@ MESH_AWARE = ("ring", "hierarchical")  # lay their rings over an xGMI mesh's lin
 DEFAULT_FABRIC = Fabric("hopper", 370e9, 47.5e9, 0.0, False, 8, 256)
 
 
-def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tuple[int, ...],
+def pick_algorithm(op: CollectiveOp, group: tuple[int, ...], nbytes: float, domains: tuple[int, ...],
                    fabric: Fabric | None = None) -> str:
     """What ``auto`` means: the (algorithm, protocol) NCCL's tuner picks (:mod:`.tuner`)."""
     if op in DIRECT_OPS:
@@ -58,7 +60,7 @@ def pick_algorithm(op: str, group: tuple[int, ...], nbytes: float, domains: tupl
     return tuner.pick(op, nbytes, domains, fabric or DEFAULT_FABRIC).name
 
 
-def unsupported(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | None) -> str | None:
+def unsupported(op: CollectiveOp, algo: str, domains: tuple[int, ...], fabric: Fabric | None) -> str | None:
     """Why this fabric cannot run ``algo`` for this group (None if it can), as NCCL refuses."""
     base = algo.split(":")[0]
     if base not in NEEDS_FABRIC:
@@ -70,7 +72,7 @@ def unsupported(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | N
                 "this cluster's cannot")
     if base in ("nvls", "nvls_tree") and c.local < 2:
         return f"{base!r} reduces inside NVLink domains, but the group has one GPU per domain"
-    if base == "nvls" and c.nodes > 1 and not (f.sharp and op == "all_reduce"):
+    if base == "nvls" and c.nodes > 1 and not (f.sharp and c.op is ALL_REDUCE):
         return (f"'nvls' across {c.nodes} NVLink domains needs SHARP switches (topology sharp = true) and "
                 "all_reduce; use nvls_tree")
     if base in ("nvls", "nvls_tree") and op != "all_reduce" and c.local > 32:
@@ -87,12 +89,12 @@ def unsupported(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | N
     return None
 
 
-def resolve(op: str, algo: str, nbytes: float, domains: tuple[int, ...], fabric: Fabric | None) -> str:
+def resolve(op: CollectiveOp, algo: str, nbytes: float, domains: tuple[int, ...], fabric: Fabric | None) -> str:
     """The algorithm (with protocol) a call runs: ``auto`` asks the tuner."""
     return pick_algorithm(op, (), nbytes, domains, fabric) if algo == "auto" else algo
 
 
-def check(op: str, algo: str, domains: tuple[int, ...], fabric: Fabric | None, key: str = "--algo") -> None:
+def check(op: CollectiveOp, algo: str, domains: tuple[int, ...], fabric: Fabric | None, key: str = "--algo") -> None:
     """Raise InputError(key) if ``algo`` does not implement ``op`` or this fabric cannot run it."""
     if op not in OPS:
         raise InputError("--op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
@@ -125,13 +127,14 @@ def check_programs(programs, topo, key: str) -> None:
 
 
 @lru_cache(maxsize=4096)
-def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
+def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
              domains: tuple[int, ...], shares: tuple | None = None, fabric: Fabric | None = None) -> Schedule:
     """The phases of collective ``op`` over ``group`` (GPU ids) moving ``nbytes``.
     ``shares`` (all_to_all only): (send weights, receive weights) per member, member a
     sending ``nbytes * send[a] * recv[b]`` to member b -- an uneven all-to-all (MoE
     routing); None is the even exchange (send 1, receive 1/N)."""
     check(op, algo, domains, fabric)
+    op = CollectiveOp(op)  # (text from a test or a study becomes the member it names; cached below)
     if len(group) < 2 or nbytes <= 0:
         return Schedule(op, algo, ())
     algo = resolve(op, algo, nbytes, domains, fabric)
@@ -158,5 +161,5 @@ def schedule(op: str, algo: str, group: tuple[int, ...], nbytes: float,
     return Schedule(op, algo, phases)
 
 
-__all__ = ["schedule", "Schedule", "Phase", "OPS", "ALGOS", "pick_algorithm", "check", "check_programs",
+__all__ = ["schedule", "Schedule", "Phase", "CollectiveOp", "OPS", "ALGOS", "pick_algorithm", "check", "check_programs",
            "unsupported", "resolve"]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kinds import CollectiveOp
+
 
 @dataclass(frozen=True, eq=False)
 class Phase:
@@ -45,7 +47,7 @@ class Phase:
 class Schedule:
     """The phases of one collective, run in order."""
 
-    op: str
+    op: CollectiveOp
     algo: str
     phases: tuple[Phase, ...]
 

@@ -23,6 +23,7 @@ Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --expla
 from dataclasses import dataclass
 import math
 
+from .kinds import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE_SCATTER, CollectiveOp
 from .protocols import PROTOCOLS
 
 US, GBS = 1e-6, 1e9
@@ -46,6 +47,7 @@ TREE_CORRECTION = (  # treeCorrectionFactor[protocol][log2(bytes / 64)]
     (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9))
 NVLS_EFF = {"hopper": 0.85, "blackwell": 0.74}  # tuning.cc nvlsEfficiency (as sim.hardware.gpus)
+GATHERS = (ALL_GATHER, REDUCE_SCATTER)  # n - 1 steps, one share each; tuning.cc treats the two alike
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Candidate:
 class Comm:
     """NCCL's view of one communicator on this fabric."""
 
-    op: str
+    op: CollectiveOp
     ranks: int
     nodes: int
     ppn: float  # ranks per node, as NCCL's float nRanks / nNodes
@@ -82,33 +84,34 @@ class Comm:
     @property
     def nsteps(self) -> int:
         n = self.ranks
-        return 2 * (n - 1) if self.op == "all_reduce" else n - 1 if self.op in ("all_gather", "reduce_scatter") else n
+        return 2 * (n - 1) if self.op is ALL_REDUCE else n - 1 if self.op in GATHERS else n
 
     @property
     def index2(self) -> int:
         return self.nodes - 1 if self.nodes <= 2 else 2
 
 
-def comm_of(op: str, domains: tuple, fabric) -> Comm:
-    """Ranks, nodes (NVLink domains) and ranks per node of a group."""
+def comm_of(op: CollectiveOp, domains: tuple, fabric) -> Comm:
+    """Ranks, nodes (NVLink domains) and ranks per node of a group (``op`` may be its text: a
+    study's or a test's; it becomes the member it names)."""
     counts: dict[int, int] = {}
     for d in domains:
         counts[d] = counts.get(d, 0) + 1
-    return Comm(op, len(domains), len(counts), len(domains) / len(counts), max(counts.values()), fabric)
+    return Comm(CollectiveOp(op), len(domains), len(counts), len(domains) / len(counts), max(counts.values()), fabric)
 
 
 def enabled(c: Comm, algo: str, proto: str) -> bool:
     """NCCL's rules for which (algorithm, protocol) may run this collective here."""
     f, op = c.fabric, c.op
-    if op == "broadcast":
+    if op is BROADCAST:
         return algo == "ring"
-    if op in ("all_gather", "reduce_scatter") and algo not in ("pat", "ring", "nvls", "collnet"):
+    if op in GATHERS and algo not in ("pat", "ring", "nvls", "collnet"):
         return False  # (CollNet's: the SHARP plugin's iallgather / ireducescatter, one NIC per GPU)
-    if (op == "all_reduce" and algo == "pat") or (algo not in ("ring", "tree") and proto != "simple"):
+    if (op is ALL_REDUCE and algo == "pat") or (algo not in ("ring", "tree") and proto != "simple"):
         return False
     if algo in ("nvls", "nvls_tree"):
-        multi_ok = c.nodes == 1 or (algo == "nvls_tree") or (f.sharp and op == "all_reduce")
-        arity_ok = op == "all_reduce" or c.local <= 32  # enqueue.cc: NCCL_MAX_NVLS_ARITY local ranks
+        multi_ok = c.nodes == 1 or (algo == "nvls_tree") or (f.sharp and op is ALL_REDUCE)
+        arity_ok = op is ALL_REDUCE or c.local <= 32  # enqueue.cc: NCCL_MAX_NVLS_ARITY local ranks
         return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok and not (algo == "nvls_tree" and c.nodes == 1)
     if algo == "collnet":
         return f.sharp and c.nodes > 1 and f.nvlink_w > 0
@@ -125,7 +128,7 @@ def bus_bandwidth(c: Comm, algo: str, proto: str) -> float:
         return _nvls_bus(c, algo, intra, inter)
     if algo == "pat":
         return inter * 0.75
-    if algo == "collnet" and c.op in ("all_gather", "reduce_scatter"):
+    if algo == "collnet" and c.op in GATHERS:
         return c.local * min(intra / c.local, 0.9 * f.nic_w)  # ppn x min(bwIntra, 0.9 bwInter) per head
     one = c.nodes == 1
     if algo == "ring":
@@ -172,7 +175,7 @@ def tree_cap(c: Comm) -> float:
 def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
     n_ch = NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
     per_ch = intra / n_ch * NVLS_EFF.get(c.fabric.arch, 0.0) * (n_ch - 1) / n_ch
-    per_ch *= 2 if c.op == "all_reduce" else (c.ppn - 1) / c.ppn
+    per_ch *= 2 if c.op is ALL_REDUCE else (c.ppn - 1) / c.ppn
     limits = [per_ch]
     if c.nodes > 1:
         limits.append(inter / n_ch * (2 if c.nodes <= 2 and algo == "nvls_tree" else 1))
@@ -184,7 +187,7 @@ def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
 def algo_bandwidth(c: Comm, algo: str, proto: str) -> float:
     """Bus bandwidth converted to bytes of the collective per second (tuning.cc)."""
     bus = bus_bandwidth(c, algo, proto)
-    if algo != "ring" and c.op in ("all_gather", "reduce_scatter"):
+    if algo != "ring" and c.op in GATHERS:
         return bus
     return bus * (c.ranks / c.nsteps if algo in ("ring", "nvls", "nvls_tree") else 0.5)
 
@@ -196,10 +199,10 @@ def latency(c: Comm, algo: str, proto: str) -> float:
     inter = HW["net"]["tree" if c.ppn == 1 else algo][p]
     base, log_nodes, local = BASE[algo][p], int(math.log2(c.nodes)), int(c.ranks // c.nodes)
     if algo == "ring":
-        if c.op == "broadcast":
+        if c.op is BROADCAST:
             return (base + HW["nvlink" if c.nodes == 1 else "net"]["ring"][p]) * US
         overhead = (3.0 if proto == "simple" else 1.0) if c.nodes > 1 else 0.0
-        n_inter = 0 if c.nodes == 1 else (2 if c.op == "all_reduce" else 1) * (c.nodes - 1)
+        n_inter = 0 if c.nodes == 1 else (2 if c.op is ALL_REDUCE else 1) * (c.nodes - 1)
         return (base + (c.nsteps - n_inter) * max(intra, overhead) + n_inter * inter) * US
     if algo == "tree":
         return (base + 2 * ((local - 1) * intra + log_nodes * inter)) * US
@@ -216,22 +219,22 @@ def predicted(c: Comm, algo: str, proto: str, nbytes: float) -> Candidate:
     """``ncclTopoGetAlgoTime``: latency + bytes / bandwidth, with NCCL's corrections."""
     bw, lat = algo_bandwidth(c, algo, proto), latency(c, algo, proto)
     log_size = int(math.log2(max(int(nbytes) >> 6, 1))) if int(nbytes) >> 6 else -1
-    if algo == "tree" and c.op == "all_reduce" and 0 <= log_size < 23:
+    if algo == "tree" and c.op is ALL_REDUCE and 0 <= log_size < 23:
         bw *= TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
-    if algo == "ring" and proto == "simple" and c.nodes > 1 and c.op == "all_reduce" \
+    if algo == "ring" and proto == "simple" and c.nodes > 1 and c.op is ALL_REDUCE \
             and nbytes / (N_CHANNELS * c.ranks) >= 64:
         lat *= 1.9 if c.arch < 1 else 1.4  # "plateau effect of ring"
     return Candidate(algo, proto, lat, bw, lat + nbytes / bw)
 
 
-def candidates(op: str, nbytes: float, domains: tuple, fabric) -> list[Candidate]:
+def candidates(op: CollectiveOp, nbytes: float, domains: tuple, fabric) -> list[Candidate]:
     """Every enabled (algorithm, protocol) with NCCL's predicted time, in NCCL's order."""
     c = comm_of(op, domains, fabric)
     return [predicted(c, a, p, nbytes) for a in ORDER for p in PROTOCOLS
             if enabled(c, a, p) and bus_bandwidth(c, a, p) > 0]
 
 
-def pick(op: str, nbytes: float, domains: tuple, fabric, algo: str | None = None,
+def pick(op: CollectiveOp, nbytes: float, domains: tuple, fabric, algo: str | None = None,
          proto: str | None = None) -> Candidate:
     """The fastest candidate (the first on ties, as NCCL's loop keeps a strict minimum),
     among those of ``algo`` and ``proto`` when given (NCCL_ALGO, NCCL_PROTO)."""

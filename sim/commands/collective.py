@@ -7,6 +7,7 @@ Example: ``clustersim collective --op all_reduce --algo ring --gpus 64 --topolog
 import json
 
 from .. import collectives
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, CollectiveOp
 from ..collectives.protocols import PROTOCOLS, WITH_PROTOCOLS
 from ..errors import InputError
 from ..studies.nccl_tests import algorithm, build_topology, explain, group_of, measure
@@ -14,7 +15,7 @@ from ..units import parse_sizes
 from ..work import check_gpus
 from .calibrate import add_calibration_flag, calibration_profile
 
-CLI_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+CLI_OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST)
 
 
 def add_parser(sub) -> None:
@@ -42,7 +43,7 @@ def run(args) -> int:
     sizes = parse_sizes(args.sizes)
     if not sizes or min(sizes) < 1:  # e.g. "0.5" rounds down to 0 bytes
         raise InputError("--sizes", f"{args.sizes!r}: give sizes of at least 1 byte (e.g. 8,1M,1G)")
-    check_gpus("--gpus", args.gpus, len(sizes), all_pairs=args.op == "all_to_all")
+    check_gpus("--gpus", args.gpus, len(sizes), all_pairs=args.op is ALL_TO_ALL)
     topo = build_topology(args.topology, args.gpus, args.gpu, calibration_profile(args))
     group = group_of(args.op, args.gpus)
     domains = tuple(int(d) for d in topo.domains[list(group)])
@@ -71,6 +72,7 @@ def _check_args(args) -> None:
         args.algo, args.proto = algo, proto
     if args.op not in CLI_OPS:
         raise InputError("--op", f"unknown collective {args.op!r}; known: {', '.join(CLI_OPS)}")
+    args.op = CollectiveOp(args.op)  # the one place the command line's text becomes the collective
     if args.algo not in collectives.ALGOS:
         raise InputError("--algo", f"unknown algorithm {args.algo!r}; known: {', '.join(collectives.ALGOS)}")
     if args.proto not in (None, "auto") + PROTOCOLS:
@@ -79,7 +81,7 @@ def _check_args(args) -> None:
         raise InputError("--proto", f"{args.algo} runs Simple only (NCCL runs LL and LL128 for ring and tree)")
     if args.gpus < 2:
         raise InputError("--gpus", f"a collective needs at least 2 GPUs, got {args.gpus}")
-    if args.explain and args.op == "all_to_all":
+    if args.explain and args.op is ALL_TO_ALL:
         raise InputError("--explain", "all_to_all is a direct exchange: NCCL's tuner does not choose it")
 
 

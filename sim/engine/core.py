@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from ..collectives.kinds import SEND_RECV
 from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
@@ -121,7 +122,7 @@ class Stream:
         comm = self.ops[pos].comm
         if comm is not None:
             meeting = self.meeting
-            if comm.op == "send_recv":
+            if comm.op is SEND_RECV:
                 self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
             self.sent[i] = meeting.sent.get(self.rank, 0.0)
         now = self.env._now

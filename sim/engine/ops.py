@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import NamedTuple
 
+from ..collectives.kinds import CollectiveOp
 from .kinds import Category, Phase
 from .traffic import SiblingGroups
 
@@ -22,7 +23,7 @@ class Collective:
     """One collective call. ``key`` matches the calls of all members of one instance."""
 
     key: tuple
-    op: str
+    op: CollectiveOp
     group: tuple[int, ...]
     nbytes: float
     algo: str = "auto"

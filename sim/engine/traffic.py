@@ -30,7 +30,7 @@ class SiblingGroups:
         return (tuple(int(r) for r in row) for row in self.rows)
 
 
-def merged_schedule(op: str, algo: str, group: tuple, siblings, nbytes: float, topo: Topology,
+def merged_schedule(op: collectives.CollectiveOp, algo: str, group: tuple, siblings, nbytes: float, topo: Topology,
                     shares: tuple | None = None) -> Schedule:
     """One schedule running the same collective on ``group`` and each of ``siblings`` at
     once, phase by phase, groups in that order. Siblings whose members share NVLink

@@ -9,6 +9,7 @@ Example: ``clustersim run scenarios/llama3.1-70b-fp8-h100.toml``.
 
 from collections import defaultdict
 
+from ..collectives.kinds import SEND_RECV
 from .. import collectives
 from ..hardware.gpus import gpu_preset
 from ..model.transformer import active_params, dims, total_params
@@ -56,7 +57,7 @@ def algorithms(result) -> dict[str, dict[str, int]]:
     for prog in result.facts.programs:
         for op in prog.ops:
             call = op.comm
-            if call is None or call.op == "send_recv" or len(call.group) < 2 or call.nbytes <= 0 \
+            if call is None or call.op is SEND_RECV or len(call.group) < 2 or call.nbytes <= 0 \
                     or call.key in seen:  # a pipeline send/recv has no algorithm to choose
                 continue
             seen.add(call.key)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..collectives.kinds import SEND_RECV
 from ..errors import InputError
 from .host import spans as host_spans
 from .rank_selection import parse_ranks, representative, select_ranks, stands_for
@@ -92,7 +93,7 @@ def chrome_trace(result, ranks=None) -> dict:
         ev = {"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(rank),
               "tid": tids[(rank, r.stream)], "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US, "args": args}
         events.append(ev)
-        if comm is not None and comm.op == "send_recv":
+        if comm is not None and comm.op is SEND_RECV:
             (sends if r.name.startswith("send") else recvs)[comm.key] = ev
     events += _idle_events(sp, tids, topo)
     events += _host_events(programs, ranks, topo, result.spans)

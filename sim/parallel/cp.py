@@ -7,6 +7,7 @@ chunks. Backward circulates K/V and their gradients (twice the bytes). ``paralle
 "torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py).
 """
 
+from ..collectives.kinds import RING_SHIFT
 from ..model.layers import ELEM, attention_core, backward
 from ..engine.kinds import Category
 from . import cp_torch
@@ -40,7 +41,7 @@ def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "
     shift, last = None, deps
     for step in range(cp):
         if step < cp - 1:
-            nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, "ring_shift", _group(b), kv_bytes(b) * scale,
+            nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, RING_SHIFT, _group(b), kv_bytes(b) * scale,
                                deps if shift is None else shift, layer=layer, mb=mb, tag=(step,),
                                group_of=lambda r: b.ctx.layout.group(r, "cp"))
         step_deps = (last,) if shift is None else (last, shift)

@@ -29,6 +29,7 @@ load-balanced chunk that updates half the queries (``partial``) is charged as a 
 Run: ``clustersim validate --rows tt_h100_l8b_cp8_262k --explain tt_h100_l8b_cp8_262k``.
 """
 
+from ..collectives.kinds import ALL_GATHER, RING_SHIFT
 from ..model.compute import Kernel, elementwise
 from ..model.layers import ELEM
 from ..engine.kinds import Category
@@ -67,7 +68,7 @@ def _gather(b, name, deps, layer, mb):
     nq, nv, _ = sizes(b)
     cp = b.ctx.layout.sizes["cp"]
     cat = _cat(b, name, deps, layer, mb)
-    return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, "all_gather", _group(b), cp * ELEM * (nq + nv), (cat,),
+    return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, ALL_GATHER, _group(b), cp * ELEM * (nq + nv), (cat,),
                              layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, "cp"))
 
 
@@ -116,7 +117,7 @@ def backward(b, kernels, layer, mb, deps, name):
         last = b.compute(f"attn_core_{name}", kernels, (last,) if step == 0 else (last, gather), layer, mb)
         last = b.compute(f"cp_grad_acc_{name}", accumulate_kernels(b, step == 0),
                          (last,) if shift is None else (last, shift), layer, mb)
-        shift = b.collective(f"cp_dkv_shift_{name}", AXIS, "ring_shift", _group(b), F32 * (nq + nv), (last,),
+        shift = b.collective(f"cp_dkv_shift_{name}", AXIS, RING_SHIFT, _group(b), F32 * (nq + nv), (last,),
                              layer=layer, mb=mb, tag=(step,), group_of=lambda r: b.ctx.layout.group(r, "cp"))
     return b.compute(f"cp_grad_acc_{name}", [elementwise(CAST * (2 * nq + nv), 1 if not b.ctx.shard.eager else 3)],
                      (last, shift), layer, mb)

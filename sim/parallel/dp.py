@@ -21,6 +21,7 @@ Per step each rank sends 2x its parameter bytes x (N-1)/N.
 
 import math
 
+from ..collectives.kinds import ALL_REDUCE
 from .params import layer_params, stage_layer_ids
 from ..engine.kinds import Category
 
@@ -49,7 +50,7 @@ def bucket_bytes(ctx, stage: int, chunk: int) -> float:
 class GradSync:
     """Buckets one virtual stage's gradients and issues their reduction."""
 
-    op = "all_reduce"
+    op = ALL_REDUCE
     name = "dp_ar"
 
     def __init__(self, b, chunk: int = 0):
@@ -106,5 +107,5 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
     pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)["pp"]))))
     nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
-    return b.collective("copy_grad_ar", Category.PP, "all_reduce", pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
+    return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
                         group_of=pair)

@@ -44,6 +44,7 @@ ep > 1, Megatron's group is expert tp x ep; ep alone here), ``COUNT_BYTES`` per 
 
 from dataclasses import replace
 
+from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.layers import ELEM, backward, experts, router, routed_experts, unpermute
 from . import tp
 from ..engine.kinds import Category
@@ -180,7 +181,7 @@ def split_sizes(b, layer: int, mb: int, deps, permutation, tag: str = "") -> int
     layout, d = b.ctx.layout, b.ctx.dims
     group_of = layout.ep_group if layout.ep > 1 else layout.expert_tp_group
     group = group_of(b.rank)
-    x = b.collective(f"moe_counts_fwd{tag}", AXIS, "all_gather", group, COUNT_BYTES * d.experts * len(group),
+    x = b.collective(f"moe_counts_fwd{tag}", AXIS, ALL_GATHER, group, COUNT_BYTES * d.experts * len(group),
                      deps, layer=layer, mb=mb, group_of=group_of)
     name, dropless = f"permute_fwd{tag}", b.ctx.scenario.model.moe.routing != "token_drop"
     if dropless:
@@ -195,7 +196,7 @@ def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = ""
     """The first all-to-all (backward too: it carries gradients of tokens to the experts)."""
     if b.ctx.layout.ep == 1:
         return deps
-    return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
+    return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
 
 
@@ -207,7 +208,7 @@ def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "")
     on comm_stream), so the unpermutation does not hold up the other micro-batch's compute."""
     x = deps
     if b.ctx.layout.ep > 1:
-        x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, "all_to_all", _group(b), dispatch_bytes(b, layer),
+        x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
                          deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
     stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else "compute"
     return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b)), direction), x,
@@ -225,8 +226,8 @@ def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: s
     etp = layout.etp
     nbytes = etp * ELEM * sum(local_loads(b.ctx, b.rank, layer)) * d.h  # every expert-tp rank's dispatched tokens
     group_of = layout.expert_tp_group
-    x = b.collective(f"etp_ag_{direction}{tag}", tp.AXIS, "all_gather", group_of(b.rank), nbytes, deps,
+    x = b.collective(f"etp_ag_{direction}{tag}", tp.AXIS, ALL_GATHER, group_of(b.rank), nbytes, deps,
                      layer=layer, mb=mb, group_of=group_of)
     x = b.compute(name, kernels, x, layer, mb)  # (the collectives' bytes vary too: built per expert slice)
-    return b.collective(f"etp_rs_{direction}{tag}", tp.AXIS, "reduce_scatter", group_of(b.rank), nbytes, x,
+    return b.collective(f"etp_rs_{direction}{tag}", tp.AXIS, REDUCE_SCATTER, group_of(b.rank), nbytes, x,
                         layer=layer, mb=mb, group_of=group_of)

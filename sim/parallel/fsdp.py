@@ -26,6 +26,7 @@ gradients) is then all-reduced across the dp / dp_shard replicas (FSDP2 on a 2-D
 reduce-scatter over the shard dim, all-reduce over the replicate dim).
 """
 
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from .params import layer_params
 from ..engine.kinds import Category
 
@@ -91,7 +92,7 @@ class Gatherer:
         depth = 1 if self.b.ctx.scenario.training.fsdp_prefetch else 0
         behind = self.layers[pos - depth - 1] if pos - depth - 1 >= 0 else None
         deps = self.computed.get(behind) if behind is not None else None
-        return self.b.collective(f"fsdp_ag_{self.direction}", AXIS, "all_gather", grad_group(self.b),
+        return self.b.collective(f"fsdp_ag_{self.direction}", AXIS, ALL_GATHER, grad_group(self.b),
                                  layer_bytes(self.b, layer), deps, stream="dp", layer=layer, mb=self.mb,
                                  algo=self.b.ctx.scenario.parallel.dp_algo, group_of=_group_of(self.b))
 
@@ -105,10 +106,10 @@ def reduce_scatter(b, layer: int, mb: int, deps) -> int | None:
     if not enabled(b):
         return None
     group, algo = grad_group(b), b.ctx.scenario.parallel.dp_algo
-    op = b.collective("fsdp_rs", AXIS, "reduce_scatter", group, layer_bytes(b, layer), deps,
+    op = b.collective("fsdp_rs", AXIS, REDUCE_SCATTER, group, layer_bytes(b, layer), deps,
                       stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=_group_of(b))
     replicas = b.ctx.layout.replica_group(b.rank)
     if len(replicas) == 1:
         return op
-    return b.collective("hsdp_ar", AXIS, "all_reduce", replicas, layer_bytes(b, layer) / len(group), op,
+    return b.collective("hsdp_ar", AXIS, ALL_REDUCE, replicas, layer_bytes(b, layer) / len(group), op,
                         stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=b.ctx.layout.replica_group)

@@ -32,6 +32,7 @@ from enum import Enum
 
 import numpy as np
 
+from ..collectives.kinds import CollectiveOp
 from ..hardware.gpus import gpu_preset
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
@@ -69,7 +70,7 @@ class LayerCollective:
     """One collective call of the layer on its rank."""
 
     axis: str  # tp, cp, ep, dp, pp (the builder's category)
-    op: str  # all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift, send_recv
+    op: CollectiveOp
     nbytes: float
     group: tuple[int, ...]  # the ranks of its group
 

@@ -9,6 +9,7 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
 """
 
+from ..collectives.kinds import SEND_RECV
 from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
 from . import pp_zero_bubble as zb
 from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak  # (re-exported: the planner reads schedules through pp)
@@ -147,7 +148,7 @@ def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending
     if schedule in zb.ZERO_BUBBLE and chunk:  # each chunk's pipeline its own streams (its own neighbours)
         stream += f"{chunk}"
     name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
-    return b.collective(name, AXIS, "send_recv", (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
+    return b.collective(name, AXIS, SEND_RECV, (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
                         tag=(direction, src_vs, dst_vs), key="p2p",
                         group_of=lambda r: (layout.stage_rank(r, src_stage), layout.stage_rank(r, dst_stage)))
 

@@ -13,6 +13,7 @@ the region's one launch. ``training.compile`` fuses each op's elementwise chains
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..collectives.kinds import CollectiveOp
 from ..model.compute import ComputeModel, Kernel
 from ..model import host
 from ..engine.core import Collective, Op, RankProgram
@@ -203,7 +204,7 @@ class RankBuilder:
         return self.program.add(Op(name, Category.COMPUTE, stream, 0.0, None, _deps(deps), layer, mb, self.stage,
                                    self._phase(), self._issue(host.D2H_SYNC_S), True))
 
-    def collective(self, name: str, axis: Category, op: str, group: tuple[int, ...], nbytes: float,
+    def collective(self, name: str, axis: Category, op: CollectiveOp, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member

@@ -24,8 +24,10 @@ on the gradient-reduction stream). Run ``clustersim run llama3-8b-fsdp-h100 --js
 look for ``grad_norm``, ``grad_norm_ar``, ``optimizer`` and ``loss_ar`` in ``--trace``.
 """
 
+from ..collectives.kinds import ALL_REDUCE
 from ..engine.kinds import Phase
 from ..model.optimizer import grad_norm, optimizer, zero_grad
+from ..model.quant import Recipe
 from .dp import AXIS, GRAD_BYTES
 from .params import rank_params
 
@@ -64,7 +66,7 @@ def finish(b, deps) -> int:
         x = b.compute("grad_norm", grad_norm(params), tuple(deps))
         group, group_of = norm_group(b)
         if len(group) > 1:
-            x = b.collective(NORM_SYNC, AXIS, "all_reduce", group, NORM_BYTES, x, stream="dp",
+            x = b.collective(NORM_SYNC, AXIS, ALL_REDUCE, group, NORM_BYTES, x, stream="dp",
                              group_of=group_of)
         x = optimizer_step(b, params, x)
         loss_sync(b, x)
@@ -75,7 +77,7 @@ def optimizer_step(b, params: float, deps) -> int:
     """Adam on ``params`` parameters (FSDP2: fp32 sharded parameters, no master copy)."""
     p = b.ctx.scenario.parallel
     dense, expert = rank_params(b.ctx, b.stage)
-    te = b.ctx.shard.fp8 and b.ctx.shard.recipe == "te"  # (torchao casts them every micro-batch instead)
+    te = b.ctx.shard.fp8 and b.ctx.shard.recipe is Recipe.TE  # (torchao casts them every micro-batch instead)
     fp8_weights = dense + expert if te else 0.0  # TE casts the full local weights
     kernels = optimizer(params, fp8_weights, GRAD_BYTES if p.zero < 3 else 4, copies_to_model=p.zero < 3)
     return b.compute("optimizer", kernels, deps)
@@ -100,5 +102,5 @@ def loss_sync(b, deps) -> int | None:
     group = layout.group(b.rank, "cp", "dp")
     if len(group) == 1:
         return None
-    return b.collective(LOSS_SYNC, AXIS, "all_reduce", group, LOSS_BYTES, deps, stream="dp",
+    return b.collective(LOSS_SYNC, AXIS, ALL_REDUCE, group, LOSS_BYTES, deps, stream="dp",
                         group_of=lambda r: layout.group(r, "cp", "dp"))

@@ -10,6 +10,7 @@ These sit on the critical path: the next compute op depends on them (with
 
 from dataclasses import dataclass
 
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ..model.layers import ELEM, backward, entry_width
 from ..engine.kinds import Category
 
@@ -107,7 +108,7 @@ def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | N
     default :func:`activation_bytes`)."""
     if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
-    return b.collective(f"{sublayer}_ag", AXIS, "all_gather", _group(b), nbytes or activation_bytes(b), deps,
+    return b.collective(f"{sublayer}_ag", AXIS, ALL_GATHER, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
 
@@ -115,8 +116,8 @@ def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | No
     """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
     if b.ctx.layout.sizes["tp"] == 1:
         return deps
-    op = "reduce_scatter" if b.ctx.scenario.parallel.sequence_parallel else "all_reduce"
-    name = "rs" if op == "reduce_scatter" else "ar"
+    op = REDUCE_SCATTER if b.ctx.scenario.parallel.sequence_parallel else ALL_REDUCE
+    name = "rs" if op is REDUCE_SCATTER else "ar"
     return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
 
@@ -168,7 +169,7 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
         return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
     gather = None
     if b.ctx.scenario.parallel.sequence_parallel:
-        gather = b.collective(f"{sub}_input_ag", AXIS, "all_gather", _group(b), sublayer_bytes(b, sub, True, True),
+        gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, _group(b), sublayer_bytes(b, sub, True, True),
                               x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))

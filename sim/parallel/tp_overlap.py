@@ -42,6 +42,7 @@ tokens/chunks rows on its own would cost GPT-3 175B at tp 4 about 5% of its comp
 Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, tp > 1).
 """
 
+from ..collectives.kinds import REDUCE_SCATTER, RING_SHIFT
 from ..model.layers import backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
@@ -77,7 +78,7 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
     for i in range(tp):
         nxt = None
         if i < tp - 1:
-            nxt = b.collective(f"{sub}_ag", AXIS, "ring_shift", _group(b), nbytes, deps if shift is None else shift,
+            nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, _group(b), nbytes, deps if shift is None else shift,
                                layer=layer, mb=mb, tag=tag + ("ring", i), group_of=_group_of(b))
         x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights)
         shift = nxt
@@ -91,7 +92,7 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, ta
     nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
         x = b.compute(name, slowed, x, layer, mb)
-        done.append(b.collective(f"{sub}_rs", AXIS, "reduce_scatter", _group(b), nbytes, x, layer=layer, mb=mb,
+        done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, _group(b), nbytes, x, layer=layer, mb=mb,
                                  tag=tag + ("pipe", i), group_of=_group_of(b)))
     return tuple(done)
 

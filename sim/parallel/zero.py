@@ -20,6 +20,7 @@ runs within the shard group (megatron/core/distributed/param_and_grad_buffer.py
 parameters keep their expert-data-parallel group.
 """
 
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from . import dp
 from .dp import AXIS, GradSync
 from .params import layer_params
@@ -31,7 +32,7 @@ class ShardedGradSync(GradSync):
     """Bucketed reduce-scatter instead of all-reduce (then, under HSDP, the shard's all-reduce
     across the replicas)."""
 
-    op = "reduce_scatter"
+    op = REDUCE_SCATTER
     name = "zero_rs"
 
     def reduce(self, name: str, group, group_of, nbytes: float, deps, layer: int) -> int:
@@ -40,7 +41,7 @@ class ShardedGradSync(GradSync):
         replicas = layout.replica_group(self.b.rank)
         if name.endswith("_expert") or len(replicas) == 1:  # (expert shards keep their expert-dp group)
             return op
-        return self.b.collective(name + "_replica_ar", AXIS, "all_reduce", replicas, nbytes / len(group), op,
+        return self.b.collective(name + "_replica_ar", AXIS, ALL_REDUCE, replicas, nbytes / len(group), op,
                                  stream="dp", layer=layer, algo=self.b.ctx.scenario.parallel.dp_algo,
                                  group_of=layout.replica_group)
 
@@ -75,7 +76,7 @@ def _gather_chunk(b, layers: list[int], bucket: float, deps) -> dict[int, tuple]
         pending = [pending[0] + dense * PARAM_BYTES, pending[1] + expert * PARAM_BYTES]
         members.append(layer)
         if sum(pending) >= bucket or i == len(layers) - 1:
-            ops = [b.collective("zero_param_ag", AXIS, "all_gather", g, n, deps, stream="dp_ag", layer=layer,
+            ops = [b.collective("zero_param_ag", AXIS, ALL_GATHER, g, n, deps, stream="dp_ag", layer=layer,
                                 algo=b.ctx.scenario.parallel.dp_algo, group_of=fn)
                    for n, (g, fn) in zip(pending, groups) if n > 0 and len(g) > 1]
             waits.update({m: tuple(ops) for m in members})

@@ -12,6 +12,7 @@ layout (Megatron order tp-cp-dp-pp), which every other group mirrors.
 from functools import lru_cache
 
 from ..collectives import tuner
+from ..collectives.kinds import CollectiveOp
 from ..hardware.switching import fabric_of
 from ..parallel.layout import Layout
 
@@ -31,7 +32,7 @@ class Comm:
         return Groups(self.domain, Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ("tp", "cp", "dp", "pp"), ep,
                                           None if etp == tp else etp))
 
-    def _reduce(self, op: str, nbytes: float, domains: tuple[int, ...]) -> float:
+    def _reduce(self, op: CollectiveOp, nbytes: float, domains: tuple[int, ...]) -> float:
         """Seconds of an all_reduce / all_gather / reduce_scatter as NCCL's tuner predicts it."""
         if len(domains) < 2 or nbytes <= 0:
             return 0.0

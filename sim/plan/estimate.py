@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ..hardware.gpus import gpu_preset
 from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
@@ -104,7 +105,7 @@ class Estimator:
         costs = layer_costs(programs, self.price)
         counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
         counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
-        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op == "all_gather"), 0.0)
+        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op is ALL_GATHER), 0.0)
                    for k, lp in programs.items()}
         return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
                          + [gathers.get(k, 0.0)] for k in KINDS])
@@ -206,7 +207,7 @@ class Estimator:
         2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
         the reduce-scatter, once per step, moves what the gather moved)."""
         group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
-        return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in ("all_gather", "reduce_scatter")])
+        return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in (ALL_GATHER, REDUCE_SCATTER)])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:
         """Activation and gradient sends on the fill and drain: 2 (p v - 1) boundary crossings."""
@@ -241,7 +242,7 @@ class Estimator:
         """Seconds per full gradient bucket: all-reduce, reduce-scatter, all-gather over the
         data-parallel group, then the same over the expert-dp group."""
         groups = self.comm.groups(tp, cp, dp, 1, ep, etp)
-        ops = ("all_reduce", "reduce_scatter", "all_gather")
+        ops = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER)
         return np.array([self.comm.reduce(op, self.bucket, groups[axis]) for axis in ("dp", "edp") for op in ops])
 
     def _optimizer(self, g, pp: int, v: int) -> np.ndarray:

@@ -21,6 +21,7 @@ layer, which a one-layer program cannot show); the MoE all-to-alls are reported 
 
 from dataclasses import dataclass
 
+from ..collectives.kinds import ALL_TO_ALL, RING_SHIFT, SEND_RECV
 from ..parallel.layer_program import Kind, LayerProgram, Phase
 
 KINDS = tuple(k.value for k in (Kind.DENSE, Kind.MOE, Kind.EMBEDDING, Kind.OUTPUT, Kind.MTP))
@@ -55,9 +56,9 @@ class Pricer:
         found = self._memo.get(key)
         if found is None:
             domains = tuple(r // self.domain for r in c.group)
-            if c.op == "all_to_all":
+            if c.op is ALL_TO_ALL:
                 found = self.comm.all_to_all(c.nbytes, domains)
-            elif c.op in ("ring_shift", "send_recv"):
+            elif c.op in (RING_SHIFT, SEND_RECV):
                 found = self.comm.p2p(c.nbytes, domains)
             else:
                 found = self.comm.reduce(c.op, c.nbytes, domains)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 import math
 
+from ..collectives.kinds import ALL_REDUCE
 from ..errors import InputError
 from ..hardware.gpus import FABRIC_EFFICIENCY, GPU
 from ..model.compute import GEMM_EFFICIENCY, GEMM_HALF_SIZE
@@ -172,7 +173,7 @@ def allreduce_line(topo, group: tuple[int, ...]) -> tuple[float, float]:
     from ..studies.nccl_tests import time_collective
 
     small, large = 2**20, 2**21
-    t1 = time_collective(topo, "all_reduce", "ring", group, small)
-    t2 = time_collective(topo, "all_reduce", "ring", group, large)
+    t1 = time_collective(topo, ALL_REDUCE, "ring", group, small)
+    t2 = time_collective(topo, ALL_REDUCE, "ring", group, large)
     beta = (t2 - t1) / (large - small)
     return t1 - beta * small, beta

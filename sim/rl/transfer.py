@@ -26,6 +26,7 @@ max-min fairly with whatever else is in flight on it. Two routes:
 import numpy as np
 
 from ..collectives import schedule
+from ..collectives.kinds import BROADCAST
 from ..collectives.schedule import chains_phase
 from ..parallel.layout import Layout
 
@@ -42,7 +43,7 @@ def phases(s, topo, trainer_gpus: int, generators: tuple[int, ...], nbytes: floa
     """The phases of one transfer of ``nbytes`` (the whole model) to every generator GPU."""
     if s.rl.weight_route == "broadcast":
         group = (0,) + tuple(generators)
-        return schedule("broadcast", "ring", group, float(nbytes), tuple(int(topo.domains[g]) for g in group)).phases
+        return schedule(BROADCAST, "ring", group, float(nbytes), tuple(int(topo.domains[g]) for g in group)).phases
     src = sources(s, trainer_gpus)
     pairs = [[(a, b)] for a in src for b in generators]
     per_pair = nbytes / (len(src) * s.rl.generator_tp)

@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from ..collectives.kinds import ALL_REDUCE
 from ..errors import InputError
 from ..input.bundled import EXAMPLES
 from ..outputs.paths import make_dir, written
@@ -111,7 +112,7 @@ def collective_log(topo, algo: str, group: tuple, nbytes: float):
     """(seconds, transfer log) of one all-reduce with every member simulated."""
     from .nccl_tests import run_collective
 
-    engine = run_collective(topo, "all_reduce", algo, group, nbytes, simulate_all=True, record_links=True)
+    engine = run_collective(topo, ALL_REDUCE, algo, group, nbytes, simulate_all=True, record_links=True)
     return engine.env.now, engine.net.log
 
 

@@ -10,17 +10,18 @@ from dataclasses import dataclass
 
 from .. import collectives
 from ..collectives import tuner
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, CollectiveOp
 from ..hardware import mesh, topology
 from ..engine.core import Collective, Engine, Op, RankProgram
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 
 
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' busbw / algbw factor."""
-    if op == "all_reduce":
+def bus_factor(op: CollectiveOp, n: int) -> float:
+    """nccl-tests' busbw / algbw factor (``op``: a member or its text)."""
+    if op == ALL_REDUCE:
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
         return (n - 1) / n
     return 1.0
 
@@ -55,12 +56,13 @@ def _gpu(name: str):
         raise InputError("--gpu", exc.reason) from None
 
 
-def run_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: float,
+def run_collective(topo, op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
                    simulate_all: bool = False, record_links: bool = False) -> Engine:
     """The engine after running one collective alone. Members are symmetric, so by default
     only the first is simulated (the others arrive with it); ``simulate_all`` runs every
-    member; ``record_links`` keeps the network's rate log (``engine.net.log``)."""
-    call = Collective(("bench",), op, group, float(nbytes), algo)
+    member; ``record_links`` keeps the network's rate log (``engine.net.log``). ``op``: a
+    member, or its text (a test's, a calibration table's), which becomes the member here."""
+    call = Collective(("bench",), CollectiveOp(op), group, float(nbytes), algo)
     ranks = group if simulate_all else group[:1]
     programs = [RankProgram(r, [Op(op, "comm", "comm", comm=call)]) for r in ranks]
     engine = Engine(topo, programs)
@@ -70,13 +72,13 @@ def run_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: flo
     return engine
 
 
-def time_collective(topo, op: str, algo: str, group: tuple[int, ...], nbytes: int,
+def time_collective(topo, op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: int,
                     simulate_all: bool = False) -> float:
     """Simulated seconds of one collective (see :func:`run_collective`)."""
     return run_collective(topo, op, algo, group, nbytes, simulate_all).env.now
 
 
-def algorithm(topo, op: str, algo: str, proto: str | None, group: tuple[int, ...], nbytes: float) -> str:
+def algorithm(topo, op: CollectiveOp, algo: str, proto: str | None, group: tuple[int, ...], nbytes: float) -> str:
     """The schedule's algorithm name for ``--algo``/``--proto`` at this size: ``auto``
     leaves to NCCL's tuner what is not given; an explicit algorithm runs Simple unless a
     protocol is given (``auto``: the tuner's best protocol for that algorithm)."""
@@ -89,12 +91,13 @@ def algorithm(topo, op: str, algo: str, proto: str | None, group: tuple[int, ...
                       proto=None if proto in (None, "auto") else proto).name
 
 
-def group_of(op: str, gpus: int) -> tuple[int, ...]:
+def group_of(op: CollectiveOp, gpus: int) -> tuple[int, ...]:
     """The benchmark's group: the first ``gpus`` GPUs (send_recv: first and last)."""
-    return tuple(range(gpus)) if op != "send_recv" else (0, gpus - 1)
+    return tuple(range(gpus)) if op != SEND_RECV else (0, gpus - 1)
 
 
-def measure(topo, op: str, algo: str, gpus: int, sizes: list[int], proto: str | None = None) -> list[Measurement]:
+def measure(topo, op: CollectiveOp, algo: str, gpus: int, sizes: list[int],
+            proto: str | None = None) -> list[Measurement]:
     """One Measurement per size on the first ``gpus`` GPUs of ``topo``."""
     group = group_of(op, gpus)
     rows = []
@@ -105,7 +108,7 @@ def measure(topo, op: str, algo: str, gpus: int, sizes: list[int], proto: str | 
     return rows
 
 
-def explain(topo, op: str, gpus: int, size: int) -> list[dict]:
+def explain(topo, op: CollectiveOp, gpus: int, size: int) -> list[dict]:
     """Every (algorithm, protocol) NCCL's tuner weighs for one size: its predicted latency,
     bandwidth and time, and the time this simulator gives it; the first row is the pick."""
     group = group_of(op, gpus)
