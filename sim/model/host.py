@@ -26,7 +26,7 @@ tests/test_host_measured.py reads each field named here and checks the constant 
   was not measured and is taken to cost the same as a GEMM's.
 - :data:`NCCL_CALL_S`: one c10d call into ProcessGroupNCCL (``collective()``: the eager op,
   ``syncStream``'s event record and wait, the NCCL enqueue and its kernel launch), per kind
-  (:class:`CallKind`), on a world of one GPU (the c10d + NCCL host path, no data moved):
+  (:class:`~sim.collectives.kinds.CollectiveOp`), on a world of one GPU (the c10d + NCCL host path, no data moved):
   all-reduce ``nccl.all_reduce_4KiB.host_s`` 24.2 us (128 MiB: 20.0 us, so not a function of
   the size; a second machine of the same kind measured 28.2 us, in the fp8-step file),
   reduce-scatter ``nccl.reduce_scatter_4KiB.host_s`` 29.0 us, all-to-all
@@ -95,8 +95,8 @@ plain-PyTorch code's (``training.kernels = "pytorch"``: sim/model/eager.py, whic
 back into the fused kernels); within a fused run the bytes stay summed.
 """
 
-from enum import StrEnum
 
+from ..collectives.kinds import CollectiveOp
 from .compute import Kernel
 
 # Estimates (not measured; see the module docstring): the unmeasured costs are built from them.
@@ -113,33 +113,21 @@ P2P_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S  # not measured (no peer on a world 
 SCHEDULE_PASS_S = 10 * EAGER_OP_S  # not measured
 
 
-class CallKind(StrEnum):
-    """The c10d call a collective op is issued with (its value: the op's name in
-    :data:`sim.collectives.OPS`)."""
-
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    BROADCAST = "broadcast"
-    SEND_RECV = "send_recv"
-    RING_SHIFT = "ring_shift"
-
-
 NCCL_CALL_S = {
-    CallKind.ALL_REDUCE: 24.22e-6,  # nccl.all_reduce_4KiB.host_s
-    CallKind.REDUCE_SCATTER: 29.00e-6,  # nccl.reduce_scatter_4KiB.host_s
-    CallKind.ALL_TO_ALL: 40.41e-6,  # nccl.all_to_all_4KiB.host_s
-    CallKind.ALL_GATHER: 25.94e-6,  # fp8-step file: nccl_more.all_gather_4KiB.host_s
-    CallKind.BROADCAST: 20.26e-6,  # fp8-step file: nccl_more.broadcast_4KiB.host_s
-    CallKind.SEND_RECV: P2P_CALL_S,
-    CallKind.RING_SHIFT: P2P_CALL_S,
+    CollectiveOp.ALL_REDUCE: 24.22e-6,  # nccl.all_reduce_4KiB.host_s
+    CollectiveOp.REDUCE_SCATTER: 29.00e-6,  # nccl.reduce_scatter_4KiB.host_s
+    CollectiveOp.ALL_TO_ALL: 40.41e-6,  # nccl.all_to_all_4KiB.host_s
+    CollectiveOp.ALL_GATHER: 25.94e-6,  # fp8-step file: nccl_more.all_gather_4KiB.host_s
+    CollectiveOp.BROADCAST: 20.26e-6,  # fp8-step file: nccl_more.broadcast_4KiB.host_s
+    CollectiveOp.SEND_RECV: P2P_CALL_S,
+    CollectiveOp.RING_SHIFT: P2P_CALL_S,
 }
 
 
-def nccl_call_s(op: str) -> float:
-    """Host seconds of one c10d call of collective ``op`` (a :class:`CallKind` value)."""
-    return NCCL_CALL_S[CallKind(op)]
+def nccl_call_s(op: CollectiveOp | str) -> float:
+    """Host seconds of one c10d call of collective ``op`` (a :class:`~sim.collectives.kinds.CollectiveOp`;
+    text is converted)."""
+    return NCCL_CALL_S[CollectiveOp(op)]
 
 
 def issue_cost(k: Kernel) -> float:
