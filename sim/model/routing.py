@@ -60,11 +60,11 @@ def token_choice(scores: np.ndarray, top_k: int) -> np.ndarray:
         return np.ones(scores.shape, dtype=bool)
     if top_k <= 0:
         return np.zeros(scores.shape, dtype=bool)
-    kth = -np.partition(-scores, top_k - 1, axis=1)[:, top_k - 1:top_k]  # each row's k-th largest
+    kth = np.partition(scores, experts - top_k, axis=1)[:, experts - top_k:experts - top_k + 1].copy()  # k-th largest
     chosen = scores > kth
     tied = scores == kth
     left = top_k - chosen.sum(axis=1, keepdims=True)  # (>= 1: the k-th largest itself is tied)
-    chosen |= tied & (np.cumsum(tied, axis=1) <= left)
+    chosen |= tied & (np.cumsum(tied, axis=1, dtype=np.int32) <= left)
     return chosen
 
 

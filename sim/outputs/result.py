@@ -82,7 +82,8 @@ def spans_frame(engine) -> pd.DataFrame:
     codes, streams = text["stream"]
     rank_of = np.argsort(np.argsort(np.array(streams, dtype=object), kind="stable"))  # (stream values by str order)
     order = np.lexsort((rank_of[codes], cols["start_s"], cols["rank"]))
-    out = {c: _strings(*text[c], order) if c in text else cols[c][order] for c in SPAN_COLUMNS}
+    del ops  # (each unsorted column goes once its sorted copy is made: the peak is the frame's)
+    out = {c: _strings(*text.pop(c), order) if c in text else cols.pop(c)[order] for c in SPAN_COLUMNS}
     return pd.DataFrame(out)
 
 
@@ -111,7 +112,7 @@ def _codes(ops: list, index: int) -> tuple[np.ndarray, list]:
     """Field ``index`` of every op as (codes, distinct values), None a value of its own."""
     values = np.fromiter(map(itemgetter(index), ops), object, count=len(ops))
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return codes, list(uniques)
+    return codes.astype(np.int32), list(uniques)  # (a few hundred distinct values at most)
 
 
 def _strings(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Series:
