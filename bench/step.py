@@ -41,9 +41,10 @@ The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load 
 3,584,333 events); ``405b-straggler-v4`` 16.9 s -> 14.9 s; 405B 16k 6.1-6.7 s -> 5.9 s;
 + jitter 76.5 s -> 65.6 s.
 Steady-state steps replayed, the spans table built by columns (docs/scaling.md, CPU seconds
-before -> after, load average 7-12): ``405b-1k`` 79.0 s -> 70.6 s CPU (336 -> 309 s wall),
-peak RSS 2.57 -> 2.34 GB (5,148,986 events); at ``training.global_batch=384`` the part outside
-the engine 7.3 -> 3.6 s; ``dsv3`` at 512 sequences, building the programs 9.7 s -> 6.5 s.
+before -> after, main e297de4 and this tree in turn, load average 3.6-4.8): ``405b-1k`` 79.1 s
+-> 66.7 s CPU (145 -> 110 s wall), peak RSS 2.57 -> 2.12 GB (5,148,986 events); at
+``training.global_batch=384`` the part outside the engine 7.3 -> 3.6 s (load 7-12); ``dsv3``
+at 512 sequences, building the programs 10.1 s -> 7.6 s.
 """
 
 import argparse
