@@ -49,6 +49,21 @@ def test_the_checker_finds_a_planted_look_ahead():
     assert expert_choice(lower, 2)[0, 0]
 
 
+@pytest.mark.parametrize("values", ["normal", "ties", "signed_zeros"])
+def test_token_choice_is_the_first_k_of_a_stable_sort(values):
+    """token_choice (np.partition, then ties to the lower expert) picks exactly what a stable
+    argsort of the negated scores puts first, ties and -0.0 included, for every k."""
+    rng = np.random.default_rng(7)
+    scores = {"normal": rng.standard_normal((64, 12)).astype(np.float32),
+              "ties": rng.integers(-2, 3, (64, 12)).astype(np.float32),
+              "signed_zeros": np.where(rng.random((64, 12)) < 0.5, -0.0, 0.0).astype(np.float32)}[values]
+    for k in range(0, 13):
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        want = np.zeros(scores.shape, dtype=bool)
+        np.put_along_axis(want, top, True, axis=1)
+        assert (token_choice(scores, k) == want).all(), k
+
+
 def test_routers_respect_top_k_and_capacity():
     s = random_scores(512, 8, 3, 1.0)
     wanted = token_choice(s, 3)

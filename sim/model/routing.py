@@ -51,10 +51,20 @@ def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> i
 
 
 def token_choice(scores: np.ndarray, top_k: int) -> np.ndarray:
-    """[T, E] bool: each token's top-k experts (ties to the lower expert index)."""
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
-    chosen = np.zeros(scores.shape, dtype=bool)
-    np.put_along_axis(chosen, top, True, axis=1)
+    """[T, E] bool: each token's top-k experts (ties to the lower expert index): the
+    experts above the row's k-th largest score, then as many of those equal to it as are
+    left, lowest index first -- the first k of a stable argsort of ``-scores``, found by
+    ``np.partition`` in O(E) per row rather than a sort."""
+    experts = scores.shape[1]
+    if top_k >= experts:
+        return np.ones(scores.shape, dtype=bool)
+    if top_k <= 0:
+        return np.zeros(scores.shape, dtype=bool)
+    kth = np.partition(scores, experts - top_k, axis=1)[:, experts - top_k:experts - top_k + 1].copy()  # k-th largest
+    chosen = scores > kth
+    tied = scores == kth
+    left = top_k - chosen.sum(axis=1, keepdims=True)  # (>= 1: the k-th largest itself is tied)
+    chosen |= tied & (np.cumsum(tied, axis=1, dtype=np.int32) <= left)
     return chosen
 
 

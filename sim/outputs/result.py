@@ -2,6 +2,7 @@
 facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 
 import numpy as np
@@ -63,31 +64,76 @@ class Result:
 def spans_frame(engine) -> pd.DataFrame:
     """The spans of a finished :class:`~sim.engine.core.Engine` run (SPAN_COLUMNS): when each op
     ran, from ``engine.times``, beside the op's own fields; sorted by rank and start (ties
-    in program order, which on one stream is the order the ops ended)."""
+    in program order, which on one stream is the order the ops ended). Built column by
+    column in C (``np.fromiter`` over the ops' fields; each text column from its distinct
+    values and their codes, ``pd.factorize``) and sorted once (``np.lexsort``, stable, as
+    ``sort_values`` sorts): the same frame, dtypes included, as one built from rows."""
     programs = engine.programs
     ops = [op for prog in programs for op in prog.ops]
+    n = len(ops)
     times = [engine.times[prog.rank] for prog in programs]
-    ran = {
+    cols = {
         "rank": np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64),
         "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
     }
     for column, field in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
-        ran[column] = np.array([v for ts in times for v in getattr(ts, field)])  # float64 (int64 if all ints, as from rows)
-    _step_syncs_start_together(engine, ops, ran["start_s"])
-    # (a field by its position, in C: Op is a NamedTuple; dtypes as from rows)
-    own = {c: pd.Series(list(map(itemgetter(Op._fields.index(c)), ops))) for c in OP_COLUMNS}
-    df = pd.DataFrame({c: ran[c] if c in ran else own[c] for c in SPAN_COLUMNS})
-    return df.sort_values(["rank", "start_s", "stream"], kind="stable").reset_index(drop=True)
+        cols[column] = _numbers([getattr(ts, field) for ts in times], n)
+    text = {c: _codes(ops, Op._fields.index(c)) for c in TEXT_COLUMNS}
+    codes, names = text["name"]
+    _step_syncs_start_together(engine, np.isin(codes, [k for k, v in enumerate(names) if v in STEP_SYNCS]),
+                               cols["start_s"])
+    cols.update({c: _ints(ops, Op._fields.index(c)) for c in OP_COLUMNS if c not in TEXT_COLUMNS})
+    codes, streams = text["stream"]
+    rank_of = np.argsort(np.argsort(np.array(streams, dtype=object), kind="stable"))  # (stream values by str order)
+    order = np.lexsort((rank_of[codes], cols["start_s"], cols["rank"]))
+    del ops  # (each unsorted column goes once its sorted copy is made: the peak is the frame's)
+    out = {c: _strings(*text.pop(c), order) if c in text else cols.pop(c)[order] for c in SPAN_COLUMNS}
+    return pd.DataFrame(out)
 
 
-def _step_syncs_start_together(engine, ops: list, starts: np.ndarray) -> None:
+TEXT_COLUMNS = ("stream", "name", "category", "phase")  # str or StrEnum (phase: None outside a step)
+
+
+def _numbers(lists: list[list], n: int) -> np.ndarray:
+    """The values of ``lists`` end to end, as ``np.array`` of them would be (float64, or
+    int64 if all are ints), without a Python float object per value; ``np.array`` itself
+    where other values are (None: an op that never ran)."""
+    try:
+        out = np.fromiter(chain.from_iterable(lists), np.float64, count=n)
+    except TypeError:
+        return np.array(list(chain.from_iterable(lists)))
+    if not any(isinstance(v, float) for v in chain.from_iterable(lists)):  # (stops at the first float)
+        return np.array(list(chain.from_iterable(lists)))
+    return out
+
+
+def _ints(ops: list, index: int) -> np.ndarray:
+    """Field ``index`` of every op (an int: layer, micro-batch, stage) as int64."""
+    return np.fromiter(map(itemgetter(index), ops), np.int64, count=len(ops))
+
+
+def _codes(ops: list, index: int) -> tuple[np.ndarray, list]:
+    """Field ``index`` of every op as (codes, distinct values), None a value of its own."""
+    values = np.fromiter(map(itemgetter(index), ops), object, count=len(ops))
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int32), list(uniques)  # (a few hundred distinct values at most)
+
+
+def _strings(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Series:
+    """The Series pandas builds from the list of the values (its dtype inferred from the
+    distinct values, as from all of them), in ``order``."""
+    return pd.Series(uniques).take(codes[order]).reset_index(drop=True)
+
+
+def _step_syncs_start_together(engine, syncs: np.ndarray, starts: np.ndarray) -> None:
     """A step-end synchronization (the gradient-norm all-reduce over every pipeline stage, the
     loss all-reduce: :data:`sim.parallel.step_end.STEP_SYNCS`) begins, on every member, when
     the last one arrives: a stage that finished its backward early waits there for the
     pipeline to drain, a rank for a slower one's optimizer, and that wait is idle (the
     bubble), not communication -- as a posted receive waiting for its send is
-    (sim/engine/core.py). ``starts``: the flat start column, set in place."""
-    where = [i for i, op in enumerate(ops) if op.name in STEP_SYNCS]
+    (sim/engine/core.py). ``syncs``: whether each op (flat, program after program) is
+    one; ``starts``: the flat start column, set in place."""
+    where = np.flatnonzero(syncs).tolist()
     if not where:
         return
     offsets = np.cumsum([0] + [len(prog.ops) for prog in engine.programs])

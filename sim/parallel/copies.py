@@ -24,7 +24,7 @@ from .folding import dense
 from ..input.scenario import ZERO_BUBBLE_SCHEDULES
 from .ep import expert_kernels
 from .layout import Group
-from .program import RankBuilder, Varying
+from .program import RankBuilder, Varying, timed
 
 
 def programs(ctx, build) -> list[RankProgram]:
@@ -79,31 +79,55 @@ def copyable(ctx, base: RankProgram) -> bool:
 def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | None = None) -> RankProgram:
     """``base`` as rank ``rank`` runs it: each group renamed to ``rank``'s group of the same
     type at the same positions, with that group's siblings; the ``varying`` ops (its local
-    experts', :attr:`.program.RankBuilder.varying`) timed for ``rank``'s own expert slice."""
-    renamed: dict[tuple, tuple] = {}
+    experts', :attr:`.program.RankBuilder.varying`) timed for ``rank``'s own expert slice.
+    (Renamed groups and siblings are kept per group object of ``base``; a steady-state
+    program has few groups and many ops.)"""
     calls: dict[int, Collective] = {}
+    renamed: dict[tuple, tuple] = {}  # (id of a base group, category) -> (group, siblings)
     prog = RankProgram(rank)
     ops = base.ops
     if varying and ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank):
-        ops = list(ops)
-        for v in varying:
-            ops[v.index] = v.op(ctx, ops[v.index], expert_kernels(ctx, rank, v.layer, v.direction))
+        ops = retimed_ops(ctx, ops, rank, varying)
+    out, make, folding = prog.ops, tuple.__new__, ctx.folding
     for op in ops:
         c = op.comm
-        if c is not None:
-            call = calls.get(id(c))
-            if call is None:
-                group = renamed.get(c.group)
-                if group is None:
-                    group = renamed[c.group] = rename(ctx.folding, c.group, rank)
-                key = tuple(group if k is c.group or k == c.group else k for k in c.key)
-                call = calls[id(c)] = Collective(key, c.op, group, c.nbytes, c.algo,
-                                                 ctx.siblings(op.category, group, None), c.shares)
-            op = Op(op.name, op.category, op.stream, op.duration, call, op.deps, op.layer, op.micro_batch, op.stage,
-                    op.phase, op.issue)
-        prog.ops.append(op)
+        if c is None:
+            out.append(op)
+            continue
+        call = calls.get(id(c))
+        if call is None:
+            g = c.group
+            found = renamed.get((id(g), op.category))
+            if found is None:
+                group = rename(folding, g, rank)
+                found = renamed[id(g), op.category] = (group, ctx.siblings(op.category, group, None), g)
+            group, siblings, _g = found
+            call = calls[id(c)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo, siblings,
+                                             c.shares)
+        out.append(make(Op, op[:4] + (call,) + op[5:]))  # (Op's own __new__ takes 3x as long)
     prog.released = base.release() if ops is base.ops else None  # (the same issue costs in the same order)
     return prog
+
+
+def renamed_key(key: tuple, old: tuple, new: tuple) -> tuple:
+    """A collective's key with ``old``, its group, replaced by ``new`` wherever it appears
+    (:meth:`.program.RankBuilder.collective` puts it fourth)."""
+    if len(key) > 3 and key[3] is old and old not in key[:3] and old not in key[4:]:
+        return key[:3] + (new,) + key[4:]
+    return tuple(new if k is old or k == old else k for k in key)
+
+
+def retimed_ops(ctx, ops: list, rank: int, varying: list[Varying]) -> list:
+    """``ops`` with the ``varying`` ones timed for ``rank``'s expert slice (each distinct
+    (layer, direction, fused) timed once per slice: ``ctx.memo``)."""
+    ops, j = list(ops), ctx.layout.ep_index(rank)
+    for v in varying:
+        key = ("expert_timed", v.layer, j, v.direction, v.fuse)
+        times = ctx.memo.get(key)
+        if times is None:
+            times = ctx.memo[key] = timed(ctx, expert_kernels(ctx, rank, v.layer, v.direction), v.fuse)
+        ops[v.index] = v.timed_op(ops[v.index], *times)
+    return ops
 
 
 def rename(folding, group: tuple, rank: int) -> tuple:

@@ -12,6 +12,8 @@ others' traffic is still put on the network (siblings). :mod:`sim.parallel.foldi
 says which ranks those are under stragglers, faults and skewed experts.
 """
 
+from functools import partial
+
 import numpy as np
 
 from ..engine.kinds import Phase
@@ -21,7 +23,7 @@ from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.topology import FatTreeSpec
 from ..model.layers import Shard
-from . import copies, dp, ep_overlap, jitter, pp, step_end, zero
+from . import copies, dp, ep_overlap, jitter, pp, replay, step_end, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import moe_block_ids, stage_layer_ids
@@ -136,24 +138,19 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
     last = {chunk: mb for step in steps for kind, mb, chunk in step if kind != "F"}  # each chunk's last backward
     final, deferred, chunk_end = [], {}, {}
+    memo = replay.StepMemo(b) if replay.ENABLED else None
     for step in steps:
         if step[0][0] == "W":
             b.host(host.SCHEDULE_PASS_S)
             with b.phase_of(Phase.BACKWARD):  # (a zero-bubble W: the weight-gradient half of a backward)
                 chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
             continue
-        passes = [open_pass(b, chunks, vstages, syncs, param_waits, item, last) for item in step]
-        if len(passes) == 2:
-            ep_overlap.interleave(*passes)
-        else:
-            passes[0].run()
-        for ps, (kind, mb, chunk) in zip(passes, step):
-            with b.phase_of(ps.phase):
-                final += close_pass(b, ps, vstages[chunk], chunk)
-            if kind == "I":
-                deferred[mb, chunk] = ps
+        run = partial(run_step, b, chunks, vstages, syncs, param_waits, step, last, deferred)
+        added, xs = memo.run(step, run) if memo is not None and steady(step, last) else run()
+        final += added
+        for (kind, _mb, chunk), x in zip(step, xs):
             if kind != "F":
-                chunk_end[chunk] = ps.x
+                chunk_end[chunk] = x
     with b.phase_of(Phase.BACKWARD):  # overlap_grad_reduce = false: every bucket after the whole backward
         for sync in syncs.values():
             sync.after_backward(tuple(chunk_end.values()))
@@ -167,6 +164,31 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
         with b.phase_of(Phase.OPTIMIZER):  # overlap_param_gather = false: gathered before the step returns
             zero.gather_params(b, chunks, update)
     return b
+
+
+def steady(step: tuple, last: dict) -> bool:
+    """Whether a step builds the same ops as the other steps of its shape but for their
+    micro-batch (:mod:`.replay`): forwards and backwards, but not a chunk's last backward
+    (its gradient buckets) or a zero-bubble input-gradient pass (its W pass comes later)."""
+    return all(kind == "F" or (kind == "B" and mb != last[chunk]) for kind, mb, chunk in step)
+
+
+def run_step(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, step: tuple, last: dict,
+             deferred: dict) -> tuple[list[int], list]:
+    """One step of the schedule (a pass, or a combined forward/backward pair): the ops the
+    optimizer waits for, and each pass's last op."""
+    passes = [open_pass(b, chunks, vstages, syncs, param_waits, item, last) for item in step]
+    if len(passes) == 2:
+        ep_overlap.interleave(*passes)
+    else:
+        passes[0].run()
+    final = []
+    for ps, (kind, mb, chunk) in zip(passes, step):
+        with b.phase_of(ps.phase):
+            final += close_pass(b, ps, vstages[chunk], chunk)
+        if kind == "I":
+            deferred[mb, chunk] = ps
+    return final, [ps.x for ps in passes]
 
 
 def open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:

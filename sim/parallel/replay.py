@@ -1,0 +1,132 @@
+"""Steady-state pipeline steps built once and replayed: a rank's schedule repeats the same
+step (a forward or backward pass of one chunk, or a combined forward/backward pair) for
+micro-batch after micro-batch, and every such step adds the same ops but for the
+micro-batch they carry (``Op.micro_batch``, the collective's key) and where they sit in
+the program (their ``deps`` on each other).
+
+:class:`StepMemo` keys a step by its shape (each item's kind, chunk and micro-batch
+relative to the first) and the builder's state entering it (host seconds pending, CUDA-graph
+capture, phase). The first step of a shape is built and kept as a template; the second is
+built too and compared, op for op, with the template replayed at its place: equal ops,
+equal ops of another rank's expert slice to retime (``RankBuilder.varying``), equal host
+state after it and equal results (the ops the optimizer waits for, each chunk's last op),
+so its dependencies on ops before it are the same and its micro-batch enters only where
+the replay puts it. Only then are later steps of that shape replayed instead of built
+(each op: its template with the micro-batch shifted and its own deps moved by the
+distance between the two steps). A step that differs from its template (the first
+micro-batch's FSDP gathers) becomes the new template and is checked again, up to
+:data:`RETRIES` times; then that shape is always built. Steps whose builds differ by
+design are never memoized: the last backward of each chunk (gradient buckets), the
+zero-bubble schedules' deferred input-gradient passes, and the W passes.
+``tests/test_replay.py`` builds programs with and without it and compares every op.
+
+Used by :func:`sim.parallel.workload.build_rank`; ``ENABLED`` switches it off (tests).
+"""
+
+from dataclasses import replace
+
+from ..engine.core import Collective, Op
+
+ENABLED = True
+RETRIES = 3  # templates replaced (a step unlike the last) before a shape is always built
+
+
+class _Template:
+    """One built step: its ops as (op, deps before the step, deps inside it relative to its
+    start), what it appended to ``varying``, the host seconds pending after it, its results."""
+
+    __slots__ = ("start", "mb", "ops", "varying", "pending", "out", "verified", "misses")
+
+    def __init__(self, ops, start: int, mb: int, varying, pending: float, out):
+        self.start, self.mb, self.varying, self.pending, self.out = start, mb, varying, pending, out
+        self.ops = []
+        for op in ops:
+            if op.comm is not None and op.comm.key[2] != op.micro_batch:
+                raise _Unreplayable  # (RankBuilder.collective puts the micro-batch third in every key)
+            ext = tuple(d for d in op.deps if d < start)
+            rel = tuple(d - start for d in op.deps if d >= start)
+            self.ops.append((op, ext, rel))
+        self.verified, self.misses = False, 0
+
+    def replayed(self, base: int, mb: int) -> list[Op]:
+        """The ops of this step at program index ``base`` for micro-batch ``mb``."""
+        shift, out = mb - self.mb, []
+        append, make = out.append, tuple.__new__  # (Op's own __new__ takes 3x as long)
+        at = list(range(base, base + len(self.ops)))  # (one int object per op, shared by its dependants' deps)
+        for op, ext, rel in self.ops:
+            deps = ext + tuple([at[r] for r in rel]) if rel else ext
+            m = op.micro_batch
+            c = op.comm
+            if m >= 0:
+                m += shift
+                if c is not None:
+                    key = c.key
+                    c = Collective(key[:2] + (m,) + key[3:], c.op, c.group, c.nbytes, c.algo, c.siblings, c.shares)
+            append(make(Op, (op.name, op.category, op.stream, op.duration, c, deps, op.layer, m, op.stage,
+                             op.phase, op.issue, op.sync)))
+        return out
+
+    def moved(self, value, base: int):
+        """A result of the step (an op index, None, nested tuples or lists) moved to ``base``."""
+        if isinstance(value, int):
+            return value + base - self.start if value >= self.start else value
+        if value is None:
+            return None
+        return type(value)(self.moved(v, base) for v in value)
+
+    def moved_varying(self, base: int) -> list:
+        return [replace(v, index=v.index + base - self.start) for v in self.varying]
+
+
+class _Unreplayable(Exception):
+    pass
+
+
+class StepMemo:
+    """The templates of one rank's steps (:func:`sim.parallel.workload.build_rank`)."""
+
+    def __init__(self, b):
+        self.b = b
+        self.templates: dict[tuple, _Template | None] = {}  # None: a shape always built
+
+    def run(self, step: tuple, build):
+        """The results of ``build()`` (which adds ``step``'s ops to the rank's program):
+        built, or replayed from a verified template of the same shape."""
+        b = self.b
+        first = step[0][1]
+        key = (tuple((kind, chunk, mb - first) for kind, mb, chunk in step), b.pending, b.captured, b.phase,
+               b.deferred is None, b.varying is None)
+        found = self.templates.get(key, False)
+        ops = b.program.ops
+        if found is not None and found is not False and found.verified:
+            base = len(ops)
+            ops += found.replayed(base, first)
+            if found.varying:
+                b.varying += found.moved_varying(base)
+            b.pending = found.pending
+            return found.moved(found.out, base)
+        start, vstart = len(ops), None if b.varying is None else len(b.varying)
+        out = build()
+        if found is None or (vstart is not None and b.varying is None):
+            if vstart is not None and b.varying is None:
+                self.templates[key] = None  # (a split expert op: this rank's copies are built, not retimed)
+            return out
+        try:
+            new = _Template(ops[start:], start, first, [] if vstart is None else b.varying[vstart:], b.pending, out)
+        except _Unreplayable:
+            self.templates[key] = None
+            return out
+        if found is False:
+            self.templates[key] = new
+        elif _same(found, new, start, first):
+            found.verified = True
+        else:
+            new.misses = found.misses + 1
+            self.templates[key] = new if new.misses <= RETRIES else None
+        return out
+
+
+def _same(old: _Template, new: _Template, base: int, mb: int) -> bool:
+    """Whether ``new`` (built at ``base`` for micro-batch ``mb``) is ``old`` replayed there."""
+    return (old.pending == new.pending and old.replayed(base, mb) == [op for op, _e, _r in new.ops]
+            and old.moved_varying(base) == new.varying and old.moved(old.out, base) == new.out)
