@@ -46,7 +46,6 @@ TREE_CORRECTION = (  # treeCorrectionFactor[protocol][log2(bytes / 64)]
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
     (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9))
-NVLS_EFF = {"hopper": 0.85, "blackwell": 0.74}  # tuning.cc nvlsEfficiency (as sim.hardware.gpus)
 GATHERS = (ALL_GATHER, REDUCE_SCATTER)  # n - 1 steps, one share each; tuning.cc treats the two alike
 
 
@@ -174,7 +173,9 @@ def tree_cap(c: Comm) -> float:
 
 def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
     n_ch = NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
-    per_ch = intra / n_ch * NVLS_EFF.get(c.fabric.arch, 0.0) * (n_ch - 1) / n_ch
+    # (the fabric's NVLS efficiency: tuning.cc's nvlsEfficiency of NCCL's own NVLink figure,
+    # sim.hardware.switching.fabric_of, the one the simulated NVLS hops run at)
+    per_ch = intra / n_ch * c.fabric.nvls * (n_ch - 1) / n_ch
     per_ch *= 2 if c.op is ALL_REDUCE else (c.ppn - 1) / c.ppn
     limits = [per_ch]
     if c.nodes > 1:
