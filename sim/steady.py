@@ -30,11 +30,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from .hardware.faults import straggler_slowdowns
-from .hardware.gpus import gpu_preset, low_peak
+from .hardware.gpus import gpu_preset
 from .engine.kinds import COMM_AXES
 from .model import transformer as model_costs
 from .outputs import invariants
-from .outputs.metrics import throughput
+from .outputs.metrics import memory_fields, throughput
 from .outputs.result import Result
 from .parallel import layer_program
 from .parallel.memory import peak_memory
@@ -149,15 +149,14 @@ def _extrapolated(s: Scenario, last: Result, runs: list[_Run], real: int, residu
                    bubble_fraction=q["idle_s"] / step if s.parallel.pp > 1 else 0.0,
                    exposed_comm_s=q["exposed_comm_s"],
                    comm_bytes_per_gpu={a: q[f"comm_bytes_per_gpu.{a}"] for a in COMM_AXES},
-                   memory_per_gpu_bytes=float(memory.total), fits_in_memory=bool(memory.total <= gpu.hbm_bytes))
+                   **memory_fields(memory, gpu.hbm_bytes))
     if "straggler_cost_s" in q:
         summary["straggler_cost_s"] = q["straggler_cost_s"]
     summary.update(sim_events=cost[0], sim_wall_s=round(cost[1], 3),
                    micro_batches=real, micro_batches_simulated=[r.m for r in runs], extrapolated=True,
                    steady_residual=residual)
     floor = max(_line(b.busy[k], c.busy[k], b.m, c.m, real) for k in c.busy)
-    peak = low_peak(gpu, s.training.precision) or gpu.peak_flops
-    invariants.check(summary, floor, s.name, peak / gpu.peak_flops)
+    invariants.check(summary, floor, s.name, invariants.mfu_ceiling(gpu, s.training.precision))
     shown = dataclasses.replace(last, summary={**last.summary, "steady_shown": shown_note(c.m, real)})
     return Result(summary, last.spans, s, memory, last.facts, shown=shown)
 

@@ -18,7 +18,7 @@ from .hardware import topology
 from .parallel import workload
 from .engine.core import Engine, RankProgram, cycle_collector_paused
 from .errors import InputError, SimulationError
-from .hardware.gpus import gpu_preset, low_peak
+from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
@@ -129,8 +129,8 @@ def _simulate_paused(s: Scenario, baseline: bool, e_max: float | None, record_li
         clean = _simulate(clean_copy(s), False, e_max, False, None if s.cluster.faults else topo)
         summary["straggler_cost_s"] = summary["step_time_s"] - clean.summary["step_time_s"]
     slow = straggler_slowdowns(s, topo.spec.gpus_per_node, from_start=True)
-    peak = low_peak(gpu, s.training.precision) or gpu.peak_flops
-    invariants.check(summary, invariants.compute_floor(programs, slow), s.name, peak / gpu.peak_flops)
+    invariants.check(summary, invariants.compute_floor(programs, slow), s.name,
+                     invariants.mfu_ceiling(gpu, s.training.precision))
     facts = StepFacts(topo, sorted(ctx.simulated), programs, ctx.layout, ctx.folding, gpu_name, ctx.micro_batches,
                       engine.net.bytes_by_link, engine.held_by, engine.arrived, engine.net.log)
     return Result(summary, spans, s, memory, facts)

@@ -133,7 +133,7 @@ def nccl_call_s(op: CollectiveOp | str) -> float:
 def issue_cost(k: Kernel) -> float:
     """Host seconds to issue one launch of ``k`` eagerly: a library call (GEMM, flash
     attention) or a memory-bound kernel's operator."""
-    return GEMM_ISSUE_S if k.flops or k.attn else KERNEL_ISSUE_S
+    return KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S
 
 
 def launches(kernels) -> int:

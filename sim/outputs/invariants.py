@@ -19,6 +19,7 @@ every result; ``clustersim run`` therefore never prints an impossible one.
 import math
 
 from ..errors import SimulationError
+from ..hardware.gpus import low_peak
 
 _ROUNDING = 1e-9  # relative: sums of op times in another order differ in the last bits
 
@@ -58,6 +59,12 @@ def violations(summary: dict, floor_s: float, mfu_max: float = 1.0) -> list[str]
     if cost is not None and not math.isfinite(cost):
         found.append(f"straggler_cost_s = {cost!r} is not finite")
     return found
+
+
+def mfu_ceiling(gpu, precision: str) -> float:
+    """The highest MFU a step can show: the precision's dense peak (FP8, MXFP8, NVFP4) over
+    the BF16 peak that MFU is quoted against (1 in BF16)."""
+    return (low_peak(gpu, precision) or gpu.peak_flops) / gpu.peak_flops
 
 
 def check(summary: dict, floor_s: float, scenario: str, mfu_max: float = 1.0) -> None:

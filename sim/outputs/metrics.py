@@ -122,6 +122,11 @@ def throughput(scenario, dims, step: float, peak_flops: float) -> dict:
             "tflops_per_gpu": tflops, "mfu": tflops * 1e12 / peak_flops}
 
 
+def memory_fields(memory, hbm_bytes: float) -> dict:
+    """``memory_per_gpu_bytes`` and ``fits_in_memory`` of a peak-memory breakdown."""
+    return {"memory_per_gpu_bytes": float(memory.total), "fits_in_memory": bool(memory.total <= hbm_bytes)}
+
+
 def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float,
               folded_end: float | None = None) -> dict:
     """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s).
@@ -142,6 +147,5 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
         "bubble_fraction": bubble,
         "exposed_comm_s": float(critical.exposed_comm_s),
         "comm_bytes_per_gpu": {a: float(mean(sent[a])) if a in sent else 0.0 for a in AXES},
-        "memory_per_gpu_bytes": float(memory.total),
-        "fits_in_memory": bool(memory.total <= hbm_bytes),
+        **memory_fields(memory, hbm_bytes),
     }

@@ -26,7 +26,7 @@ Run: ``python -c "import sim; from sim.parallel import steady; print(steady.coun
 
 from dataclasses import dataclass
 
-from ..input.scenario import V_SCHEDULES, Scenario
+from ..input.scenario import V_SCHEDULES, Scenario, Simulation
 
 COUNTS = 3  # the fewest counts that test linearity (a second difference) besides fitting it
 # At most this share of the step's micro-batches simulated by the steady runs: past it they save
@@ -102,8 +102,6 @@ def counts(s: Scenario) -> Counts:
 def at(s: Scenario, m: int) -> Scenario:
     """``s`` with ``m`` micro-batches per pipeline (only ``training.global_batch`` changes) and
     its micro-batches simulated exactly."""
-    from ..input.scenario import Simulation
-
     batch = m * s.parallel.dp * s.training.micro_batch
     return s.model_copy(update={"training": s.training.model_copy(update={"global_batch": batch}),
                                 "simulation": Simulation()})
