@@ -103,13 +103,10 @@ class Varying:
     layer: int
     direction: str
 
-    def op(self, ctx: Context, base: Op, kernels) -> Op:
-        """``base`` timed for ``kernels`` (what :meth:`RankBuilder.compute` would have built)."""
-        return self.timed_op(base, *timed(ctx, kernels, self.fuse))
-
     def timed_op(self, base: Op, duration: float, own: float) -> Op:
         """``base`` with ``duration`` and, but inside a captured region, ``own`` issue seconds
-        (:func:`timed`'s pair for this op's kernels)."""
+        (:func:`timed`'s pair for this op's kernels: what :meth:`RankBuilder.compute` would
+        have built; sim/parallel/copies.py ``retimed_ops``)."""
         return base._replace(duration=duration, issue=self.pending + (0.0 if self.captured else own))
 
 
