@@ -79,8 +79,8 @@ def spans_frame(engine, release: bool = False) -> pd.DataFrame:
         "rank": np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64),
         "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
     }
-    for column, field in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
-        cols[column] = _numbers([getattr(ts, field) for ts in times], n)
+    for column, attr in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
+        cols[column] = _numbers([getattr(ts, attr) for ts in times], n)
     del times
     if release:
         engine.times = {}
