@@ -6,7 +6,7 @@ only makes the *current stream* wait for the NCCL stream (pytorch/pytorch
 torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp, the class comment: "wait() ... the current
 stream will block until the NCCL kernel completes"; host blocking only with
 NCCL_BLOCKING_WAIT). So the GPU can run at most as fast as the host issues: op i cannot start
-before the host has issued ops 0..i (:mod:`sim.engine.core` releases it then). The step's host
+before the host has issued ops 0..i (:meth:`sim.engine.ops.RankProgram.release` says when). The step's host
 starts at t = 0: the previous step ended with a host sync (loss / grad-norm ``.item()``).
 
 What issuing costs (seconds of host time), each constant with its source. The measured ones

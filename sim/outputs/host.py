@@ -1,7 +1,7 @@
 """The host track of a simulated step: when each rank's host (CPU) issued its GPU work, and
 how long the GPU waited for it (sim/model/host.py says what issuing costs; the engine starts
-no op before :meth:`sim.engine.core.RankProgram.release`, or after a host wait on a sync op
-before that op's end plus what follows: :meth:`~sim.engine.core.RankProgram.issued`).
+no op before :meth:`sim.engine.ops.RankProgram.release`, or after a host wait on a sync op
+before that op's end plus what follows: :meth:`~sim.engine.ops.RankProgram.issued`).
 
 Host spans are kept apart from the spans table: they are neither compute nor communication,
 so no summary metric counts them. One host span per run of consecutive ops of one pass

@@ -201,7 +201,7 @@ class RankBuilder:
         """The host reading GPU values (:data:`sim.model.host.D2H_SYNC_S`): a copy of a few
         bytes on ``stream`` after ``deps`` (no GPU time to speak of), built with ``sync``, so
         the host issues nothing after it before it has ended (the engine's
-        :meth:`~sim.engine.core.RankProgram.anchors`)."""
+        :meth:`~sim.engine.ops.RankProgram.anchors`)."""
         return self.program.add(Op(name, Category.COMPUTE, stream, 0.0, None, _deps(deps), layer, mb, self.stage,
                                    self._phase(), self._issue(host.D2H_SYNC_S), True))
 
