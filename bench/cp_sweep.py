@@ -7,7 +7,9 @@ are in its notes (sim/data/frontier_runs.csv). This script simulates each point 
 scenario (only dp, cp, the sequence and the global batch changed) and prints published vs
 predicted, plus each point's step ratio to the previous one: with a rank's tokens fixed, every
 cost that grows linearly with the ring's steps, the attention blocks or the gathered tokens
-gives step(2 cp) / step(cp) <= 2, whatever its size.
+gives step(2 cp) / step(cp) <= 2, whatever its size. The published 8B steps grow 1.53x, 2.37x and
+1.95x; the same document's 405B CP sweep (Table 6: 76, 47, 31, 16 TPS/GPU, tokens per GPU
+fixed likewise) 1.62x, 1.52x and 1.94x.
 
 Run: ``python bench/cp_sweep.py`` (four 8-GPU simulations, a few minutes).
 """
