@@ -40,7 +40,8 @@ def points(row) -> list[tuple[int, int, int, float]]:
 
 def main() -> None:
     row = next(r for r in frontier_rows() if r.id == ROW)
-    print(f"{'layout':>10} {'tokens':>8} {'published s':>12} {'predicted s':>12} {'error':>7} {'pub ratio':>9} {'pred ratio':>10}")
+    print(f"{'layout':>10} {'tokens':>8} {'published s':>12} {'predicted s':>12} {'error':>7} "
+          f"{'pub ratio':>9} {'pred ratio':>10}")
     last = None
     for dp, cp, seq, published in points(row):
         sc = {k: dict(v) if isinstance(v, dict) else v for k, v in row.scenario.items()}
