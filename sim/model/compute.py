@@ -68,9 +68,15 @@ from ..hardware.gpus import GPU, low_peak
 #   the Hopper comparison above, on Blackwell: fp8 = 0.806 x 0.900 = 0.725. MXFP8 takes the same
 #   share (the MX MMA, tcgen05.mma kind::mxf8f6f4, runs at the FP8 rate; the table has no MX
 #   entry). NVFP4 stays at the assumed 0.806 (no FP4 entry either).
-# AMD Instinct (mi300x, mi325x, mi355x): no kernel measurement shipped either; the same assumed
-#   shares, and the sustained factor per GPU type is fitted on AMD's published MI325X /
-#   MI355X training throughputs (sim/data/frontier_runs.csv).
+# AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
+#   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
+#   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
+#   n 4864, k 32896, FP8 at m 4096, n 3648, k 32896): MI300X 708 of 1,307.4 and 1,273 of 2,614.9
+#   TFLOP/s, MI325X 843 and 1,519 -- through the curves at those shapes (smallest dimension 4096
+#   and 3648), FP8 keeps 0.933 (MI300X) and 0.935 (MI325X) of the BF16 share (:data:`AMD_MAF`).
+#   The BF16 share stays assumed (Hopper's); the sustained factor per GPU type is fitted on AMD's
+#   published MI325X / MI355X training throughputs (sim/data/frontier_runs.csv). MI355X (CDNA4):
+#   no measurement shipped, the assumed shares.
 # OpenXLA's sm_100 (B200) cuBLAS table, b = 1, m = 4096, n and k >= 1024: (m, n, k, BF16 FLOP/s,
 # FP8 e4m3 FLOP/s), of the B200's dense 2.25 / 4.5 PFLOP/s (sim.hardware.gpus).
 XLA_SM100 = ((4096, 1024, 1024, 715.649e12, 850.826e12), (4096, 2048, 1024, 913.823e12, 1332.186e12),
@@ -79,14 +85,26 @@ XLA_SM100 = ((4096, 1024, 1024, 715.649e12, 850.826e12), (4096, 2048, 1024, 913.
              (4096, 1024, 4096, 1204.928e12, 1951.814e12), (4096, 2048, 4096, 1343.542e12, 2499.435e12),
              (4096, 4096, 4096, 1416.867e12, 2764.982e12))
 BLACKWELL_FP8_RATIO = 0.900  # median over XLA_SM100 (tests/test_precision_kernels.py recomputes it)
+# AMD's max-achievable FLOPs: (BF16 FLOP/s at smallest dim 4096, FP8 FLOP/s at smallest dim 3648).
+AMD_MAF = {"mi300x": (708e12, 1273e12), "mi325x": (843e12, 1519e12)}
+
+
+def maf_fp8_ratio(gpu: str) -> float:
+    """(FP8 share / its curve) / (BF16 share / its curve) of :data:`AMD_MAF` (peaks 1,307.4 and
+    2,614.9 TFLOP/s dense on both parts; half sizes 256 and 128: :data:`HALF_SIZE`)."""
+    bf16, fp8 = AMD_MAF[gpu]
+    return (fp8 / 2614.9e12 / (3648 / (3648 + 256))) / (bf16 / 1307.4e12 / (4096 / (4096 + 128)))
+
+
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
+_CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
 _BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO}
 _H100 = {"bf16": 0.806, "fp8": 0.776}
 _H200 = {"bf16": 0.806, "fp8": 0.793}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
                "b200": _BLACKWELL, "b200-power-limited": _BLACKWELL, "gb200": _BLACKWELL,
                "gb200-torchtitan": _BLACKWELL, "b300": _BLACKWELL, "gb300": _BLACKWELL,
-               "mi300x": _ASSUMED, "mi325x": _ASSUMED, "mi355x": _ASSUMED}
+               "mi300x": _CDNA3["mi300x"], "mi325x": _CDNA3["mi325x"], "mi355x": _ASSUMED}
 
 # The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of
 # that GPU at once (sim/data/published_runs.csv, modern_runs.csv, frontier_runs.csv), mean
@@ -110,7 +128,8 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   Llama-4-Scout rows). Refit 2026-11-26 after Blackwell's FP8 kernel share (0.900 of BF16's,
 #   XLA_SM100) and torchao's MX cast rates (sim.model.quant.MX_CAST_SHARE): `clustersim validate
 #   --fit --rows tt_b200,tt_gb200`: b200-power-limited 0.3236 (was 0.3055), gb200-torchtitan
-#   unchanged (its BF16 row pins the fit). Parts without rows take their nearest fitted sibling: h800 the H100
+#   unchanged (its BF16 row pins the fit); after CDNA3's FP8 share (AMD_MAF), `clustersim validate
+#   --fit --rows amd_mi325x`: mi325x 0.6789 (was 0.6518). Parts without rows take their nearest fitted sibling: h800 the H100
 #   SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same CDNA3 die).
 # b200, b300, gb200 and gb300 (full-power DGX / HGX parts and NVL72 racks) have no shipped row of
 #   a dense step: they take the H100 SXM's factor, on the assumption that Blackwell's kernels and
@@ -129,7 +148,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6505, "h200": 0.7656,
-             "b200-power-limited": 0.3236, "gb200-torchtitan": 0.5012, "mi325x": 0.6518, "mi355x": 0.5793}
+             "b200-power-limited": 0.3236, "gb200-torchtitan": 0.5012, "mi325x": 0.6789, "mi355x": 0.5793}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
 SUSTAINED.update(gb300=SUSTAINED["gb200"])
