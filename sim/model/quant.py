@@ -33,7 +33,8 @@ strings (``training.fp8_recipe``, ``training.precision``) become them once, wher
 :class:`sim.model.layers.Shard` is made. :func:`sim.model.layers.linear` puts these casts
 beside each linear's GEMM.
 
-Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test_mx_precision.py``
+Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test_mx_precision.py
+tests/test_precision_kernels.py`` (docs/precision.md: the sources and what they changed)
 """
 
 from enum import StrEnum
