@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from ..errors import InputError
 from ..hardware.calibration import Calibration
-from ..hardware.gpus import GPU, low_peak
+from ..hardware.gpus import GPU, GPUS, low_peak
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -90,10 +90,11 @@ AMD_MAF = {"mi300x": (708e12, 1273e12), "mi325x": (843e12, 1519e12)}
 
 
 def maf_fp8_ratio(gpu: str) -> float:
-    """(FP8 share / its curve) / (BF16 share / its curve) of :data:`AMD_MAF` (peaks 1,307.4 and
-    2,614.9 TFLOP/s dense on both parts; half sizes 256 and 128: :data:`HALF_SIZE`)."""
+    """(FP8 share / its curve) / (BF16 share / its curve) of :data:`AMD_MAF`, the shares of the
+    preset's dense peaks, the curves' half sizes 256 (FP8) and 128 (BF16): :data:`HALF_SIZE`."""
     bf16, fp8 = AMD_MAF[gpu]
-    return (fp8 / 2614.9e12 / (3648 / (3648 + 256))) / (bf16 / 1307.4e12 / (4096 / (4096 + 128)))
+    part = GPUS[gpu]
+    return (fp8 / part.fp8_flops / (3648 / (3648 + 256))) / (bf16 / part.peak_flops / (4096 / (4096 + 128)))
 
 
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
