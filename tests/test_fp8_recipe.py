@@ -51,8 +51,13 @@ def test_torchao_mx_quantizes_each_tensor_twice_from_bf16():
     assert cast.bytes == pytest.approx(per * (M * K + N * K), rel=1e-12)
     assert cast.backward().bytes == pytest.approx(per * M * N, rel=1e-12)
     assert gemm.bytes == pytest.approx((1 + 1 / 32) * (M * K + K * N) + 2 * M * N, rel=1e-12)
+    # each pass at torchao's measured B200 cast rate, not HBM_EFFICIENCY: dim 0 5.5 TB/s, dim 1 3.9 TB/s
     cm = ComputeModel(B200, precision="mxfp8")
-    assert cm.time([cast]) == pytest.approx(LAUNCH_S + per * (M * K + N * K) / (B200.hbm_bw * HBM_EFFICIENCY))
+    per_pass = 2 + 1 + 1 / 32
+    assert cm.time([cast]) == pytest.approx(LAUNCH_S + per_pass * (M * K + N * K) * (1 / 5.5e12 + 1 / 3.9e12),
+                                            rel=1e-12)
+    assert cm.time([cast.backward()]) == pytest.approx(2 * LAUNCH_S + per_pass * M * N * (1 / 5.5e12 + 1 / 3.9e12),
+                                                       rel=1e-12)
 
 
 def test_te_casts_are_unchanged_four_bytes_and_two_after_a_norm():
@@ -61,11 +66,12 @@ def test_te_casts_are_unchanged_four_bytes_and_two_after_a_norm():
     assert L.linear(M, N, K, shard("fp8", "te"), fused=True)[0].bytes == 2 * M * K
 
 
-def test_hopper_fp8_gemm_keeps_the_measured_share_blackwell_the_bf16_one():
+def test_fp8_gemm_keeps_the_measured_share_of_the_bf16_one():
     """H100: 0.776 of the FP8 peak where BF16 keeps 0.806 of its own (kernel level), so a
-    large FP8 GEMM is 2 x 0.776 / 0.806 = 1.93x a BF16 one, not 2x; B200 keeps 2x."""
+    large FP8 GEMM is 2 x 0.776 / 0.806 = 1.93x a BF16 one, not 2x; B200: 0.900 of the BF16
+    share (OpenXLA's sm_100 cuBLAS table), 1.80x."""
     flops, big = 2 * 16384.0 ** 3, 1e9  # min_dim large: both curves at their top
-    for gpu, share in ((H100, 0.776 / 0.806), (gpu_preset("h200"), 0.793 / 0.806), (B200, 1.0)):
+    for gpu, share in ((H100, 0.776 / 0.806), (gpu_preset("h200"), 0.793 / 0.806), (B200, 0.900)):
         want = share * low_peak(gpu, "fp8") / gpu.peak_flops  # H100: 1,979 / 989 TFLOP/s dense
         cm = ComputeModel(gpu, e_max=GEMM_KERNEL[gpu.name]["bf16"])
         bf16 = cm.flop_time(L.gemm(big, big, big)._replace(flops=flops))

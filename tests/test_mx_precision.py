@@ -33,12 +33,14 @@ def linear_time(precision: str | None, n: float) -> float:
     return cm.time(fwd) + cm.time(L.backward(fwd))
 
 
-def test_mxfp8_halves_linear_layers_in_the_compute_bound_limit_on_b200():
-    """MXFP8 runs at 4.5 of 2.25 PFLOP/s: the linear layer's time halves once its GEMMs bind
-    (its quantize kernels, memory-bound, shrink relative to the GEMM as n grows)."""
+def test_mxfp8_nearly_halves_linear_layers_in_the_compute_bound_limit_on_b200():
+    """MXFP8 runs at 4.5 of 2.25 PFLOP/s with 0.900 of the BF16 kernel share (OpenXLA's sm_100
+    table, sim.model.compute.BLACKWELL_FP8_RATIO): the linear layer's time tends to
+    0.5 / 0.900 of BF16's once its GEMMs bind (its quantize kernels, memory-bound, shrink
+    relative to the GEMM as n grows)."""
     ratios = [linear_time("mxfp8", n) / linear_time(None, n) for n in (16384, 65536, 1 << 20)]
     assert ratios[0] > ratios[1] > ratios[2]
-    assert ratios[-1] == pytest.approx(2250 / 4500, rel=3e-3)
+    assert ratios[-1] == pytest.approx(2250 / 4500 / 0.900, rel=3e-3)
 
 
 def test_nvfp4_quarters_bf16_in_the_limit_and_mxfp8_matches_fp8_rate():

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from ..errors import InputError
 from ..hardware.calibration import Calibration
-from ..hardware.gpus import GPU, low_peak
+from ..hardware.gpus import GPU, GPUS, low_peak
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -59,20 +59,53 @@ from ..hardware.gpus import GPU, low_peak
 #   It replaces a cuBLASLt figure from other H100s with no BF16 figure beside it (8192^3 FP8
 #   E4M3 1,599-1,630 of 1,979 TFLOP/s, gitea d-robotics test_gpu_scripts
 #   reports_cublaslt_fp8_crosscheck_20260524.md).
-# Blackwell parts (b200, gb200, b300, gb300): no published kernel measurement is shipped here;
-#   the BF16 share is assumed for BF16, FP8, MXFP8 and NVFP4 alike (Hopper's FP8 shortfall
-#   above is a Hopper measurement, not carried over; the per-GPU sustained factor, fitted on
-#   the torchtitan B200/GB200 rows, carries what differs).
-# AMD Instinct (mi300x, mi325x, mi355x): no kernel measurement shipped either; the same assumed
-#   shares, and the sustained factor per GPU type is fitted on AMD's published MI325X /
-#   MI355X training throughputs (sim/data/frontier_runs.csv).
+# Blackwell parts (b200, gb200, b300, gb300 and the torchtitan rows' parts): the BF16 share is
+#   assumed (Hopper's). FP8 against it: OpenXLA's cuBLAS table for sm_100 (tensorflow/tensorflow
+#   third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h, the table cited above
+#   for sm_90, moved; its "sm_100" entries time "bf16xbf16->bf16" and "f8e4m3fnxf8e4m3fn->bf16" at
+#   each shape) gives, at its nine largest shapes (b 1, m 4096, n and k 1024-4096:
+#   :data:`XLA_SM100`), a median (FP8 share / its curve) / (BF16 share / its curve) of 0.900 --
+#   the Hopper comparison above, on Blackwell: fp8 = 0.806 x 0.900 = 0.725. MXFP8 takes the same
+#   share (the MX MMA, tcgen05.mma kind::mxf8f6f4, runs at the FP8 rate; the table has no MX
+#   entry). NVFP4 stays at the assumed 0.806 (no FP4 entry either).
+# AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
+#   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
+#   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
+#   n 4864, k 32896, FP8 at m 4096, n 3648, k 32896): MI300X 708 of 1,307.4 and 1,273 of 2,614.9
+#   TFLOP/s, MI325X 843 and 1,519 -- through the curves at those shapes (smallest dimension 4096
+#   and 3648), FP8 keeps 0.933 (MI300X) and 0.935 (MI325X) of the BF16 share (:data:`AMD_MAF`).
+#   The BF16 share stays assumed (Hopper's); the sustained factor per GPU type is fitted on AMD's
+#   published MI325X / MI355X training throughputs (sim/data/frontier_runs.csv). MI355X (CDNA4):
+#   no measurement shipped, the assumed shares.
+# OpenXLA's sm_100 (B200) cuBLAS table, b = 1, m = 4096, n and k >= 1024: (m, n, k, BF16 FLOP/s,
+# FP8 e4m3 FLOP/s), of the B200's dense 2.25 / 4.5 PFLOP/s (sim.hardware.gpus).
+XLA_SM100 = ((4096, 1024, 1024, 715.649e12, 850.826e12), (4096, 2048, 1024, 913.823e12, 1332.186e12),
+             (4096, 4096, 1024, 1075.624e12, 1895.396e12), (4096, 1024, 2048, 990.308e12, 1462.614e12),
+             (4096, 2048, 2048, 1170.012e12, 1833.497e12), (4096, 4096, 2048, 1277.789e12, 2484.974e12),
+             (4096, 1024, 4096, 1204.928e12, 1951.814e12), (4096, 2048, 4096, 1343.542e12, 2499.435e12),
+             (4096, 4096, 4096, 1416.867e12, 2764.982e12))
+BLACKWELL_FP8_RATIO = 0.900  # median over XLA_SM100 (tests/test_precision_kernels.py recomputes it)
+# AMD's max-achievable FLOPs: (BF16 FLOP/s at smallest dim 4096, FP8 FLOP/s at smallest dim 3648).
+AMD_MAF = {"mi300x": (708e12, 1273e12), "mi325x": (843e12, 1519e12)}
+
+
+def maf_fp8_ratio(gpu: str) -> float:
+    """(FP8 share / its curve) / (BF16 share / its curve) of :data:`AMD_MAF`, the shares of the
+    preset's dense peaks, the curves' half sizes 256 (FP8) and 128 (BF16): :data:`HALF_SIZE`."""
+    bf16, fp8 = AMD_MAF[gpu]
+    part = GPUS[gpu]
+    return (fp8 / part.fp8_flops / (3648 / (3648 + 256))) / (bf16 / part.peak_flops / (4096 / (4096 + 128)))
+
+
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
+_CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
+_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO}
 _H100 = {"bf16": 0.806, "fp8": 0.776}
 _H200 = {"bf16": 0.806, "fp8": 0.793}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
-               "b200": _ASSUMED, "b200-power-limited": _ASSUMED, "gb200": _ASSUMED, "gb200-torchtitan": _ASSUMED,
-               "b300": _ASSUMED, "gb300": _ASSUMED,
-               "mi300x": _ASSUMED, "mi325x": _ASSUMED, "mi355x": _ASSUMED}
+               "b200": _BLACKWELL, "b200-power-limited": _BLACKWELL, "gb200": _BLACKWELL,
+               "gb200-torchtitan": _BLACKWELL, "b300": _BLACKWELL, "gb300": _BLACKWELL,
+               "mi300x": _CDNA3["mi300x"], "mi325x": _CDNA3["mi325x"], "mi355x": _ASSUMED}
 
 # The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of
 # that GPU at once (sim/data/published_runs.csv, modern_runs.csv, frontier_runs.csv), mean
@@ -93,7 +126,11 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   0.6505 is 0.816 of the H100 SXM's factor, about the clock a 500 W cap leaves of 700 W),
 #   h200 0.7656 (2 rows; 0.96 of the H100 SXM's on the same tensor cores), b200-power-limited
 #   0.3055 (3 rows on "power limited" B200: 19-25% MFU published), gb200-torchtitan 0.5012 (2
-#   Llama-4-Scout rows). Parts without rows take their nearest fitted sibling: h800 the H100
+#   Llama-4-Scout rows). Refit 2026-11-26 after Blackwell's FP8 kernel share (0.900 of BF16's,
+#   XLA_SM100) and torchao's MX cast rates (sim.model.quant.MX_CAST_SHARE): `clustersim validate
+#   --fit --rows tt_b200,tt_gb200`: b200-power-limited 0.3236 (was 0.3055), gb200-torchtitan
+#   unchanged (its BF16 row pins the fit); after CDNA3's FP8 share (AMD_MAF), `clustersim validate
+#   --fit --rows amd_mi325x`: mi325x 0.6789 (was 0.6518). Parts without rows take their nearest fitted sibling: h800 the H100
 #   SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same CDNA3 die).
 # b200, b300, gb200 and gb300 (full-power DGX / HGX parts and NVL72 racks) have no shipped row of
 #   a dense step: they take the H100 SXM's factor, on the assumption that Blackwell's kernels and
@@ -112,7 +149,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6505, "h200": 0.7656,
-             "b200-power-limited": 0.3055, "gb200-torchtitan": 0.5012, "mi325x": 0.6518, "mi355x": 0.5793}
+             "b200-power-limited": 0.3236, "gb200-torchtitan": 0.5012, "mi325x": 0.6789, "mi355x": 0.5793}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
 SUSTAINED.update(gb300=SUSTAINED["gb200"])
@@ -196,12 +233,14 @@ class Kernel(NamedTuple):
     tp: int = 0  # role under tensor parallelism: 0 local (the sequence shard, or whole weights),
     #              1 reads the TP-gathered input (column-parallel), 2 writes the partial sums TP
     #              reduces (row-parallel); sim/parallel/tp_overlap.py chunks 1 and 2
+    hbm_share: float = 0.0  # > 0: the measured share of the HBM bandwidth this memory-bound kernel
+    #                         reaches, in place of HBM_EFFICIENCY (sim.model.quant.MX_CAST_SHARE)
 
     def backward(self) -> "Kernel":
         """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
         nbytes = self.bytes * (2 if self.flops else self.bwd)
         return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8,
-                      2 if self.attn else 0, self.keys, self.tp)
+                      2 if self.attn else 0, self.keys, self.tp, self.hbm_share)
 
 
 def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False, operand: float = 1.0) -> Kernel:
@@ -298,6 +337,6 @@ class ComputeModel:
         total = 0.0
         for k in kernels:
             flop_time = self.flop_time(k)
-            mem_time = k.bytes / (self.gpu.hbm_bw * self.hbm_efficiency)
+            mem_time = k.bytes / (self.gpu.hbm_bw * (k.hbm_share or self.hbm_efficiency))
             total += LAUNCH_S * k.count + max(flop_time, mem_time)
         return total

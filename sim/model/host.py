@@ -153,11 +153,13 @@ def _memory_bound(k: Kernel) -> bool:
 def fused(kernels) -> tuple:
     """``kernels`` as torch.compile issues them: each run of consecutive memory-bound kernels
     of the same TP role (a kernel standing for several eager launches, too) becomes one
-    kernel (one launch, the run's bytes)."""
+    kernel (one launch, the run's bytes); a kernel with its own measured HBM share (torchao's MX
+    casts, measured as kernels of their own: :data:`sim.model.quant.MX_CAST_SHARE`) stays apart."""
     out: list[Kernel] = []
     for k in kernels:
         prev = out[-1] if out else None
-        if prev is not None and _memory_bound(k) and _memory_bound(prev) and prev.tp == k.tp:
+        if prev is not None and _memory_bound(k) and _memory_bound(prev) and prev.tp == k.tp \
+                and prev.hbm_share == k.hbm_share:
             out[-1] = prev._replace(bytes=prev.bytes + k.bytes)
         else:
             out.append(k._replace(count=1) if _memory_bound(k) else k)

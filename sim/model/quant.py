@@ -33,7 +33,8 @@ strings (``training.fp8_recipe``, ``training.precision``) become them once, wher
 :class:`sim.model.layers.Shard` is made. :func:`sim.model.layers.linear` puts these casts
 beside each linear's GEMM.
 
-Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test_mx_precision.py``
+Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test_mx_precision.py
+tests/test_precision_kernels.py`` (docs/precision.md: the sources and what they changed)
 """
 
 from enum import StrEnum
@@ -63,18 +64,30 @@ class Recipe(StrEnum):
 # - mxfp8, MXLinear (torchao/prototype/mx_formats/mx_linear.py ``mx_mm``): x, w and g are each
 #   quantized twice from BF16, along dim 0 (``MXTensor.to_mx``) and dim 1
 #   (``_to_mxfp8_dim1_kernel_wrapper``), each pass reading 2 bytes and writing 1 + 1/32 (the
-#   block's amax is local to its 32 elements and fuses into the pass).
+#   block's amax is local to its 32 elements and fuses into the pass). These passes do not
+#   stream at HBM_EFFICIENCY: :data:`MX_CAST_SHARE`.
 # bench/measured/h100-2026-11-26-fp8-moe.json (``fp8_linear``) times the fp8 recipe written out
 # and compiled on one H100: bench/measured_fp8.py compares it with what this model charges.
 TORCHAO_CAST_BYTES = {Quant.FP8: 2 + 2 + 2 * QUANTIZED[Quant.FP8], Quant.MXFP8: 2 * (2 + QUANTIZED[Quant.MXFP8])}
+
+# torchao's MX casts reach less of the HBM than a streaming kernel (sim.model.compute.HBM_EFFICIENCY,
+# 0.8): pytorch/ao torchao/prototype/mx_formats/README.md, "to_mx cast across dim0 and dim1", on
+# B200 (8 TB/s HBM3e): "up to 5.5 TB/s for the dim0 cast (with torch.compile), and up to 3.9 TB/s
+# for the dim1 cast (with a triton kernel)" (benchmarks/mx_formats/cast_bench.py, 16384 x 16384).
+# The two passes move the same bytes, so together they reach the harmonic mean of the two shares:
+# 2 / (8 / 5.5 + 8 / 3.9) = 0.570 of the HBM. Measured on B200; GB200 has the same HBM3e, and
+# MI355X (the other MX part) takes the same share, unmeasured.
+MX_DIM0_SHARE, MX_DIM1_SHARE = 5.5 / 8.0, 3.9 / 8.0
+MX_CAST_SHARE = 2 / (1 / MX_DIM0_SHARE + 1 / MX_DIM1_SHARE)
 
 
 def torchao_cast(m: float, n: float, k: float, quant: Quant) -> Kernel:
     """torchao's casts around one quantized linear on ``m`` tokens, k -> n features, per
     micro-batch: x (m k) and w (n k) in the forward, g (m n) in the backward, each
-    :data:`TORCHAO_CAST_BYTES` per element."""
+    :data:`TORCHAO_CAST_BYTES` per element (MXFP8's at :data:`MX_CAST_SHARE` of the HBM)."""
     per = TORCHAO_CAST_BYTES[quant]
-    return Kernel(bytes=per * (m * k + n * k), bwd=m * n / (m * k + n * k))
+    share = MX_CAST_SHARE if quant is Quant.MXFP8 else 0.0
+    return Kernel(bytes=per * (m * k + n * k), bwd=m * n / (m * k + n * k), hbm_share=share)
 
 
 def fp8_cast(n_in: float, n_out: float, fused: bool, operand: float = 1.0) -> Kernel:

@@ -1,0 +1,76 @@
+"""Low-precision kernel rates on Blackwell: what OpenXLA's sm_100 cuBLAS table says an FP8 GEMM
+keeps of the BF16 share (sim.model.compute.XLA_SM100, BLACKWELL_FP8_RATIO), and torchao's MX
+casts at their measured B200 bandwidths (sim.model.quant.MX_CAST_SHARE), kept apart from
+Inductor's fused elementwise runs (sim.model.host.fused).
+
+Run: ``python -m pytest -q tests/test_precision_kernels.py``
+"""
+
+import statistics
+
+import pytest
+
+from sim.hardware.gpus import gpu_preset
+from sim.model import host
+from sim.model import layers as L
+from sim.model.compute import (BLACKWELL_FP8_RATIO, GEMM_KERNEL, LAUNCH_S, SUSTAINED, XLA_SM100, ComputeModel,
+                               elementwise, gemm)
+from sim.model.quant import MX_CAST_SHARE
+
+B200 = gpu_preset("b200")
+
+
+def test_blackwell_fp8_ratio_is_the_median_of_xla_sm100_table():
+    """Per shape: (FP8 FLOP/s / 4.5 PFLOP/s / x/(x+256)) / (BF16 FLOP/s / 2.25 PFLOP/s / x/(x+128)),
+    x the smallest dimension; the median over the nine shapes is the shipped ratio."""
+    ratios = []
+    for m, n, k, bf16, fp8 in XLA_SM100:
+        x = min(m, n, k)
+        ratios.append((fp8 / 4.5e15 / (x / (x + 256))) / (bf16 / 2.25e15 / (x / (x + 128))))
+    assert len(ratios) == 9 and statistics.median(ratios) == pytest.approx(BLACKWELL_FP8_RATIO, abs=5e-4)
+    for gpu in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300"):
+        assert GEMM_KERNEL[gpu]["fp8"] == GEMM_KERNEL[gpu]["mxfp8"] == pytest.approx(0.806 * 0.900)
+        assert GEMM_KERNEL[gpu]["bf16"] == GEMM_KERNEL[gpu]["nvfp4"] == 0.806
+
+
+def test_b200_fp8_gemm_time_closed_form():
+    """8192^3 in FP8 on a B200: 2 m n k / (4.5 PFLOP/s x sustained x 0.806 x 0.900 x 8192/(8192+256))."""
+    cm = ComputeModel(B200, precision="fp8")
+    k = gemm(8192, 8192, 8192, fp8=True)
+    want = 2 * 8192.0 ** 3 / (4.5e15 * SUSTAINED["b200"] * 0.806 * 0.900 * 8192 / (8192 + 256))
+    assert cm.time([k]) == pytest.approx(LAUNCH_S + want, rel=1e-12)
+
+
+def test_mx_cast_share_is_the_harmonic_mean_of_the_two_measured_passes():
+    """Two passes of equal bytes at 5.5 and 3.9 TB/s of 8 TB/s: 2 / (8/5.5 + 8/3.9) = 0.5705."""
+    assert MX_CAST_SHARE == pytest.approx(2 / (8 / 5.5 + 8 / 3.9), rel=1e-12)
+    assert MX_CAST_SHARE == pytest.approx(0.5705, abs=1e-4)
+
+
+def shard(quant: str) -> L.Shard:
+    return L.Shard(8192, 8192, 1, 1, False, True, fp8=True, quant=quant, recipe="torchao")
+
+
+def test_compile_fuses_fp8_casts_into_the_norm_but_keeps_mx_casts_apart():
+    """torch.compile merges a norm with a tensorwise cast (one Inductor kernel) but not with
+    torchao's MX cast passes, timed at their own measured share."""
+    norm = elementwise(3 * 2 * 8192 * 4096)
+    fp8_cast = L.linear(8192, 4096, 4096, shard("fp8"))[0]
+    mx_cast = L.linear(8192, 4096, 4096, shard("mxfp8"))[0]
+    assert len(host.fused([norm, fp8_cast])) == 1
+    assert host.fused([norm, mx_cast]) == (norm, mx_cast)
+    cm = ComputeModel(B200, precision="mxfp8")
+    assert cm.time([mx_cast]) == pytest.approx(LAUNCH_S + mx_cast.bytes / (8e12 * MX_CAST_SHARE), rel=1e-12)
+
+
+def test_cdna3_fp8_share_reproduces_amds_max_achievable_flops():
+    """The model's own curves at AMD's MAF shapes give back AMD's measured FP8 / BF16 rates:
+    MI325X 1,519 / 843 TFLOP/s, MI300X 1,273 / 708 (BF16 at smallest dim 4096, FP8 at 3648)."""
+    for name, bf16, fp8 in (("mi325x", 843e12, 1519e12), ("mi300x", 708e12, 1273e12)):
+        cm = ComputeModel(gpu_preset(name), e_max=GEMM_KERNEL[name]["bf16"], precision="fp8")
+        cm.e_max_fp8 = GEMM_KERNEL[name]["fp8"]  # kernel level: sustained factor 1
+        measured = (fp8 / 2614.9e12) / (bf16 / 1307.4e12)
+        assert (cm.fp8_efficiency(3648) * cm.low_flops / 2614.9e12) / cm.efficiency(4096) == pytest.approx(measured,
+                                                                                                         rel=1e-9)
+    assert GEMM_KERNEL["mi325x"]["fp8"] == pytest.approx(0.806 * 0.935, abs=5e-4)
+    assert GEMM_KERNEL["mi355x"]["fp8"] == 0.806  # CDNA4: no measurement, assumed
