@@ -66,6 +66,16 @@ def test_nvl72_nvls_runs_at_nccls_nvlink_figure_not_the_racks_ring_rate():
     assert busbw(topo, "all_reduce", "ring", 72) == pytest.approx(900e9 * 0.93, rel=0.01)
 
 
+@pytest.mark.parametrize("n, factor", [(4, 6 / 5), (8, 14 / 9)])
+def test_gb200_rack_nvls_is_the_gb300_closed_form(n, factor):
+    """GB200 and GB300 share NVLink5 and NCCL's SM100 figure, so NVLS on 4 and 8 GB200 of one
+    rack is 721.8 x 0.74 x 2(N-1)/(N+1) = 641 / 831 GB/s busbw (OCI's GB200 runs, NCCL 2.27.3:
+    657-663 on one tray, 856-892 on two trays; sim/data/collectives_measured.csv)."""
+    topo = build_topology("gb200-nvl72", 72, None)
+    assert algorithm(topo, "all_reduce", "auto", None, tuple(range(n)), B) == "nvls"
+    assert busbw(topo, "all_reduce", "nvls", n) == pytest.approx(40.1e9 * 18 * 0.74 * factor, rel=2e-3)
+
+
 def test_nvls_has_at_most_32_heads_per_domain():
     """NCCL_MAX_NVLS_ARITY = 32 heads: on 64 GPUs of a rack each of 32 heads' links carries
     B (1 + 1/32), so busbw = W eta 2(N-1)/N x 32/33 (not N/(N+1)); reduce-scatter and
