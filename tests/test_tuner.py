@@ -78,7 +78,8 @@ def test_two_nodes_all_reduce_uses_trees(name, expected):
 
 
 def test_nvls_off_gb200_rack_runs_rings():
-    """coreweave/nccl-tests GB200 runs (NCCL_NVLS_ENABLE=0): 72 and 144 GPUs, 4-16 GiB."""
+    """NCCL's model with NCCL_NVLS_ENABLE=0 (coreweave/nccl-tests' job script since its PR 47)
+    on 72 and 144 GB200, 4-16 GiB: rings; with NVLS on (NCCL's default) the rack runs NVLS."""
     for gpus, nbytes in ((72, 2**32), (144, 2**34)):
         f, doms = fabric("gb200-nvl72", gpus, nvls=False)
         assert pick("all_reduce", nbytes, doms, f) == "ring"
@@ -86,21 +87,32 @@ def test_nvls_off_gb200_rack_runs_rings():
     assert pick("all_reduce", 2**32, doms, f) == "nvls"  # NCCL's default on the rack
 
 
+W_NVLINK5 = 40.1e9 * 18  # NCCL topo.h SM100_NVLINK_BW x 18 links, every NVLink5 part's NVLink
+
+
 def test_nvls_off_two_gb200_racks_run_trees_then_rings():
-    """coreweave/nccl-tests, two GB200 NVL72 racks (NCCL_NVLS_ENABLE=0): NCCL's model picks the
-    tree up to 1 GiB and the ring from 2 GiB (the measured curve bends there: 596 -> 680 GB/s)."""
+    """Two GB200 NVL72 racks, NVLS off, in NCCL's model (tuning.cc): the ring's algbw is
+    W x 144/286 (nRanks/nSteps) with its latency x 1.4 (the plateau), the tree's 0.92 W / 2
+    (its 16 x 42.8 GB/s cap is above 0.92 W = 664 GB/s); the tree wins below the size where
+    latency + S / algbw cross, S* = (1.4 lat_ring - lat_tree) / (1/bw_tree - 1/bw_ring) ~2.9 GiB."""
     f, doms = fabric("gb200-nvl72", 144, nvls=False)
-    assert [pick("all_reduce", 2**k, doms, f) for k in (29, 30, 31, 32)] == ["tree", "tree", "ring", "ring"]
+    c = tuner.comm_of("all_reduce", doms, f)
+    ring, tree = W_NVLINK5 * 144 / 286, 0.92 * W_NVLINK5 / 2
+    assert tuner.algo_bandwidth(c, "ring", "simple") == pytest.approx(ring)
+    assert tuner.algo_bandwidth(c, "tree", "simple") == pytest.approx(tree)
+    cross = (1.4 * tuner.latency(c, "ring", "simple") - tuner.latency(c, "tree", "simple")) / (1 / tree - 1 / ring)
+    assert 2**31 < cross < 2**32
+    assert [pick("all_reduce", 2**k, doms, f) for k in (29, 30, 31, 32, 33)] == ["tree"] * 3 + ["ring"] * 2
 
 
 def test_tree_cap_binds_only_where_a_tree_channel_is_slower_than_the_links():
     """tuning.cc: a tree's bus bandwidth is at most nChannels x perChMaxTreeBws (16 x 42.8 GB/s
     on Blackwell across 2 nodes, 16 x 24 across more); the simulator's tree obeys the cap where
-    it is below the link-limited rate (two GB200 racks), and nowhere else."""
+    it is below the link-limited rate (two GB200 racks: 684.8 of 721.8 GB/s), and nowhere else."""
     f, doms = fabric("gb200-nvl72", 144, nvls=False)
     c = tuner.comm_of("all_reduce", doms, f)
-    assert tuner.tree_cap(c) == pytest.approx(16 * 42.8e9 / f.nvlink_w)
-    assert tuner.tree_cap(c) < 0.85
+    assert tuner.tree_cap(c) == pytest.approx(16 * 42.8 / (40.1 * 18))
+    assert tuner.tree_cap(c) < 0.95
     for name, gpus in (("gb200-nvl72", 72), ("dgx-h100", 16), ("dgx-h100", 64), ("dgx-a100", 64)):
         g, d = fabric(name, gpus)
         assert tuner.tree_cap(tuner.comm_of("all_reduce", d, g)) == 1.0, name
@@ -108,7 +120,7 @@ def test_tree_cap_binds_only_where_a_tree_channel_is_slower_than_the_links():
 
 def test_simulated_tree_across_gb200_racks_runs_at_the_cap():
     """A 16 GiB tree all-reduce on two GB200 racks, simulated: its bus bandwidth is the cap,
-    16 x 42.8 = 684.8 GB/s (latency < 0.3% at this size); at link rate it was ~830."""
+    16 x 42.8 = 684.8 GB/s (latency < 0.3% at this size); at link rate it would be ~720."""
     from sim.studies.nccl_tests import time_collective
 
     spec = dataclasses.replace(topology.load_spec("gb200-nvl72"), nvls=False)

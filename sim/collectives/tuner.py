@@ -157,11 +157,11 @@ def tree_cap(c: Comm) -> float:
 
     The cap is what one tree channel's kernel moves, whatever the links could: it binds where
     NVLink is fast and the chain long, i.e. Blackwell NVL72 racks joined by a tree (2 racks:
-    16 x 42.8 = 685 GB/s of bus bandwidth against ~837 over NVLink). The published two-rack
-    GB200 all_reduce_perf table (examples/calibration, coreweave/nccl-tests) shows it: at 512 MB
-    and 1 GB, where the tuner picks the tree, it measures 2,125 and 3,570 us; trees at link rate
-    take 1,755 and 3,020, at the cap 2,035 and 3,580. The simulator's trees run Simple at link rate
-    calibrated without NCCL's 0.92 (the fabric efficiency holds it), so only the cap is applied.
+    16 x 42.8 = 685 GB/s of bus bandwidth against 721.8 over NVLink). The simulator's trees run
+    Simple at link rate calibrated without NCCL's 0.92 (the fabric efficiency holds it), so only
+    the cap is applied (docs/calibrate.md, "Two racks": the two-rack GB200 table of
+    coreweave/nccl-tests, read as labelled with NVLS off, measures 2,125 and 3,570 us at 512 MB
+    and 1 GB; the tree at the cap takes 2,036 and 3,582).
     NVIDIA architectures only (the tuner's other GPUs borrow Ampere's constants)."""
     if c.fabric.arch not in ARCHS:
         return 1.0

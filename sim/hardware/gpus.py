@@ -205,24 +205,28 @@ NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 # (NVLink4 25, NVLink5 50 GB/s per direction): NCCL sizes NVLS channels from it (search.cc
 # ``ncclTopoSearchTryNvls`` over the GPU<->NVSwitch paths) and its nvlsEfficiency is relative
 # to it, on an 8-GPU board and in an NVL72 rack alike. So an NVLS byte gets
-# eta_nvls x this share of line rate, whatever share a part's rings reach (the rack's 0.93):
-# 8 GB300 of one rack 721.8 x 0.74 x 14/9 = 831 GB/s busbw vs 841.6 measured (OCI GB300
-# quickstart, NCCL 2.28.7), where the rack's 837 gave 962.
+# eta_nvls x this share of line rate: 8 GB300 of one rack 721.8 x 0.74 x 14/9 = 831 GB/s busbw
+# vs 841.6 measured (OCI GB300 quickstart, NCCL 2.28.7).
 NCCL_NVLINK_SHARE = {"hopper": 20.6 / 25, "blackwell": 40.1 / 50}
-# NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure),
-# per part, as NVLink5 (Blackwell) measures differently on an 8-GPU board and in a rack:
-# - NVL72 racks (gb200, gb300): coreweave/nccl-tests README "Expected Performance / GB200"
-#   (NCCL 2.26.2, job script from coreweave/nccl-tests PR 43 with NCCL_NVLS_ENABLE=0): one
-#   GB200 NVL72 rack, 72-GPU all-reduce busbw 835-847 GB/s at 4-8 GiB on 900 GB/s -> 0.93.
-# - 8-GPU HGX / DGX boards (b200, b300): NCCL's own figure for an SM100 GPU's NVLink,
-#   NVIDIA/nccl src/graph/topo.h ``SM100_NVLINK_BW`` 40.1 GB/s per link x 18 links = 721.8 of
-#   900 GB/s (0.802; NCCL issue 1807 shows it as "maxBw 721.8" on 8x B200; its SM90 figure,
-#   20.6 x 18 = 370.8 of 450, is the H100's 370 above). Measured on 8x B300 (NCCL issue 2140,
-#   NCCL 2.30.4): ring all-reduce busbw 695 GB/s (NVLS off), 845 with NVLS; 8x B200 "830+"
-#   (NCCL issue 1807, NCCL 2.27.1 default algorithm). The rack's 0.93 gave 836 / 962 there.
-_RACK_NVLINK5, _BOARD_NVLINK5 = 0.93, 40.1 * 18 / 900
-NVLINK_EFFICIENCY = {"gb200": _RACK_NVLINK5, "gb200-torchtitan": _RACK_NVLINK5, "gb300": _RACK_NVLINK5,
-                     "b200": _BOARD_NVLINK5, "b200-power-limited": _BOARD_NVLINK5, "b300": _BOARD_NVLINK5}
+# NVLink efficiency where it differs from FABRIC_EFFICIENCY["nvlink"] (an NVLink4 figure):
+# every NVLink5 (Blackwell) part, on an 8-GPU board (b200, b300) and in an NVL72 rack (gb200,
+# gb300) alike, takes NCCL's own figure for an SM100 GPU's NVLink, NVIDIA/nccl
+# src/graph/topo.h ``SM100_NVLINK_BW`` 40.1 GB/s per link x 18 links = 721.8 of 900 GB/s (0.802;
+# NCCL issue 1807 shows it as "maxBw 721.8" on 8x B200; its SM90 figure, 20.6 x 18 = 370.8 of
+# 450, is the H100's 370 above). Measured on 8x B300 (NCCL issue 2140, NCCL 2.30.4): ring
+# all-reduce busbw 695 GB/s (NVLS off), 845 with NVLS; 8x B200 "830+" (NCCL issue 1807, NCCL
+# 2.27.1 default algorithm). In a rack: OCI's GB200 quickstart (oracle-quickstart/
+# oci-gpu-quickstarts nvidia/GB200) shows nvbandwidth SM copies between two GPUs of 717 GB/s one
+# way (device_to_device_memcpy_write_sm, 8606.87 over 12 pairs), and OCI's and Azure's rack
+# all-to-alls and 4-GPU rings (611-685 GB/s busbw) sit at or below 721.8. No ring figure above
+# it: coreweave/nccl-tests' 72-GPU GB200 table (busbw 835-847 GB/s, README-labelled NCCL 2.26.2
+# with NCCL_NVLS_ENABLE=0) first appears in coreweave/nccl-tests PR 43 (2025-02-20), whose job
+# script (commit aa40070) sets NCCL_NVLS_ENABLE=1 on NCCL 2.25.1 (2.26.2 came out 2025-03-12;
+# NVLS was turned off on 2025-04-14, PR 47): most likely an NVLS run, not a ring (docs/collectives.md
+# "Not reproduced" note (b)).
+_NVLINK5 = 40.1 * 18 / 900
+NVLINK_EFFICIENCY = {name: _NVLINK5 for name in
+                     ("gb200", "gb200-torchtitan", "gb300", "b200", "b200-power-limited", "b300")}
 
 
 def arch(gpu_name: str) -> str:

@@ -16,7 +16,7 @@
   An NVLS byte occupies the NVLink for 1/eta_nvls of a byte's time (route weight 1/eta,
   ``sim.hardware.gpus.NVLS_EFFICIENCY``, NCCL's ``nvlsEfficiency``), eta_nvls taken of
   NCCL's own NVLink figure (``sim.hardware.gpus.NCCL_NVLINK_SHARE``) where a part's rings
-  reach more (the NVL72 racks' 0.93).
+  would reach more (no preset's do now: NVLink5 parts' rings run at that figure).
 
 :class:`Fabric` is what the collective tuner reads of a cluster. Try
 ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
