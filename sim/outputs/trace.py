@@ -167,7 +167,7 @@ def series_from_log(log, bucket) -> dict:
     (time, transfer, phase, rates per chain or None at its end) at every rate change).
     ``bucket(link id)`` names a bucket, or None to skip the link. Returns bucket ->
     (times, bytes/s): the value holds from each time to the next."""
-    from ..engine.network import link_bytes
+    from ..engine.links import link_bytes
 
     deltas: dict = {}
     live: dict = {}  # transfer -> (since, [(bucket, rate), ...])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..collectives.kinds import CollectiveOp
 from ..model.compute import ComputeModel, Kernel
 from ..model import host
-from ..engine.core import Collective, Op, RankProgram
+from ..engine.ops import Collective, Op, RankProgram
 from ..engine.kinds import Category, Phase
 from ..model.transformer import Dims
 from ..model.layers import Shard

@@ -155,12 +155,12 @@ def hierarchical(out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..hardware import topology
+    from ..hardware import specs, topology
     from ..hardware.gpus import gpu_preset
     from ..outputs.timeline import draw
     from ..outputs.trace import series_from_log
 
-    spec = topology.load_spec("dgx-h100")
+    spec = specs.load_spec("dgx-h100")
     nbytes = 3.4e9
     cases = [("400 Gb/s NICs (DGX H100)", spec), ("100 Gb/s NICs (what-if)", dataclasses.replace(spec, nic_gbps=12.5))]
     colors = {"NVLink": "#4C72B0", "InfiniBand": "#C44E52"}

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from .. import collectives
 from ..collectives import tuner
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, CollectiveOp
-from ..hardware import mesh, topology
-from ..engine.core import Collective, Engine, Op, RankProgram
+from ..hardware import mesh, specs, topology
+from ..engine.core import Engine
+from ..engine.ops import Collective, Op, RankProgram
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 
@@ -39,7 +40,7 @@ class Measurement:
 def build_topology(topology_name: str, gpus: int, gpu_name: str | None, calibration=None):
     """Topology with at least ``gpus`` GPUs, rounded up to whole servers (``calibration``: a
     :class:`~sim.hardware.calibration.Calibration` applied to its links)."""
-    spec = topology.load_spec(topology_name, key="--topology")
+    spec = specs.load_spec(topology_name, key="--topology")
     gpu = gpu_preset(spec.gpu) if gpu_name is None else _gpu(gpu_name)
     mesh.check_gpu(spec, gpu, "--gpu")
     per = max(spec.gpus_per_node, spec.gpus_per_domain)
