@@ -22,6 +22,7 @@ import numpy as np
 
 from ..hardware.faults import straggler_slowdowns
 from .host import report_lines as host_report
+from ..engine.kinds import Category
 
 
 @dataclass
@@ -112,7 +113,7 @@ def exposed_by_axis(spans, rank: int) -> dict[str, float]:
     from .metrics import union
 
     mine = spans[spans["rank"] == rank]
-    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
+    comp = union(mine.loc[mine.category == Category.COMPUTE, ["start_s", "end_s"]].to_numpy())
     comm = mine[mine.category != "compute"]
     axes = {str(c): union(g[["start_s", "end_s"]].to_numpy()) for c, g in comm.groupby("category", sort=True)}
     if not axes:

@@ -23,7 +23,7 @@ other than the whole step is named in the title.
 import numpy as np
 import pandas as pd
 
-from ..engine.kinds import Phase
+from ..engine.kinds import Category, Phase
 from ..errors import InputError
 from .host import with_spans as with_host
 from .metrics import subtract, union
@@ -45,14 +45,14 @@ STACK = ("forward", "forward2", "backward", "backward2", "compute")  # a compute
 def exposed_comm(spans, rank: int) -> np.ndarray:
     """Intervals where ``rank`` communicates and computes nothing."""
     mine = spans[spans["rank"] == rank]
-    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
+    comp = union(mine.loc[mine.category == Category.COMPUTE, ["start_s", "end_s"]].to_numpy())
     comm = union(mine.loc[mine.category.isin(EXPOSED_KINDS), ["start_s", "end_s"]].to_numpy())
     return subtract(comm, comp)
 
 
 def idle_compute(spans, rank: int, end: float) -> np.ndarray:
     """Intervals of [0, end] where ``rank``'s compute stream is idle."""
-    mine = spans[(spans["rank"] == rank) & (spans.category == "compute")]
+    mine = spans[(spans["rank"] == rank) & (spans.category == Category.COMPUTE)]
     comp = union(mine[["start_s", "end_s"]].to_numpy())
     return subtract(np.array([[0.0, end]]), comp)
 
@@ -153,7 +153,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     mine = pd.concat(list(frames.values())) if frames else sp.iloc[:0]
     shown = mine[(mine.end_s >= lo) & (mine.start_s <= hi)]
     labels_left, chunked = MAX_LABELS, False
-    for rank, g in shown[shown.category == "compute"].groupby("rank"):
+    for rank, g in shown[shown.category == Category.COMPUTE].groupby("rank"):
         labels_left = _compute_blocks(ax, g, y_of[(int(rank), "compute", 0)], (lo, hi), px, scale, labels_left)
         chunked |= bool((_chunks(g.layer.to_numpy(), g.phase.map(drawn_phase).to_numpy()) > 0).any())
     waiting = [w for w in waits(result, ranks) if w[3] >= lo and w[2] <= hi]

@@ -43,6 +43,7 @@ from .program import Context, RankBuilder
 from . import pp as pipeline
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
+from ..engine.kinds import Category
 
 CACHE_SIZE = 4096  # programs kept; a planner search of DeepSeek-V3 on 2,048 GPUs asks for ~11k
 
@@ -69,7 +70,7 @@ class Phase(Enum):
 class LayerCollective:
     """One collective call of the layer on its rank."""
 
-    axis: str  # tp, cp, ep, dp, pp (the builder's category)
+    axis: Category  # tp, cp, ep, dp, pp (the builder's category)
     op: CollectiveOp
     nbytes: float
     group: tuple[int, ...]  # the ranks of its group
@@ -85,7 +86,7 @@ class LayerOp:
     """One op of the layer's program: enough to schedule it on its streams."""
 
     stream: str
-    category: str  # compute or the collective's axis
+    category: Category  # compute or the collective's axis
     duration: float  # seconds, compute ops (0 for collectives)
     deps: tuple[int, ...]  # earlier ops of this layer program
     phase: Phase
@@ -132,7 +133,7 @@ class LayerProgram:
         """Ops per stream."""
         return Counter(op.stream for op in self.ops)
 
-    def collectives(self, axis: str | None = None) -> list[LayerCollective]:
+    def collectives(self, axis: Category | None = None) -> list[LayerCollective]:
         """The collective calls (of one axis)."""
         return [op.collective for op in self.ops if op.collective is not None
                 and (axis is None or op.collective.axis == axis)]
@@ -341,6 +342,6 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
-        found = (len(ops), m0, sum(op.category == "pp" for op in ops) // m0)
+        found = (len(ops), m0, sum(op.category == Category.PP for op in ops) // m0)
         _remember(key, found)
     return found
