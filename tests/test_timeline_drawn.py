@@ -32,7 +32,8 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from sim import load_scenario, simulate  # noqa: E402
 from sim.outputs.metrics import critical_rank, length, rank_breakdown, rank_times, union  # noqa: E402
 from sim.outputs import timeline  # noqa: E402
-from sim.outputs.timeline import COLORS, draw  # noqa: E402
+from sim.outputs.timeline import draw  # noqa: E402
+from sim.outputs.timeline_paint import COLORS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "sim" / "studies" / "gallery_scenarios" / "pipeline.toml"

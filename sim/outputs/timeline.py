@@ -29,11 +29,11 @@ from .host import with_spans as with_host
 from .metrics import subtract, union
 from .timeline_paint import (CHAR_WIDTH, COLORS, PALE, STRIP, add_legend, color_of, fit_title, paint, paint_stacked,
                              time_unit)
-from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, LANE_OVERLAP, MAX_ROWS, fit_ranks, lanes, layout_rows,
+from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, fit_ranks, layout_rows,
                             per_rank, shown_note, shown_ranks, waits)
 
-__all__ = ["COLORS", "KIND_ORDER", "LANE_OVERLAP", "MAX_ROWS", "add_legend", "color_of", "draw", "drawn_phase",
-           "exposed_comm", "headline", "idle_compute", "lanes", "plot_panels", "plot_timeline", "waits"]
+__all__ = ["COLORS", "KIND_ORDER", "add_legend", "color_of", "draw", "drawn_phase",
+           "exposed_comm", "headline", "idle_compute", "plot_panels", "plot_timeline", "waits"]
 _fit_ranks, _layout_rows, _shown_ranks = fit_ranks, layout_rows, shown_ranks  # (older names, used by tests)
 MAX_LABELS = 400  # micro-batch numbers written inside compute blocks, at most
 PX_WIDTH = 1400  # plot width in pixels at the saved dpi (what a pixel column is)

@@ -27,10 +27,9 @@ import numpy as np
 from ..collectives.kinds import SEND_RECV
 from ..errors import InputError
 from .host import spans as host_spans
-from .rank_selection import parse_ranks, representative, select_ranks, stands_for
+from .rank_selection import representative, select_ranks, stands_for
 
-__all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
-           "parse_ranks", "select_ranks"]  # the selector lives in rank_selection; re-exported
+__all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names"]
 
 US = 1e6  # seconds -> microseconds
 IDLE_MIN_S = 1e-7  # compute-stream gaps shorter than this are not drawn as idle

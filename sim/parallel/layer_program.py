@@ -37,7 +37,8 @@ from ..hardware.gpus import gpu_preset
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from .layout import Layout
-from .params import EMBEDDING, moe_block_ids, mtp_ids, stage_layer_ids
+from ..model.layer_ids import EMBEDDING, mtp_ids
+from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
 from . import pp as pipeline

@@ -207,7 +207,7 @@ def _hierarchical_legends(fig, features, colors: dict) -> None:
     and title."""
     from matplotlib.lines import Line2D
 
-    from ..outputs.timeline import add_legend
+    from ..outputs.timeline_paint import add_legend
 
     fig.tight_layout(rect=(0, 0.07, 1, 0.91))
     legend_ax = fig.add_axes((0.06, 0.0, 0.9, 0.05))  # the timelines' legend, under them
