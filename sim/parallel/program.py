@@ -13,7 +13,7 @@ the region's one launch. ``training.compile`` fuses each op's elementwise chains
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..collectives.kinds import CollectiveOp
+from ..collectives.kinds import Algorithm, CollectiveOp
 from ..model.compute import ComputeModel, Kernel
 from ..model import host
 from ..engine.ops import Collective, Op, RankProgram
@@ -206,14 +206,15 @@ class RankBuilder:
                                    self._phase(), self._issue(host.D2H_SYNC_S), True))
 
     def collective(self, name: str, axis: Category, op: CollectiveOp, group: tuple[int, ...], nbytes: float,
-                   deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
+                   deps=(), stream: str | None = None, algo: Algorithm | str = Algorithm.AUTO, layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
         of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
-        ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`)."""
+        ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`). ``algo``: a
+        member, or the scenario's ``parallel.dp_algo`` text, which becomes the member here."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
-        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings,
-                          shares)
+        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
+                          siblings, shares)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
                                    self._phase(), self._issue(host.nccl_call_s(op))))
 

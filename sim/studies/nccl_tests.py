@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import collectives
 from ..collectives import tuner
-from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, CollectiveOp
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, Algorithm, CollectiveOp
 from ..hardware import mesh, specs, topology
 from ..engine.core import Engine
 from ..engine.ops import Collective, Op, RankProgram
@@ -83,12 +83,12 @@ def algorithm(topo, op: CollectiveOp, algo: str, proto: str | None, group: tuple
     """The schedule's algorithm name for ``--algo``/``--proto`` at this size: ``auto``
     leaves to NCCL's tuner what is not given; an explicit algorithm runs Simple unless a
     protocol is given (``auto``: the tuner's best protocol for that algorithm)."""
-    if op in collectives.DIRECT_OPS or (algo != "auto" and proto in (None, "simple")):
-        return "direct" if algo == "auto" else algo
-    if algo != "auto" and proto != "auto":
+    if op in collectives.DIRECT_OPS or (algo != Algorithm.AUTO and proto in (None, "simple")):
+        return Algorithm.DIRECT if algo == Algorithm.AUTO else algo
+    if algo != Algorithm.AUTO and proto != "auto":
         return f"{algo}:{proto}"
     domains = tuple(int(d) for d in topo.domains[list(group)])
-    return tuner.pick(op, nbytes, domains, topo.fabric, algo=None if algo == "auto" else algo,
+    return tuner.pick(op, nbytes, domains, topo.fabric, algo=None if algo == Algorithm.AUTO else algo,
                       proto=None if proto in (None, "auto") else proto).name
 
 
