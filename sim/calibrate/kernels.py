@@ -125,7 +125,7 @@ def simulated_breakdown(result, rank: int = 0) -> dict[str, float]:
     spans = result.spans
     mine = spans[spans["rank"] == (rank if rank in set(spans["rank"]) else spans["rank"].min())]
     comp = list(zip(mine.start_s[mine.category == Category.COMPUTE], mine.end_s[mine.category == Category.COMPUTE]))
-    comm = list(zip(mine.start_s[mine.category != "compute"], mine.end_s[mine.category != "compute"]))
+    comm = list(zip(mine.start_s[mine.category != Category.COMPUTE], mine.end_s[mine.category != Category.COMPUTE]))
     return breakdown(comp, comm, (0.0, result.summary["step_time_s"]))
 
 

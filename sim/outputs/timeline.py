@@ -121,7 +121,7 @@ def _compute_blocks(ax, g, y: float, window, px: float, scale: float, labels_lef
 def _comm_rows(ax, shown, waiting, y_of, row_of, window, px, scale) -> set:
     """Communication and other streams, one union per (rank, stream); pale where a
     collective waits for its peers (``waiting``: :func:`waits`). Returns the pale kinds."""
-    comm = shown[~shown.category.isin(["compute", "idle"])]
+    comm = shown[~shown.category.isin([Category.COMPUTE, Category.IDLE])]
     for (rank, stream), g in comm.groupby(["rank", "stream"]):
         paint(ax, g[["start_s", "end_s"]].to_numpy(), y_of[row_of[(int(rank), stream)]], window, px, scale,
               facecolors=color_of(str(g.category.iloc[0])))

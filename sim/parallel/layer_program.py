@@ -44,7 +44,7 @@ from .program import Context, RankBuilder
 from . import pp as pipeline
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 CACHE_SIZE = 4096  # programs kept; a planner search of DeepSeek-V3 on 2,048 GPUs asks for ~11k
 
@@ -157,7 +157,7 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute", weights=True, loads=None) -> int:
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None) -> int:
         index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads)
         self.kernel_counts[index] = len(kernels)
         return index

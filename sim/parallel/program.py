@@ -17,7 +17,7 @@ from ..collectives.kinds import Algorithm, CollectiveOp
 from ..model.compute import ComputeModel, Kernel
 from ..model import host
 from ..engine.ops import Collective, Op, RankProgram
-from ..engine.kinds import Category, Phase
+from ..engine.kinds import Category, Phase, StreamName
 from ..model.transformer import Dims
 from ..model.layers import Shard
 from .folding import Folding
@@ -164,7 +164,7 @@ class RankBuilder:
             raise RuntimeError(f"rank {self.rank}: an op built outside any phase (use RankBuilder.phase_of)")
         return self.phase
 
-    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute",
+    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = StreamName.COMPUTE,
                 weights: bool = True, loads: tuple | None = None) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
@@ -197,7 +197,7 @@ class RankBuilder:
         self.deferred.append((name, kernels, deps, layer, mb))
         return deps
 
-    def host_sync(self, name: str, deps, layer=-1, mb=-1, stream: str = "compute") -> int:
+    def host_sync(self, name: str, deps, layer=-1, mb=-1, stream: str = StreamName.COMPUTE) -> int:
         """The host reading GPU values (:data:`sim.model.host.D2H_SYNC_S`): a copy of a few
         bytes on ``stream`` after ``deps`` (no GPU time to speak of), built with ``sync``, so
         the host issues nothing after it before it has ended (the engine's
