@@ -43,7 +43,8 @@ from plan import CASES  # noqa: E402 -- bench/plan.py's searches
 
 from sim.input.load import scenario_from_dict  # noqa: E402
 from sim.plan import cost, driver, fit, select  # noqa: E402
-from sim.plan.estimate import COUNTS, FIELDS, LAYER_KEY, Estimator  # noqa: E402
+from sim.plan.cost import COUNTS  # noqa: E402
+from sim.plan.estimate import FIELDS, LAYER_KEY, Estimator  # noqa: E402
 from sim.plan.explain import simulate_point  # noqa: E402
 from sim.plan.fit import lookup  # noqa: E402
 from sim.plan.inputs import request  # noqa: E402

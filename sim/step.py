@@ -16,7 +16,8 @@ from . import collectives
 from . import work
 from .hardware import topology
 from .parallel import workload
-from .engine.core import Engine, RankProgram, cycle_collector_paused
+from .engine.core import Engine, cycle_collector_paused
+from .engine.ops import RankProgram
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
 from .parallel.memory import peak_memory

@@ -10,7 +10,7 @@ import sys
 import pytest
 import simpy
 
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.gpus import gpu_preset
 from sim import step
 from sim.engine.network import Network
@@ -18,7 +18,7 @@ from sim.engine.network import Network
 
 @lru_cache(maxsize=None)
 def _preset_topology(name: str, gpus: int) -> topology.Topology:
-    spec = topology.load_spec(name)
+    spec = specs.load_spec(name)
     return topology.build(spec, gpus, gpu_preset(spec.gpu))
 
 
@@ -30,7 +30,7 @@ def preset_topology():
 
 def spec_topology(gpus: int, **fields) -> topology.Topology:
     """A fat tree from a spec written inline, e.g. ``spec_topology(16, nic_gbps=5)``."""
-    spec = topology.FatTreeSpec("test", **fields)
+    spec = specs.FatTreeSpec("test", **fields)
     return topology.build(spec, gpus, gpu_preset(spec.gpu))
 
 

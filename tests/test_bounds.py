@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from sim import bounds
 from sim.errors import InputError
-from sim.hardware import topology
+from sim.hardware import specs
 from sim.input.scenario import Scenario
 
 B = bounds.Bound(1, 100, "why")
@@ -63,17 +63,17 @@ def test_every_numeric_key_of_the_schema_is_declared_with_a_bound():
 
 
 def test_every_numeric_topology_field_has_a_bound():
-    fields = topology.FatTreeSpec.__dataclass_fields__
+    fields = specs.FatTreeSpec.__dataclass_fields__
     numeric = [k for k, f in fields.items() if any(t in str(f.type) for t in ("int", "float"))]
-    assert sorted(numeric) == sorted(topology.FIELD_BOUNDS)
+    assert sorted(numeric) == sorted(specs.FIELD_BOUNDS)
 
 
 def test_topology_fields_are_strict():
     with pytest.raises(InputError, match="expected a whole number"):
-        topology.check_field("k", "spines", True)
+        specs.check_field("k", "spines", True)
     with pytest.raises(InputError, match="finite"):
-        topology.check_field("k", "oversubscription", math.nan)
-    assert topology.check_field("k", "spines", 16.0) == 16
+        specs.check_field("k", "oversubscription", math.nan)
+    assert specs.check_field("k", "spines", 16.0) == 16
 
 
 def test_read_text_refuses_what_is_not_a_small_regular_file(tmp_path):

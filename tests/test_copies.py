@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.hardware.topology import load_spec
+from sim.hardware.specs import load_spec
 from sim.input.load import scenario_from_dict
 from sim.parallel import copies
 from sim.parallel.workload import build_rank, make_context

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import spec_topology
 from sim.collectives.kinds import ALL_REDUCE, SEND_RECV, CollectiveOp
-from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Collective, Op, RankProgram
 from sim.engine.network import Network
 from sim.outputs.result import spans_frame
 

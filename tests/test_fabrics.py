@@ -6,7 +6,7 @@ Run ``python -m pytest -q tests/test_fabrics.py``.
 import pytest
 
 from conftest import spec_topology
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
 from sim.studies.nccl_tests import time_collective
 
@@ -73,7 +73,7 @@ def test_rail_only_ring_costs_what_the_fat_tree_ring_costs():
 
 
 def test_rail_only_preset_builds():
-    spec = topology.load_spec("dgx-h100-rail-only")
+    spec = specs.load_spec("dgx-h100-rail-only")
     topo = topology.build(spec, 512, H100)
     assert spec.builder == "rail_only" and topo.route(3, 300) is not None
 
@@ -120,5 +120,5 @@ def test_bad_builder_and_plane_values_name_the_key(tmp_path):
         path = tmp_path / "t.toml"
         path.write_text(text + "\n")
         with pytest.raises(InputError) as err:
-            topology.load_spec(str(path))
+            specs.load_spec(str(path))
         assert err.value.key == f"cluster.topology.{key}"

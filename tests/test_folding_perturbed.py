@@ -148,7 +148,7 @@ def test_a_rank_relaying_through_a_degraded_nic_is_labelled():
     """Stages of 12 GPUs: rank 0 sends to rank 12 (rail 4 of the next server), which PXN
     relays through GPU 4's NIC; ranks 1-3 send to rails 5-7. A degraded NIC on GPU 4 must
     label GPU 4 and rank 0, and no one else."""
-    from sim.hardware.topology import load_spec
+    from sim.hardware.specs import load_spec
     from sim.parallel.folding import group_tables, link_codes
     from sim.parallel.layout import Layout
 

@@ -19,7 +19,7 @@ from conftest import assert_input_error, clustersim
 from sim.hardware.gpus import gpu_preset, low_peak
 from sim.input.load import scenario_from_dict
 from sim.model import layers as L
-from sim.model.compute import GEMM_KERNEL, HBM_EFFICIENCY, LAUNCH_S, ComputeModel
+from sim.model.compute import GEMM_KERNEL, HBM_EFFICIENCY, LAUNCH_S, ComputeModel, gemm as gemm_kernel
 from sim.step import simulate
 
 ROOT = Path(__file__).parents[1]
@@ -74,8 +74,8 @@ def test_fp8_gemm_keeps_the_measured_share_of_the_bf16_one():
     for gpu, share in ((H100, 0.776 / 0.806), (gpu_preset("h200"), 0.793 / 0.806), (B200, 0.900)):
         want = share * low_peak(gpu, "fp8") / gpu.peak_flops  # H100: 1,979 / 989 TFLOP/s dense
         cm = ComputeModel(gpu, e_max=GEMM_KERNEL[gpu.name]["bf16"])
-        bf16 = cm.flop_time(L.gemm(big, big, big)._replace(flops=flops))
-        fp8 = cm.flop_time(L.gemm(big, big, big, fp8=True)._replace(flops=flops))
+        bf16 = cm.flop_time(gemm_kernel(big, big, big)._replace(flops=flops))
+        fp8 = cm.flop_time(gemm_kernel(big, big, big, fp8=True)._replace(flops=flops))
         assert bf16 / fp8 == pytest.approx(want * big / (big + 256) / (big / (big + 128)), rel=1e-9)
 
 

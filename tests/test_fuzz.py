@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from forked_cli import run_cli
 from sim import bounds
 from sim.errors import InputError
-from sim.hardware import topology
+from sim.hardware import specs
 from sim.input.load import scenario_from_dict
 from sim.input.scenario import Scenario
 from sim.step import simulate
@@ -248,7 +248,7 @@ def _section(annotation):
 
 
 LIST_SECTIONS = {"stragglers": {"ranks": [0], "slowdown": 1.5}, "cluster.faults": {"gpu_nic": 0, "factor": 0.5}}
-TOPOLOGY_KEYS = [f"cluster.topology_overrides.{k}" for k in topology.FatTreeSpec.__dataclass_fields__ if k != "name"]
+TOPOLOGY_KEYS = [f"cluster.topology_overrides.{k}" for k in specs.FatTreeSpec.__dataclass_fields__ if k != "name"]
 KEY_TYPES = schema_keys() | {k: object for k in TOPOLOGY_KEYS}
 ALL_KEYS = sorted(KEY_TYPES)
 NON_FINITE = [math.nan, math.inf, -math.inf]

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import REPO, spec_topology
 from forked_cli import run_cli
-from sim.engine.core import Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Op, RankProgram
 from sim.input.load import scenario_from_dict
 from sim.model import host
 from sim.model.compute import LAUNCH_S, ComputeModel, Kernel, elementwise, gemm

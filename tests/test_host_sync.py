@@ -12,7 +12,8 @@ with it the step is a + G + X + g: slower by exactly X. Run ``python -m pytest -
 import pytest
 
 from conftest import spec_topology
-from sim.engine.core import Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Op, RankProgram
 from sim.engine.kinds import Category, Phase
 from sim.input.load import scenario_from_dict
 from sim.model import host

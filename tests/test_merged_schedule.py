@@ -14,10 +14,10 @@ from hypothesis import assume, given, settings, strategies as st
 from sim import collectives
 from sim.collectives.schedule import merge
 from sim.engine.traffic import SiblingGroups, merged_schedule, same_domain_pattern
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.gpus import gpu_preset
 
-SPEC = dataclasses.replace(topology.load_spec("dgx-h100"), gpus_per_domain=4, gpus_per_node=4)
+SPEC = dataclasses.replace(specs.load_spec("dgx-h100"), gpus_per_domain=4, gpus_per_node=4)
 TOPO = topology.build(SPEC, 128, gpu_preset("h100-sxm"))  # 32 domains of 4
 CALLS = [("all_reduce", "ring"), ("all_reduce", "tree"), ("all_reduce", "hierarchical"), ("all_gather", "ring"),
          ("all_gather", "hierarchical"), ("reduce_scatter", "hierarchical"), ("all_to_all", "direct"),

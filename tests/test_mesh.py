@@ -15,7 +15,7 @@ import pytest
 
 from conftest import assert_input_error, clustersim
 from sim.collectives import ring
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.gpus import gpu_preset
 from sim.studies import nccl_tests
 
@@ -116,7 +116,7 @@ def test_scenario_with_amd_gpu_on_nvswitch_topology_exits_2(tmp_path):
 
 
 def test_mesh_spec_rules():
-    spec = topology.load_spec("amd-xgmi")
+    spec = specs.load_spec("amd-xgmi")
     assert spec.builder == "xgmi_mesh" and not spec.nvls and spec.gpus_per_node == 8
     g = topology.fat_tree(16, spec, gpu_preset("mi355x"))
     xgmi = [d for _, _, d in g.edges(data=True) if d["kind"] == "xgmi"]

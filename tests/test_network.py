@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import spec_topology
 from sim.collectives.kinds import ALL_GATHER, ALL_REDUCE, SEND_RECV
-from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Collective, Op, RankProgram
 from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, LINK_LATENCY as LAT, gpu_preset
 from sim.engine.maxmin import max_min_rates
 from sim.studies.nccl_tests import time_collective

@@ -181,7 +181,7 @@ def test_roles_follow_the_kernel_tags_under_fp8():
     """FP8 puts a cast before each GEMM: the column-parallel run is [cast, fc1], the
     row-parallel run [cast, fc2], the activation sits between them."""
     from sim.model.layers import mlp_block
-    from sim.parallel.tp_overlap import roles
+    from sim.parallel.tp import roles
 
     d = dims(scenario_from_dict({"model": {**DENSE, "mlp": "swiglu"}, "training": {"seq_len": SEQ, "global_batch": 1},
                                  "cluster": {"gpus": 1}}).model)
@@ -197,7 +197,7 @@ def test_mla_down_projections_run_before_the_gather():
     """MLA's duplicated down projections and latent norms work on the sequence shard; only
     the up projections read the gathered latents."""
     from sim.model.layers import attention_pre
-    from sim.parallel.tp_overlap import roles
+    from sim.parallel.tp import roles
 
     d = dims(scenario_from_dict({"model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 128, "attention": "mla",
                                            "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.faults import apply_faults
 from sim.hardware.gpus import gpu_preset
 from sim.hardware.paths import routes
@@ -23,7 +23,7 @@ FAULTS = {"clean": [], "failed-nic": [LinkFault(gpu_nic=9, factor=0.0)], "degrad
 @pytest.mark.parametrize("fabric", ["dgx-h100", "gb200-nvl72", "ecmp"])
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_batched_routes_are_route_pair_by_pair(fabric, fault):
-    spec = topology.load_spec("dgx-h100" if fabric == "ecmp" else fabric)
+    spec = specs.load_spec("dgx-h100" if fabric == "ecmp" else fabric)
     spec = dataclasses.replace(spec, nodes_per_su=2, routing="ecmp" if fabric == "ecmp" else spec.routing)
     graph = topology.fat_tree(96, spec, gpu_preset("h100-sxm"))
     apply_faults(graph, FAULTS[fault], spec)
@@ -61,7 +61,7 @@ def test_a_phase_whole_units_away_compiles_to_its_own_routes(fabric, units):
 
     from sim.engine.network import Network
 
-    spec = topology.load_spec(fabric)
+    spec = specs.load_spec(fabric)
     spec = dataclasses.replace(spec, nodes_per_su=spec.gpus_per_domain // spec.gpus_per_node or 1)
     unit = math.lcm(spec.gpus_per_node * spec.nodes_per_su, spec.gpus_per_domain)
     topo = topology.Topology(topology.fat_tree(units * unit, spec, gpu_preset("h100-sxm")), spec)
@@ -85,7 +85,7 @@ def test_no_translation_where_routes_do_not_move_alike(fault):
 
     from sim.engine.network import Network
 
-    spec = dataclasses.replace(topology.load_spec("dgx-h100"), nodes_per_su=2,
+    spec = dataclasses.replace(specs.load_spec("dgx-h100"), nodes_per_su=2,
                                routing="ecmp" if fault == "ecmp" else "spray")
     graph = topology.fat_tree(64, spec, gpu_preset("h100-sxm"))
     apply_faults(graph, FAULTS.get(fault, []), spec)

@@ -4,7 +4,7 @@ transformer layer, and the summary's breakdown and the timeline read those phase
 
 import pytest
 
-from sim.engine.kinds import Category, Phase
+from sim.engine.kinds import Category, Phase, StreamName
 from sim.input.load import scenario_from_dict
 from sim.model.layer_ids import LayerKind, is_block, kind
 from sim.model.transformer import dims
@@ -61,6 +61,19 @@ def test_every_op_has_a_typed_phase_and_category_and_spans_carry_them():
     assert len(gathers) and set(gathers.phase) == {Phase.OPTIMIZER} and set(gathers.category) == {Category.DP}
     grads = r.spans[r.spans.name.str.endswith("_grad_rs")]
     assert len(grads) and set(grads.phase) == {Phase.BACKWARD}
+
+
+def test_fixed_streams_are_named_by_members_and_print_as_before():
+    """Compute ops and the data-parallel streams carry StreamName members (what the outputs
+    find a rank's compute stream by), written in the spans and the trace as the plain strings."""
+    r = run("none", zero=1)
+    streams = {op.stream for p in r.facts.programs for op in p.ops}
+    assert {StreamName.COMPUTE, StreamName.DP, StreamName.DP_AG} <= streams
+    computes = {op.stream for p in r.facts.programs for op in p.ops if op.category is Category.COMPUTE}
+    assert computes == {StreamName.COMPUTE} and all(type(s) is StreamName for s in computes)
+    gathers = {op.stream for p in r.facts.programs for op in p.ops if op.name == "zero_param_ag"}
+    assert gathers == {StreamName.DP_AG} and all(type(s) is StreamName for s in gathers)
+    assert sorted(set(map(str, r.spans.stream))) == sorted(map(str, streams)) and "compute" in set(map(str, r.spans.stream))
 
 
 def test_timeline_draws_recompute_with_the_backward_and_the_optimizer_as_other_compute():

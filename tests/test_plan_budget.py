@@ -9,6 +9,7 @@ from sim.errors import InputError
 from sim.parallel import pp as pipeline
 from sim.plan import budget, fit, inputs, rules, space
 from sim.plan.stages import Stages
+from sim import work
 
 from test_plan import SMALL_MOE, TINY
 
@@ -62,7 +63,7 @@ def test_a_search_past_the_budget_names_the_flag_that_drives_it():
         budget.check(few_gpus_huge_batch)
     assert exc.value.key == "--global-batch-tokens" and "--force" in exc.value.reason
     w = budget.estimate(inputs.request_of(DENSE_8B, gpus=1024))
-    assert w.seconds < budget.BUDGET_S and w.driver in ("--gpus", "--global-batch-tokens")
+    assert w.seconds < work.BUDGET_S and w.driver in ("--gpus", "--global-batch-tokens")
 
 
 def test_the_watchdog_stops_an_analytic_phase_past_its_limit():

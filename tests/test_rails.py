@@ -7,7 +7,8 @@ Run: ``python -m pytest tests/test_rails.py``
 import numpy as np
 
 from sim.hardware.rails import failed_nic_reach, nics_carrying, pxn_relay
-from sim.hardware.topology import build, load_spec
+from sim.hardware.specs import load_spec
+from sim.hardware.topology import build
 from sim.hardware.gpus import gpu_preset
 
 

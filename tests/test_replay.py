@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from sim.hardware.topology import load_spec
+from sim.hardware.specs import load_spec
 from sim.input.load import scenario_from_dict
 from sim.parallel import replay
 from sim.parallel.workload import build_rank, make_context

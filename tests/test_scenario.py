@@ -17,7 +17,7 @@ from sim.input import presets
 from sim.errors import InputError
 from sim.hardware.gpus import GPUS
 from sim.input.load import parse_value, scenario_from_dict
-from sim.hardware.topology import TOPOLOGY_DIR
+from sim.hardware.specs import TOPOLOGY_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import assert_input_error, clustersim, spec_topology
 from sim.collectives.kinds import ALL_REDUCE
-from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Collective, Op, RankProgram
 from sim.errors import InputError
 from sim.fabric import placement
 from sim.fabric.shared import relabel

@@ -184,7 +184,7 @@ def test_sweep_fingerprint_leaves_out_the_default_simulation_section():
     """A sweep's points written before [simulation] existed keep their fingerprints (the
     section at its default is not part of it); steady mode is a different point."""
     from sim.sweeps.grid import _Fingerprints, fingerprint
-    from sim.hardware.topology import load_spec
+    from sim.hardware.specs import load_spec
     import dataclasses
     exact = load_scenario(GPT)
     prints = _Fingerprints({})

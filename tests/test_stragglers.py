@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from sim.collectives.kinds import ALL_REDUCE
-from sim.engine.core import Collective, Engine, Op, RankProgram
+from sim.engine.core import Engine
+from sim.engine.ops import Collective, Op, RankProgram
 from sim.hardware.faults import apply_faults, jitter_fn
 from sim.hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from sim.studies.jitter_scaling import expected_step
@@ -12,7 +13,7 @@ from sim.input.load import scenario_from_dict
 from sim.studies.nccl_tests import time_collective
 from sim.input.scenario import LinkFault
 from sim.step import simulate
-from sim.hardware import topology
+from sim.hardware import specs, topology
 
 TINY = {
     "name": "tiny-dp",
@@ -72,7 +73,7 @@ def test_jitter_step_is_the_max_of_the_ranks_draws():
     """Engine level: each rank computes d * X_r, then all-reduce; step = d * max X_r + AR."""
     scen = _with({"jitter": {"sigma": 0.1}, "seed": 7})
     draw = jitter_fn(scen)
-    topo = topology.build(topology.load_spec("dgx-h100"), 8, gpu_preset("h100-sxm"))
+    topo = topology.build(specs.load_spec("dgx-h100"), 8, gpu_preset("h100-sxm"))
     d, group = 1e-3, tuple(range(8))
     progs = []
     for r in group:
@@ -110,7 +111,7 @@ def test_same_seed_same_result_different_seed_different_jitter():
 
 
 def test_degraded_nic_sets_the_pace_of_a_multinode_ring():
-    spec = topology.load_spec("dgx-a100")
+    spec = specs.load_spec("dgx-a100")
     gpu = gpu_preset("a100-80gb")
     n, nbytes = 32, float(2**30)
     graph = topology.fat_tree(n, spec, gpu)
@@ -127,7 +128,7 @@ def test_degraded_nic_sets_the_pace_of_a_multinode_ring():
 def test_failed_link_reroutes_and_disconnection_is_an_input_error():
     from sim.errors import InputError
 
-    spec = topology.load_spec("dgx-h100")
+    spec = specs.load_spec("dgx-h100")
     gpu = gpu_preset("h100-sxm")
     graph = topology.fat_tree(16, spec, gpu)
     apply_faults(graph, [LinkFault(spine=0, factor=0.0)], spec)

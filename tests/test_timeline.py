@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from conftest import assert_input_error, clustersim
 from sim import load_scenario, simulate
 from sim.outputs.metrics import subtract as _subtract, union as _union
-from sim.outputs.timeline import LANE_OVERLAP, MAX_ROWS, _fit_ranks, _rows, _shown_ranks, exposed_comm, lanes, plot_timeline, waits
+from sim.outputs.timeline import _fit_ranks, _rows, _shown_ranks, exposed_comm, plot_timeline
+from sim.outputs.timeline_rows import LANE_OVERLAP, MAX_ROWS, lanes, waits
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"

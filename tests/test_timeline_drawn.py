@@ -32,7 +32,8 @@ from matplotlib.colors import to_rgba  # noqa: E402
 from sim import load_scenario, simulate  # noqa: E402
 from sim.outputs.metrics import critical_rank, length, rank_breakdown, rank_times, union  # noqa: E402
 from sim.outputs import timeline  # noqa: E402
-from sim.outputs.timeline import COLORS, draw  # noqa: E402
+from sim.outputs.timeline import draw  # noqa: E402
+from sim.outputs.timeline_paint import COLORS, STRIP, color_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "sim" / "studies" / "gallery_scenarios" / "pipeline.toml"
@@ -98,7 +99,7 @@ def read(ax, window: float, px_width: int, kinds=()) -> Drawn:
     """Every bar and micro-batch label of a timeline drawn on ``ax`` (time axis in the unit
     its label names); ``kinds``: row kinds outside COLORS drawn in :func:`timeline.color_of`."""
     names = {tuple(np.round(to_rgba(c), 6)): k for k, c in COLORS.items()}
-    names.update({tuple(np.round(to_rgba(timeline.color_of(k)), 6)): k for k in kinds})
+    names.update({tuple(np.round(to_rgba(color_of(k)), 6)): k for k in kinds})
     rows = {round(y - 0.5): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
     per_s = UNITS[ax.get_xlabel()]
     bars = []
@@ -106,7 +107,7 @@ def read(ax, window: float, px_width: int, kinds=()) -> Drawn:
         if isinstance(coll, LineCollection):
             continue  # the white separators between blocks
         kind = _kind(coll, names)
-        band = timeline.STRIP[1] if kind == "exposed" else 0.8  # rows are one unit tall, bars inset from y + 0.1
+        band = STRIP[1] if kind == "exposed" else 0.8  # rows are one unit tall, bars inset from y + 0.1
         for path in coll.get_paths():
             e = path.get_extents()
             bars.append(Bar(rows[int(np.floor(e.y0))], kind, e.x0 / per_s, e.x1 / per_s, (e.y1 - e.y0) / band))

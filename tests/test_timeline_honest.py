@@ -24,7 +24,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 from conftest import assert_input_error, clustersim  # noqa: E402
 from sim import load_scenario, simulate  # noqa: E402
 from sim.outputs import timeline  # noqa: E402
-from sim.outputs.metrics import critical_rank, rank_times  # noqa: E402
+from sim.outputs.metrics import critical_rank, rank_times, union  # noqa: E402
 from sim.outputs.timeline_paint import pixel_bars, time_unit  # noqa: E402
 from test_timeline_drawn import read  # noqa: E402
 
@@ -126,7 +126,7 @@ def test_pixel_columns_hold_the_time_busy(spans, px):
     width; no bar is narrower than the spans' own extent nor widened beyond it."""
     iv = np.array([(a, a + w) for a, w in spans])
     x0, x1, fill = pixel_bars(iv, 0.0, 100.0, px)
-    covered = timeline.union(iv)
+    covered = union(iv)
     covered = np.clip(covered, 0, 100)
     want = float((covered[:, 1] - covered[:, 0]).sum())
     assert float(((x1 - x0) * fill).sum()) == pytest.approx(want, rel=1e-9, abs=1e-9)
@@ -172,7 +172,7 @@ def test_folding_labels_say_which_ranks_each_row_stands_for(tmp_path, captured):
 
 
 def _busy(sp) -> float:
-    iv = timeline.union(sp[["start_s", "end_s"]].to_numpy())
+    iv = union(sp[["start_s", "end_s"]].to_numpy())
     return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import run_phase, spec_topology
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.collectives.schedule import chains_phase
 from sim.errors import InputError
 from sim.hardware.gpus import FABRIC_EFFICIENCY as EFF, gpu_preset
@@ -36,22 +36,22 @@ def hops(topo, route):
 # --- builders ------------------------------------------------------------------------
 
 def test_dgx_h100_two_scalable_units_counts():
-    g = topology.fat_tree(512, topology.load_spec("dgx-h100"), H100)  # 64 servers, 32 per SU
+    g = topology.fat_tree(512, specs.load_spec("dgx-h100"), H100)  # 64 servers, 32 per SU
     assert (count(g, "gpu"), count(g, "nic"), count(g, "nvsw")) == (512, 512, 64)
     assert (count(g, "leaf"), count(g, "spine")) == (2 * 8, 16)  # one leaf per rail per SU
     assert edge_kinds(g) == {"nvlink": 512, "pcie": 512, "ib": 512 + 16 * 16}
 
 
 def test_gb200_nvl72_counts():
-    spec = topology.load_spec("gb200-nvl72")
+    spec = specs.load_spec("gb200-nvl72")
     g = topology.fat_tree(144, spec, gpu_preset(spec.gpu))  # 2 racks, 4 GPUs per tray
     assert (count(g, "gpu"), count(g, "nvsw"), count(g, "leaf")) == (144, 2, 2 * 4)
     assert {d["domain"] for n, d in g.nodes(data=True) if n[0] == "gpu"} == {0, 1}
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in topology.TOPOLOGY_DIR.glob("*.toml")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in specs.TOPOLOGY_DIR.glob("*.toml")))
 def test_every_preset_builds(name):
-    spec = topology.load_spec(name)
+    spec = specs.load_spec(name)
     n = 2 * max(spec.gpus_per_domain, spec.gpus_per_node)
     topo = topology.build(spec, n, gpu_preset(spec.gpu))
     assert topo.num_gpus == n and nx.is_connected(topo.graph)
@@ -69,7 +69,7 @@ def test_capacities_are_line_rate_times_fabric_efficiency():
 
 
 def test_fixed_size_system_refuses_more_gpus():
-    spec = topology.load_spec("dgx-h100-superpod")
+    spec = specs.load_spec("dgx-h100-superpod")
     with pytest.raises(InputError, match="1016"):
         topology.build(spec, spec.max_gpus + 8, H100)
 
@@ -114,7 +114,7 @@ def test_ecmp_hashes_each_flow_onto_one_spine():
 # --- faults and connectivity ---------------------------------------------------------
 
 def test_disconnected_graph_is_an_input_error():
-    spec = topology.FatTreeSpec("t", nodes_per_su=1, spines=2)
+    spec = specs.FatTreeSpec("t", nodes_per_su=1, spines=2)
     g = topology.fat_tree(16, spec, H100)
     g.remove_edges_from([e for e in list(g.edges) if "spine" in (e[0][0], e[1][0])])
     with pytest.raises(InputError, match="disconnected"):
@@ -122,7 +122,7 @@ def test_disconnected_graph_is_an_input_error():
 
 
 def test_a_spine_without_links_isolates_no_gpu():
-    spec = topology.FatTreeSpec("t", nodes_per_su=1, spines=4)
+    spec = specs.FatTreeSpec("t", nodes_per_su=1, spines=4)
     g = topology.fat_tree(16, spec, H100)
     g.remove_edges_from(list(g.edges(("spine", 1))))  # a failed spine: its node stays behind
     topo = topology.Topology(g, spec)
@@ -136,7 +136,7 @@ def spine_uplink_bytes(topo, nbytes):
 
 
 def test_failing_a_spine_link_shifts_its_traffic_to_the_other_spines():
-    spec = topology.FatTreeSpec("t", nodes_per_su=1, spines=4, oversubscription=4)  # spines bottleneck
+    spec = specs.FatTreeSpec("t", nodes_per_su=1, spines=4, oversubscription=4)  # spines bottleneck
     nbytes = 1e9
     healthy, before = spine_uplink_bytes(topology.Topology(topology.fat_tree(16, spec, H100), spec), nbytes)
     g = topology.fat_tree(16, spec, H100)
@@ -153,7 +153,7 @@ def test_failing_a_spine_link_shifts_its_traffic_to_the_other_spines():
 
 def test_unknown_preset_names_the_key_and_the_presets():
     with pytest.raises(InputError, match="dgx-h100") as err:
-        topology.load_spec("dgx-z900")
+        specs.load_spec("dgx-z900")
     assert err.value.key == "cluster.topology"
 
 
@@ -165,7 +165,7 @@ def write(tmp_path, text):
 
 def test_malformed_toml_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="malformed TOML") as err:
-        topology.load_spec(write(tmp_path, "spines = = 4\n"))
+        specs.load_spec(write(tmp_path, "spines = = 4\n"))
     assert err.value.key == "cluster.topology"
 
 
@@ -182,12 +182,12 @@ def test_malformed_toml_is_an_input_error(tmp_path):
 ])
 def test_bad_key_or_value_names_the_key(tmp_path, text, key):
     with pytest.raises(InputError) as err:
-        topology.load_spec(write(tmp_path, text + "\n"))
+        specs.load_spec(write(tmp_path, text + "\n"))
     assert err.value.key == key and key in str(err.value)
 
 
 def test_fractional_bandwidths_are_fine(tmp_path):
-    spec = topology.load_spec(write(tmp_path, "nic_gbps = 12.5\noversubscription = 1.5\n"))
+    spec = specs.load_spec(write(tmp_path, "nic_gbps = 12.5\noversubscription = 1.5\n"))
     assert (spec.nic_gbps, spec.oversubscription, spec.name) == (12.5, 1.5, "t")
     topo = topology.build(spec, 16, H100)
     assert np.isclose(topo.caps[topo.link_id[(("nic", 0), ("leaf", 0, 0))]], 12.5e9 * EFF["ib"])

@@ -10,7 +10,8 @@ import pytest
 from conftest import assert_input_error, clustersim
 from sim import load_scenario, simulate
 from sim.input.load import scenario_from_dict
-from sim.outputs.trace import IDLE_MIN_S, chrome_trace, parse_ranks, select_ranks, write_trace
+from sim.outputs.rank_selection import parse_ranks, select_ranks
+from sim.outputs.trace import IDLE_MIN_S, chrome_trace, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPE = {"name": "trace-pipe", "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 4096},

@@ -9,12 +9,12 @@ import pytest
 
 from conftest import spec_topology
 from sim.collectives import tuner
-from sim.hardware import topology
+from sim.hardware import specs, topology
 from sim.hardware.gpus import gpu_preset
 
 
 def fabric(name: str, gpus: int, **changes):
-    spec = dataclasses.replace(topology.load_spec(name), **changes)
+    spec = dataclasses.replace(specs.load_spec(name), **changes)
     topo = topology.build(spec, gpus, gpu_preset(spec.gpu))
     return topo.fabric, tuple(int(d) for d in topo.domains)
 
@@ -123,7 +123,7 @@ def test_simulated_tree_across_gb200_racks_runs_at_the_cap():
     16 x 42.8 = 684.8 GB/s (latency < 0.3% at this size); at link rate it would be ~720."""
     from sim.studies.nccl_tests import time_collective
 
-    spec = dataclasses.replace(topology.load_spec("gb200-nvl72"), nvls=False)
+    spec = dataclasses.replace(specs.load_spec("gb200-nvl72"), nvls=False)
     topo = topology.build(spec, 144, gpu_preset(spec.gpu))
     nbytes = 2**34
     busbw = nbytes / time_collective(topo, "all_reduce", "tree", tuple(range(144)), nbytes) * 2 * 143 / 144

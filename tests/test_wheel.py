@@ -118,7 +118,7 @@ def test_study_and_gallery_scenarios_load_from_the_wheel(installed):
 
 
 def test_topologies_load_by_name_and_by_their_repository_path_from_the_wheel(installed):
-    code = ("from sim.hardware.topology import load_spec; "
+    code = ("from sim.hardware.specs import load_spec; "
             "print(load_spec('gb200-nvl72') == load_spec('topologies/gb200-nvl72.toml'), load_spec('generic').name)")
     proc = run(installed, "python", "-c", code)
     assert proc.returncode == 0, proc.stderr

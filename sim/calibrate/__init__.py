@@ -18,7 +18,7 @@ from pathlib import Path
 import stat
 
 from ..errors import InputError
-from ..hardware import topology
+from ..hardware import specs
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import gpu_preset
 from ..input.load import load_scenario
@@ -111,14 +111,14 @@ def cluster_of(items: list[Input], topology_name: str | None, gpu_name: str | No
     """The topology and GPU the fit starts from: flags, else the first scenario's, else dgx-h100."""
     first = next((i.scenario for i in items if i.scenario is not None), None)
     topo = topology_name or (first.cluster.topology if first else "dgx-h100")
-    spec = topology.load_spec(topo, key="--topology")
+    spec = specs.load_spec(topo, key="--topology")
     gpu = gpu_name or (first.cluster.gpu if first and first.cluster.gpu else spec.gpu)
     try:
         gpu_preset(gpu)
     except InputError as exc:
         raise InputError("--gpu", exc.reason) from None
     for i in items:
-        if i.scenario is not None and (i.scenario.cluster.gpu or topology.load_spec(i.scenario.cluster.topology).gpu) != gpu:
+        if i.scenario is not None and (i.scenario.cluster.gpu or specs.load_spec(i.scenario.cluster.topology).gpu) != gpu:
             raise InputError("--scenario", f"{i.scenario_path}: runs another GPU than {gpu!r}; a profile is one GPU type's")
     return topo, gpu
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..hardware import topology
+from ..hardware import specs, topology
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import FABRIC_EFFICIENCY, LINK_LATENCY, gpu_preset, nvlink_efficiency
 from ..studies.nccl_tests import algorithm, time_collective
@@ -66,7 +66,7 @@ class Bench:
 
     def __init__(self, tables: list[Table], topology_name: str, gpu_name: str):
         self.tables, self.gpu = tables, gpu_preset(gpu_name)
-        self.spec = topology.load_spec(topology_name, key="--topology")
+        self.spec = specs.load_spec(topology_name, key="--topology")
         for t in tables:
             _check_servers(t, self.spec)
         self.measured = np.array([t.time_s(r) for t in tables for r in t.rows])

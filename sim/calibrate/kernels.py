@@ -12,6 +12,7 @@ import numpy as np
 
 from ..model.compute import ATTENTION_KERNEL, GEMM_HALF_SIZE, GEMM_KERNEL, ComputeModel
 from .kineto import Trace, breakdown
+from ..engine.kinds import Category
 
 MIN_POINTS = 3  # GEMM shapes needed for a curve (two parameters and one to spare)
 
@@ -123,8 +124,8 @@ def simulated_breakdown(result, rank: int = 0) -> dict[str, float]:
     """Compute, exposed communication and idle of one simulated rank's step."""
     spans = result.spans
     mine = spans[spans["rank"] == (rank if rank in set(spans["rank"]) else spans["rank"].min())]
-    comp = list(zip(mine.start_s[mine.category == "compute"], mine.end_s[mine.category == "compute"]))
-    comm = list(zip(mine.start_s[mine.category != "compute"], mine.end_s[mine.category != "compute"]))
+    comp = list(zip(mine.start_s[mine.category == Category.COMPUTE], mine.end_s[mine.category == Category.COMPUTE]))
+    comm = list(zip(mine.start_s[mine.category != Category.COMPUTE], mine.end_s[mine.category != Category.COMPUTE]))
     return breakdown(comp, comm, (0.0, result.summary["step_time_s"]))
 
 

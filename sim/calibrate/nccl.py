@@ -22,7 +22,7 @@ from pathlib import Path
 import re
 
 from .. import bounds
-from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, CollectiveOp
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, Algorithm, CollectiveOp
 from ..errors import InputError
 
 MAX_BYTES = 256 << 20  # a long training log or a big sweep of tables
@@ -30,8 +30,9 @@ MAX_BYTES = 256 << 20  # a long training log or a big sweep of tables
 OPS = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": ALL_GATHER, "allgather": ALL_GATHER,
        "reduce_scatter": REDUCE_SCATTER, "reducescatter": REDUCE_SCATTER, "alltoall": ALL_TO_ALL,
        "all_to_all": ALL_TO_ALL, "broadcast": BROADCAST}  # a binary's name (all_reduce_perf) -> the collective
-ALGO_NAMES = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "collnet": "collnet",
-              "collnetdirect": "collnet", "collnetchain": "collnet", "pat": "pat"}
+ALGO_NAMES = {"ring": Algorithm.RING, "tree": Algorithm.TREE, "nvls": Algorithm.NVLS, "nvlstree": Algorithm.NVLS_TREE,
+              "collnet": Algorithm.COLLNET, "collnetdirect": Algorithm.COLLNET, "collnetchain": Algorithm.COLLNET,
+              "pat": Algorithm.PAT}  # NCCL_ALGO's spelling -> the algorithm
 TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
               "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4, "int64": 8, "uint64": 8,
               "double": 8, "float64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -60,7 +61,7 @@ class Table:
     op: CollectiveOp
     gpus: int
     hosts: int  # servers seen in the rank lines (0: none listed)
-    algo: str  # "auto" unless NCCL_ALGO was set
+    algo: Algorithm  # AUTO unless NCCL_ALGO was set
     nvls: bool  # False when NCCL_NVLS_ENABLE=0
     rows: tuple[Row, ...]
 
@@ -88,7 +89,7 @@ def parse_all(path: str | Path, text: str | None = None) -> list[Table]:
     text = bounds.read_text(path, "INPUT", MAX_BYTES) if text is None else text
     lines = text.splitlines()
     algo_match = re.search(r"NCCL_ALGO=([A-Za-z]+)", text)
-    algo = ALGO_NAMES.get(algo_match.group(1).lower(), "auto") if algo_match else "auto"
+    algo = ALGO_NAMES.get(algo_match.group(1).lower(), Algorithm.AUTO) if algo_match else Algorithm.AUTO
     segments = _segments(lines)
     tables, ranks, hosts = [], set(), []
     for first, last, closed in segments:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import math
 
 from ..errors import InputError
-from ..hardware import topology
+from ..hardware import specs
 from ..input.scenario import Scenario
 from .checkpoint import (DEFAULT_STORAGE_BW, Checkpoint, checkpoint_cost, checkpoint_size, daly_interval,
                          host_bandwidth, young_interval)
@@ -67,7 +67,7 @@ class Facts:
 
 def fleet_of(s: Scenario, opts: Options) -> tuple[Fleet, int]:
     """The job's GPUs and nodes, and GPUs per node; checks ``opts.spares`` against them."""
-    per_node = s.cluster.gpus_per_node or topology.load_spec(s.cluster.topology).gpus_per_node
+    per_node = s.cluster.gpus_per_node or specs.load_spec(s.cluster.topology).gpus_per_node
     fleet = Fleet(s.cluster.gpus, -(-s.cluster.gpus // per_node))
     if opts.spares is not None and not 0 <= opts.spares <= fleet.nodes:
         raise InputError("--spares", f"expected 0 to {fleet.nodes:,} (the job's nodes), got {opts.spares:,}")

@@ -38,7 +38,7 @@ C/(18 M)) - C`` for C < 2M.
 from dataclasses import dataclass
 import math
 
-from ..hardware import topology
+from ..hardware import specs
 from ..hardware.gpus import gpu_preset
 from ..input.scenario import Scenario
 from ..parallel.params import rank_params
@@ -82,7 +82,7 @@ def checkpoint_size(s: Scenario) -> Checkpoint:
 
 
 def _gpu_name(s: Scenario) -> str:
-    return s.cluster.gpu or topology.load_spec(s.cluster.topology).gpu
+    return s.cluster.gpu or specs.load_spec(s.cluster.topology).gpu
 
 
 def checkpoint_cost(ckpt: Checkpoint, storage_bw: float, mode: str, host_bw: float) -> CheckpointCost:

@@ -17,37 +17,38 @@ from ..errors import InputError
 from ..hardware.switching import Fabric
 from . import collnet, direct, hierarchical, nvls, pat, protocols, ring, tree, tuner
 from .kinds import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, RING_SHIFT, SEND_RECV,
-                    CollectiveOp)
+                    Algorithm, CollectiveOp)
 from .schedule import Phase, Schedule
 
 OPS = tuple(CollectiveOp)
-ALGOS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "hierarchical", "direct", "auto")
+ALGOS = tuple(Algorithm)
+RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, HIERARCHICAL, DIRECT, AUTO = Algorithm
 DIRECT_OPS = (ALL_TO_ALL, SEND_RECV, RING_SHIFT)
 
 ALGORITHMS = {
-    (ALL_REDUCE, "ring"): ring.all_reduce,
-    (ALL_GATHER, "ring"): ring.all_gather,
-    (REDUCE_SCATTER, "ring"): ring.reduce_scatter,
-    (BROADCAST, "ring"): ring.broadcast,
-    (ALL_REDUCE, "tree"): tree.all_reduce,
-    (ALL_REDUCE, "nvls"): nvls.all_reduce,
-    (ALL_GATHER, "nvls"): nvls.all_gather,
-    (REDUCE_SCATTER, "nvls"): nvls.reduce_scatter,
-    (ALL_REDUCE, "nvls_tree"): nvls.tree_all_reduce,
-    (ALL_REDUCE, "collnet"): collnet.all_reduce,
-    (ALL_GATHER, "collnet"): collnet.all_gather,
-    (REDUCE_SCATTER, "collnet"): collnet.reduce_scatter,
-    (ALL_GATHER, "pat"): pat.all_gather,
-    (REDUCE_SCATTER, "pat"): pat.reduce_scatter,
-    (ALL_REDUCE, "hierarchical"): hierarchical.all_reduce,
-    (ALL_GATHER, "hierarchical"): hierarchical.all_gather,
-    (REDUCE_SCATTER, "hierarchical"): hierarchical.reduce_scatter,
-    (ALL_TO_ALL, "direct"): direct.all_to_all,
-    (SEND_RECV, "direct"): direct.send_recv,
-    (RING_SHIFT, "direct"): direct.ring_shift,
+    (ALL_REDUCE, RING): ring.all_reduce,
+    (ALL_GATHER, RING): ring.all_gather,
+    (REDUCE_SCATTER, RING): ring.reduce_scatter,
+    (BROADCAST, RING): ring.broadcast,
+    (ALL_REDUCE, TREE): tree.all_reduce,
+    (ALL_REDUCE, NVLS): nvls.all_reduce,
+    (ALL_GATHER, NVLS): nvls.all_gather,
+    (REDUCE_SCATTER, NVLS): nvls.reduce_scatter,
+    (ALL_REDUCE, NVLS_TREE): nvls.tree_all_reduce,
+    (ALL_REDUCE, COLLNET): collnet.all_reduce,
+    (ALL_GATHER, COLLNET): collnet.all_gather,
+    (REDUCE_SCATTER, COLLNET): collnet.reduce_scatter,
+    (ALL_GATHER, PAT): pat.all_gather,
+    (REDUCE_SCATTER, PAT): pat.reduce_scatter,
+    (ALL_REDUCE, HIERARCHICAL): hierarchical.all_reduce,
+    (ALL_GATHER, HIERARCHICAL): hierarchical.all_gather,
+    (REDUCE_SCATTER, HIERARCHICAL): hierarchical.reduce_scatter,
+    (ALL_TO_ALL, DIRECT): direct.all_to_all,
+    (SEND_RECV, DIRECT): direct.send_recv,
+    (RING_SHIFT, DIRECT): direct.ring_shift,
 }
-NEEDS_FABRIC = ("nvls", "nvls_tree", "collnet", "pat")  # take the fabric as a fourth argument
-MESH_AWARE = ("ring", "hierarchical")  # lay their rings over an xGMI mesh's links (fourth argument)
+NEEDS_FABRIC = (NVLS, NVLS_TREE, COLLNET, PAT)  # take the fabric as a fourth argument
+MESH_AWARE = (RING, HIERARCHICAL)  # lay their rings over an xGMI mesh's links (fourth argument)
 # What a DGX H100 fabric looks like to the tuner when no topology is given (NVLS off).
 DEFAULT_FABRIC = Fabric("hopper", 370e9, 47.5e9, 0.0, False, 8, 256)
 
@@ -56,7 +57,7 @@ def pick_algorithm(op: CollectiveOp, group: tuple[int, ...], nbytes: float, doma
                    fabric: Fabric | None = None) -> str:
     """What ``auto`` means: the (algorithm, protocol) NCCL's tuner picks (:mod:`.tuner`)."""
     if op in DIRECT_OPS:
-        return "direct"
+        return DIRECT
     return tuner.pick(op, nbytes, domains, fabric or DEFAULT_FABRIC).name
 
 
@@ -91,14 +92,14 @@ def unsupported(op: CollectiveOp, algo: str, domains: tuple[int, ...], fabric: F
 
 def resolve(op: CollectiveOp, algo: str, nbytes: float, domains: tuple[int, ...], fabric: Fabric | None) -> str:
     """The algorithm (with protocol) a call runs: ``auto`` asks the tuner."""
-    return pick_algorithm(op, (), nbytes, domains, fabric) if algo == "auto" else algo
+    return pick_algorithm(op, (), nbytes, domains, fabric) if algo == AUTO else algo
 
 
 def check(op: CollectiveOp, algo: str, domains: tuple[int, ...], fabric: Fabric | None, key: str = "--algo") -> None:
     """Raise InputError(key) if ``algo`` does not implement ``op`` or this fabric cannot run it."""
     if op not in OPS:
         raise InputError("--op", f"unknown collective {op!r}; known: {', '.join(OPS)}")
-    if algo == "auto":
+    if algo == AUTO:
         return
     base, _, proto = algo.partition(":")
     if (op, base) not in ALGORITHMS:

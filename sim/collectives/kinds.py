@@ -1,4 +1,5 @@
-"""Which collective a call is, as a type: :class:`CollectiveOp`.
+"""Which collective a call is, as a type: :class:`CollectiveOp`; which algorithm runs it:
+:class:`Algorithm`.
 
 Set where a call is built (the builders of :mod:`sim.parallel`, the RL trainer's weight
 broadcast, the collective benchmarks) and read by the algorithms' table
@@ -28,3 +29,23 @@ class CollectiveOp(StrEnum):
 
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, SEND_RECV, RING_SHIFT = CollectiveOp
+
+
+class Algorithm(StrEnum):
+    """A collective algorithm, as NCCL names them (``NCCL_ALGO``: Ring, Tree, NVLS, NVLSTree,
+    CollNet, PAT), plus the hierarchical and direct ones of :mod:`sim.collectives` and
+    ``auto`` (NCCL's tuner picks). A protocol, where one is named, is written after it
+    (``ring:ll``: :data:`sim.collectives.protocols.PROTOCOLS`); a call's ``algo`` then stays
+    that text. The scenario's ``parallel.dp_algo`` becomes a member where a builder reads it
+    (:meth:`sim.parallel.program.RankBuilder.collective`), the command line's ``--algo``
+    where it is checked."""
+
+    RING = "ring"
+    TREE = "tree"
+    NVLS = "nvls"
+    NVLS_TREE = "nvls_tree"
+    COLLNET = "collnet"
+    PAT = "pat"
+    HIERARCHICAL = "hierarchical"
+    DIRECT = "direct"
+    AUTO = "auto"

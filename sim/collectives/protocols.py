@@ -23,8 +23,10 @@ path latency of ``sim.hardware.gpus.LINK_LATENCY``. Algorithms other than ring a
 
 from dataclasses import replace
 
+from .kinds import Algorithm
+
 PROTOCOLS = ("ll", "ll128", "simple")
-WITH_PROTOCOLS = ("ring", "tree")
+WITH_PROTOCOLS = (Algorithm.RING, Algorithm.TREE)
 
 
 def bandwidth_fraction(algo: str, proto: str, one_node: bool) -> float:

@@ -23,11 +23,12 @@ Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --expla
 from dataclasses import dataclass
 import math
 
-from .kinds import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE_SCATTER, CollectiveOp
+from .kinds import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE_SCATTER, Algorithm, CollectiveOp
 from .protocols import PROTOCOLS
 
 US, GBS = 1e-6, 1e9
-ORDER = ("tree", "ring", "collnet", "nvls", "nvls_tree", "pat")  # NCCL's algorithm order
+ORDER = (Algorithm.TREE, Algorithm.RING, Algorithm.COLLNET, Algorithm.NVLS, Algorithm.NVLS_TREE,
+         Algorithm.PAT)  # NCCL's algorithm order
 N_CHANNELS = 16
 NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several); transport/nvls.cc
 BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet": (0, 0, 0), "nvls": (0, 0, 0),
@@ -53,7 +54,7 @@ GATHERS = (ALL_GATHER, REDUCE_SCATTER)  # n - 1 steps, one share each; tuning.cc
 class Candidate:
     """One (algorithm, protocol) NCCL's model considers, with what it predicts."""
 
-    algo: str
+    algo: Algorithm
     proto: str
     latency_s: float
     algbw: float  # bytes/s

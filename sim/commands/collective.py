@@ -7,7 +7,7 @@ Example: ``clustersim collective --op all_reduce --algo ring --gpus 64 --topolog
 import json
 
 from .. import collectives
-from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, CollectiveOp
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER, Algorithm, CollectiveOp
 from ..collectives.protocols import PROTOCOLS, WITH_PROTOCOLS
 from ..errors import InputError
 from ..studies.nccl_tests import algorithm, build_topology, explain, group_of, measure
@@ -75,6 +75,7 @@ def _check_args(args) -> None:
     args.op = CollectiveOp(args.op)  # the one place the command line's text becomes the collective
     if args.algo not in collectives.ALGOS:
         raise InputError("--algo", f"unknown algorithm {args.algo!r}; known: {', '.join(collectives.ALGOS)}")
+    args.algo = Algorithm(args.algo)  # (and the algorithm)
     if args.proto not in (None, "auto") + PROTOCOLS:
         raise InputError("--proto", f"unknown protocol {args.proto!r}; known: auto, {', '.join(PROTOCOLS)}")
     if args.proto not in (None, "auto", "simple") and args.algo not in WITH_PROTOCOLS + ("auto",):

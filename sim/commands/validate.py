@@ -27,6 +27,7 @@ from ..errors import InputError
 from ..model.compute import GEMM_EFFICIENCY, GEMM_KERNEL
 from ..outputs.progress import Progress
 from ..studies import validation
+from ..studies.rows import Row
 from .calibrate import add_calibration_flag, calibration_path
 from .validate_reports import check_flags, print_reports, read_predictions, report_data, write
 
@@ -49,7 +50,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def selected_rows(prefixes: str, no_pp: bool) -> list[validation.Row]:
+def selected_rows(prefixes: str, no_pp: bool) -> list[Row]:
     """Rows after the --rows and --no-pp filters."""
     rows = validation.load_rows()
     if prefixes:

@@ -35,7 +35,7 @@ from ..collectives.kinds import SEND_RECV
 from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
-from .ops import Collective, Op, RankProgram  # (what the engine runs; importable from here too)
+from .ops import Collective, Op, RankProgram
 from .traffic import merged_schedule
 from ..hardware.topology import Topology
 

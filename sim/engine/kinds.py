@@ -1,5 +1,6 @@
 """What an op is, as types: its :class:`Category` (which stream family and parallel axis
-it belongs to) and its :class:`Phase` (which part of the training step it serves).
+it belongs to), its :class:`Phase` (which part of the training step it serves) and the
+:class:`StreamName` of the fixed streams it runs on.
 
 Both are set where an op is built (:mod:`sim.parallel.program`'s ``RankBuilder``, the RL
 trainer's weight broadcast) and read by every output (:mod:`sim.outputs.metrics`,
@@ -27,6 +28,17 @@ class Category(StrEnum):
 
 
 COMM_AXES = (Category.DP, Category.TP, Category.PP, Category.EP, Category.CP)  # the parallel axes (summary order)
+
+
+class StreamName(StrEnum):
+    """The streams the builders name (a collective's default stream is its axis's: ``tp`` ...;
+    the pipeline's send/recv streams are named per direction and chunk, :mod:`sim.parallel.pp`).
+    The outputs find a rank's compute stream by :attr:`COMPUTE`."""
+
+    COMPUTE = "compute"  # kernels; also where a framework waits on the host (a D2H sync)
+    DP = "dp"  # gradient reductions, ZeRO's and FSDP's gathers, the loss and norm syncs
+    DP_AG = "dp_ag"  # ZeRO's parameter all-gathers of the next step
+    DP_RS = "dp_rs"  # FSDP's gradient reduce-scatters
 
 
 class Phase(StrEnum):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import NamedTuple
 
-from ..collectives.kinds import CollectiveOp
+from ..collectives.kinds import Algorithm, CollectiveOp
 from .kinds import Category, Phase
 from .traffic import SiblingGroups
 
@@ -26,7 +26,7 @@ class Collective:
     op: CollectiveOp
     group: tuple[int, ...]
     nbytes: float
-    algo: str = "auto"
+    algo: Algorithm | str = Algorithm.AUTO  # or "algorithm:protocol" text (a benchmark's ring:ll)
     siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import time
 
 from .. import bounds, collectives
-from ..engine.core import Collective, RankProgram
+from ..engine.ops import Collective, RankProgram
 from ..errors import InputError
 from ..hardware.faults import compute_scale, perturbed
 from ..input.load import clean_copy
-from ..hardware import topology
+from ..hardware import specs
 from ..input.scenario import MicroBatches, Scenario
 from ..outputs.metrics import summarize
 from ..parallel.memory import peak_memory
@@ -136,7 +136,7 @@ def _check_cluster(scenarios: list[Scenario]) -> int:
             raise InputError("cluster", f"job {s.name!r} describes another cluster ({cluster_of(s)}) than "
                                         f"{scenarios[0].name!r} ({first}); jobs of a shared fabric share one")
     c = scenarios[0].cluster
-    return c.gpus_per_node or int(c.topology_overrides.get("gpus_per_node", topology.load_spec(c.topology).gpus_per_node))
+    return c.gpus_per_node or int(c.topology_overrides.get("gpus_per_node", specs.load_spec(c.topology).gpus_per_node))
 
 
 def _nodes_needed(s: Scenario, per_node: int, i: int) -> int:

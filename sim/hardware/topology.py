@@ -25,9 +25,7 @@ from .gpus import FABRIC_EFFICIENCY, GPU, LINK_LATENCY, gpu_preset, nvlink_effic
 from . import mesh
 from .rails import pxn_relay
 from .calibration import apply as apply_calibration
-# the topology files' spec, read and checked (sim/hardware/specs.py), also importable from here
-from .specs import (FIELD_BOUNDS, TOPOLOGY_DIR, Builder, FatTreeSpec, Routing, check_field,  # noqa: F401
-                    load_spec, topology_file)
+from .specs import Builder, FatTreeSpec, Routing  # (topology files are read and checked in specs)
 from .switching import SwitchRoutes
 from ..units import GB
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from . import presets, rules
 from .. import bounds
-from ..hardware import calibration, mesh, topology
+from ..hardware import calibration, mesh, specs
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from .scenario import Scenario
@@ -159,7 +159,7 @@ def _first_error(exc: ValidationError) -> InputError:
 
 def check(s: Scenario) -> Scenario:
     """Cross-field rules; returns the scenario with cluster.gpus and model defaults filled."""
-    spec = topology.load_spec(s.cluster.topology)
+    spec = specs.load_spec(s.cluster.topology)
     overrides = _check_topology_overrides(s, spec)
     s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"topology_overrides": overrides})})
     _check_faults(s)
@@ -187,10 +187,10 @@ def check(s: Scenario) -> Scenario:
     return s
 
 
-def topology_spec(s: Scenario) -> topology.FatTreeSpec:
+def topology_spec(s: Scenario) -> specs.FatTreeSpec:
     """The cluster's topology parameters with the scenario's overrides applied (what
     sim.step builds the graph from)."""
-    spec = topology.load_spec(s.cluster.topology)
+    spec = specs.load_spec(s.cluster.topology)
     overrides = dict(s.cluster.topology_overrides)
     if s.cluster.gpus_per_node:
         overrides["gpus_per_node"] = s.cluster.gpus_per_node
@@ -212,13 +212,13 @@ def _check_topology_overrides(s: Scenario, spec) -> dict:
     """Override values obey the same rules and bounds as a topology file's (a zero, NaN
     or negative bandwidth or count would divide by zero or never finish); returns them
     converted (``16.0`` spines -> 16)."""
-    fields = topology.FatTreeSpec.__dataclass_fields__
+    fields = specs.FatTreeSpec.__dataclass_fields__
     checked = {}
     for k, v in s.cluster.topology_overrides.items():
         key = f"cluster.topology_overrides.{k}"
         if k not in fields or k == "name":
             raise InputError(key, f"unknown key; known: {', '.join(f for f in fields if f != 'name')}")
-        checked[k] = topology.check_field(key, k, v)
+        checked[k] = specs.check_field(key, k, v)
     merged = dataclasses.replace(spec, **checked)
     if merged.gpus_per_domain % merged.gpus_per_node and merged.gpus_per_node % merged.gpus_per_domain:
         raise InputError("cluster.topology_overrides.gpus_per_domain",

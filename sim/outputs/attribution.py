@@ -22,6 +22,7 @@ import numpy as np
 
 from ..hardware.faults import straggler_slowdowns
 from .host import report_lines as host_report
+from ..engine.kinds import Category
 
 
 @dataclass
@@ -48,7 +49,7 @@ def critical_path(result) -> Attribution:
     while current is not None:
         path.append(current)
         begin = starts[current]
-        (compute if cats[current] == "compute" else comm)[current[0] if cats[current] == "compute"
+        (compute if cats[current] == Category.COMPUTE else comm)[current[0] if cats[current] == Category.COMPUTE
                                                          else cats[current]] += ends[current] - begin
         if current in held_by:  # waited for the last member: continue from its arrival
             current = held_by[current]
@@ -112,8 +113,8 @@ def exposed_by_axis(spans, rank: int) -> dict[str, float]:
     from .metrics import union
 
     mine = spans[spans["rank"] == rank]
-    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
-    comm = mine[mine.category != "compute"]
+    comp = union(mine.loc[mine.category == Category.COMPUTE, ["start_s", "end_s"]].to_numpy())
+    comm = mine[mine.category != Category.COMPUTE]
     axes = {str(c): union(g[["start_s", "end_s"]].to_numpy()) for c, g in comm.groupby("category", sort=True)}
     if not axes:
         return {}

@@ -13,7 +13,7 @@ timeline (``--timeline``) on a ``host`` row, and ``--report`` says when the step
 import numpy as np
 import pandas as pd
 
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 HOST_STREAM = "host"
 HOST_BOUND = 0.5  # a step is host-bound when waits for the host are at least this share of the GPU's idle time
@@ -80,7 +80,7 @@ def waits(spans_table: pd.DataFrame, programs) -> dict[int, float]:
     out, by_rank = {}, dict(iter(spans_table.groupby("rank")))
     for prog in programs:
         released, theirs = issued(prog, spans_table), by_rank.get(prog.rank, spans_table.iloc[:0])
-        mine = theirs[theirs["stream"] == "compute"]
+        mine = theirs[theirs["stream"] == StreamName.COMPUTE]
         end = dict(zip(theirs["op"], theirs["end_s"]))
         wait, prev = 0.0, 0.0
         for i, start, stop in sorted(zip(mine["op"], mine["start_s"], mine["end_s"])):
@@ -101,7 +101,7 @@ def report_lines(result) -> list[str]:
     wait = waits(result.spans, programs)
     step = float(result.summary["step_time_s"])
     rank = max(wait, key=lambda r: (wait[r], -r))
-    mine = result.spans[(result.spans["rank"] == rank) & (result.spans["stream"] == "compute")]
+    mine = result.spans[(result.spans["rank"] == rank) & (result.spans["stream"] == StreamName.COMPUTE)]
     idle = max(step - float((mine.end_s - mine.start_s).sum()), 0.0)
     issued_at = issued(programs[[p.rank for p in programs].index(rank)], result.spans)
     share = wait[rank] / idle if idle > 0 else 0.0

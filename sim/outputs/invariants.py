@@ -20,6 +20,7 @@ import math
 
 from ..errors import SimulationError
 from ..hardware.gpus import low_peak
+from ..engine.kinds import StreamName
 
 _ROUNDING = 1e-9  # relative: sums of op times in another order differ in the last bits
 
@@ -29,7 +30,7 @@ def compute_floor(programs, slowdowns: dict[int, float]) -> float:
     duration as built, times the rank's slowdown from t = 0)."""
     floor = 0.0
     for prog in programs:
-        busy = math.fsum(op.duration for op in prog.ops if op.comm is None and op.stream == "compute")
+        busy = math.fsum(op.duration for op in prog.ops if op.comm is None and op.stream == StreamName.COMPUTE)
         floor = max(floor, busy * slowdowns.get(prog.rank, 1.0))
     return floor
 

@@ -57,7 +57,7 @@ def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     ordered = spans.sort_values("rank", kind="stable")
     ranks = ordered["rank"].to_numpy()
     iv = ordered[["start_s", "end_s"]].to_numpy()
-    is_comp = (ordered["category"] == "compute").to_numpy()
+    is_comp = (ordered["category"] == Category.COMPUTE).to_numpy()
     cuts = np.flatnonzero(np.diff(ranks)) + 1
     rows = []
     for idx in np.split(np.arange(len(ranks)), cuts):

@@ -14,6 +14,7 @@ simulated is shown as the simulated rank whose timeline it shares, its *represen
 """
 
 from ..errors import InputError
+from ..engine.kinds import Category
 
 MAX_DEFAULT_RANKS = 32  # beyond this many simulated ranks the default is a selection
 
@@ -100,7 +101,7 @@ def default_ranks(result) -> list[int]:
         if peers:
             picked.add(peers[0])
     sp = result.spans
-    comp = sp[sp.category == "compute"]
+    comp = sp[sp.category == Category.COMPUTE]
     if len(comp):
         busy = (comp.end_s - comp.start_s).groupby(comp["rank"]).sum()
         picked.update(int(r) for r in busy.nlargest(2).index)

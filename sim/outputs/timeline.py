@@ -23,17 +23,17 @@ other than the whole step is named in the title.
 import numpy as np
 import pandas as pd
 
-from ..engine.kinds import Phase
+from ..engine.kinds import Category, Phase
 from ..errors import InputError
 from .host import with_spans as with_host
 from .metrics import subtract, union
 from .timeline_paint import (CHAR_WIDTH, COLORS, PALE, STRIP, add_legend, color_of, fit_title, paint, paint_stacked,
                              time_unit)
-from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, LANE_OVERLAP, MAX_ROWS, fit_ranks, lanes, layout_rows,
+from .timeline_rows import (EXPOSED_KINDS, KIND_ORDER, fit_ranks, layout_rows,
                             per_rank, shown_note, shown_ranks, waits)
 
-__all__ = ["COLORS", "KIND_ORDER", "LANE_OVERLAP", "MAX_ROWS", "add_legend", "color_of", "draw", "drawn_phase",
-           "exposed_comm", "headline", "idle_compute", "lanes", "plot_panels", "plot_timeline", "waits"]
+__all__ = ["COLORS", "KIND_ORDER", "add_legend", "color_of", "draw", "drawn_phase",
+           "exposed_comm", "headline", "idle_compute", "plot_panels", "plot_timeline", "waits"]
 _fit_ranks, _layout_rows, _shown_ranks = fit_ranks, layout_rows, shown_ranks  # (older names, used by tests)
 MAX_LABELS = 400  # micro-batch numbers written inside compute blocks, at most
 PX_WIDTH = 1400  # plot width in pixels at the saved dpi (what a pixel column is)
@@ -45,14 +45,14 @@ STACK = ("forward", "forward2", "backward", "backward2", "compute")  # a compute
 def exposed_comm(spans, rank: int) -> np.ndarray:
     """Intervals where ``rank`` communicates and computes nothing."""
     mine = spans[spans["rank"] == rank]
-    comp = union(mine.loc[mine.category == "compute", ["start_s", "end_s"]].to_numpy())
+    comp = union(mine.loc[mine.category == Category.COMPUTE, ["start_s", "end_s"]].to_numpy())
     comm = union(mine.loc[mine.category.isin(EXPOSED_KINDS), ["start_s", "end_s"]].to_numpy())
     return subtract(comm, comp)
 
 
 def idle_compute(spans, rank: int, end: float) -> np.ndarray:
     """Intervals of [0, end] where ``rank``'s compute stream is idle."""
-    mine = spans[(spans["rank"] == rank) & (spans.category == "compute")]
+    mine = spans[(spans["rank"] == rank) & (spans.category == Category.COMPUTE)]
     comp = union(mine[["start_s", "end_s"]].to_numpy())
     return subtract(np.array([[0.0, end]]), comp)
 
@@ -121,7 +121,7 @@ def _compute_blocks(ax, g, y: float, window, px: float, scale: float, labels_lef
 def _comm_rows(ax, shown, waiting, y_of, row_of, window, px, scale) -> set:
     """Communication and other streams, one union per (rank, stream); pale where a
     collective waits for its peers (``waiting``: :func:`waits`). Returns the pale kinds."""
-    comm = shown[~shown.category.isin(["compute", "idle"])]
+    comm = shown[~shown.category.isin([Category.COMPUTE, Category.IDLE])]
     for (rank, stream), g in comm.groupby(["rank", "stream"]):
         paint(ax, g[["start_s", "end_s"]].to_numpy(), y_of[row_of[(int(rank), stream)]], window, px, scale,
               facecolors=color_of(str(g.category.iloc[0])))
@@ -153,7 +153,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
     mine = pd.concat(list(frames.values())) if frames else sp.iloc[:0]
     shown = mine[(mine.end_s >= lo) & (mine.start_s <= hi)]
     labels_left, chunked = MAX_LABELS, False
-    for rank, g in shown[shown.category == "compute"].groupby("rank"):
+    for rank, g in shown[shown.category == Category.COMPUTE].groupby("rank"):
         labels_left = _compute_blocks(ax, g, y_of[(int(rank), "compute", 0)], (lo, hi), px, scale, labels_left)
         chunked |= bool((_chunks(g.layer.to_numpy(), g.phase.map(drawn_phase).to_numpy()) > 0).any())
     waiting = [w for w in waits(result, ranks) if w[3] >= lo and w[2] <= hi]

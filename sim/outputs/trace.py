@@ -27,10 +27,10 @@ import numpy as np
 from ..collectives.kinds import SEND_RECV
 from ..errors import InputError
 from .host import spans as host_spans
-from .rank_selection import parse_ranks, representative, select_ranks, stands_for
+from .rank_selection import representative, select_ranks, stands_for
+from ..engine.kinds import StreamName
 
-__all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names",
-           "parse_ranks", "select_ranks"]  # the selector lives in rank_selection; re-exported
+__all__ = ["chrome_trace", "write_trace", "link_series", "series_from_log", "link_names"]
 
 US = 1e6  # seconds -> microseconds
 IDLE_MIN_S = 1e-7  # compute-stream gaps shorter than this are not drawn as idle
@@ -41,7 +41,7 @@ LARGE_TRACE_EVENTS = 2_000_000  # beyond this, warn that viewers will struggle
 # --- the trace --------------------------------------------------------------------------------
 
 def _stream_order(streams) -> list[str]:
-    return sorted(streams, key=lambda s: (s != "compute", s))
+    return sorted(streams, key=lambda s: (s != StreamName.COMPUTE, s))
 
 
 def _describe(group: tuple[int, ...]) -> str:
@@ -68,7 +68,7 @@ def chrome_trace(result, ranks=None) -> dict:
     for rank in ranks:
         node = topo.server(rank)
         nodes.setdefault(node, []).append(rank)
-        streams = _stream_order(sp.loc[sp["rank"] == rank, "stream"].unique()) or ["compute"]
+        streams = _stream_order(sp.loc[sp["rank"] == rank, "stream"].unique()) or [StreamName.COMPUTE]
         for j, stream in enumerate(streams):
             tids[(rank, stream)] = rank * 64 + j
     for node, members in sorted(nodes.items()):
@@ -76,7 +76,7 @@ def chrome_trace(result, ranks=None) -> dict:
         events.append({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
     for (rank, stream), tid in tids.items():
         pid, n = topo.server(rank), stands_for(result, rank)
-        stands = f" (stands for {n:,} identical ranks)" if n > 1 and stream == "compute" else ""
+        stands = f" (stands for {n:,} identical ranks)" if n > 1 and stream == StreamName.COMPUTE else ""
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                        "args": {"name": f"rank {rank} {stream}" + stands}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
@@ -129,11 +129,11 @@ def _idle_events(sp, tids, topo) -> list[dict]:
 
     out = []
     end = float(sp.end_s.max()) if len(sp) else 0.0
-    comp = sp[sp.stream == "compute"]
+    comp = sp[sp.stream == StreamName.COMPUTE]
     for rank, g in comp.groupby("rank"):
         gaps = subtract(np.array([[0.0, end]]), union(g[["start_s", "end_s"]].to_numpy()))
         out += [{"ph": "X", "name": "idle", "cat": "idle", "pid": topo.server(int(rank)),
-                 "tid": tids[(int(rank), "compute")], "ts": a * US, "dur": (b - a) * US, "args": {}}
+                 "tid": tids[(int(rank), StreamName.COMPUTE)], "ts": a * US, "dur": (b - a) * US, "args": {}}
                 for a, b in gaps if b - a > IDLE_MIN_S]
     return out
 
@@ -167,7 +167,7 @@ def series_from_log(log, bucket) -> dict:
     (time, transfer, phase, rates per chain or None at its end) at every rate change).
     ``bucket(link id)`` names a bucket, or None to skip the link. Returns bucket ->
     (times, bytes/s): the value holds from each time to the next."""
-    from ..engine.network import link_bytes
+    from ..engine.links import link_bytes
 
     deltas: dict = {}
     live: dict = {}  # transfer -> (since, [(bucket, rate), ...])

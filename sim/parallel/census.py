@@ -20,6 +20,7 @@ from . import layer_program, workload
 from .layout import Layout
 from ..input.load import topology_spec
 from ..model import transformer as model_costs
+from ..engine.kinds import Category
 
 
 def simulated_ranks(s) -> int:
@@ -97,7 +98,7 @@ def alltoalls(s) -> int:
     if s.model.moe is None or s.parallel.ep == 1:
         return 0
     d, programs = model_costs.dims(s.model), layer_program.counted(s, gpu_of(s))
-    per_stage = [sum(sum(1 for c in programs[layer_program.kind_of(d, l)].collectives("ep") if c.op is ALL_TO_ALL)
+    per_stage = [sum(sum(1 for c in programs[layer_program.kind_of(d, l)].collectives(Category.EP) if c.op is ALL_TO_ALL)
                      for l in ids if model_costs.is_moe_layer(d, l))
                  for ids in layer_program.stage_layers(s)]
     return micro_batches(s) * max(per_stage)

@@ -18,7 +18,7 @@ equals the rank built op by op, for every rank of several layouts.
 
 import numpy as np
 
-from ..engine.core import Collective, Op, RankProgram
+from ..engine.ops import Collective, Op, RankProgram
 from ..hardware.faults import jitter_draws
 from .folding import dense
 from ..input.scenario import ZERO_BUBBLE_SCHEDULES

@@ -23,7 +23,7 @@ import math
 
 from ..collectives.kinds import ALL_REDUCE
 from .params import layer_params, stage_layer_ids
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
@@ -95,7 +95,7 @@ class GradSync:
 
     def reduce(self, name: str, group, group_of, nbytes: float, deps, layer: int) -> int:
         """One bucket's collective on the gradient-reduction stream."""
-        return self.b.collective(name, AXIS, self.op, group, nbytes, deps, stream="dp", layer=layer,
+        return self.b.collective(name, AXIS, self.op, group, nbytes, deps, stream=StreamName.DP, layer=layer,
                                  algo=self.b.ctx.scenario.parallel.dp_algo, group_of=group_of)
 
 
@@ -107,5 +107,5 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
     pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)["pp"]))))
     nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
-    return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream="dp", tag=(vs,),
+    return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP, tag=(vs,),
                         group_of=pair)

@@ -47,7 +47,7 @@ from dataclasses import replace
 from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.layers import ELEM, backward, experts, router, routed_experts, unpermute
 from . import tp
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 AXIS = Category.EP
 COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
@@ -210,7 +210,7 @@ def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "")
     if b.ctx.layout.ep > 1:
         x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
                          deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
-    stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else "compute"
+    stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else StreamName.COMPUTE
     return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b)), direction), x,
                      layer, mb, stream=stream)
 

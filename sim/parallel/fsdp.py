@@ -28,7 +28,7 @@ reduce-scatter over the shard dim, all-reduce over the replicate dim).
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from .params import layer_params
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
 PARAM_BYTES = 2  # bf16 weights and gradients on the wire
@@ -93,7 +93,7 @@ class Gatherer:
         behind = self.layers[pos - depth - 1] if pos - depth - 1 >= 0 else None
         deps = self.computed.get(behind) if behind is not None else None
         return self.b.collective(f"fsdp_ag_{self.direction}", AXIS, ALL_GATHER, grad_group(self.b),
-                                 layer_bytes(self.b, layer), deps, stream="dp", layer=layer, mb=self.mb,
+                                 layer_bytes(self.b, layer), deps, stream=StreamName.DP, layer=layer, mb=self.mb,
                                  algo=self.b.ctx.scenario.parallel.dp_algo, group_of=_group_of(self.b))
 
     def after(self, layer: int, last_op: int) -> None:
@@ -107,9 +107,9 @@ def reduce_scatter(b, layer: int, mb: int, deps) -> int | None:
         return None
     group, algo = grad_group(b), b.ctx.scenario.parallel.dp_algo
     op = b.collective("fsdp_rs", AXIS, REDUCE_SCATTER, group, layer_bytes(b, layer), deps,
-                      stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=_group_of(b))
+                      stream=StreamName.DP_RS, layer=layer, mb=mb, algo=algo, group_of=_group_of(b))
     replicas = b.ctx.layout.replica_group(b.rank)
     if len(replicas) == 1:
         return op
     return b.collective("hsdp_ar", AXIS, ALL_REDUCE, replicas, layer_bytes(b, layer) / len(group), op,
-                        stream="dp_rs", layer=layer, mb=mb, algo=algo, group_of=b.ctx.layout.replica_group)
+                        stream=StreamName.DP_RS, layer=layer, mb=mb, algo=algo, group_of=b.ctx.layout.replica_group)

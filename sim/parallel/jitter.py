@@ -45,7 +45,8 @@ import math
 
 import numpy as np
 
-from .folding import Folding, GroupTable, fold, link_codes, scale_codes
+from .folding import Folding, fold, link_codes, scale_codes
+from .group_arrays import GroupTable
 
 EXACT_MAX_GPUS = 1024  # "auto" simulates every rank up to this many GPUs
 MIN_REPLICAS = 4  # sampled clean replicas at least (the spread needs a few)

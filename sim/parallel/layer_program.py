@@ -37,12 +37,14 @@ from ..hardware.gpus import gpu_preset
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from .layout import Layout
-from .params import EMBEDDING, moe_block_ids, mtp_ids, stage_layer_ids
+from ..model.layer_ids import EMBEDDING, mtp_ids
+from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
 from . import pp as pipeline
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
+from ..engine.kinds import Category, StreamName
 
 CACHE_SIZE = 4096  # programs kept; a planner search of DeepSeek-V3 on 2,048 GPUs asks for ~11k
 
@@ -69,7 +71,7 @@ class Phase(Enum):
 class LayerCollective:
     """One collective call of the layer on its rank."""
 
-    axis: str  # tp, cp, ep, dp, pp (the builder's category)
+    axis: Category  # tp, cp, ep, dp, pp (the builder's category)
     op: CollectiveOp
     nbytes: float
     group: tuple[int, ...]  # the ranks of its group
@@ -85,7 +87,7 @@ class LayerOp:
     """One op of the layer's program: enough to schedule it on its streams."""
 
     stream: str
-    category: str  # compute or the collective's axis
+    category: Category  # compute or the collective's axis
     duration: float  # seconds, compute ops (0 for collectives)
     deps: tuple[int, ...]  # earlier ops of this layer program
     phase: Phase
@@ -132,7 +134,7 @@ class LayerProgram:
         """Ops per stream."""
         return Counter(op.stream for op in self.ops)
 
-    def collectives(self, axis: str | None = None) -> list[LayerCollective]:
+    def collectives(self, axis: Category | None = None) -> list[LayerCollective]:
         """The collective calls (of one axis)."""
         return [op.collective for op in self.ops if op.collective is not None
                 and (axis is None or op.collective.axis == axis)]
@@ -155,7 +157,7 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream="compute", weights=True, loads=None) -> int:
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None) -> int:
         index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads)
         self.kernel_counts[index] = len(kernels)
         return index
@@ -341,6 +343,6 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
-        found = (len(ops), m0, sum(op.category == "pp" for op in ops) // m0)
+        found = (len(ops), m0, sum(op.category == Category.PP for op in ops) // m0)
         _remember(key, found)
     return found

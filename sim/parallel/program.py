@@ -13,11 +13,11 @@ the region's one launch. ``training.compile`` fuses each op's elementwise chains
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..collectives.kinds import CollectiveOp
+from ..collectives.kinds import Algorithm, CollectiveOp
 from ..model.compute import ComputeModel, Kernel
 from ..model import host
-from ..engine.core import Collective, Op, RankProgram
-from ..engine.kinds import Category, Phase
+from ..engine.ops import Collective, Op, RankProgram
+from ..engine.kinds import Category, Phase, StreamName
 from ..model.transformer import Dims
 from ..model.layers import Shard
 from .folding import Folding
@@ -164,7 +164,7 @@ class RankBuilder:
             raise RuntimeError(f"rank {self.rank}: an op built outside any phase (use RankBuilder.phase_of)")
         return self.phase
 
-    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = "compute",
+    def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = StreamName.COMPUTE,
                 weights: bool = True, loads: tuple | None = None) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
@@ -197,7 +197,7 @@ class RankBuilder:
         self.deferred.append((name, kernels, deps, layer, mb))
         return deps
 
-    def host_sync(self, name: str, deps, layer=-1, mb=-1, stream: str = "compute") -> int:
+    def host_sync(self, name: str, deps, layer=-1, mb=-1, stream: str = StreamName.COMPUTE) -> int:
         """The host reading GPU values (:data:`sim.model.host.D2H_SYNC_S`): a copy of a few
         bytes on ``stream`` after ``deps`` (no GPU time to speak of), built with ``sync``, so
         the host issues nothing after it before it has ended (the engine's
@@ -206,14 +206,15 @@ class RankBuilder:
                                    self._phase(), self._issue(host.D2H_SYNC_S), True))
 
     def collective(self, name: str, axis: Category, op: CollectiveOp, group: tuple[int, ...], nbytes: float,
-                   deps=(), stream: str | None = None, algo: str = "auto", layer=-1, mb=-1,
+                   deps=(), stream: str | None = None, algo: Algorithm | str = Algorithm.AUTO, layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
         of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
-        ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`)."""
+        ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`). ``algo``: a
+        member, or the scenario's ``parallel.dp_algo`` text, which becomes the member here."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
-        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), algo, siblings,
-                          shares)
+        call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
+                          siblings, shares)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
                                    self._phase(), self._issue(host.nccl_call_s(op))))
 

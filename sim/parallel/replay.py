@@ -25,7 +25,7 @@ Used by :func:`sim.parallel.workload.build_rank`; ``ENABLED`` switches it off (t
 
 from dataclasses import replace
 
-from ..engine.core import Collective, Op
+from ..engine.ops import Collective, Op
 
 ENABLED = True
 RETRIES = 3  # templates replaced (a step unlike the last) before a shape is always built

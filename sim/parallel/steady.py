@@ -58,10 +58,17 @@ class Counts:
         while self.simulated:
             window = tuple(start + i * self.step for i in range(COUNTS))
             spent += sum(window)
-            if spent > SHARE * self.real:
+            if not within_share(spent, self.real):
                 return
             yield window
             start *= 2
+
+
+def within_share(simulated, real):
+    """Whether steady runs simulating ``simulated`` micro-batches in all are worth it for a step of
+    ``real``: at most :data:`SHARE` of them (ints, or numpy arrays elementwise: the planner
+    prices whole tables, sim/plan/cost.py)."""
+    return simulated <= SHARE * real
 
 
 def micro_batches(s: Scenario) -> int:
@@ -93,7 +100,7 @@ def counts(s: Scenario) -> Counts:
     if late:
         return Counts(real, reason=f"stragglers[{late[0]}] starts at start_s > 0: the step's shape changes with its length")
     simulated, step = window(p.schedule, p.pp)
-    if sum(simulated) > SHARE * real:
+    if not within_share(sum(simulated), real):
         return Counts(real, reason=f"{real} micro-batches per pipeline: fewer than twice the {sum(simulated)} a "
                                    f"steady run would simulate ({' + '.join(map(str, simulated))})")
     return Counts(real, simulated, step=step)

@@ -25,7 +25,7 @@ look for ``grad_norm``, ``grad_norm_ar``, ``optimizer`` and ``loss_ar`` in ``--t
 """
 
 from ..collectives.kinds import ALL_REDUCE
-from ..engine.kinds import Phase
+from ..engine.kinds import Phase, StreamName
 from ..model.optimizer import grad_norm, optimizer, zero_grad
 from ..model.quant import Recipe
 from .dp import AXIS, GRAD_BYTES
@@ -66,7 +66,7 @@ def finish(b, deps) -> int:
         x = b.compute("grad_norm", grad_norm(params), tuple(deps))
         group, group_of = norm_group(b)
         if len(group) > 1:
-            x = b.collective(NORM_SYNC, AXIS, ALL_REDUCE, group, NORM_BYTES, x, stream="dp",
+            x = b.collective(NORM_SYNC, AXIS, ALL_REDUCE, group, NORM_BYTES, x, stream=StreamName.DP,
                              group_of=group_of)
         x = optimizer_step(b, params, x)
         loss_sync(b, x)
@@ -102,5 +102,5 @@ def loss_sync(b, deps) -> int | None:
     group = layout.group(b.rank, "cp", "dp")
     if len(group) == 1:
         return None
-    return b.collective(LOSS_SYNC, AXIS, ALL_REDUCE, group, LOSS_BYTES, deps, stream="dp",
+    return b.collective(LOSS_SYNC, AXIS, ALL_REDUCE, group, LOSS_BYTES, deps, stream=StreamName.DP,
                         group_of=lambda r: layout.group(r, "cp", "dp"))

@@ -21,7 +21,7 @@ from ..model import transformer as model_costs
 from ..model.compute import ComputeModel, quantized
 from ..model import host
 from ..hardware.gpus import gpu_preset
-from ..hardware.topology import FatTreeSpec
+from ..hardware.specs import FatTreeSpec
 from ..model.layers import Shard
 from . import copies, dp, ep_overlap, jitter, pp, replay, step_end, zero
 from .folding import Folding, fold, unfolded

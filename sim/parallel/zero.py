@@ -24,6 +24,7 @@ from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from . import dp
 from .dp import AXIS, GradSync
 from .params import layer_params
+from ..engine.kinds import StreamName
 
 PARAM_BYTES = 2  # bf16
 
@@ -42,7 +43,7 @@ class ShardedGradSync(GradSync):
         if name.endswith("_expert") or len(replicas) == 1:  # (expert shards keep their expert-dp group)
             return op
         return self.b.collective(name + "_replica_ar", AXIS, ALL_REDUCE, replicas, nbytes / len(group), op,
-                                 stream="dp", layer=layer, algo=self.b.ctx.scenario.parallel.dp_algo,
+                                 stream=StreamName.DP, layer=layer, algo=self.b.ctx.scenario.parallel.dp_algo,
                                  group_of=layout.replica_group)
 
 
@@ -76,7 +77,7 @@ def _gather_chunk(b, layers: list[int], bucket: float, deps) -> dict[int, tuple]
         pending = [pending[0] + dense * PARAM_BYTES, pending[1] + expert * PARAM_BYTES]
         members.append(layer)
         if sum(pending) >= bucket or i == len(layers) - 1:
-            ops = [b.collective("zero_param_ag", AXIS, ALL_GATHER, g, n, deps, stream="dp_ag", layer=layer,
+            ops = [b.collective("zero_param_ag", AXIS, ALL_GATHER, g, n, deps, stream=StreamName.DP_AG, layer=layer,
                                 algo=b.ctx.scenario.parallel.dp_algo, group_of=fn)
                    for n, (g, fn) in zip(pending, groups) if n > 0 and len(g) > 1]
             waits.update({m: tuple(ops) for m in members})

@@ -77,7 +77,7 @@ def simulated_micro_batches(c, s) -> tuple[np.ndarray, np.ndarray]:
     """Micro-batches the simulation of each candidate of table ``c`` runs in all, and its
     runs: its ``micro`` once, or under ``[simulation] micro_batches = "steady"`` the three
     counts of its first window (sim/parallel/steady.py ``window``) where they are at most
-    half its micro-batches (``SHARE``; a window that is not linear costs more: priced as the
+    half its micro-batches (``steady.within_share``; a window that is not linear costs more: priced as the
     first, as sim/work.py does)."""
     micro = c["micro"].to_numpy()
     if s.simulation.micro_batches is not MicroBatches.STEADY:
@@ -85,7 +85,7 @@ def simulated_micro_batches(c, s) -> tuple[np.ndarray, np.ndarray]:
     keys = list(zip(c["schedule"].to_numpy(), c["pp"].to_numpy()))
     first = {k: sum(steady.window(str(k[0]), int(k[1]))[0]) for k in set(keys)}
     total = np.fromiter((first[k] for k in keys), float, len(keys))
-    cheaper = total <= steady.SHARE * micro
+    cheaper = steady.within_share(total, micro)
     return np.where(cheaper, total, micro), np.where(cheaper, float(steady.COUNTS), 1.0)
 
 

@@ -42,6 +42,7 @@ from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
 from .layers import KINDS, Pricer, costs as layer_costs
+from ..engine.kinds import Category
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp")  # per layer kind (:class:`.layers.Cost`)
@@ -105,7 +106,7 @@ class Estimator:
         costs = layer_costs(programs, self.price)
         counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
         counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
-        gathers = {k.value: next((c.nbytes for c in lp.collectives("dp") if c.op is ALL_GATHER), 0.0)
+        gathers = {k.value: next((c.nbytes for c in lp.collectives(Category.DP) if c.op is ALL_GATHER), 0.0)
                    for k, lp in programs.items()}
         return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
                          + [gathers.get(k, 0.0)] for k in KINDS])

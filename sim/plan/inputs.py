@@ -12,7 +12,7 @@ from ..errors import InputError
 from .. import bounds
 from ..hardware import mesh
 from ..hardware.gpus import gpu_preset, low_peak
-from ..hardware.topology import load_spec
+from ..hardware.specs import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
 from ..input.load import override_pairs, set_key, scenario_from_dict

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from ..collectives.kinds import ALL_TO_ALL, RING_SHIFT, SEND_RECV
 from ..parallel.layer_program import Kind, LayerProgram, Phase
+from ..engine.kinds import Category
 
 KINDS = tuple(k.value for k in (Kind.DENSE, Kind.MOE, Kind.EMBEDDING, Kind.OUTPUT, Kind.MTP))
-EXPOSED_AXES = ("tp", "cp", "ep")  # priced and scheduled; FSDP's dp gathers are priced by .estimate
+EXPOSED_AXES = (Category.TP, Category.CP, Category.EP)  # priced and scheduled; FSDP's dp gathers are priced by .estimate
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     # that runs longer than it takes to issue (the output layer's GEMM) gives the host a lead
     # that later layers' issue can use up. So the excess is kept signed here and summed over a
     # stage's layers before it is clamped at zero (sim/plan/estimate.py ``_shape``).
-    fsdp_issue = sum(op.issue for op in lp.ops if op.collective is not None and op.collective.axis == "dp")
+    fsdp_issue = sum(op.issue for op in lp.ops if op.collective is not None and op.collective.axis == Category.DP)
     issued = sum(op.issue for op in lp.ops) - fsdp_issue
     seconds = {p: lp.compute_s(p) for p in Phase}
     on_path = dict.fromkeys(EXPOSED_AXES, 0.0)

@@ -17,7 +17,8 @@ import numpy as np
 from ..model import transformer as model_costs
 from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
-from ..parallel.params import EMBEDDING, block_ids, layer_params, mtp_ids, stage_layer_ids
+from ..model.layer_ids import EMBEDDING, mtp_ids
+from ..parallel.params import block_ids, layer_params, stage_layer_ids
 from ..parallel.program import Context
 
 

@@ -153,7 +153,7 @@ def _simulate(scenario_json: str) -> Anchor:
 def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float) -> tuple[float, float]:
     """One training step of ``s`` on ``topo`` (the whole cluster) with a ring broadcast of
     ``nbytes`` from rank 0 to ``group`` starting with it: (step end, broadcast duration)."""
-    from ..engine.core import Collective, Op
+    from ..engine.ops import Collective, Op
     from ..hardware.faults import compute_scale
     from ..step import build, execute
 

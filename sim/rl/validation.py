@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..hardware import topology
+from ..hardware import specs, topology
 from ..hardware.gpus import gpu_preset
 from ..input.presets import model_preset
 from ..input.scenario import Model
@@ -72,7 +72,7 @@ def row_cost(row: dict, eta: float = DECODE_HBM_EFFICIENCY) -> EngineCost:
 
 @lru_cache(maxsize=None)
 def _allreduce(gpu: str, tp: int) -> tuple[float, float]:
-    spec = topology.load_spec("dgx-h100")
+    spec = specs.load_spec("dgx-h100")
     return allreduce_line(topology.build(spec, max(tp, spec.gpus_per_node), gpu_preset(gpu)), tuple(range(tp)))
 
 

@@ -12,7 +12,7 @@ import tomllib
 
 import pandas as pd
 
-from ..hardware import topology
+from ..hardware import specs
 from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
 from ..input.load import scenario_from_dict
 from ..model.transformer import dims, non_embedding_params, total_params
@@ -93,7 +93,7 @@ class Hardware:
 def hardware(scenario: Path, overrides: dict) -> Hardware:
     """Resolve one point of the study's scenario into :class:`Hardware`."""
     s = scenario_from_dict(tomllib.loads(Path(scenario).read_text()), overrides, Path(scenario).parent)
-    spec = dataclasses.replace(topology.load_spec(s.cluster.topology), **s.cluster.topology_overrides)
+    spec = dataclasses.replace(specs.load_spec(s.cluster.topology), **s.cluster.topology_overrides)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     nic = spec.nic_gbps * GB if spec.nic_gbps else gpu.nic_bw
     nvlink = spec.nvlink_gbps * GB if spec.nvlink_gbps else gpu.nvlink_bw

@@ -155,12 +155,12 @@ def hierarchical(out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..hardware import topology
+    from ..hardware import specs, topology
     from ..hardware.gpus import gpu_preset
     from ..outputs.timeline import draw
     from ..outputs.trace import series_from_log
 
-    spec = topology.load_spec("dgx-h100")
+    spec = specs.load_spec("dgx-h100")
     nbytes = 3.4e9
     cases = [("400 Gb/s NICs (DGX H100)", spec), ("100 Gb/s NICs (what-if)", dataclasses.replace(spec, nic_gbps=12.5))]
     colors = {"NVLink": "#4C72B0", "InfiniBand": "#C44E52"}
@@ -207,7 +207,7 @@ def _hierarchical_legends(fig, features, colors: dict) -> None:
     and title."""
     from matplotlib.lines import Line2D
 
-    from ..outputs.timeline import add_legend
+    from ..outputs.timeline_paint import add_legend
 
     fig.tight_layout(rect=(0, 0.07, 1, 0.91))
     legend_ax = fig.add_axes((0.06, 0.0, 0.9, 0.05))  # the timelines' legend, under them

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..input.load import scenario_from_dict
 from ..outputs.paths import make_dir, written
+from ..engine.kinds import Category
 
 BASE = {
     "name": "jitter-scaling",
@@ -36,7 +37,7 @@ def expected_max(durations: np.ndarray, n: int, sigma: float, samples: int = 200
 def expected_step(clean, n: int, sigma: float) -> float:
     """The Monte Carlo expectation above, from the ops of the run without jitter."""
     spans = clean.spans[clean.spans["rank"] == clean.spans["rank"].min()]
-    comp = spans[spans.category == "compute"]
+    comp = spans[spans.category == Category.COMPUTE]
     opt = comp[comp.name == "optimizer"]
     before = comp[comp.name != "optimizer"]
     d_before = (before.end_s - before.start_s).to_numpy()

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 from .. import collectives
 from ..collectives import tuner
-from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, CollectiveOp
-from ..hardware import mesh, topology
-from ..engine.core import Collective, Engine, Op, RankProgram
+from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV, Algorithm, CollectiveOp
+from ..hardware import mesh, specs, topology
+from ..engine.core import Engine
+from ..engine.ops import Collective, Op, RankProgram
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 
@@ -39,7 +40,7 @@ class Measurement:
 def build_topology(topology_name: str, gpus: int, gpu_name: str | None, calibration=None):
     """Topology with at least ``gpus`` GPUs, rounded up to whole servers (``calibration``: a
     :class:`~sim.hardware.calibration.Calibration` applied to its links)."""
-    spec = topology.load_spec(topology_name, key="--topology")
+    spec = specs.load_spec(topology_name, key="--topology")
     gpu = gpu_preset(spec.gpu) if gpu_name is None else _gpu(gpu_name)
     mesh.check_gpu(spec, gpu, "--gpu")
     per = max(spec.gpus_per_node, spec.gpus_per_domain)
@@ -82,12 +83,12 @@ def algorithm(topo, op: CollectiveOp, algo: str, proto: str | None, group: tuple
     """The schedule's algorithm name for ``--algo``/``--proto`` at this size: ``auto``
     leaves to NCCL's tuner what is not given; an explicit algorithm runs Simple unless a
     protocol is given (``auto``: the tuner's best protocol for that algorithm)."""
-    if op in collectives.DIRECT_OPS or (algo != "auto" and proto in (None, "simple")):
-        return "direct" if algo == "auto" else algo
-    if algo != "auto" and proto != "auto":
+    if op in collectives.DIRECT_OPS or (algo != Algorithm.AUTO and proto in (None, "simple")):
+        return Algorithm.DIRECT if algo == Algorithm.AUTO else algo
+    if algo != Algorithm.AUTO and proto != "auto":
         return f"{algo}:{proto}"
     domains = tuple(int(d) for d in topo.domains[list(group)])
-    return tuner.pick(op, nbytes, domains, topo.fabric, algo=None if algo == "auto" else algo,
+    return tuner.pick(op, nbytes, domains, topo.fabric, algo=None if algo == Algorithm.AUTO else algo,
                       proto=None if proto in (None, "auto") else proto).name
 
 

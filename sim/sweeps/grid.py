@@ -27,7 +27,7 @@ import typing
 from pydantic import BaseModel
 
 from ..errors import InputError
-from ..hardware.topology import load_spec
+from ..hardware.specs import load_spec
 from ..input.bundled import scenario_file
 from ..input.load import override_pairs, read_toml, scenario_from_dict
 from ..input.scenario import Scenario, Simulation
