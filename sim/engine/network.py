@@ -158,55 +158,74 @@ class Network:
     def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
         if len(acts) > 1:
-            self._advance_many(acts)
-        else:
-            for act in acts:
-                self._advance(act)
-                act.mask = _mask_key(act.remaining)
-        order = sorted(acts, key=lambda a: (a.phase.key, a.mask)) if len(acts) > 1 else acts
-        key = tuple((a.phase.key, a.mask) for a in order)
+            self._solve_many(acts)
+            return
+        for act in acts:
+            self._advance(act)
+            act.mask = _mask_key(act.remaining)
+        key = tuple((a.phase.key, a.mask) for a in acts)
         rates = self._rate_cache.get(key)
         if rates is None:
-            if len(order) == 1:
-                rates = self._max_min(order)
-            else:
-                rates = self.components.solve([a.phase.links for a in order], key,
-                                              lambda group: self._max_min([order[i] for i in group]))
+            rates = self._max_min(acts)
             self._rate_cache.put(key, rates)
-        for act, r in zip(order, rates):
+        for act, r in zip(acts, rates):
             act.rates = r
             act.generation += 1
-        horizons = _horizons(order) if len(order) > 1 else None
-        for i, act in enumerate(order):
-            self._wake_in(act, self._horizon(act) if horizons is None else horizons[i])
+            self._wake_in(act, self._horizon(act))
 
-    def _advance_many(self, acts) -> None:
-        """:meth:`_advance` and the live mask of every act, the arithmetic of the acts that
-        moved done on their chains at once (elementwise, so the same floats as act by act:
-        a joint solve re-plans every transfer in flight, dozens at a time)."""
+    def _solve_many(self, acts: list[_Active]) -> None:
+        """:meth:`_solve` of several acts, their arithmetic done on all their chains at once
+        (elementwise, so the same floats as act by act: a joint solve re-plans every
+        transfer in flight, dozens at a time): each act's bytes brought up to now
+        (``remaining - rates * dt``; an act that has not moved, ``dt`` 0: the same bytes), its
+        live mask, the rates of the acts sorted by (phase, mask), and the seconds until each
+        one's first live chain ends (a phase whose bytes ran out while another's wake-up
+        re-solved it finishes now), its wake-ups planned in that sorted order."""
         now = self.env.now
-        moving = []
+        remaining, rates, dts = [], [], []
         for act in acts:
             dt = now - act.updated
             act.updated = now
+            remaining.append(act.remaining)
             if dt > 0 and act.rates is not None:
-                moving.append((act, dt))
-            else:
-                act.mask = _mask_key(act.remaining)
-        if not moving:
-            return
-        sizes = [len(act.remaining) for act, _ in moving]
-        left = (np.concatenate([act.remaining for act, _ in moving])
-                - np.concatenate([act.rates for act, _ in moving]) * np.repeat([dt for _, dt in moving], sizes))
-        live = left > 0
+                rates.append(act.rates)
+                dts.append(dt)
+            else:  # (x - 0 * x is x: bytes are finite)
+                rates.append(act.remaining)
+                dts.append(0.0)
+        sizes = [len(r) for r in remaining]
         bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=bounds[1:])
-        every = np.logical_and.reduceat(live, bounds[:-1]).tolist()  # per act: all its chains live
-        bounds = bounds.tolist()
-        for k, (act, _) in enumerate(moving):
-            start, end = bounds[k], bounds[k + 1]
-            act.remaining = left[start:end]
-            act.mask = b"" if every[k] else live[start:end].tobytes()  # (as _mask_key)
+        starts = bounds[:-1]
+        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
+        live = left > 0
+        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
+        all_live = bool(every.all())
+        every, ends = every.tolist(), bounds.tolist()
+        for k, act in enumerate(acts):
+            act.remaining = left[ends[k]:ends[k + 1]]
+            act.mask = b"" if every[k] else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
+        perm = sorted(range(len(acts)), key=lambda i: (acts[i].phase.key, acts[i].mask))
+        order = [acts[i] for i in perm]
+        key = tuple((a.phase.key, a.mask) for a in order)
+        found = self._rate_cache.get(key)
+        if found is None:
+            found = self.components.solve([a.phase.links for a in order], key,
+                                          lambda group: self._max_min([order[i] for i in group]),
+                                          tuple(k for k, _ in key))  # (a phase's key fixes its links)
+            self._rate_cache.put(key, found)
+        for act, r in zip(order, found):
+            act.rates = r
+            act.generation += 1
+        with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+            ratio = left / np.concatenate([act.rates for act in acts])
+        if all_live:
+            horizons = np.minimum.reduceat(ratio, starts).tolist()
+        else:
+            out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
+            horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
+        for i in perm:
+            self._wake_in(acts[i], horizons[i])
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -327,23 +346,6 @@ class Network:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
-
-
-def _horizons(order: list[_Active]) -> list[float]:
-    """:meth:`Network._horizon` of each act, at once: the same divisions (of the live
-    chains) and minima, elementwise over the chains of all."""
-    sizes = [len(act.remaining) for act in order]
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    remaining = np.concatenate([act.remaining for act in order])
-    with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-        ratio = remaining / np.concatenate([act.rates for act in order])
-    if all(act.mask == b"" for act in order):
-        return np.minimum.reduceat(ratio, starts).tolist()
-    live = remaining > 0
-    out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
-    # a phase whose bytes ran out while another's wake-up re-solved it finishes now
-    return np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
