@@ -85,6 +85,9 @@ class Network:
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
+        self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
+        self._position = np.zeros(len(topo.caps), dtype=np.int64)  # scratch of _max_min
+        self._entry_links: dict[int, np.ndarray] = {}  # compiled key -> its entry_link
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -224,8 +227,17 @@ class Network:
         else:
             out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
-        for i in perm:
-            self._wake_in(acts[i], horizons[i])
+        env, on_wake, log = self.env, self._on_wake, self.log
+        for i in perm:  # (:meth:`_wake_in`, inline: dozens of acts per solve)
+            act, horizon = acts[i], horizons[i]
+            if not horizon < np.inf:
+                self._wake_in(act, horizon)  # (raises)
+            if act.wake is not None:
+                act.wake.callbacks = ()
+            act.wake = wake_after(env, horizon if horizon > 0.0 else 0.0,
+                                  lambda _ev, act=act, generation=act.generation: on_wake(act, generation))
+            if log is not None:
+                self._record(act, act.rates)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -262,35 +274,40 @@ class Network:
         of the phases' own (cached) link sets, not by sorting every entry each time: the
         same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
         if len(order) == 1:
-            union, position = order[0].phase.links, None
-        else:  # (a mask over every link: np.unique of the concatenation is far slower at scale)
-            used = np.zeros(len(self.topo.caps), dtype=bool)
-            for act in order:
-                used[act.phase.links] = True
-            union = np.flatnonzero(used)
-            position = np.empty(len(used), dtype=np.int64)  # (only the union's entries are read)
-            position[union] = np.arange(len(union))
-        chains, locals_, weights, offset = [], [], [], 0
-        for act in order:
+            act = order[0]
             ph = act.phase
-            where = ph.link_index if position is None else position[ph.links][ph.link_index]
-            if act.mask == b"":  # every chain live (the usual case): no masking
-                chains.append(ph.entry_chain + offset if offset else ph.entry_chain)
-                locals_.append(where)
-                weights.append(ph.entry_weight)
-            else:
-                live = act.remaining[ph.entry_chain] > 0
-                chains.append(ph.entry_chain[live] + offset)
-                locals_.append(where[live])
-                weights.append(ph.entry_weight[live])
-            offset += ph.n_chains
-        rates = fill(np.concatenate(chains), np.concatenate(locals_), self.topo.caps[union].astype(float), offset,
-                     np.concatenate(weights))
-        out, offset = [], 0
-        for act in order:
-            out.append(rates[offset:offset + act.phase.n_chains])
-            offset += act.phase.n_chains
-        return out
+            chain, local, weight = ph.entry_chain, ph.link_index, ph.entry_weight
+            if act.mask != b"":
+                live = act.remaining[chain] > 0
+                chain, local, weight = chain[live], local[live], weight[live]
+            return [fill(chain, local, self.topo.caps[ph.links].astype(float), ph.n_chains, weight)]
+        phases = [act.phase for act in order]
+        used = self._used  # (a mask over every link: np.unique of the concatenation is far slower at scale)
+        used[np.concatenate([ph.links for ph in phases])] = True
+        union = np.flatnonzero(used)
+        used[union] = False
+        position = self._position  # (only the union's entries are read)
+        position[union] = np.arange(len(union))
+        n_chains = [ph.n_chains for ph in phases]
+        offsets = np.zeros(len(phases), dtype=np.int64)
+        np.cumsum(n_chains[:-1], out=offsets[1:])
+        chain = (np.concatenate([ph.entry_chain for ph in phases])
+                 + np.repeat(offsets, [len(ph.entry_chain) for ph in phases]))
+        local = position[np.concatenate([self._entry_link(ph) for ph in phases])]
+        weight = np.concatenate([ph.entry_weight for ph in phases])
+        if any(act.mask != b"" for act in order):  # (an act whose mask is b"" has every chain live)
+            live = np.concatenate([act.remaining for act in order])[chain] > 0
+            chain, local, weight = chain[live], local[live], weight[live]
+        rates = fill(chain, local, self.topo.caps[union].astype(float), int(offsets[-1]) + n_chains[-1], weight)
+        ends = [*offsets.tolist(), len(rates)]
+        return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
+
+    def _entry_link(self, ph: CompiledPhase) -> np.ndarray:
+        """``ph.entry_link``, kept per link structure."""
+        found = self._entry_links.get(ph.key)
+        if found is None:
+            found = self._entry_links[ph.key] = ph.entry_link
+        return found
 
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
