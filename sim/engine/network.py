@@ -208,9 +208,10 @@ class Network:
         for k, act in enumerate(acts):
             act.remaining = left[ends[k]:ends[k + 1]]
             act.mask = b"" if every[k] else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
-        perm = sorted(range(len(acts)), key=lambda i: (acts[i].phase.key, acts[i].mask))
+        keys = [(act.phase.key, act.mask) for act in acts]
+        perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
-        key = tuple((a.phase.key, a.mask) for a in order)
+        key = tuple([keys[i] for i in perm])
         found = self._rate_cache.get(key)
         if found is None:
             found = self.components.solve([a.phase.links for a in order], key,
