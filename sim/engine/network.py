@@ -228,9 +228,12 @@ class Network:
         else:
             out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
+        self._wake_each(order, [horizons[i] for i in perm])
+
+    def _wake_each(self, acts: list[_Active], horizons: list[float]) -> None:
+        """:meth:`_wake_in` of each act in turn, inline (dozens of acts per joint solve)."""
         env, on_wake, log = self.env, self._on_wake, self.log
-        for i in perm:  # (:meth:`_wake_in`, inline: dozens of acts per solve)
-            act, horizon = acts[i], horizons[i]
+        for act, horizon in zip(acts, horizons):
             if not horizon < np.inf:
                 self._wake_in(act, horizon)  # (raises)
             if act.wake is not None:
