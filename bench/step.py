@@ -53,6 +53,9 @@ before -> after, main e297de4 and this tree in turn, load average 3.6-4.8): ``40
 -> 66.7 s CPU (145 -> 110 s wall), peak RSS 2.57 -> 2.12 GB (5,148,986 events); at
 ``training.global_batch=384`` the part outside the engine 7.3 -> 3.6 s (load 7-12); ``dsv3``
 at 512 sequences, building the programs 10.1 s -> 7.6 s.
+A joint re-solve's per-transfer Python done on all chains at once (docs/scaling.md): ``qwen`` on 128 GPUs
+(``training.global_batch=64 model.layers=32 cluster.gpus=128 parallel.dp=8 parallel.ep=16``), CPU median
+28.5 s -> 25.3 s over 7 runs each (two pairs run side by side: 29.1 -> 25.3 s, 28.5 -> 25.1 s), same summary.
 Memory per op (main 491f3bf and this tree in turn, load average 1.8-3.0): ``405b-1k`` peak RSS
 2.12 -> 1.95 GB with the engine's ``held_by``/``arrived`` filled once as meetings end, -> 1.79 GB
 with the spans table built without its consolidation copy and the engine's times released once

@@ -34,6 +34,7 @@ _EPS = 1e-9  # relative: links whose shares are this close to the lowest freeze 
 # `qwen` of bench/step.py at 128 sequences kept 84,662 sets in flight (docs/scaling.md).
 MEMO_BYTES = 64 * 2**20
 ARRAY_OVERHEAD, KEY_ITEM_BYTES = 112, 72  # a numpy array's header; one (phase key, mask) pair of a key
+GROUP_BYTES, POSITION_BYTES = 56, 36  # a list's header; one small int in it (its slot and object)
 
 
 class Memo:
@@ -74,6 +75,11 @@ class Memo:
 def rates_bytes(key: tuple, rates: list[np.ndarray]) -> int:
     """What one memo entry of rates holds: its arrays and its key's items."""
     return sum(r.nbytes + ARRAY_OVERHEAD for r in rates) + KEY_ITEM_BYTES * len(key)
+
+
+def groups_bytes(key: tuple, groups: list[list[int]]) -> int:
+    """What one memo entry of components holds: its key's items and the groups' positions."""
+    return KEY_ITEM_BYTES * len(key) + sum(GROUP_BYTES + POSITION_BYTES * len(g) for g in groups)
 
 
 def max_min_rates(entry_chain: np.ndarray, entry_link: np.ndarray, n_chains: int,
@@ -196,6 +202,7 @@ class ComponentRates:
     def __init__(self, n_links: int):
         self._owner = np.full(n_links, -1, dtype=np.int64)
         self._cache = Memo(MEMO_BYTES, lambda key, found: rates_bytes(key, found[0]) + found[1].nbytes)
+        self._groups = Memo(MEMO_BYTES, groups_bytes)  # shape of the transfers in flight -> components
         self.joint_fallbacks = 0  # joint solves done because components' levels nearly tied
 
     @property
@@ -208,8 +215,15 @@ class ComponentRates:
         """Components solved (not found in the memo)."""
         return self._cache.misses
 
-    def solve(self, link_sets: list[np.ndarray], keys: list, joint) -> list[np.ndarray]:
-        groups = components(link_sets, self._owner)
+    def solve(self, link_sets: list[np.ndarray], keys: list, joint, shape: tuple | None = None) -> list[np.ndarray]:
+        """``shape``, when given, names ``link_sets`` (the same shape, the same sets in the
+        same order): their components are then memoized by it, found again whenever the
+        same transfers are in flight whatever their live chains."""
+        groups = None if shape is None else self._groups.get(shape)
+        if groups is None:
+            groups = components(link_sets, self._owner)
+            if shape is not None:
+                self._groups.put(shape, groups)
         if len(groups) == 1:
             return joint(groups[0])
         out: list = [None] * len(link_sets)

@@ -85,6 +85,9 @@ class Network:
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
+        self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
+        self._position = np.zeros(len(topo.caps), dtype=np.int64)  # scratch of _max_min
+        self._entry_links: dict[int, np.ndarray] = {}  # compiled key -> its entry_link
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -158,55 +161,87 @@ class Network:
     def _solve(self, acts) -> None:
         """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
         if len(acts) > 1:
-            self._advance_many(acts)
-        else:
-            for act in acts:
-                self._advance(act)
-                act.mask = _mask_key(act.remaining)
-        order = sorted(acts, key=lambda a: (a.phase.key, a.mask)) if len(acts) > 1 else acts
-        key = tuple((a.phase.key, a.mask) for a in order)
+            self._solve_many(acts)
+            return
+        for act in acts:
+            self._advance(act)
+            act.mask = _mask_key(act.remaining)
+        key = tuple((a.phase.key, a.mask) for a in acts)
         rates = self._rate_cache.get(key)
         if rates is None:
-            if len(order) == 1:
-                rates = self._max_min(order)
-            else:
-                rates = self.components.solve([a.phase.links for a in order], key,
-                                              lambda group: self._max_min([order[i] for i in group]))
+            rates = self._max_min(acts)
             self._rate_cache.put(key, rates)
-        for act, r in zip(order, rates):
+        for act, r in zip(acts, rates):
             act.rates = r
             act.generation += 1
-        horizons = _horizons(order) if len(order) > 1 else None
-        for i, act in enumerate(order):
-            self._wake_in(act, self._horizon(act) if horizons is None else horizons[i])
+            self._wake_in(act, self._horizon(act))
 
-    def _advance_many(self, acts) -> None:
-        """:meth:`_advance` and the live mask of every act, the arithmetic of the acts that
-        moved done on their chains at once (elementwise, so the same floats as act by act:
-        a joint solve re-plans every transfer in flight, dozens at a time)."""
+    def _solve_many(self, acts: list[_Active]) -> None:
+        """:meth:`_solve` of several acts, their arithmetic done on all their chains at once
+        (elementwise, so the same floats as act by act: a joint solve re-plans every
+        transfer in flight, dozens at a time): each act's bytes brought up to now
+        (``remaining - rates * dt``; an act that has not moved, ``dt`` 0: the same bytes), its
+        live mask, the rates of the acts sorted by (phase, mask), and the seconds until each
+        one's first live chain ends (a phase whose bytes ran out while another's wake-up
+        re-solved it finishes now), its wake-ups planned in that sorted order."""
         now = self.env.now
-        moving = []
+        remaining, rates, dts = [], [], []
         for act in acts:
             dt = now - act.updated
             act.updated = now
+            remaining.append(act.remaining)
             if dt > 0 and act.rates is not None:
-                moving.append((act, dt))
-            else:
-                act.mask = _mask_key(act.remaining)
-        if not moving:
-            return
-        sizes = [len(act.remaining) for act, _ in moving]
-        left = (np.concatenate([act.remaining for act, _ in moving])
-                - np.concatenate([act.rates for act, _ in moving]) * np.repeat([dt for _, dt in moving], sizes))
-        live = left > 0
+                rates.append(act.rates)
+                dts.append(dt)
+            else:  # (x - 0 * x is x: bytes are finite)
+                rates.append(act.remaining)
+                dts.append(0.0)
+        sizes = [len(r) for r in remaining]
         bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=bounds[1:])
-        every = np.logical_and.reduceat(live, bounds[:-1]).tolist()  # per act: all its chains live
-        bounds = bounds.tolist()
-        for k, (act, _) in enumerate(moving):
-            start, end = bounds[k], bounds[k + 1]
-            act.remaining = left[start:end]
-            act.mask = b"" if every[k] else live[start:end].tobytes()  # (as _mask_key)
+        starts = bounds[:-1]
+        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
+        live = left > 0
+        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
+        all_live = bool(every.all())
+        every, ends = every.tolist(), bounds.tolist()
+        for k, act in enumerate(acts):
+            act.remaining = left[ends[k]:ends[k + 1]]
+            act.mask = b"" if every[k] else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
+        keys = [(act.phase.key, act.mask) for act in acts]
+        perm = sorted(range(len(acts)), key=keys.__getitem__)
+        order = [acts[i] for i in perm]
+        key = tuple([keys[i] for i in perm])
+        found = self._rate_cache.get(key)
+        if found is None:
+            found = self.components.solve([a.phase.links for a in order], key,
+                                          lambda group: self._max_min([order[i] for i in group]),
+                                          tuple(k for k, _ in key))  # (a phase's key fixes its links)
+            self._rate_cache.put(key, found)
+        for act, r in zip(order, found):
+            act.rates = r
+            act.generation += 1
+        with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+            ratio = left / np.concatenate([act.rates for act in acts])
+        if all_live:
+            horizons = np.minimum.reduceat(ratio, starts).tolist()
+        else:
+            out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
+            horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
+        self._wake_each(order, [horizons[i] for i in perm])
+
+    def _wake_each(self, acts: list[_Active], horizons: list[float]) -> None:
+        """:meth:`_wake_in` of each act in turn, inline (dozens of acts per joint solve)."""
+        env, on_wake, log = self.env, self._on_wake, self.log
+        for act, horizon in zip(acts, horizons):
+            if not horizon < np.inf:
+                self._wake_in(act, horizon)  # (raises)
+            if act.wake is not None:
+                act.wake.callbacks = ()
+            act.wake = wake_after(env, horizon if horizon > 0.0 else 0.0,
+                                  lambda _ev, act=act, generation=act.generation: on_wake(act, generation))
+            if log is not None:
+                self._record(act, act.rates)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -243,35 +278,40 @@ class Network:
         of the phases' own (cached) link sets, not by sorting every entry each time: the
         same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
         if len(order) == 1:
-            union, position = order[0].phase.links, None
-        else:  # (a mask over every link: np.unique of the concatenation is far slower at scale)
-            used = np.zeros(len(self.topo.caps), dtype=bool)
-            for act in order:
-                used[act.phase.links] = True
-            union = np.flatnonzero(used)
-            position = np.empty(len(used), dtype=np.int64)  # (only the union's entries are read)
-            position[union] = np.arange(len(union))
-        chains, locals_, weights, offset = [], [], [], 0
-        for act in order:
+            act = order[0]
             ph = act.phase
-            where = ph.link_index if position is None else position[ph.links][ph.link_index]
-            if act.mask == b"":  # every chain live (the usual case): no masking
-                chains.append(ph.entry_chain + offset if offset else ph.entry_chain)
-                locals_.append(where)
-                weights.append(ph.entry_weight)
-            else:
-                live = act.remaining[ph.entry_chain] > 0
-                chains.append(ph.entry_chain[live] + offset)
-                locals_.append(where[live])
-                weights.append(ph.entry_weight[live])
-            offset += ph.n_chains
-        rates = fill(np.concatenate(chains), np.concatenate(locals_), self.topo.caps[union].astype(float), offset,
-                     np.concatenate(weights))
-        out, offset = [], 0
-        for act in order:
-            out.append(rates[offset:offset + act.phase.n_chains])
-            offset += act.phase.n_chains
-        return out
+            chain, local, weight = ph.entry_chain, ph.link_index, ph.entry_weight
+            if act.mask != b"":
+                live = act.remaining[chain] > 0
+                chain, local, weight = chain[live], local[live], weight[live]
+            return [fill(chain, local, self.topo.caps[ph.links].astype(float), ph.n_chains, weight)]
+        phases = [act.phase for act in order]
+        used = self._used  # (a mask over every link: np.unique of the concatenation is far slower at scale)
+        used[np.concatenate([ph.links for ph in phases])] = True
+        union = np.flatnonzero(used)
+        used[union] = False
+        position = self._position  # (only the union's entries are read)
+        position[union] = np.arange(len(union))
+        n_chains = [ph.n_chains for ph in phases]
+        offsets = np.zeros(len(phases), dtype=np.int64)
+        np.cumsum(n_chains[:-1], out=offsets[1:])
+        chain = (np.concatenate([ph.entry_chain for ph in phases])
+                 + np.repeat(offsets, [len(ph.entry_chain) for ph in phases]))
+        local = position[np.concatenate([self._entry_link(ph) for ph in phases])]
+        weight = np.concatenate([ph.entry_weight for ph in phases])
+        if any(act.mask != b"" for act in order):  # (an act whose mask is b"" has every chain live)
+            live = np.concatenate([act.remaining for act in order])[chain] > 0
+            chain, local, weight = chain[live], local[live], weight[live]
+        rates = fill(chain, local, self.topo.caps[union].astype(float), int(offsets[-1]) + n_chains[-1], weight)
+        ends = [*offsets.tolist(), len(rates)]
+        return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
+
+    def _entry_link(self, ph: CompiledPhase) -> np.ndarray:
+        """``ph.entry_link``, kept per link structure."""
+        found = self._entry_links.get(ph.key)
+        if found is None:
+            found = self._entry_links[ph.key] = ph.entry_link
+        return found
 
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
@@ -327,23 +367,6 @@ class Network:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
-
-
-def _horizons(order: list[_Active]) -> list[float]:
-    """:meth:`Network._horizon` of each act, at once: the same divisions (of the live
-    chains) and minima, elementwise over the chains of all."""
-    sizes = [len(act.remaining) for act in order]
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    remaining = np.concatenate([act.remaining for act in order])
-    with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-        ratio = remaining / np.concatenate([act.rates for act in order])
-    if all(act.mask == b"" for act in order):
-        return np.minimum.reduceat(ratio, starts).tolist()
-    live = remaining > 0
-    out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
-    # a phase whose bytes ran out while another's wake-up re-solved it finishes now
-    return np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
