@@ -2,7 +2,6 @@
 facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import itemgetter
 
 import numpy as np
@@ -80,7 +79,7 @@ def spans_frame(engine, release: bool = False) -> pd.DataFrame:
         "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
     }
     for column, attr in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
-        cols[column] = _numbers([getattr(ts, attr) for ts in times], n)
+        cols[column] = _numbers([getattr(ts, attr) for ts in times])
     del times
     if release:
         engine.times = {}
@@ -103,17 +102,12 @@ def spans_frame(engine, release: bool = False) -> pd.DataFrame:
 TEXT_COLUMNS = ("stream", "name", "category", "phase")  # str or StrEnum (phase: None outside a step)
 
 
-def _numbers(lists: list[list], n: int) -> np.ndarray:
-    """The values of ``lists`` end to end, as ``np.array`` of them would be (float64, or
-    int64 if all are ints), without a Python float object per value; ``np.array`` itself
-    where other values are (None: an op that never ran)."""
-    try:
-        out = np.fromiter(chain.from_iterable(lists), np.float64, count=n)
-    except TypeError:
-        return np.array(list(chain.from_iterable(lists)))
-    if not any(isinstance(v, float) for v in chain.from_iterable(lists)):  # (stops at the first float)
-        return np.array(list(chain.from_iterable(lists)))
-    return out
+def _numbers(arrays: list) -> np.ndarray:
+    """The values of ``arrays`` (the engine's ``array('d')`` columns, :class:`~sim.engine.core.OpTimes`) end to
+    end as one float64 array, copied from their buffers without a float object per value."""
+    if not arrays:
+        return np.zeros(0, np.float64)
+    return np.concatenate([np.frombuffer(a, np.float64) for a in arrays])
 
 
 def _ints(ops: list, index: int) -> np.ndarray:
