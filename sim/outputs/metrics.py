@@ -54,7 +54,9 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     """Per rank: compute busy time, exposed communication, idle bubble."""
-    ordered = spans.sort_values("rank", kind="stable")
+    # (a stable sort of rows already in rank order, as sim.outputs.result.spans_frame leaves
+    # them, is the identity: skipped, it copied the whole table at the peak RSS of a run)
+    ordered = spans if spans["rank"].is_monotonic_increasing else spans.sort_values("rank", kind="stable")
     ranks = ordered["rank"].to_numpy()
     iv = ordered[["start_s", "end_s"]].to_numpy()
     is_comp = (ordered["category"] == "compute").to_numpy()
