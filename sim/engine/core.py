@@ -57,12 +57,12 @@ class Stream:
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
                  "queue", "eid")
 
-    def __init__(self, engine: "Engine", prog: RankProgram, indices: array):
+    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
-        self.release = array("d", map(prog.release().__getitem__, indices))  # when the host has issued each
+        self.release = array("d", map(released.__getitem__, indices))  # when the host has issued each
         self.held = -1  # the position whose op already waited for its release
         anchored = prog.anchors()  # (the host's waits on sync ops: None without any)
         self.anchor = None if anchored is None else array("q", map(anchored[0].__getitem__, indices))
@@ -202,7 +202,8 @@ class Engine:
                 by_name.setdefault(op.stream, []).append(i)
             # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
             # throughout the run, python bench/step.py --only 405b-1k)
-            streams += [Stream(self, prog, array("q", indices)) for indices in by_name.values()]
+            released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
+            streams += [Stream(self, prog, array("q", indices), released) for indices in by_name.values()]
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()

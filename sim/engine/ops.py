@@ -70,12 +70,16 @@ class RankProgram:
         self.ops.append(op)
         return len(self.ops) - 1
 
-    def release(self) -> array:
+    def release(self, keep: bool = True) -> array:
         """Seconds from the step's start at which the host has issued each op: the running
         sum of the issue costs up to and including it (one host thread, program order;
-        computed once, then kept as an ``array('d')``: 8 bytes per op, not a float object)."""
+        computed once, then kept as an ``array('d')``: 8 bytes per op, not a float object).
+        ``keep=False``: not kept if not already (the engine, which copies it per stream)."""
         if self.released is None or len(self.released) != len(self.ops):
-            self.released = array("d", accumulate(op.issue for op in self.ops))
+            released = array("d", accumulate(op.issue for op in self.ops))
+            if not keep:
+                return released
+            self.released = released
         return self.released
 
     def anchors(self) -> tuple[array, array] | None:
