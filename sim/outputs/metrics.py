@@ -58,16 +58,17 @@ def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     # them, is the identity: skipped, it copied the whole table at the peak RSS of a run)
     ordered = spans if spans["rank"].is_monotonic_increasing else spans.sort_values("rank", kind="stable")
     ranks = ordered["rank"].to_numpy()
-    iv = ordered[["start_s", "end_s"]].to_numpy()
+    start, end = ordered["start_s"].to_numpy(), ordered["end_s"].to_numpy()  # (views of the columns)
     is_comp = (ordered["category"] == "compute").to_numpy()
-    cuts = np.flatnonzero(np.diff(ranks)) + 1
+    bounds = [0, *(np.flatnonzero(np.diff(ranks)) + 1).tolist(), len(ranks)]
     rows = []
-    for idx in np.split(np.arange(len(ranks)), cuts):
-        if len(idx) == 0:
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # each rank's rows, contiguous: one rank's [start, end] at a time
+        if hi == lo:
             continue
-        comp, comm = union(iv[idx[is_comp[idx]]]), union(iv[idx[~is_comp[idx]]])
+        iv, comp_rows = np.column_stack([start[lo:hi], end[lo:hi]]), is_comp[lo:hi]
+        comp, comm = union(iv[comp_rows]), union(iv[~comp_rows])
         busy, exposed = length(comp), length(comm) - overlap(comp, comm)
-        rows.append((int(ranks[idx[0]]), busy, exposed, max(step - busy - exposed, 0.0)))
+        rows.append((int(ranks[lo]), busy, exposed, max(step - busy - exposed, 0.0)))
     return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
 
 
