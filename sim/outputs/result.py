@@ -145,13 +145,23 @@ def _codes(ops, index: int) -> tuple[np.ndarray, list]:
     as ``pd.factorize`` gives them), None a value of its own. Factorized :data:`CHUNK` ops
     at a time, each chunk's distinct values mapped to the whole's: ``pd.factorize`` sizes its
     hash table by its input, ~80 bytes per op at once over all of them."""
-    get, seen, out = itemgetter(index), {}, np.empty(len(ops), np.int32)
+    get, seen, distinct, out = itemgetter(index), {}, [], np.empty(len(ops), np.int32)
     values = iter(ops)
     for lo in range(0, len(ops), CHUNK):
         part = np.fromiter(map(get, islice(values, CHUNK)), object, count=min(CHUNK, len(ops) - lo))
         codes, uniques = pd.factorize(part, use_na_sentinel=False)
-        out[lo:lo + len(part)] = np.array([seen.setdefault(u, len(seen)) for u in uniques], np.int32)[codes]
-    return out, list(seen)  # (a few hundred distinct values at most)
+        lut = []
+        for u in uniques:  # (None comes back as a NaN, a new one per chunk: one key for all)
+            key = _MISSING if u is None or u != u else u
+            if key not in seen:
+                seen[key] = len(distinct)
+                distinct.append(u)
+            lut.append(seen[key])
+        out[lo:lo + len(part)] = np.array(lut, np.int32)[codes]
+    return out, distinct  # (a few hundred distinct values at most)
+
+
+_MISSING = object()  # _codes's key for None (a NaN once factorized)
 
 
 def _strings(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Series:
