@@ -8,6 +8,7 @@ program before it runs).
 Run ``clustersim run scenarios/llama3-8b-fsdp-h100.toml`` to see it end to end.
 """
 
+import ctypes
 import time
 
 import pandas as pd
@@ -95,8 +96,20 @@ def execute(name: str, topo: topology.Topology, programs: list[RankProgram], sca
         engine.run()
     except RuntimeError as exc:  # a deadlock, a stalled transfer (SimulationError), a recursion
         raise SimulationError(f"scenario {name!r}: {type(exc).__name__}: {exc}") from exc
+    trim_freed_memory()  # (what the run freed goes back before the spans table is built)
     spans = spans_frame(engine, release=True)  # (the times go once the frame's columns hold them)
     return engine, spans, time.perf_counter() - t0
+
+
+def trim_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim(0)``; nothing
+    elsewhere). An engine run frees millions of small objects that the heap keeps; the spans
+    table's large arrays are mapped apart from it, so without this the peak RSS counts both
+    (~0.06 GB of ``python bench/step.py --only 405b-1k``, docs/scaling.md)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc: its heap is left as it is
+        pass
 
 
 def _simulate(s: Scenario, baseline: bool, e_max: float | None, record_links: bool,

@@ -42,7 +42,7 @@ class ProcessEngine(Engine):
         for i in indices:
             op = prog.ops[i]
             for d in op.deps:
-                if times.end[d] is None:
+                if times.end[d] < 0.0:  # (NOT_YET)
                     if d not in waiters:
                         waiters[d] = env.event()
                     yield waiters[d]

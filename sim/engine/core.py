@@ -22,6 +22,7 @@ and a collective may carry ``siblings`` (the identical groups of the folded rank
 their traffic still loads the network (merged phase by phase: :mod:`sim.engine.traffic`).
 """
 
+from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 import gc
@@ -56,17 +57,16 @@ class Stream:
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
                  "queue", "eid")
 
-    def __init__(self, engine: "Engine", prog: RankProgram, indices: list[int]):
+    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array):
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
         self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
-        released = prog.release()
-        self.release = [released[i] for i in indices]  # when the host has issued each of them
+        self.release = array("d", map(released.__getitem__, indices))  # when the host has issued each
         self.held = -1  # the position whose op already waited for its release
         anchored = prog.anchors()  # (the host's waits on sync ops: None without any)
-        self.anchor = None if anchored is None else [anchored[0][i] for i in indices]
-        self.offset = None if anchored is None else [anchored[1][i] for i in indices]
+        self.anchor = None if anchored is None else array("q", map(anchored[0].__getitem__, indices))
+        self.offset = None if anchored is None else array("d", map(anchored[1].__getitem__, indices))
         times = engine.times[prog.rank]  # shared by the rank's streams
         self.starts, self.finish, self.sent = times.start, times.end, times.sent
         self.waiters = engine._waiters[prog.rank]
@@ -88,7 +88,7 @@ class Stream:
         op = self.ops[pos]
         finish = self.finish
         for d in op.deps:
-            if finish[d] is None:
+            if finish[d] < 0.0:  # (NOT_YET: it has not ended)
                 self._resume_after(d)
                 return
         now = self.env._now  # (SimPy's Environment.now, without the property call)
@@ -96,7 +96,7 @@ class Stream:
         anchor = self.anchor
         if anchor is not None and anchor[pos] >= 0:  # issued after the host's last wait
             a = anchor[pos]
-            if finish[a] is None:  # the host still waits for that sync op to end
+            if finish[a] < 0.0:  # the host still waits for that sync op to end
                 self._resume_after(a)
                 return
             release = finish[a] + self.offset[pos]
@@ -136,14 +136,20 @@ class Stream:
         self.advance()
 
 
+NOT_YET = -1.0  # OpTimes.start and .end of an op that has not started, ended (times are >= 0)
+
+
 class OpTimes:
-    """When each op of one rank ran: start and end in seconds (None until it starts, ends),
-    and the bytes the rank itself sent in it (0 for compute)."""
+    """When each op of one rank ran: start and end in seconds (:data:`NOT_YET` until it
+    starts, ends), and the bytes the rank itself sent in it (0 for compute). Arrays of
+    float64, 24 bytes per op where lists of float objects took ~72 (``python bench/step.py
+    --only 405b-1k``: 5.1M ops' times)."""
 
     __slots__ = ("start", "end", "sent")
 
     def __init__(self, n: int):
-        self.start, self.end, self.sent = [None] * n, [None] * n, [0.0] * n
+        self.start, self.end = array("d", [NOT_YET]) * n, array("d", [NOT_YET]) * n
+        self.sent = array("d", bytes(8 * n))
 
 
 @dataclass(slots=True, eq=False)
@@ -194,7 +200,10 @@ class Engine:
             by_name: dict[str, list[int]] = {}
             for i, op in enumerate(prog.ops):
                 by_name.setdefault(op.stream, []).append(i)
-            streams += [Stream(self, prog, indices) for indices in by_name.values()]
+            # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
+            # throughout the run, python bench/step.py --only 405b-1k)
+            released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
+            streams += [Stream(self, prog, array("q", indices), released) for indices in by_name.values()]
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
@@ -212,7 +221,7 @@ class Engine:
 
     def _report_deadlock(self) -> None:
         stuck = [(p.rank, i, op.name) for p in self.programs
-                 for i, op in enumerate(p.ops) if self.times[p.rank].end[i] is None]
+                 for i, op in enumerate(p.ops) if self.times[p.rank].end[i] < 0.0]
         rank, i, name = stuck[0]
         raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 

@@ -9,6 +9,7 @@ runs them; the spans table (:data:`SPAN_COLUMNS`) joins them with when they ran.
 Run: ``python -m pytest -q tests/test_engine.py tests/test_host_sync.py``
 """
 
+from array import array
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import NamedTuple
@@ -57,11 +58,11 @@ class Op(NamedTuple):
 @dataclass
 class RankProgram:
     """The ops one rank executes in one step, in issue order. ``released``: when the host
-    has issued each op (:meth:`release`; copies of a program share their base's list)."""
+    has issued each op (:meth:`release`; copies of a program share their base's array)."""
 
     rank: int
     ops: list[Op] = field(default_factory=list)
-    released: list[float] | None = None
+    released: array | None = None
     _anchored: tuple | None = None  # (ops seen, :meth:`anchors`'s answer), kept
 
     def add(self, op: Op) -> int:
@@ -69,22 +70,27 @@ class RankProgram:
         self.ops.append(op)
         return len(self.ops) - 1
 
-    def release(self) -> list[float]:
+    def release(self, keep: bool = True) -> array:
         """Seconds from the step's start at which the host has issued each op: the running
         sum of the issue costs up to and including it (one host thread, program order;
-        computed once, then kept)."""
+        computed once, then kept as an ``array('d')``: 8 bytes per op, not a float object).
+        ``keep=False``: not kept if not already (the engine, which copies it per stream)."""
         if self.released is None or len(self.released) != len(self.ops):
-            self.released = list(accumulate(op.issue for op in self.ops))
+            released = array("d", accumulate(op.issue for op in self.ops))
+            if not keep:
+                return released
+            self.released = released
         return self.released
 
-    def anchors(self) -> tuple[list[int], list[float]] | None:
+    def anchors(self) -> tuple[array, array] | None:
         """The host's waits (ops with ``sync``: a device-to-host read, ``.tolist()`` or
         ``cudaEventSynchronize``): for each op, the last sync op before it (-1: none) and the
         issue seconds from there up to and including it. The host issues op i at
         ``end[anchor] + offset`` (its clock jumps to the sync op's end, then runs on), or at
-        :meth:`release` without an anchor. None when the program has no sync op."""
+        :meth:`release` without an anchor. None when the program has no sync op. (Arrays of
+        int64 and float64: no int or float object per op.)"""
         if self._anchored is None or self._anchored[0] != len(self.ops):
-            anchor, offset, a, since = [], [], -1, 0.0
+            anchor, offset, a, since = array("q"), array("d"), -1, 0.0
             for i, op in enumerate(self.ops):
                 since += op.issue
                 anchor.append(a)
@@ -94,7 +100,7 @@ class RankProgram:
             self._anchored = (len(self.ops), (anchor, offset) if a >= 0 else None)
         return self._anchored[1]
 
-    def issued(self, end) -> list[float]:
+    def issued(self, end) -> list[float] | array:
         """When the host issued each op, given ``end[i]``, when op i ended (after a run):
         :meth:`release` moved on past every sync op to its end (:meth:`anchors`)."""
         found = self.anchors()

@@ -54,18 +54,21 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     """Per rank: compute busy time, exposed communication, idle bubble."""
-    ordered = spans.sort_values("rank", kind="stable")
+    # (a stable sort of rows already in rank order, as sim.outputs.result.spans_frame leaves
+    # them, is the identity: skipped, it copied the whole table at the peak RSS of a run)
+    ordered = spans if spans["rank"].is_monotonic_increasing else spans.sort_values("rank", kind="stable")
     ranks = ordered["rank"].to_numpy()
-    iv = ordered[["start_s", "end_s"]].to_numpy()
+    start, end = ordered["start_s"].to_numpy(), ordered["end_s"].to_numpy()  # (views of the columns)
     is_comp = (ordered["category"] == Category.COMPUTE).to_numpy()
-    cuts = np.flatnonzero(np.diff(ranks)) + 1
+    bounds = [0, *(np.flatnonzero(np.diff(ranks)) + 1).tolist(), len(ranks)]
     rows = []
-    for idx in np.split(np.arange(len(ranks)), cuts):
-        if len(idx) == 0:
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # each rank's rows, contiguous: one rank's [start, end] at a time
+        if hi == lo:
             continue
-        comp, comm = union(iv[idx[is_comp[idx]]]), union(iv[idx[~is_comp[idx]]])
+        iv, comp_rows = np.column_stack([start[lo:hi], end[lo:hi]]), is_comp[lo:hi]
+        comp, comm = union(iv[comp_rows]), union(iv[~comp_rows])
         busy, exposed = length(comp), length(comm) - overlap(comp, comm)
-        rows.append((int(ranks[idx[0]]), busy, exposed, max(step - busy - exposed, 0.0)))
+        rows.append((int(ranks[lo]), busy, exposed, max(step - busy - exposed, 0.0)))
     return pd.DataFrame(rows, columns=["rank", "compute_s", "exposed_comm_s", "idle_s"])
 
 
@@ -127,6 +130,28 @@ def memory_fields(memory, hbm_bytes: float) -> dict:
     return {"memory_per_gpu_bytes": float(memory.total), "fits_in_memory": bool(memory.total <= hbm_bytes)}
 
 
+GROUP_ROWS = 1 << 18  # spans rows summed by one groupby in bytes_sent (whole ranks, at least this many)
+
+
+def bytes_sent(spans: pd.DataFrame) -> pd.DataFrame:
+    """Bytes each rank sent per category (ranks x categories, 0.0 where none): the
+    ``groupby(["rank", "category"]).bytes.sum()`` of the table, unstacked. Rows in rank
+    order (as spans_frame leaves them) are summed a run of whole ranks at a time: each group
+    lies in one run, its rows in the same order, so the sums are the same floats, and the
+    groupby's keys and hash tables are a run's rather than the table's (~65 MB of the peak
+    RSS of ``python bench/step.py --only 405b-1k``)."""
+    ranks = spans["rank"].to_numpy()
+    if not spans["rank"].is_monotonic_increasing or len(ranks) <= GROUP_ROWS:
+        return spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
+    cuts = [0, *(np.flatnonzero(np.diff(ranks)) + 1).tolist(), len(ranks)]
+    runs, lo = [], 0
+    for cut in cuts[1:]:
+        if cut - lo >= GROUP_ROWS or cut == len(ranks):
+            runs.append(spans.iloc[lo:cut].groupby(["rank", "category"]).bytes.sum())
+            lo = cut
+    return pd.concat(runs).unstack(fill_value=0.0)
+
+
 def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak_flops: float,
               folded_end: float | None = None) -> dict:
     """The contract's summary keys (the caller adds sim_events, sim_wall_s, straggler_cost_s).
@@ -138,7 +163,7 @@ def summarize(scenario, ctx, spans: pd.DataFrame, memory, hbm_bytes: float, peak
     critical = critical_rank(per_rank)
     mean = rank_mean(ctx)
     bubble = float(mean(per_rank.set_index("rank").idle_s) / step) if scenario.parallel.pp > 1 and step > 0 else 0.0
-    sent = spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
+    sent = bytes_sent(spans)
     return {
         "name": scenario.name,
         "num_gpus": n,

@@ -2,7 +2,7 @@
 facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, islice
 from operator import itemgetter
 
 import numpy as np
@@ -69,31 +69,37 @@ def spans_frame(engine, release: bool = False) -> pd.DataFrame:
     values and their codes, ``pd.factorize``) and sorted once (``np.lexsort``, stable, as
     ``sort_values`` sorts): the same frame, dtypes included, as one built from rows.
     ``release``: empty ``engine.times`` once its columns are built, for a caller that reads
-    the times from the frame alone (sim/step.py): its lists and float objects, ~70 bytes per
-    op, then go before the sort and the frame's copies, where the peak RSS of a run is."""
+    the times from the frame alone (sim/step.py). The sort order is found first (rank, start,
+    stream), then each column is built and sorted in turn, so at most one unsorted column is
+    held beside the frame (the peak RSS of a run is here: ~80 bytes per op less at
+    ``python bench/step.py --only 405b-1k`` than building them all first)."""
     programs = engine.programs
-    ops = [op for prog in programs for op in prog.ops]
-    n = len(ops)
+    ops = _AllOps(programs)  # (iterated per column: no list of 8 bytes per op)
     times = [engine.times[prog.rank] for prog in programs]
-    cols = {
-        "rank": np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64),
-        "op": np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs] or [np.zeros(0, np.int64)]),
-    }
-    for column, attr in (("start_s", "start"), ("end_s", "end"), ("bytes", "sent")):
-        cols[column] = _numbers([getattr(ts, attr) for ts in times], n)
+    rank = np.repeat([prog.rank for prog in programs], [len(prog.ops) for prog in programs]).astype(np.int64)
+    start = _numbers([ts.start for ts in times])
+    codes, names = _codes(ops, Op._fields.index("name"))
+    _step_syncs_start_together(engine, np.isin(codes, [k for k, v in enumerate(names) if v in STEP_SYNCS]), start)
+    text = {"name": (codes, names)}
+    codes, streams = text["stream"] = _codes(ops, Op._fields.index("stream"))
+    rank_of = np.argsort(np.argsort(np.array(streams, dtype=object), kind="stable"))  # (stream values by str order)
+    order = np.lexsort((rank_of[codes], start, rank))
+    out = {"rank": rank[order], "start_s": start[order]}
+    del rank, start
+    out["end_s"] = _numbers([ts.end for ts in times])[order]
+    out["bytes"] = _numbers([ts.sent for ts in times])[order]
     del times
     if release:
         engine.times = {}
-    text = {c: _codes(ops, Op._fields.index(c)) for c in TEXT_COLUMNS}
-    codes, names = text["name"]
-    _step_syncs_start_together(engine, np.isin(codes, [k for k, v in enumerate(names) if v in STEP_SYNCS]),
-                               cols["start_s"])
-    cols.update({c: _ints(ops, Op._fields.index(c)) for c in OP_COLUMNS if c not in TEXT_COLUMNS})
-    codes, streams = text["stream"]
-    rank_of = np.argsort(np.argsort(np.array(streams, dtype=object), kind="stable"))  # (stream values by str order)
-    order = np.lexsort((rank_of[codes], cols["start_s"], cols["rank"]))
-    del ops  # (each unsorted column goes once its sorted copy is made: the peak is the frame's)
-    out = {c: _strings(*text.pop(c), order) if c in text else cols.pop(c)[order] for c in SPAN_COLUMNS}
+    out["op"] = np.concatenate([np.arange(len(prog.ops), dtype=np.int64) for prog in programs]
+                               or [np.zeros(0, np.int64)])[order]
+    for c in OP_COLUMNS:
+        if c in TEXT_COLUMNS:
+            out[c] = _strings(*(text.pop(c) if c in text else _codes(ops, Op._fields.index(c))), order)
+        else:
+            out[c] = _ints(ops, Op._fields.index(c))[order]
+    del ops
+    out = {c: out[c] for c in SPAN_COLUMNS}
     # (copy=False: one block per column, the sorted arrays themselves; consolidating them
     # into 2-D blocks would copy every numeric column while the originals are still held:
     # ~0.16 GB of the peak RSS of ``python bench/step.py --only 405b-1k``)
@@ -103,35 +109,67 @@ def spans_frame(engine, release: bool = False) -> pd.DataFrame:
 TEXT_COLUMNS = ("stream", "name", "category", "phase")  # str or StrEnum (phase: None outside a step)
 
 
-def _numbers(lists: list[list], n: int) -> np.ndarray:
-    """The values of ``lists`` end to end, as ``np.array`` of them would be (float64, or
-    int64 if all are ints), without a Python float object per value; ``np.array`` itself
-    where other values are (None: an op that never ran)."""
-    try:
-        out = np.fromiter(chain.from_iterable(lists), np.float64, count=n)
-    except TypeError:
-        return np.array(list(chain.from_iterable(lists)))
-    if not any(isinstance(v, float) for v in chain.from_iterable(lists)):  # (stops at the first float)
-        return np.array(list(chain.from_iterable(lists)))
-    return out
+class _AllOps:
+    """Every op of ``programs``, program after program: sized and iterable, without a list."""
+
+    __slots__ = ("programs", "n")
+
+    def __init__(self, programs: list):
+        self.programs, self.n = programs, sum(len(prog.ops) for prog in programs)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return chain.from_iterable(prog.ops for prog in self.programs)
 
 
-def _ints(ops: list, index: int) -> np.ndarray:
+def _numbers(arrays: list) -> np.ndarray:
+    """The values of ``arrays`` (the engine's ``array('d')`` columns, :class:`~sim.engine.core.OpTimes`) end to
+    end as one float64 array, copied from their buffers without a float object per value."""
+    if not arrays:
+        return np.zeros(0, np.float64)
+    return np.concatenate([np.frombuffer(a, np.float64) for a in arrays])
+
+
+def _ints(ops, index: int) -> np.ndarray:
     """Field ``index`` of every op (an int: layer, micro-batch, stage) as int64."""
     return np.fromiter(map(itemgetter(index), ops), np.int64, count=len(ops))
 
 
-def _codes(ops: list, index: int) -> tuple[np.ndarray, list]:
-    """Field ``index`` of every op as (codes, distinct values), None a value of its own."""
-    values = np.fromiter(map(itemgetter(index), ops), object, count=len(ops))
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return codes.astype(np.int32), list(uniques)  # (a few hundred distinct values at most)
+CHUNK = 1 << 16  # ops factorized at a time by _codes
+
+
+def _codes(ops, index: int) -> tuple[np.ndarray, list]:
+    """Field ``index`` of every op as (codes, distinct values in order of first appearance,
+    as ``pd.factorize`` gives them), None a value of its own. Factorized :data:`CHUNK` ops
+    at a time, each chunk's distinct values mapped to the whole's: ``pd.factorize`` sizes its
+    hash table by its input, ~80 bytes per op at once over all of them."""
+    get, seen, distinct, out = itemgetter(index), {}, [], np.empty(len(ops), np.int32)
+    values = iter(ops)
+    for lo in range(0, len(ops), CHUNK):
+        part = np.fromiter(map(get, islice(values, CHUNK)), object, count=min(CHUNK, len(ops) - lo))
+        codes, uniques = pd.factorize(part, use_na_sentinel=False)
+        lut = []
+        for u in uniques:  # (None comes back as a NaN, a new one per chunk: one key for all)
+            key = _MISSING if u is None or u != u else u
+            if key not in seen:
+                seen[key] = len(distinct)
+                distinct.append(u)
+            lut.append(seen[key])
+        out[lo:lo + len(part)] = np.array(lut, np.int32)[codes]
+    return out, distinct  # (a few hundred distinct values at most)
+
+
+_MISSING = object()  # _codes's key for None (a NaN once factorized)
 
 
 def _strings(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Series:
     """The Series pandas builds from the list of the values (its dtype inferred from the
-    distinct values, as from all of them), in ``order``."""
-    return pd.Series(uniques).take(codes[order]).reset_index(drop=True)
+    distinct values, as from all of them), in ``order`` (indexed once: ``Series.take`` and
+    ``reset_index`` each held another copy and its index)."""
+    distinct = pd.Series(uniques)
+    return pd.Series(distinct.to_numpy()[codes[order]], dtype=distinct.dtype, copy=False)
 
 
 def _step_syncs_start_together(engine, syncs: np.ndarray, starts: np.ndarray) -> None:
