@@ -41,7 +41,8 @@ def main() -> None:
               f"{p.rank:>5}/{p.evaluated:<6} {p.percentile:>6.1%} {p.knob_rank:>5}/{p.knob_peers:<6} "
               f"{p.knob_percentile:>6.1%} {p.estimate_error:>+7.1%}  {p.best_layout}"
               f"{'' if p.best_simulated else ' (estimated)'}  [{p.simulated} simulated, rho "
-              f"{'n/a' if p.rank_correlation is None else f'{p.rank_correlation:.2f}'}, {p.wall_s:.0f} s]", flush=True)
+              f"{'n/a' if p.rank_correlation is None else f'{p.rank_correlation:.2f}'}, published estimated "
+              f"{p.published_estimate_s:.3f} s x scale {p.estimate_scale:.3f}, {p.wall_s:.0f} s]", flush=True)
     wins = sum(p.planner_wins for p in results)
     top = sum(p.percentile <= 0.10 for p in results)
     knob_top = sum(p.knob_percentile <= 0.10 for p in results)
