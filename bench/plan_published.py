@@ -5,7 +5,9 @@ Run: ``python bench/plan_published.py`` (``--rows MH,dg-l70`` for some; ``--budg
 search, default 30). For each row: the published layout simulated, the planner's best,
 the published layout's rank among the evaluated layouts (1 + those faster), its rank among
 those with the published ZeRO stage, recompute and micro-batch ("same knobs"), and whether
-the best is at least as fast and the published layout in the top 10%.
+the best is at least as fast and the published layout in the top 10%; the planner's estimate of
+the published layout, scaled as the table scales estimated rows, against its simulation ("est
+err": > 0 ranks it lower than simulated).
 """
 
 import argparse
@@ -24,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     wanted = [p for p in args.rows.split(",") if p]
     rows = [r for r in load_rows() if not wanted or any(r.id.startswith(p) or r.source.startswith(p) for p in wanted)]
-    print(f"{'id':18} {'gpus':>5} {'published':>16} {'sim s':>7} {'best s':>7} {'rank':>12} {'top %':>6} {'same knobs':>12} {'top %':>6}  best layout")
+    print(f"{'id':18} {'gpus':>5} {'published':>16} {'sim s':>7} {'best s':>7} {'rank':>12} {'top %':>6} {'same knobs':>12} {'top %':>6} {'est err':>7}  best layout")
     results = []
     skipped = []
     for row in rows:
@@ -37,9 +39,10 @@ def main() -> None:
         results.append(p)
         print(f"{p.id:18} {p.gpus:>5} {p.published_layout:>16} {p.published_s:>7.3f} {p.best_s:>7.3f} "
               f"{p.rank:>5}/{p.evaluated:<6} {p.percentile:>6.1%} {p.knob_rank:>5}/{p.knob_peers:<6} "
-              f"{p.knob_percentile:>6.1%}  {p.best_layout}"
+              f"{p.knob_percentile:>6.1%} {p.estimate_error:>+7.1%}  {p.best_layout}"
               f"{'' if p.best_simulated else ' (estimated)'}  [{p.simulated} simulated, rho "
-              f"{'n/a' if p.rank_correlation is None else f'{p.rank_correlation:.2f}'}, {p.wall_s:.0f} s]", flush=True)
+              f"{'n/a' if p.rank_correlation is None else f'{p.rank_correlation:.2f}'}, published estimated "
+              f"{p.published_estimate_s:.3f} s x scale {p.estimate_scale:.3f}, {p.wall_s:.0f} s]", flush=True)
     wins = sum(p.planner_wins for p in results)
     top = sum(p.percentile <= 0.10 for p in results)
     knob_top = sum(p.knob_percentile <= 0.10 for p in results)

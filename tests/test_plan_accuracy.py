@@ -15,6 +15,7 @@ from sim.parallel import layer_program
 from sim.plan import inputs, rules, space
 from sim.plan.estimate import FIELDS, Estimator
 from sim.plan.layers import KINDS
+from sim.plan.published import estimate_of
 from sim.plan.stages import Stages
 
 ONE_GPU_MOE = """
@@ -186,3 +187,18 @@ def test_an_op_added_to_the_builder_reaches_the_census_the_estimate_and_the_cost
     assert ops == built and ops2 == built2 == ops + blocks * micro
     assert dense2[0] == pytest.approx(dense[0] + compute.time([host]), rel=1e-12)  # forward compute
     assert dense2[len(FIELDS)] == dense[len(FIELDS)] + 1  # the cost predictor's op count
+
+
+def test_a_published_layouts_own_layer_split_is_estimated(tmp_path):
+    """``sim.plan.published.estimate_of`` prices a scenario's own ``stage_layers`` (the
+    published DeepSeek-V3 layout moves a layer off its last stage, which also holds the
+    output and MTP layers): pp 4 with 1/5/1/1 layers is estimated within 15% of its
+    simulation; the default 2/2/2/2 split, which :class:`Stages` gave it before, misses it."""
+    text = DENSE + "[parallel]\npp = 4\ndp = 2\nstage_layers = [1, 5, 1, 1]\n"
+    req = _request(tmp_path, text)
+    s = sim.load_scenario(tmp_path / "base.toml")
+    simulated = sim.simulate(s).summary["step_time_s"]
+    estimate = float(estimate_of(req, s)["estimate_s"].iat[0])
+    assert estimate / simulated - 1 == pytest.approx(0.0, abs=TOLERANCE), (estimate, simulated)
+    default = s.model_copy(update={"parallel": s.parallel.model_copy(update={"stage_layers": None})})
+    assert float(estimate_of(req, default)["estimate_s"].iat[0]) / simulated - 1 < -TOLERANCE

@@ -14,13 +14,17 @@ from dataclasses import dataclass
 import time
 
 import numpy as np
+import pandas as pd
 
 from .. import work
 from ..input.load import scenario_from_dict
 from ..step import simulate
 from .driver import search
+from .estimate import COMPONENTS, Estimator
 from .inputs import request_of
 from .report import describe
+from .space import COLUMNS
+from .stages import Stages
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Placement:
     simulated: int
     rank_correlation: float | None
     wall_s: float
+    published_estimate_s: float  # the planner's raw estimate of the published layout (its default layer split)
+    estimate_scale: float  # the search's median simulated / estimated ratio (estimated rows are ranked at it)
 
     @property
     def percentile(self) -> float:
@@ -52,6 +58,12 @@ class Placement:
     def knob_percentile(self) -> float:
         """:attr:`percentile` among the layouts sharing the published knobs (the mesh's choice)."""
         return self.knob_rank / max(self.knob_peers, 1)
+
+    @property
+    def estimate_error(self) -> float:
+        """The published layout's scaled estimate (as the table ranks an estimated row) over
+        its simulation, less 1: > 0, the estimate ranks it lower than its simulation does."""
+        return self.published_estimate_s * self.estimate_scale / self.published_s - 1.0
 
     @property
     def planner_wins(self) -> bool:
@@ -74,9 +86,25 @@ def place(row, budget: float, workers=None) -> Placement:
     knobs = {"zero": s.parallel.zero, "recompute": s.training.recompute, "micro_batch": s.training.micro_batch}
     peers = table[np.logical_and.reduce([table[k].to_numpy() == v for k, v in knobs.items()])]
     best = table.iloc[0]
+    estimate = float(estimate_of(req, s)["estimate_s"].iat[0])
     return Placement(row.id, row.model, row.num_gpus, row.layout, published, float(best.step_time_s), describe(best),
                      bool(best.simulated), _rank(table, published), plan.evaluated, _rank(peers, published),
-                     len(peers), plan.simulated, plan.rank_correlation, time.perf_counter() - t0)
+                     len(peers), plan.simulated, plan.rank_correlation, time.perf_counter() - t0, estimate,
+                     plan.estimate_scale)
+
+
+def estimate_of(req, s) -> "pd.DataFrame":
+    """The planner's estimate of scenario ``s``'s own layout (one row: ``estimate_s`` and
+    ``est_<component>_s``), on ``req``'s base as a search estimates its candidates, with
+    its own ``stage_layers`` split where it has one."""
+    p, t = s.parallel, s.training
+    values = dict(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, expert_tp=p.expert_tp or p.tp,
+                  virtual_stages=p.virtual_stages, schedule=str(p.schedule), zero=p.zero, recompute=str(t.recompute),
+                  micro_batch=t.micro_batch, tp_comm_overlap=bool(p.tp_comm_overlap),
+                  ep_comm_overlap=bool(p.ep_comm_overlap))
+    row = pd.DataFrame([values], columns=list(COLUMNS))
+    return Estimator(req.scenario, Stages(req.scenario, p.stage_layers), req.spec, req.gpu).frame(row)[
+        ["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS]]
 
 
 def _rank(table, seconds: float) -> int:

@@ -38,8 +38,10 @@ class Split:
 class Stages:
     """Memoized per-stage facts of one base scenario (its model; the layout varies)."""
 
-    def __init__(self, scenario):
-        self.scenario = scenario
+    def __init__(self, scenario, stage_layers: list[int] | None = None):
+        """``stage_layers``: a scenario's own split of the layers over the virtual stages
+        (``parallel.stage_layers``; a search uses the default split)."""
+        self.scenario, self.stage_layers = scenario, stage_layers
         self.dims = model_costs.dims(scenario.model)
         for name in ("split", "params", "layer_params", "in_flight"):  # one cache per instance (per search)
             setattr(self, name, lru_cache(maxsize=None)(getattr(self, name)))
@@ -50,7 +52,7 @@ class Stages:
         layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ("tp", "cp", "dp", "pp"), ep,
                         None if etp == tp else etp)
         return Context(self.scenario, self.dims, layout, None, None, [], frozenset(), 0,
-                       pipeline.split_layers(self.dims.layers, pp * v, None))
+                       pipeline.split_layers(self.dims.layers, pp * v, self.stage_layers))
 
     def split(self, pp: int, v: int, schedule: str = "1f1b") -> Split:
         """Layer counts per stage under the simulator's default split (the virtual stages a
