@@ -28,6 +28,26 @@ def preset_topology():
     return _preset_topology
 
 
+def run_transfers(topo, starts, on_network=None):
+    """Start each (time, phase) transfer on one network (``on_network(net, env)`` first, if given);
+    returns (network, end time of each)."""
+    env = simpy.Environment()
+    net = Network(env, topo)
+    if on_network is not None:
+        on_network(net, env)
+    ends = {}
+
+    def launch(i, at, phase):
+        yield env.timeout(at)
+        yield from net.run(phase)
+        ends[i] = env.now
+
+    for i, (at, phase) in enumerate(starts):
+        env.process(launch(i, at, phase))
+    env.run()
+    return net, [ends[i] for i in range(len(starts))]
+
+
 def spec_topology(gpus: int, **fields) -> topology.Topology:
     """A fat tree from a spec written inline, e.g. ``spec_topology(16, nic_gbps=5)``."""
     spec = specs.FatTreeSpec("test", **fields)

@@ -5,10 +5,9 @@ Run ``python -m pytest -q tests/test_maxmin.py``.
 """
 
 import numpy as np
-import simpy
 from hypothesis import given, settings, strategies as st
 
-from conftest import spec_topology
+from conftest import run_transfers, spec_topology
 from sim.collectives.schedule import Phase
 from sim.engine import maxmin
 from sim.engine.maxmin import ComponentRates, fill
@@ -112,21 +111,6 @@ def _hop(src, dst, nbytes):
     return Phase(np.array([src]), np.array([dst]), np.array([0]), np.array([float(nbytes)]), 1)
 
 
-def _run(topo, starts):
-    """Start (time, phase) transfers on one network; returns (network, end time of each)."""
-    env = simpy.Environment()
-    net = Network(env, topo)
-    ends = {}
-
-    def launch(i, at, phase):
-        yield env.timeout(at)
-        yield from net.run(phase)
-        ends[i] = env.now
-
-    for i, (at, phase) in enumerate(starts):
-        env.process(launch(i, at, phase))
-    env.run()
-    return net, [ends[i] for i in range(len(starts))]
 
 
 def test_a_recurring_pair_beside_other_traffic_is_solved_once(monkeypatch):
@@ -134,10 +118,10 @@ def test_a_recurring_pair_beside_other_traffic_is_solved_once(monkeypatch):
     # GPUs 0 -> 1 twice (sharing links), each time beside a different unrelated transfer
     starts = [(0.0, _hop(8, 9, 4e9)), (0.0, _hop(0, 1, 1e9)), (1e-4, _hop(0, 1, 1e9)),
               (0.5, _hop(16, 17, 4e9)), (0.5, _hop(0, 1, 1e9)), (0.5 + 1e-4, _hop(0, 1, 1e9))]
-    net, ends = _run(topo, starts)
+    net, ends = run_transfers(topo, starts)
     assert net.components.hits >= 1
     monkeypatch.setattr(ComponentRates, "solve", lambda self, sets, keys, joint, shape=None: joint(list(range(len(sets)))))
-    _, joint_ends = _run(topo, starts)
+    _, joint_ends = run_transfers(topo, starts)
     assert ends == joint_ends  # exactly the joint solve's times
 
 
@@ -160,9 +144,9 @@ def test_a_memo_of_one_entry_gives_the_same_times(monkeypatch):
     starts = [(0.0, _hop(8, 9, 4e9)), (0.0, _hop(0, 1, 1e9)), (1e-4, _hop(0, 1, 1e9)),
               (0.5, _hop(16, 17, 4e9)), (0.5, _hop(0, 1, 1e9)), (0.5 + 1e-4, _hop(0, 1, 1e9)),
               (0.6, _hop(8, 9, 4e9)), (0.6, _hop(0, 1, 1e9)), (0.6 + 1e-4, _hop(16, 17, 1e9))]
-    _, ends = _run(topo, starts)
+    _, ends = run_transfers(topo, starts)
     monkeypatch.setattr(maxmin, "MEMO_BYTES", 1)
     monkeypatch.setattr("sim.engine.network.MEMO_BYTES", 1)
-    net, small_ends = _run(topo, starts)
+    net, small_ends = run_transfers(topo, starts)
     assert net._rate_cache.evicted > 0 and len(net._rate_cache) == 1
     assert small_ends == ends

@@ -7,9 +7,8 @@ is the same float. Run ``python -m pytest -q tests/test_network_solve.py``.
 """
 
 import numpy as np
-import simpy
 
-from conftest import spec_topology
+from conftest import run_transfers, spec_topology
 from sim.collectives.schedule import Phase
 from sim.engine.maxmin import ComponentRates
 from sim.engine.network import Network, _mask_key
@@ -100,24 +99,16 @@ def _traffic(seed: int) -> list[tuple[float, Phase]]:
 def _run(topo, starts) -> tuple[list, list, Network]:
     """Each transfer's end time, the network's log of rate changes (act ids renumbered by
     first appearance, rates as bytes), and the network."""
-    env = simpy.Environment()
-    net = Network(env, topo)
-    net.log = []
-    net._record = lambda act, rates: net.log.append((env.now, act, act.phase, rates))  # (acts kept alive)
-    ends = {}
 
-    def launch(i, at, phase):
-        yield env.timeout(at)
-        yield from net.run(phase)
-        ends[i] = env.now
+    def logged(net, env):
+        net.log = []
+        net._record = lambda act, rates: net.log.append((env.now, act, act.phase, rates))  # (acts kept alive)
 
-    for i, (at, phase) in enumerate(starts):
-        env.process(launch(i, at, phase))
-    env.run()
+    net, ends = run_transfers(topo, starts, logged)
     ids: dict[int, int] = {}
     log = [(t, ids.setdefault(id(a), len(ids)), None if r is None else r.tobytes()) for t, a, _, r in net.log]
     assert net.joint_solves > 50 and net.components.hits > 0  # the joint path, memos found
-    return [ends[i] for i in range(len(starts))], log, net
+    return ends, log, net
 
 
 def test_joint_re_solves_match_the_act_by_act_solve_bit_for_bit(monkeypatch):
