@@ -12,6 +12,7 @@ Run: ``python -m pytest -q tests/test_network.py tests/test_paths.py``
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -33,9 +34,9 @@ class CompiledPhase:
     links: np.ndarray  # the distinct links it uses, ascending
     link_index: np.ndarray  # per entry: the position of its link in ``links``
 
-    @property
+    @cached_property
     def entry_link(self) -> np.ndarray:
-        """Per entry: its link."""
+        """Per entry: its link (worked out once: joint max-min solves read it again and again)."""
         return self.links[self.link_index]
 
 

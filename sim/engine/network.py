@@ -87,7 +87,6 @@ class Network:
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
         self._position = np.zeros(len(topo.caps), dtype=np.int64)  # scratch of _max_min
-        self._entry_links: dict[int, np.ndarray] = {}  # compiled key -> its entry_link
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -228,20 +227,8 @@ class Network:
         else:
             out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
-        self._wake_each(order, [horizons[i] for i in perm])
-
-    def _wake_each(self, acts: list[_Active], horizons: list[float]) -> None:
-        """:meth:`_wake_in` of each act in turn, inline (dozens of acts per joint solve)."""
-        env, on_wake, log = self.env, self._on_wake, self.log
-        for act, horizon in zip(acts, horizons):
-            if not horizon < np.inf:
-                self._wake_in(act, horizon)  # (raises)
-            if act.wake is not None:
-                act.wake.callbacks = ()
-            act.wake = wake_after(env, horizon if horizon > 0.0 else 0.0,
-                                  lambda _ev, act=act, generation=act.generation: on_wake(act, generation))
-            if log is not None:
-                self._record(act, act.rates)
+        for act, i in zip(order, perm):
+            self._wake_in(act, horizons[i])
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -297,7 +284,7 @@ class Network:
         np.cumsum(n_chains[:-1], out=offsets[1:])
         chain = (np.concatenate([ph.entry_chain for ph in phases])
                  + np.repeat(offsets, [len(ph.entry_chain) for ph in phases]))
-        local = position[np.concatenate([self._entry_link(ph) for ph in phases])]
+        local = position[np.concatenate([ph.entry_link for ph in phases])]
         weight = np.concatenate([ph.entry_weight for ph in phases])
         if any(act.mask != b"" for act in order):  # (an act whose mask is b"" has every chain live)
             live = np.concatenate([act.remaining for act in order])[chain] > 0
@@ -305,13 +292,6 @@ class Network:
         rates = fill(chain, local, self.topo.caps[union].astype(float), int(offsets[-1]) + n_chains[-1], weight)
         ends = [*offsets.tolist(), len(rates)]
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
-
-    def _entry_link(self, ph: CompiledPhase) -> np.ndarray:
-        """``ph.entry_link``, kept per link structure."""
-        found = self._entry_links.get(ph.key)
-        if found is None:
-            found = self._entry_links[ph.key] = ph.entry_link
-        return found
 
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
