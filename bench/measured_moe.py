@@ -40,8 +40,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
-from sim.model.compute import GEMM_KERNEL, ComputeModel
+from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
 from sim.model.host import fused
 from sim.parallel import layer_program as lp
 from sim.parallel.passes import Pass
@@ -65,6 +66,7 @@ LAYOUTS = (("dsv3_tp2_ep64", "dg-dsv3-1024", False, {}), ("qwen3_tp2_ep32", QWEN
            ("grok1_tp4_etp4_ep8", "dg-grok-fp8-2048", True, GROK_AS_MEASURED))
 # PyTorch's index_add_ kernel (atomic adds): the measured un-permutation and index_select's backward
 SCATTER = "indexFuncLargeIndex"
+MEASURED_LAYOUTS = ("dsv3_tp2_ep64", "qwen3_tp2_ep32", "grok1_tp4_etp4_ep8")
 
 
 class KernelRecorder(RankBuilder):
@@ -191,6 +193,48 @@ def attention_micro(gpu: str) -> dict:
     return {"fwd": r["fwd_s"], "bwd": r["bwd_s"]}
 
 
+def gemm_misses(gpu: str) -> dict:
+    """Per measured layout and precision: (measured seconds, kernel-level seconds, the two worst
+    shapes' (label, miss)) over the ``layer_gemms`` rows -- each GEMM alone at its per-rank shape
+    (forward, dgrad, wgrad orientations), the grouped experts as one GEMM per local expert, as
+    the layer builder lists them; one launch each. The routers are left out: their standalone
+    times (23-69 us, once 406 us, for GEMMs of a few us) are the timing's floor, not the GEMM."""
+    cm = {p: ComputeModel(gpu_preset(gpu), e_max=GEMM_KERNEL[gpu]["bf16"], precision="fp8") for p in ("bf16", "fp8")}
+    out: dict = {}
+    for r in json.loads((HERE / FILES[gpu]).read_text())["layer_gemms"]["rows"]:
+        name = next(n for n in MEASURED_LAYOUTS if r["shape"].startswith(n))
+        if "_router_" in r["shape"]:
+            continue
+        for prec in ("bf16", "fp8"):
+            if f"{prec}_s" not in r:
+                continue
+            if "experts" in r:
+                kernels = (gemm(r["tokens_per_expert"], r["out"], r["h"]),) * r["experts"]
+            else:
+                kernels = (gemm(r["m"], r["n"], r["k"], fp8=prec == "fp8"),)
+            sim = cm[prec].time(kernels)
+            entry = out.setdefault((name, prec), [0.0, 0.0, []])
+            entry[0] += r[f"{prec}_s"]
+            entry[1] += sim
+            entry[2].append((r["shape"][len(name) + 1:], sim / r[f"{prec}_s"] - 1))
+    for entry in out.values():
+        entry[2] = sorted(entry[2], key=lambda x: x[1])[:2]  # the simulator's two fastest against measured
+    return out
+
+
+def gemm_lines(gpu: str) -> list[str]:
+    out = []
+    misses = gemm_misses(gpu)
+    for name in MEASURED_LAYOUTS:
+        cells = []
+        for prec in ("bf16", "fp8"):
+            meas, sim, worst = misses[(name, prec)]
+            cells.append(f"{prec.upper()} {_ms(meas)} / {_ms(sim)} {_miss(sim, meas)}, "
+                         + ", ".join(f"{label} {miss:+.0%}" for label, miss in worst))
+        out.append(f"    GEMMs alone, {name}: " + "; ".join(cells))
+    return out
+
+
 def _ms(x: float) -> str:
     return f"{x * 1e3:6.2f}"
 
@@ -226,6 +270,10 @@ def report() -> str:
                        f"backward {_ms(m['bwd'])}; kernel level {_ms(r.kernel['attention_fwd'])} "
                        f"{_miss(r.kernel['attention_fwd'], m['fwd'])} {_ms(r.kernel['attention_bwd'])} "
                        f"{_miss(r.kernel['attention_bwd'], m['bwd'])}")
+        if r.layout == "grok1_tp4_etp4_ep8" and r.fp8:
+            out.append(f"   {env['gpu']}: each GEMM alone (layer_gemms, routers left out), summed, measured / kernel "
+                       "level (miss), and the two shapes the simulator is fastest on")
+            out += gemm_lines(gpu)
     ratios = fp8_ratios()
     out.append(f"Grok-1 layer BF16 / FP8 on the H100: measured compiled {ratios['wall']:.2f} (wall), "
                f"{ratios['device']:.2f} (device time); simulated, Transformer Engine {ratios['te']['kernel']:.2f} "
