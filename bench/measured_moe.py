@@ -44,6 +44,8 @@ from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
 from sim.model.host import fused
+from sim.model.layers import backward, permute, unpermute
+from sim.model.transformer import dims
 from sim.parallel import layer_program as lp
 from sim.parallel.passes import Pass
 from sim.parallel.program import RankBuilder
@@ -235,6 +237,26 @@ def gemm_lines(gpu: str) -> list[str]:
     return out
 
 
+PERMUTE = "h200-2026-11-26-permute.json"  # bench/gpu_measure_permute.py: Megatron-Core's unfused passes
+PERMUTE_ROWS = {"dsv3": "dg-dsv3-1024", "qwen3": QWEN3, "grok1": "dg-grok-2048"}
+
+
+def permute_lines(gpu: str = "h200") -> list[str]:
+    """Megatron-Core's unfused permutation and un-permutation, forward + backward (profiled
+    device time) against the model's :func:`~sim.model.layers.permute` and
+    :func:`~sim.model.layers.unpermute` kernels at kernel level, on the tokens the rank routes."""
+    data = json.loads((HERE / PERMUTE).read_text())
+    cm = ComputeModel(gpu_preset(gpu), e_max=GEMM_KERNEL[gpu]["bf16"])
+    cells = []
+    for t, p in zip(data["timings"], data["profile"]):
+        d = dims(scenario_from_dict(scenario(PERMUTE_ROWS[t["layout"]], gpu, {})).model)
+        kernels = (permute(d, t["tokens"]),) + unpermute(d, t["tokens"])
+        sim = cm.time(kernels) + cm.time(backward(kernels))
+        cells.append(f"{t['layout']} {_ms(p['device_fwd_bwd_s'])} / {_ms(sim)} {_miss(sim, p['device_fwd_bwd_s'])}")
+    return [f"Unfused permute + unpermute, forward + backward, ms, {data['gpu']} ({PERMUTE}) device time / "
+            f"the model's kernels (kernel level): " + "; ".join(cells)]
+
+
 def _ms(x: float) -> str:
     return f"{x * 1e3:6.2f}"
 
@@ -274,6 +296,7 @@ def report() -> str:
             out.append(f"   {env['gpu']}: each GEMM alone (layer_gemms, routers left out), summed, measured / kernel "
                        "level (miss), and the two shapes the simulator is fastest on")
             out += gemm_lines(gpu)
+    out += permute_lines()
     ratios = fp8_ratios()
     out.append(f"Grok-1 layer BF16 / FP8 on the H100: measured compiled {ratios['wall']:.2f} (wall), "
                f"{ratios['device']:.2f} (device time); simulated, Transformer Engine {ratios['te']['kernel']:.2f} "
