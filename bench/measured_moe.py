@@ -33,6 +33,11 @@ FP8 / BF16 speed-up of the whole layer, measured compiled against the simulator'
 row's recipe (Transformer Engine) and with torchao's (the measured recipe: tensor-wise
 dynamic casts fused by torch.compile).
 
+Beside the layers: MLA's attention alone (the file's ``attention`` section, cuDNN at q/k 192,
+v 128, not padded -- the layer itself pads v to 192), each GEMM alone (``layer_gemms``) against
+the curve, and Megatron-Core's unfused permutation and un-permutation (h200-2026-11-26-permute.json,
+bench/gpu_measure_permute.py) against :func:`sim.model.layers.permute` and ``unpermute``.
+
 tests/test_measured_moe.py checks that bench/measured/README.md quotes what this prints.
 """
 
