@@ -16,7 +16,9 @@ the cluster instead: W_nvlink per GPU, and k x W_nic across nodes for k GPUs per
 Simplifications, as documented in docs/collectives.md: 16 channels for rings and trees
 (the caps they scale bind only on trees joining Blackwell NVL72 racks or 8-GPU Blackwell
 nodes: :func:`tree_cap`, which the simulated tree obeys too), x86 CPUs for the LL caps across
-nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only.
+nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only. NVLS_TREE's channels
+are NCCL's, its heads (:func:`nvls_heads`), and its per-head cap (:func:`nvls_tree_cap`) binds
+the simulated NVLS_TREE too.
 Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
 """
 
