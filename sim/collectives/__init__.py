@@ -167,7 +167,9 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
 def _nvls_tree_capped(phases, group, domains, nbytes, fabric):
     """NCCL's per-head NVLS_TREE bound (:func:`tuner.nvls_tree_cap`), where it binds: the
     schedule's bus bandwidth on its busiest endpoint link, B / T x 2(N-1)/N, is held to the
-    cap by stretching its bytes on the wire (as for trees), so T = B 2(N-1)/N / cap."""
+    cap by stretching its bytes on the wire (as for trees), so T = B 2(N-1)/N / cap. The bound is
+    the healthy non-blocking fabric's: where faults or oversubscription slow the links further,
+    the stretch multiplies with them, as the tree cap's does."""
     cap = tuner.nvls_tree_cap(tuner.comm_of(ALL_REDUCE, domains, fabric))
     (phase,) = phases
     n = len(group)
