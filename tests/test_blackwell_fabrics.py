@@ -93,3 +93,19 @@ def test_nvls_has_at_most_32_heads_per_domain():
     assert unsupported("all_gather", "nvls", (0,) * 64, topo.fabric)
     assert unsupported("all_gather", "nvls", (0,) * 32, topo.fabric) is None
     assert algorithm(topo, "reduce_scatter", "auto", None, tuple(range(64)), B) == "ring"
+
+
+def test_nvls_tree_across_two_b300_nodes_is_nccls_per_head_cap():
+    """NVLS_TREE on 2 nodes of 8 B300: NCCL's tuner holds its bus bandwidth at heads x
+    perChMaxNVLSTreeBws[Blackwell][2 nodes] = 8 x 96 = 768 GB/s (tuning.cc; one head per NIC),
+    below the links' 721.8 x 0.74 x 8/9 x 30/16 = 890; the simulated run obeys it (OCI's
+    16-B300 run, NCCL 2.28.9: 766.8 at 16 GiB). In an NVL72 rack 32 heads make the cap
+    3,072 GB/s, so two racks stay at the links' figure, 534 x 32/33 x 2(N-1)/N."""
+    topo = build_topology("dgx-b200", 16, "b300")
+    assert algorithm(topo, "all_reduce", "auto", None, tuple(range(16)), B) == "nvls_tree"
+    assert busbw(topo, "all_reduce", "nvls_tree", 16) == pytest.approx(8 * 96e9, rel=2e-3)
+    racks = build_topology("gb300-nvl72", 144, None)
+    group = tuple(range(64)) + tuple(range(72, 136))
+    t = time_collective(racks, "all_reduce", "nvls_tree", group, B)
+    w = 40.1e9 * 18 * 0.74
+    assert B / t * bus_factor("all_reduce", 128) == pytest.approx(w * 32 / 33 * 2 * 127 / 128, rel=2e-3)

@@ -77,18 +77,39 @@ def test_nvls_loads_each_nvlink_with_its_bytes_over_eta(preset_topology):
 
 # --- NVLS across domains: NVLS_TREE and NVLS + SHARP -----------------------------------
 
-def test_nvls_tree_two_nodes_is_nvlink_bound_and_halves_the_nic_traffic():
-    """Two DGX H100 nodes, k = 8: each NIC carries B/k each way (a ring: ~2B/k), each
-    NVLink B(1 + 1/k)/eta, so T = B (1 + 1/k) / (W eta) plus latencies."""
+def test_nvls_tree_two_nodes_links_carry_b_over_k_per_nic_and_b_1_plus_1_over_k_per_nvlink():
+    """Two DGX H100 nodes, k = 8, the schedule's hops alone (nvls.tree_all_reduce): each NIC
+    carries B/k each way (a ring: ~2B/k), each NVLink B(1 + 1/k)/eta, so the links alone
+    would take T = B (1 + 1/k) / (W eta) plus latencies (nvls.endpoint_time: that bound)."""
     topo, k = spec_topology(16), 8
     group = tuple(range(16))
-    (phase,) = collectives.schedule("all_reduce", "nvls_tree", group, B, domains_of(topo, group), None,
-                                    topo.fabric).phases
+    (phase,) = nvls.tree_all_reduce(group, domains_of(topo, group), B, topo.fabric)
     net = run_phase(topo, phase)
     nic_up = [topo.link_id[(("nic", g), ("leaf", 0, g % 8))] for g in group]
     assert net.bytes_by_link[nic_up] == pytest.approx([B / k] * 16, rel=1e-12)
     latency = nvls.NVLS_LATENCY + phase.steps * (2 * LAT["pcie"] + 2 * LAT["ib"])
     assert net.env.now - latency == pytest.approx(B * (1 + 1 / k) / (W_NV * ETA), rel=1e-9)
+    assert nvls.endpoint_time(phase, group, domains_of(topo, group), topo.fabric) == pytest.approx(
+        B * (1 + 1 / k) / (W_NV * ETA), rel=1e-12)
+
+
+def test_nvls_tree_two_h100_nodes_is_held_at_nccls_per_head_cap():
+    """NCCL's NVLS_TREE bus bandwidth is at most heads x perChMaxNVLSTreeBw (tuning.cc: 57.7
+    GB/s per head on Hopper across 2 nodes, 8 heads, one per NIC): 461.6 GB/s, below the links'
+    W eta k/(k+1) 2(N-1)/N = 524. So T = B 2(N-1)/N / (8 x 57.7 GB/s) plus latencies, and the
+    tuner's NVLS_TREE algbw is that cap times N / 2(N-1)."""
+    from sim.collectives import tuner
+
+    topo, n = spec_topology(16), 16
+    group = tuple(range(n))
+    (phase,) = collectives.schedule("all_reduce", "nvls_tree", group, B, domains_of(topo, group), None,
+                                    topo.fabric).phases
+    net = run_phase(topo, phase)
+    latency = nvls.NVLS_LATENCY + phase.steps * (2 * LAT["pcie"] + 2 * LAT["ib"])
+    assert net.env.now - latency == pytest.approx(B * 2 * (n - 1) / n / (8 * 57.7e9), rel=1e-9)
+    assert W_NV * ETA * 8 / 9 * 2 * (n - 1) / n > 8 * 57.7e9  # the links alone would be faster
+    c = tuner.comm_of("all_reduce", domains_of(topo, group), topo.fabric)
+    assert tuner.algo_bandwidth(c, "nvls_tree", "simple") == pytest.approx(8 * 57.7e9 * n / (2 * (n - 1)))
 
 
 def test_nvls_with_sharp_reduces_across_nodes_in_the_switches():

@@ -159,7 +159,22 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
         cap = tuner.tree_cap(tuner.comm_of(op, domains, fabric))
         if cap < 1.0:
             phases = tuple(replace(p, wire=p.wire / cap) for p in phases)
+    if base == "nvls_tree" and fabric is not None:
+        phases = _nvls_tree_capped(phases, group, domains, nbytes, fabric)
     return Schedule(op, algo, phases)
+
+
+def _nvls_tree_capped(phases, group, domains, nbytes, fabric):
+    """NCCL's per-head NVLS_TREE bound (:func:`tuner.nvls_tree_cap`), where it binds: the
+    schedule's bus bandwidth on its busiest endpoint link, B / T x 2(N-1)/N, is held to the
+    cap by stretching its bytes on the wire (as for trees), so T = B 2(N-1)/N / cap. The bound is
+    the healthy non-blocking fabric's: where faults or oversubscription slow the links further,
+    the stretch multiplies with them, as the tree cap's does."""
+    cap = tuner.nvls_tree_cap(tuner.comm_of(ALL_REDUCE, domains, fabric))
+    (phase,) = phases
+    n = len(group)
+    bus = nbytes / nvls.endpoint_time(phase, group, domains, fabric) * 2 * (n - 1) / n
+    return phases if bus <= cap else (replace(phase, wire=phase.wire * bus / cap),)
 
 
 __all__ = ["schedule", "Schedule", "Phase", "CollectiveOp", "OPS", "ALGOS", "pick_algorithm", "check", "check_programs",

@@ -116,6 +116,25 @@ def _nvls_sharp(group, domains, nbytes, fabric):
                         NVLS_LATENCY + SHARP_NVLS_LATENCY)
 
 
+def endpoint_time(phase, group, domains, fabric) -> float:
+    """Seconds the busiest endpoint link of ``phase`` needs alone (no latency): each GPU's
+    NVLink up and down (an NVLS byte weighs 1/eta_nvls), and its NIC up and down for a hop to
+    another domain; the bandwidth term of an NVLS schedule on a non-blocking fabric."""
+    where = dict(zip(group, domains))
+    load: dict[tuple, float] = {}
+    for a, b, c in zip(phase.src.tolist(), phase.dst.tolist(), phase.chain.tolist()):
+        size = float(phase.nbytes[c])
+        if a < 0 or b < 0:
+            ends, size = [("nv_down", b) if a < 0 else ("nv_up", a)], size / fabric.nvls
+        elif where[a] != where[b]:
+            ends = [("nic_up", a), ("nic_down", b)]
+        else:
+            ends = [("nv_up", a), ("nv_down", b)]
+        for end in ends:
+            load[end] = load.get(end, 0.0) + size
+    return max(v / (fabric.nic_w if k.startswith("nic") else fabric.nvlink_w) for (k, _), v in load.items())
+
+
 def tree_all_reduce(group, domains, nbytes, fabric=None):
     """NVLS_TREE: NVLS reduce to the shard owner in each domain, two complementary binary
     trees over the owners across domains (reduce up, broadcast down), NVLS multicast."""

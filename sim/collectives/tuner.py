@@ -16,7 +16,9 @@ the cluster instead: W_nvlink per GPU, and k x W_nic across nodes for k GPUs per
 Simplifications, as documented in docs/collectives.md: 16 channels for rings and trees
 (the caps they scale bind only on trees joining Blackwell NVL72 racks or 8-GPU Blackwell
 nodes: :func:`tree_cap`, which the simulated tree obeys too), x86 CPUs for the LL caps across
-nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only.
+nodes, balanced trees (no 0.85 tree-pattern factor), CollNet Direct only. NVLS_TREE's channels
+are NCCL's, its heads (:func:`nvls_heads`), and its per-head cap (:func:`nvls_tree_cap`) binds
+the simulated NVLS_TREE too.
 Run ``clustersim collective --op all_reduce --gpus 8 --topology dgx-h100 --explain``.
 """
 
@@ -172,8 +174,28 @@ def tree_cap(c: Comm) -> float:
     return min(1.0, cap / bw) if bw > 0 else 1.0
 
 
+def nvls_heads(c: Comm) -> int:
+    """NCCL's NVLS heads per NVLink domain: the NVLS graph's channels (search.cc, one per
+    GPU with its own NIC across nodes, ``maxChannels = min(NCCL_MAX_NVLS_ARITY, ngpus)``;
+    every GPU of a preset has its own NIC), so at most 32."""
+    return min(c.local, 32)
+
+
+def nvls_tree_cap(c: Comm) -> float:
+    """NCCL's bound on an NVLS_TREE all-reduce's bus bandwidth (bytes/s): ``graphs[a]->nChannels
+    x perChMaxNVLSTreeBw`` (tuning.cc ``ncclTopoTuneModel``), the NVLS graph's channels being its
+    heads (:func:`nvls_heads`). What one head's reduce and broadcast warps move to and from the
+    network per second, whatever the links could: 8 B300 per node, 2 nodes: 8 x 96 = 768 GB/s
+    (OCI measures 766.8); 8 H100: 8 x 57.7 = 462. Infinite where NCCL has no constant."""
+    if c.fabric.arch not in ARCHS or c.nodes < 2:
+        return math.inf
+    return nvls_heads(c) * NVLS_TREE[c.arch][c.index2] * GBS
+
+
 def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
-    n_ch = NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
+    # NVLS_TREE: NCCL's nChannels is the NVLS graph's, its heads (tuning.cc reads graphs[a]->nChannels);
+    # plain NVLS keeps the NVLS CTA count (transport/nvls.cc), a simplification of its (n-1)/n term
+    n_ch = nvls_heads(c) if algo == "nvls_tree" else NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
     # (the fabric's NVLS efficiency: tuning.cc's nvlsEfficiency of NCCL's own NVLink figure,
     # sim.hardware.switching.fabric_of, the one the simulated NVLS hops run at)
     per_ch = intra / n_ch * c.fabric.nvls * (n_ch - 1) / n_ch
@@ -181,9 +203,7 @@ def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
     limits = [per_ch]
     if c.nodes > 1:
         limits.append(inter / n_ch * (2 if c.nodes <= 2 and algo == "nvls_tree" else 1))
-    if algo == "nvls_tree":
-        limits.append(NVLS_TREE[c.arch][c.index2] * GBS)
-    return n_ch * min(limits)
+    return min(n_ch * min(limits), nvls_tree_cap(c) if algo == "nvls_tree" else math.inf)
 
 
 def algo_bandwidth(c: Comm, algo: str, proto: str) -> float:
