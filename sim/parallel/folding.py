@@ -72,6 +72,7 @@ import numpy as np
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.traffic import SiblingGroups
+from ..engine.kinds import Category
 from .group_arrays import GroupTable, instance_table, model_parallel_table
 
 GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples
@@ -84,8 +85,8 @@ def group_tables(layout) -> dict[str, GroupTable]:
     built through the layout's own group functions (one call per group); a type whose
     groups another type already has shares its table (expert-dp = dp when ep = 1 and
     expert-tp = tp when expert_tp = tp, by the layout's construction: not built again)."""
-    fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
-           "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
+    fns = {"tp": lambda r: layout.group(r, Category.TP), "cp": lambda r: layout.group(r, Category.CP),
+           "dp": lambda r: layout.group(r, Category.CP, Category.DP), "pp": lambda r: layout.group(r, Category.PP),
            "dps": layout.shard_group, "dpr": layout.replica_group,
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
     built = {"mp": lambda: model_parallel_table(layout), "inst": lambda: instance_table(layout)}

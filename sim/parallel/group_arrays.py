@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.kinds import Category
+
 
 @dataclass(frozen=True)
 class GroupTable:
@@ -21,7 +23,7 @@ class GroupTable:
 
 
 def model_parallel_table(layout) -> GroupTable | None:
-    """The tp x pp groups (tp fastest, as ``layout.group(r, "tp", "pp")``), built as arrays."""
+    """The tp x pp groups (tp fastest, as ``layout.group(r, Category.TP, Category.PP)``), built as arrays."""
     z, st = layout.sizes, layout.strides
     if z["tp"] * z["pp"] < 2:
         return None
@@ -36,9 +38,9 @@ def instance_table(layout) -> GroupTable | None:
     if layout.world < 2:
         return None
     ranks = np.arange(layout.world, dtype=np.int64)
-    block = ranks // layout.strides["dp"] % layout.sizes["dp"] // layout.shard
+    block = ranks // layout.strides[Category.DP] % layout.sizes[Category.DP] // layout.shard
     order = np.lexsort((ranks, block))
-    return _from_rows("inst", ranks[order].reshape(layout.sizes["dp"] // layout.shard, -1), layout.world)
+    return _from_rows("inst", ranks[order].reshape(layout.sizes[Category.DP] // layout.shard, -1), layout.world)
 
 
 def _from_rows(name: str, rows: np.ndarray, world: int) -> GroupTable:

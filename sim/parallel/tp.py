@@ -78,11 +78,11 @@ def compute_op(b, name, kernels, deps, layer, mb, weights: bool = True):
 
 
 def _group(b):
-    return b.ctx.layout.group(b.rank, "tp")
+    return b.ctx.layout.group(b.rank, Category.TP)
 
 
 def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, "tp")
+    return lambda r: b.ctx.layout.group(r, Category.TP)
 
 
 def activation_bytes(b) -> float:
@@ -106,7 +106,7 @@ def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
 def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """Before a sublayer (SP only): all-gather the sequence-sharded input (``nbytes``,
     default :func:`activation_bytes`)."""
-    if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
+    if b.ctx.layout.sizes[Category.TP] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
     return b.collective(f"{sublayer}_ag", AXIS, ALL_GATHER, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
@@ -114,7 +114,7 @@ def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | N
 
 def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
-    if b.ctx.layout.sizes["tp"] == 1:
+    if b.ctx.layout.sizes[Category.TP] == 1:
         return deps
     op = REDUCE_SCATTER if b.ctx.scenario.parallel.sequence_parallel else ALL_REDUCE
     name = "rs" if op is REDUCE_SCATTER else "ar"
@@ -148,7 +148,7 @@ def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: i
     first (``scattered``); the input side runs as :func:`split_backward`."""
     kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
     x = enter_backward(b, sublayer, layer, mb, deps, sublayer_bytes(b, sublayer, True, False)) if scattered else deps
-    if not gathered or b.ctx.layout.sizes["tp"] == 1:  # nothing to reduce: one op
+    if not gathered or b.ctx.layout.sizes[Category.TP] == 1:  # nothing to reduce: one op
         return b.compute(name, backward(kernels), x, layer, mb)
     r = roles(kernels, True, False)
     x = compute_op(b, name, backward(kernels[r.consumers.stop:]), x, layer, mb)
@@ -164,7 +164,7 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
     is reduce-scattered (SP) or all-reduced asynchronously while the wgrad GEMM runs; the
     head's backward (the norm) waits for both."""
     consumers = kernels[r.consumers]
-    if not consumers or b.ctx.layout.sizes["tp"] == 1:
+    if not consumers or b.ctx.layout.sizes[Category.TP] == 1:
         x = compute_op(b, name, backward(consumers), x, layer, mb)
         return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
     gather = None
