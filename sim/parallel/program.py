@@ -19,7 +19,7 @@ from ..model import host
 from ..engine.ops import Collective, Op, RankProgram
 from ..engine.kinds import Category, Phase, StreamName
 from ..model.transformer import Dims
-from ..model.layers import Shard
+from ..model.layers import Direction, Shard
 from .folding import Folding
 from .layout import Layout
 from .tp import grad_parts
@@ -101,7 +101,7 @@ class Varying:
     captured: bool
     fuse: bool
     layer: int
-    direction: str
+    direction: Direction
 
     def timed_op(self, base: Op, duration: float, own: float) -> Op:
         """``base`` with ``duration`` and, but inside a captured region, ``own`` issue seconds
