@@ -11,7 +11,7 @@ These sit on the critical path: the next compute op depends on them (with
 from dataclasses import dataclass
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
-from ..model.layers import ELEM, backward, entry_width
+from ..model.layers import ELEM, Direction, backward, entry_width
 from ..engine.kinds import Category
 
 AXIS = Category.TP
@@ -124,12 +124,12 @@ def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | No
 
 def enter_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of exit: SP all-gathers the output gradient; without SP nothing."""
-    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
+    return enter(b, sublayer + "_grad", layer, mb, deps, tag=(Direction.BWD,), nbytes=nbytes)
 
 
 def exit_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
-    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
+    return exit(b, sublayer + "_grad", layer, mb, deps, tag=(Direction.BWD,), nbytes=nbytes)
 
 
 def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps, tag: str,
@@ -170,7 +170,7 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
     gather = None
     if b.ctx.scenario.parallel.sequence_parallel:
         gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, _group(b), sublayer_bytes(b, sub, True, True),
-                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
+                              x, layer=layer, mb=mb, tag=(Direction.BWD, "input"), group_of=_group_of(b))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
     wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)

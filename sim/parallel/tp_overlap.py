@@ -43,7 +43,7 @@ Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, t
 """
 
 from ..collectives.kinds import REDUCE_SCATTER, RING_SHIFT
-from ..model.layers import backward as backward_of
+from ..model.layers import Direction, backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
 from ..engine.kinds import Category
@@ -135,7 +135,7 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
         else:
             halves = [_half(k) for k in kernels[r.producer]]
             dgrad = [_chunk(k, b.ctx.layout.sizes[Category.TP]) for k in halves]
-            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False, weights=False)
+            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, (Direction.BWD,), entry=False, weights=False)
             x = b.weight_grad(name, tuple(halves), x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
     return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
