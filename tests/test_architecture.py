@@ -19,7 +19,7 @@ SIM = Path(__file__).resolve().parents[1] / "sim"
 
 # bottom -> top: one row of ARCHITECTURE.md's table each
 LAYERS = [
-    ("foundation", ("sim.errors", "sim.units", "sim.version", "sim.bounds")),
+    ("foundation", ("sim.errors", "sim.units", "sim.version", "sim.bounds", "sim.arrays")),
     ("hardware", ("sim.hardware",)),
     ("input", ("sim.input",)),
     ("model costs / collectives", ("sim.model", "sim.collectives")),

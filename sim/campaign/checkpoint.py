@@ -38,6 +38,7 @@ C/(18 M)) - C`` for C < 2M.
 from dataclasses import dataclass
 import math
 
+from ..engine.kinds import Category
 from ..hardware import specs
 from ..hardware.gpus import gpu_preset
 from ..input.scenario import Scenario
@@ -74,10 +75,10 @@ def checkpoint_size(s: Scenario) -> Checkpoint:
     dense_group = p.dp * p.cp
     expert_group = max(1, dense_group // layout.ep)
     per_stage = []
-    for stage in range(layout.sizes["pp"]):
+    for stage in range(layout.sizes[Category.PP]):
         dense, expert = rank_params(ctx, stage)
         per_stage.append(CHECKPOINT_BYTES_PER_PARAM * (dense / dense_group + expert / expert_group))
-    ranks_per_stage = layout.world // layout.sizes["pp"]
+    ranks_per_stage = layout.world // layout.sizes[Category.PP]
     return Checkpoint(sum(per_stage) * ranks_per_stage, max(per_stage))
 
 

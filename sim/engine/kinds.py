@@ -13,7 +13,9 @@ from enum import StrEnum
 
 
 class Category(StrEnum):
-    """What an op does: compute, or a collective on one parallel axis (its stream family)."""
+    """What an op does: compute, or a collective on one parallel axis (its stream family).
+    The axes are also what a layout is keyed by (:class:`sim.parallel.layout.Layout`'s sizes,
+    coordinates and groups) and the planner's groups (:class:`sim.plan.comm.Groups`)."""
 
     COMPUTE = "compute"
     TP = "tp"  # tensor (and sequence) parallel collectives, expert-TP ones too
@@ -32,13 +34,24 @@ COMM_AXES = (Category.DP, Category.TP, Category.PP, Category.EP, Category.CP)  #
 
 class StreamName(StrEnum):
     """The streams the builders name (a collective's default stream is its axis's: ``tp`` ...;
-    the pipeline's send/recv streams are named per direction and chunk, :mod:`sim.parallel.pp`).
-    The outputs find a rank's compute stream by :attr:`COMPUTE`."""
+    the pipeline's send/recv streams are one per side and direction, and per chunk under the
+    two-chunk zero-bubble schedules: :data:`sim.parallel.pp.STREAMS`). The outputs find a
+    rank's compute stream by :attr:`COMPUTE`."""
 
     COMPUTE = "compute"  # kernels; also where a framework waits on the host (a D2H sync)
     DP = "dp"  # gradient reductions, ZeRO's and FSDP's gathers, the loss and norm syncs
     DP_AG = "dp_ag"  # ZeRO's parameter all-gathers of the next step
     DP_RS = "dp_rs"  # FSDP's gradient reduce-scatters
+    PP_SEND_FWD = "pp_send_fwd"  # activations to the next stage
+    PP_RECV_FWD = "pp_recv_fwd"  # activations from the previous stage
+    PP_SEND_BWD = "pp_send_bwd"  # gradients to the previous stage
+    PP_RECV_BWD = "pp_recv_bwd"  # gradients from the next stage
+    PP_SEND_FWD1 = "pp_send_fwd1"  # the same four in the second chunk's pipeline (zb-v, DualPipe(V))
+    PP_RECV_FWD1 = "pp_recv_fwd1"
+    PP_SEND_BWD1 = "pp_send_bwd1"
+    PP_RECV_BWD1 = "pp_recv_bwd1"
+    WEIGHTS = "weights"  # RL: the trainer's broadcast of its weights to the generators
+    TAIL = "tail"  # RL exports: a generator's underfull batches
 
 
 class Phase(StrEnum):

@@ -29,6 +29,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..arrays import run_bounds
+
 _EPS = 1e-9  # relative: links whose shares are this close to the lowest freeze together
 # Bytes each rate memo may hold (its arrays and keys, as :func:`rates_bytes` counts them):
 # `qwen` of bench/step.py at 128 sequences kept 84,662 sets in flight (docs/scaling.md).
@@ -150,7 +152,7 @@ def components(link_sets: list[np.ndarray], owner: np.ndarray) -> list[list[int]
         label = lowest
     owner[links] = -1
     order = np.argsort(label, kind="stable")
-    bounds = [0, *(np.flatnonzero(np.diff(label[order])) + 1).tolist(), n]
+    bounds = run_bounds(label[order])
     order = order.tolist()
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 

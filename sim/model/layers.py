@@ -44,6 +44,7 @@ element are :data:`EAGER_RMSNORM`, :data:`EAGER_ROPE`, :data:`EAGER_SWIGLU` and
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 from .compute import QUANTIZED, Kernel, Quant, elementwise, gemm
@@ -300,6 +301,15 @@ def logits(d: Dims, sh: Shard) -> list[Kernel]:
     Megatron's output layer is not a Transformer Engine module)."""
     return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
                  + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])
+
+
+class Direction(StrEnum):
+    """Which way a pass over a layer runs: its forward kernels, or :func:`backward` of them.
+    The builders of :mod:`sim.parallel` pass it down a layer's pieces (the expert, context
+    parallel and FSDP ops); its value ends their op names (``a2a_dispatch_fwd``)."""
+
+    FWD = "fwd"
+    BWD = "bwd"
 
 
 def backward(kernels: list[Kernel] | tuple[Kernel, ...]) -> tuple[Kernel, ...]:

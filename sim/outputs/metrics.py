@@ -8,6 +8,7 @@ compute stream is idle with no communication in flight at all.
 import numpy as np
 import pandas as pd
 
+from ..arrays import run_bounds
 from ..engine.kinds import COMM_AXES as AXES, Category, Phase
 from ..model.transformer import model_flops_per_token
 
@@ -52,12 +53,6 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
     return length(a) + length(b) - length(union(np.vstack([a, b])))
 
 
-def rank_runs(ranks: np.ndarray) -> list[int]:
-    """Where each run of equal ``ranks`` starts, and the end: rows ``[b[i], b[i + 1])`` are one
-    rank's, in a table in rank order."""
-    return [0, *(np.flatnonzero(np.diff(ranks)) + 1).tolist(), len(ranks)]
-
-
 def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     """Per rank: compute busy time, exposed communication, idle bubble."""
     # (a stable sort of rows already in rank order, as sim.outputs.result.spans_frame leaves
@@ -66,7 +61,7 @@ def rank_times(spans: pd.DataFrame, step: float) -> pd.DataFrame:
     ranks = ordered["rank"].to_numpy()
     start, end = ordered["start_s"].to_numpy(), ordered["end_s"].to_numpy()  # (views of the columns)
     is_comp = (ordered["category"] == Category.COMPUTE).to_numpy()
-    bounds = rank_runs(ranks)
+    bounds = run_bounds(ranks)  # rows [b[i], b[i + 1]) are one rank's (the table is in rank order)
     rows = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):  # each rank's rows, contiguous: one rank's [start, end] at a time
         if hi == lo:
@@ -149,7 +144,7 @@ def bytes_sent(spans: pd.DataFrame) -> pd.DataFrame:
     ranks = spans["rank"].to_numpy()
     if not spans["rank"].is_monotonic_increasing or len(ranks) <= GROUP_ROWS:
         return spans.groupby(["rank", "category"]).bytes.sum().unstack(fill_value=0.0)
-    cuts = rank_runs(ranks)
+    cuts = run_bounds(ranks)
     runs, lo = [], 0
     for cut in cuts[1:]:
         if cut - lo >= GROUP_ROWS or cut == len(ranks):

@@ -89,10 +89,10 @@ def default_ranks(result) -> list[int]:
     layout, sim_set = result.facts.layout, set(simulated)
     chosen = {}
     for r in simulated:  # first simulated rank of each stage
-        chosen.setdefault(layout.coords(r)["pp"], r)
+        chosen.setdefault(layout.coords(r)[Category.PP], r)
     picked = set(chosen.values())
     base = chosen[min(chosen)]
-    for axis in ("tp", "cp", "dp"):
+    for axis in (Category.TP, Category.CP, Category.DP):
         peers = [r for r in layout.group(base, axis) if r != base and r in sim_set]
         if peers:
             picked.add(peers[0])

@@ -168,7 +168,7 @@ def draw(ax, result, ranks=None, window=None, title=None, legend=True) -> dict:
         exposed_s[rank] = float((exposed[:, 1] - exposed[:, 0]).sum()) if len(exposed) else 0.0
         paint(ax, exposed, y, (lo, hi), px, scale, band=STRIP, facecolors=COLORS["exposed"])
     _axes(ax, rows, labels, y_of, ranks, (lo, hi), unit, scale, title)
-    shown_kinds = {str(k) for k in shown.category.unique() if str(k) not in ("idle", "compute")}
+    shown_kinds = {str(k) for k in shown.category.unique() if k not in (Category.IDLE, Category.COMPUTE)}
     features = {"ranks": ranks, "kinds": shown_kinds, "chunked": chunked, "pale": pale_kinds, "unit": unit,
                 "window": (lo, hi), "step": end, "exposed_s": exposed_s}
     if legend:

@@ -19,10 +19,11 @@ from ..engine.kinds import Category
 from .host import with_spans as with_host
 from .metrics import length, subtract, union
 
-COMM_KINDS = ("tp", "cp", "ep", "pp", "dp", "tail", "weights")  # known non-compute rows, in this order
-KIND_ORDER = ("compute",) + COMM_KINDS + ("idle",)
-EXPOSED_KINDS = tuple(str(c) for c in (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP,
-                                       Category.TAIL, Category.WEIGHTS))  # what can be exposed communication
+# known non-compute rows, in this order: what can be exposed communication
+COMM_KINDS = (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP, Category.TAIL, Category.WEIGHTS)
+KIND_ORDER = (Category.COMPUTE,) + COMM_KINDS + (Category.IDLE,)
+EXPOSED_KINDS = tuple(str(c) for c in COMM_KINDS)  # (as the spans' category column holds them)
+SHOWN_AXES = (Category.PP, Category.TP, Category.CP, Category.DP)  # a rank's coordinates, in the order labels give them
 MAX_ROWS = 24  # beyond this, fewer ranks are shown
 LANE_OVERLAP = (0.10, 0.005)  # streams of one kind get their own rows when they overlap by more
                               # than this share of the shorter one's busy time and of the step
@@ -53,7 +54,7 @@ def _axis_text(axis: str, values: np.ndarray, size: int) -> str:
 def _box_text(layout, members: np.ndarray) -> str:
     """Members described by coordinates: 'pp0' (every rank of stage 0), 'pp0 except 3'
     (all of a box but a few ranks), or '' when neither is short."""
-    axes = [a for a in ("pp", "tp", "cp", "dp") if layout.sizes[a] > 1]
+    axes = [a for a in SHOWN_AXES if layout.sizes[a] > 1]
     values = {a: np.unique((members // layout.strides[a]) % layout.sizes[a]) for a in axes}
     box = " ".join(t for t in (_axis_text(a, values[a], layout.sizes[a]) for a in axes) if t) or "every rank"
     in_box = np.arange(layout.world)
@@ -96,7 +97,7 @@ def rank_label(result, rank: int) -> str:
 
     layout = result.facts.layout  # (None: the RL loop's ranks, labelled by number)
     c = layout.coords(rank) if layout is not None else {}
-    parts = [f"{a}{c[a]}" for a in ("pp", "tp", "cp", "dp") if layout is not None and layout.sizes[a] > 1]
+    parts = [f"{a}{c[a]}" for a in SHOWN_AXES if layout is not None and layout.sizes[a] > 1]
     flag = " SLOW" if rank in straggler_ranks(result) else " FAULTY NIC" if rank in fault_ranks(result) else ""
     return f"rank {rank}" + (f" ({' '.join(parts)})" if parts else "") + stands_for_text(result, rank) + flag
 

@@ -63,8 +63,37 @@ def chrome_trace(result, ranks=None) -> dict:
     ranks = sorted({representative(result, int(r)) for r in ranks})
     topo, programs = result.facts.topology, {p.rank: p for p in result.facts.programs or ()}
     sp = result.spans[result.spans["rank"].isin(ranks)]
-    events, tids = [], {}
-    nodes = {}
+    events, tids, nodes = _threads(result, sp, ranks, topo)
+    sends, recvs = {}, {}
+    for r in sp.itertuples(index=False):
+        rank, op_index = int(r.rank), int(r.op)
+        comm = programs[rank].ops[op_index].comm if programs else None  # (None: spans of no program, RL)
+        args = {"layer": int(r.layer), "micro_batch": int(r.micro_batch), "stage": int(r.stage),
+                "bytes": float(r.bytes), "op": op_index}
+        if comm is not None:
+            args["group"] = _describe(comm.group)
+            args["collective"] = comm.op
+        ev = {"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(rank),
+              "tid": tids[(rank, r.stream)], "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US, "args": args}
+        events.append(ev)
+        if comm is not None and comm.op is SEND_RECV:
+            (sends if rank == comm.group[0] else recvs)[comm.key] = ev  # (a send/recv's group: src, dst)
+    events += _idle_events(sp, tids, topo)
+    events += _host_events(programs, ranks, topo, result.spans)
+    events += _flows(sends, recvs)
+    events += _link_counters(result, pid=max(nodes, default=0) + 1)
+    s = result.summary
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
+                          "ranks_shown": ranks, "simulated_ranks": len(result.facts.simulated_ranks),
+                          "num_gpus": s.get("num_gpus"),
+                          **({"steady_shown": s["steady_shown"]} if "steady_shown" in s else {})}}  # (sim/steady.py)
+
+
+def _threads(result, sp, ranks, topo) -> tuple[list[dict], dict, dict]:
+    """A process per node and a thread per stream of each shown rank (compute first): their
+    metadata events, the thread id of each (rank, stream) and the ranks of each node."""
+    events, tids, nodes = [], {}, {}
     for rank in ranks:
         node = topo.server(rank)
         nodes.setdefault(node, []).append(rank)
@@ -80,31 +109,7 @@ def chrome_trace(result, ranks=None) -> dict:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                        "args": {"name": f"rank {rank} {stream}" + stands}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    sends, recvs = {}, {}
-    rows = sp.itertuples(index=False)
-    for r in rows:
-        rank, op_index = int(r.rank), int(r.op)
-        comm = programs[rank].ops[op_index].comm if programs else None  # (None: spans of no program, RL)
-        args = {"layer": int(r.layer), "micro_batch": int(r.micro_batch), "stage": int(r.stage),
-                "bytes": float(r.bytes), "op": op_index}
-        if comm is not None:
-            args["group"] = _describe(comm.group)
-            args["collective"] = comm.op
-        ev = {"ph": "X", "name": r.name, "cat": r.category, "pid": topo.server(rank),
-              "tid": tids[(rank, r.stream)], "ts": r.start_s * US, "dur": (r.end_s - r.start_s) * US, "args": args}
-        events.append(ev)
-        if comm is not None and comm.op is SEND_RECV:
-            (sends if r.name.startswith("send") else recvs)[comm.key] = ev
-    events += _idle_events(sp, tids, topo)
-    events += _host_events(programs, ranks, topo, result.spans)
-    events += _flows(sends, recvs)
-    events += _link_counters(result, pid=max(nodes, default=0) + 1)
-    s = result.summary
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"scenario": s.get("name"), "step_time_s": s.get("step_time_s"), "mfu": s.get("mfu"),
-                          "ranks_shown": ranks, "simulated_ranks": len(result.facts.simulated_ranks),
-                          "num_gpus": s.get("num_gpus"),
-                          **({"steady_shown": s["steady_shown"]} if "steady_shown" in s else {})}}  # (sim/steady.py)
+    return events, tids, nodes
 
 
 def _host_events(programs: dict, ranks, topo, spans_table) -> list[dict]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..engine.ops import Collective, Op, RankProgram
 from ..hardware.faults import jitter_draws
-from .folding import dense
+from .folding import dense, positions
 from ..input.scenario import ZERO_BUBBLE_SCHEDULES
 from .ep import expert_kernels
 from .layout import Group
@@ -64,11 +64,7 @@ def signatures(ctx) -> np.ndarray:
     """Per rank: an id of the program it builds up to its groups and its local experts'
     times (stage, and the position in its expert group when expert loads are uneven and
     a copy cannot retime them: :func:`retimed`)."""
-    tables = ctx.folding.tables
-    cols = [tables["pp"].pos if "pp" in tables else np.zeros(ctx.layout.world, np.int64)]
-    if ctx.folding.uneven_experts and "ep" in tables and not retimed(ctx):
-        cols.append(tables["ep"].pos)
-    return dense(cols)
+    return dense(positions(ctx.folding.tables, ctx.layout.world, ctx.folding.uneven_experts and not retimed(ctx)))
 
 
 def copyable(ctx, base: RankProgram) -> bool:

@@ -8,7 +8,7 @@ chunks. Backward circulates K/V and their gradients (twice the bytes). ``paralle
 """
 
 from ..collectives.kinds import RING_SHIFT
-from ..model.layers import ELEM, attention_core, backward
+from ..model.layers import ELEM, Direction, attention_core, backward
 from ..engine.kinds import Category
 from . import cp_torch
 
@@ -16,7 +16,7 @@ AXIS = Category.CP
 
 
 def _group(b):
-    return b.ctx.layout.group(b.rank, "cp")
+    return b.ctx.layout.group(b.rank, Category.CP)
 
 
 def kv_bytes(b) -> float:
@@ -26,24 +26,24 @@ def kv_bytes(b) -> float:
     return ELEM * sh.tokens * d.kv_width / sh.tp
 
 
-def attention(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+def attention(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
     """Attention core, ring-overlapped with K/V shifts when cp > 1. ``tag`` tells a
     recomputation apart from the forward pass."""
-    cp = b.ctx.layout.sizes["cp"]
+    cp = b.ctx.layout.sizes[Category.CP]
     core = attention_core(b.ctx.dims, b.ctx.shard, 1.0 / cp)
-    kernels = [core] if direction == "fwd" else backward([core])
+    kernels = [core] if direction is Direction.FWD else backward([core])
     if cp == 1:
         return b.compute(f"attn_core_{direction}{tag}", kernels, deps, layer, mb)
     if b.ctx.scenario.parallel.cp_impl == "torch":  # PyTorch's experimental CP (torchtitan)
-        run = cp_torch.forward if direction == "fwd" else cp_torch.backward
+        run = cp_torch.forward if direction is Direction.FWD else cp_torch.backward
         return run(b, kernels, layer, mb, deps, f"{direction}{tag}")
-    scale = 1 if direction == "fwd" else 2
+    scale = 1 if direction is Direction.FWD else 2
     shift, last = None, deps
     for step in range(cp):
         if step < cp - 1:
             nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, RING_SHIFT, _group(b), kv_bytes(b) * scale,
                                deps if shift is None else shift, layer=layer, mb=mb, tag=(step,),
-                               group_of=lambda r: b.ctx.layout.group(r, "cp"))
+                               group_of=lambda r: b.ctx.layout.group(r, Category.CP))
         step_deps = (last,) if shift is None else (last, shift)
         last = b.compute(f"attn_core_{direction}{tag}", kernels, step_deps, layer, mb)
         shift = nxt if step < cp - 1 else shift

@@ -54,7 +54,7 @@ def sizes(b) -> tuple[float, float, float]:
 
 
 def _group(b):
-    return b.ctx.layout.group(b.rank, "cp")
+    return b.ctx.layout.group(b.rank, Category.CP)
 
 
 def _cat(b, name, deps, layer, mb) -> int:
@@ -66,10 +66,10 @@ def _cat(b, name, deps, layer, mb) -> int:
 def _gather(b, name, deps, layer, mb):
     """K, V copied into one buffer and all-gathered over the cp ranks."""
     nq, nv, _ = sizes(b)
-    cp = b.ctx.layout.sizes["cp"]
+    cp = b.ctx.layout.sizes[Category.CP]
     cat = _cat(b, name, deps, layer, mb)
     return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, ALL_GATHER, _group(b), cp * ELEM * (nq + nv), (cat,),
-                             layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, "cp"))
+                             layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, Category.CP))
 
 
 def merge_kernels(b) -> list[Kernel]:
@@ -83,7 +83,7 @@ def merge_kernels(b) -> list[Kernel]:
 def forward(b, kernels, layer, mb, deps, name):
     """The chunks' SDPA calls, merged in fp32, the K/V all-gathered once."""
     _, nv, nl = sizes(b)
-    cp = b.ctx.layout.sizes["cp"]
+    cp = b.ctx.layout.sizes[Category.CP]
     cat, gather = _gather(b, name, deps, layer, mb)
     last = b.compute(f"attn_core_{name}", kernels, (cat,), layer, mb)
     for step in range(1, cp):
@@ -108,7 +108,7 @@ def accumulate_kernels(b, first: bool) -> list[Kernel]:
 def backward(b, kernels, layer, mb, deps, name):
     """The chunks' SDPA backward calls, fp32 dk, dv passed round the ring after each."""
     nq, nv, _ = sizes(b)
-    cp = b.ctx.layout.sizes["cp"]
+    cp = b.ctx.layout.sizes[Category.CP]
     cat, gather = _gather(b, name, deps, layer, mb)
     last, shift = cat, None
     for step in range(cp):
@@ -118,6 +118,6 @@ def backward(b, kernels, layer, mb, deps, name):
         last = b.compute(f"cp_grad_acc_{name}", accumulate_kernels(b, step == 0),
                          (last,) if shift is None else (last, shift), layer, mb)
         shift = b.collective(f"cp_dkv_shift_{name}", AXIS, RING_SHIFT, _group(b), F32 * (nq + nv), (last,),
-                             layer=layer, mb=mb, tag=(step,), group_of=lambda r: b.ctx.layout.group(r, "cp"))
+                             layer=layer, mb=mb, tag=(step,), group_of=lambda r: b.ctx.layout.group(r, Category.CP))
     return b.compute(f"cp_grad_acc_{name}", [elementwise(CAST * (2 * nq + nv), 1 if not b.ctx.shard.eager else 3)],
                      (last, shift), layer, mb)

@@ -104,8 +104,8 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     adds the other's gradients of it before the optimizer (deepseek-ai/DualPipe
     examples/example_dualpipe.py: ``p0.grad += p1all[pp_size - 1 - rank]``), an
     all-reduce over the pair, on the gradient-reduction stream."""
-    layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
-    pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)["pp"]))))
+    layout, p = b.ctx.layout, b.ctx.layout.sizes[Category.PP]
+    pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)[Category.PP]))))
     nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
     return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP, tag=(vs,),
                         group_of=pair)

@@ -45,7 +45,7 @@ ep > 1, Megatron's group is expert tp x ep; ep alone here), ``COUNT_BYTES`` per 
 from dataclasses import replace
 
 from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
-from ..model.layers import ELEM, backward, experts, router, routed_experts, unpermute
+from ..model.layers import ELEM, Direction, backward, experts, router, routed_experts, unpermute
 from . import tp
 from ..engine.kinds import Category, StreamName
 
@@ -118,7 +118,7 @@ def local_loads(ctx, rank: int, layer: int) -> tuple[float, ...]:
     return found
 
 
-def expert_kernels(ctx, rank: int, layer: int, direction: str) -> tuple:
+def expert_kernels(ctx, rank: int, layer: int, direction: Direction) -> tuple:
     """The kernels of ``rank``'s local experts in one micro-batch (its expert slice's loads;
     folded: on the expert-tp gathered tokens), memoized per layer, slice and direction: a
     step asks for every micro-batch, and :mod:`.copies` again for each slice it retimes."""
@@ -135,11 +135,11 @@ def expert_kernels(ctx, rank: int, layer: int, direction: str) -> tuple:
     return found
 
 
-def _kernels(kernels, direction: str):
-    return kernels if direction == "fwd" else backward(kernels)
+def _kernels(kernels, direction: Direction):
+    return kernels if direction is Direction.FWD else backward(kernels)
 
 
-def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+def route(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
     """The router (folded: on this rank's own tokens, then the shared experts on the
     attention's tp group)."""
     d, sh, layout = b.ctx.dims, b.ctx.shard, b.ctx.layout
@@ -152,7 +152,7 @@ def route(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -
     kernels = _kernels(experts(d, sh, ()), direction)  # no routed tokens: shared experts + residual
     if d.shared == 0:  # the block's dropout and residual only, on the shard
         return b.compute(name, kernels, x, layer, mb)
-    if direction == "fwd":  # plain TP collectives: Megatron's shared experts bypass userbuffers
+    if direction is Direction.FWD:  # plain TP collectives: Megatron's shared experts bypass userbuffers
         x = tp.enter(b, "shared", layer, mb, x, tag=(direction + tag,))
         return tp.exit(b, "shared", layer, mb, b.compute(name, kernels, x, layer, mb), tag=(direction + tag,))
     x = tp.enter_backward(b, "shared", layer, mb, x)
@@ -165,10 +165,10 @@ def syncs(b) -> bool:
     return not moe.padded and (layout.ep > 1 or layout.etp > 1)
 
 
-def _router(b, kernels, layer: int, mb: int, deps, direction: str, tag: str) -> int:
+def _router(b, kernels, layer: int, mb: int, deps, direction: Direction, tag: str) -> int:
     """The router's kernels (the permutation last); forward with :func:`syncs`, the
     permutation apart, around the host's read of the split sizes."""
-    if direction != "fwd" or not syncs(b):
+    if direction is not Direction.FWD or not syncs(b):
         return b.compute(f"router_{direction}{tag}", _kernels(kernels, direction), deps, layer, mb)
     x = b.compute(f"router_{direction}{tag}", kernels[:-1], deps, layer, mb)
     return split_sizes(b, layer, mb, x, kernels[-1:], tag)
@@ -192,7 +192,7 @@ def split_sizes(b, layer: int, mb: int, deps, permutation, tag: str = "") -> int
     return b.compute(name, permutation, x, layer, mb)
 
 
-def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+def dispatch(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
     """The first all-to-all (backward too: it carries gradients of tokens to the experts)."""
     if b.ctx.layout.ep == 1:
         return deps
@@ -200,7 +200,7 @@ def dispatch(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = ""
                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
 
 
-def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
     """The second all-to-all, back to the tokens' ranks, then the unpermutation that sums
     each token's k weighted copies. Under ``ep_comm_overlap`` Megatron-Core runs both in its
     combine node on the communication stream (core_v0.14.0 models/gpt/fine_grained_callables.py
@@ -215,7 +215,7 @@ def combine(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "")
                      layer, mb, stream=stream)
 
 
-def compute_experts(b, layer: int, mb: int, deps, direction: str = "fwd", tag: str = "") -> int:
+def compute_experts(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
     """The local experts' GEMMs (folded with expert_tp > 1: between an all-gather and a
     reduce-scatter of the dispatched tokens over the expert-tp group)."""
     d, layout = b.ctx.dims, b.ctx.layout

@@ -27,9 +27,11 @@ forward and the embedding backward. One more micro-batch's activations stay in f
 """
 
 from ..model.layer_ids import is_block, is_embedding, is_output
+from .pp_zero_bubble import Kind
 
 # (pass, piece) issue order of one forward/backward layer pair (model_chunk_schedule_plan.py)
-PAIR_ORDER = (("B", 0), ("F", 0), ("B", 1), ("F", 1), ("B", 2), ("F", 2), ("F", 3), ("B", 3))
+F, B = Kind.F, Kind.B
+PAIR_ORDER = ((B, 0), (F, 0), (B, 1), (F, 1), (B, 2), (F, 2), (F, 3), (B, 3))
 
 
 def interleave(fwd, bwd) -> None:
@@ -40,7 +42,7 @@ def interleave(fwd, bwd) -> None:
     fwd.run([l for l in fwd.layers if is_embedding(l)])
     bwd.run([l for l in bwd.layers if is_output(d, l)])
     for f_layer, b_layer in zip(f_mid, b_mid):
-        pieces = {"F": fwd.pieces(f_layer), "B": bwd.pieces(b_layer)}
+        pieces = {F: fwd.pieces(f_layer), B: bwd.pieces(b_layer)}
         for direction, i in PAIR_ORDER:
             pieces[direction][i]()
     paired = min(len(f_mid), len(b_mid))

@@ -72,27 +72,28 @@ import numpy as np
 from ..hardware.faults import nic_factors, straggler_ranks
 from ..hardware.rails import failed_nic_reach, nics_carrying, placement
 from ..engine.traffic import SiblingGroups
-from .group_arrays import GroupTable, instance_table, model_parallel_table
+from ..engine.kinds import Category
+from .group_arrays import GroupTable, GroupType, instance_table, model_parallel_table
 
-GROUP_TYPES = ("tp", "cp", "dp", "dps", "dpr", "ep", "edp", "etp", "mp", "inst", "pp")  # pp last: its sub-tuples
-#   are send/recv pairs. dps, dpr: HSDP's shard and replica groups; mp: tp x pp (DDP's gradient-norm group);
-#   inst: an optimizer instance, every rank without HSDP (sim/parallel/step_end.py)
+G = GroupType
+GROUP_TYPES = (G.TP, G.CP, G.DP, G.DP_SHARD, G.DP_REPLICA, G.EP, G.EDP, G.ETP, G.MP, G.INST, G.PP)  # pp last: its
+#   sub-tuples are send/recv pairs
 
 
-def group_tables(layout) -> dict[str, GroupTable]:
+def group_tables(layout) -> dict[GroupType, GroupTable]:
     """The group types of :data:`GROUP_TYPES` that have more than one member, as arrays,
     built through the layout's own group functions (one call per group); a type whose
     groups another type already has shares its table (expert-dp = dp when ep = 1 and
     expert-tp = tp when expert_tp = tp, by the layout's construction: not built again)."""
-    fns = {"tp": lambda r: layout.group(r, "tp"), "cp": lambda r: layout.group(r, "cp"),
-           "dp": lambda r: layout.group(r, "cp", "dp"), "pp": lambda r: layout.group(r, "pp"),
-           "dps": layout.shard_group, "dpr": layout.replica_group,
-           "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
-    built = {"mp": lambda: model_parallel_table(layout), "inst": lambda: instance_table(layout)}
-    alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
+    fns = {G.TP: lambda r: layout.group(r, Category.TP), G.CP: lambda r: layout.group(r, Category.CP),
+           G.DP: lambda r: layout.group(r, Category.CP, Category.DP), G.PP: lambda r: layout.group(r, Category.PP),
+           G.DP_SHARD: layout.shard_group, G.DP_REPLICA: layout.replica_group,
+           G.EP: layout.ep_group, G.EDP: layout.expert_dp_group, G.ETP: layout.expert_tp_group}
+    built = {G.MP: lambda: model_parallel_table(layout), G.INST: lambda: instance_table(layout)}
+    alias = {} if layout.folded_experts else {G.ETP: G.TP, **({G.EDP: G.DP} if layout.ep == 1 else {})}
     if layout.dp_shard is None:
-        alias["dps"] = "dp"
-    out: dict[str, GroupTable] = {}
+        alias[G.DP_SHARD] = G.DP
+    out: dict[GroupType, GroupTable] = {}
     for name in GROUP_TYPES:
         if name in alias:
             if alias[name] in out:
@@ -111,7 +112,7 @@ def group_tables(layout) -> dict[str, GroupTable]:
     return out
 
 
-def _table(name: str, fn, world: int) -> GroupTable:
+def _table(name: GroupType, fn, world: int) -> GroupTable:
     covered = bytearray(world)
     mark = np.frombuffer(covered, dtype=np.uint8)
     rows = []
@@ -153,7 +154,7 @@ def row_ids(rows: np.ndarray) -> np.ndarray:
     return ids.astype(np.int64)
 
 
-def refine(classes: np.ndarray, tables: dict[str, GroupTable]) -> np.ndarray:
+def refine(classes: np.ndarray, tables: dict[GroupType, GroupTable]) -> np.ndarray:
     """Split classes until every member of a class has, in every group type, a group
     holding the same classes position by position (the coarsest stable refinement)."""
     count = int(classes.max()) + 1
@@ -167,7 +168,7 @@ def refine(classes: np.ndarray, tables: dict[str, GroupTable]) -> np.ndarray:
         count = int(classes.max()) + 1
 
 
-def _distinct(tables: dict[str, GroupTable]) -> list[GroupTable]:
+def _distinct(tables: dict[GroupType, GroupTable]) -> list[GroupTable]:
     seen, out = set(), []
     for t in tables.values():
         if id(t) not in seen:
@@ -176,7 +177,7 @@ def _distinct(tables: dict[str, GroupTable]) -> list[GroupTable]:
     return out
 
 
-def closure(classes: np.ndarray, tables: dict[str, GroupTable]) -> np.ndarray:
+def closure(classes: np.ndarray, tables: dict[GroupType, GroupTable]) -> np.ndarray:
     """Simulated ranks (a mask): the smallest rank of each class, then, for every group
     holding a simulated rank, the smallest member of each class it holds no simulated
     member of, until nothing changes (see the module docstring)."""
@@ -206,7 +207,7 @@ class Folding:
 
     classes: np.ndarray  # class id of every rank
     simulated: np.ndarray  # bool mask
-    tables: dict[str, GroupTable]
+    tables: dict[GroupType, GroupTable]
     uneven_experts: bool = False  # expert loads differ, so expert-group positions build different programs
     arrivals: object = None  # sampled jitter: the engine's hook for folded members' arrivals (sim.parallel.jitter)
     sample: dict | None = None  # sampled jitter: replicas simulated, of how many, ranks simulated
@@ -274,19 +275,26 @@ class Folding:
             row = t.rows[t.row_of[head]]
             if len(row) == len(group) and tuple(row) == tuple(group):
                 return t, None
-        t = self.tables.get("pp")  # a send/recv pair: two positions of a pipeline
+        t = self.tables.get(G.PP)  # a send/recv pair: two positions of a pipeline
         members = np.asarray(group)
         if t is not None and (t.row_of[members] == t.row_of[head]).all():
             return t, t.pos[members]
         return None
 
 
-def labels(s, tables: dict[str, GroupTable], world: int, fabric, domains: np.ndarray,
+def positions(tables: dict[GroupType, GroupTable], world: int, experts: bool) -> list[np.ndarray]:
+    """Per rank: its position in its pipeline (its stage) and, with ``experts``, in its
+    expert group (whose experts' loads it then has): the columns every label starts with."""
+    cols = [tables[G.PP].pos if G.PP in tables else np.zeros(world, np.int64)]
+    if experts and G.EP in tables:
+        cols.append(tables[G.EP].pos)
+    return cols
+
+
+def labels(s, tables: dict[GroupType, GroupTable], world: int, fabric, domains: np.ndarray,
            uneven_experts: bool) -> np.ndarray:
     """The label classes of every rank (see the module docstring)."""
-    cols = [tables["pp"].pos if "pp" in tables else np.zeros(world, np.int64)]
-    if uneven_experts and "ep" in tables:
-        cols.append(tables["ep"].pos)
+    cols = positions(tables, world, uneven_experts)
     for codes in (scale_codes(s, world, fabric.gpus_per_node), link_codes(s, tables, world, fabric, domains)):
         if codes.any():
             cols.append(codes)
@@ -326,7 +334,7 @@ def scale_codes(s, world: int, per_node: int) -> np.ndarray:
     return _codes(world, {r: tuple(sorted(e)) for r, e in entries.items()})
 
 
-def link_codes(s, tables: dict[str, GroupTable], world: int, fabric, domains: np.ndarray) -> np.ndarray:
+def link_codes(s, tables: dict[GroupType, GroupTable], world: int, fabric, domains: np.ndarray) -> np.ndarray:
     """Per rank: 0, or a code of the faulty NICs its traffic can cross (module docstring)."""
     per = fabric.gpus_per_node
     factors = nic_factors(s.cluster.faults, per, world)  # GPU -> NIC bandwidth factor (< 1)
@@ -354,10 +362,10 @@ def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, 
     return out
 
 
-def _peers(tables: dict[str, GroupTable], g: int) -> np.ndarray:
+def _peers(tables: dict[GroupType, GroupTable], g: int) -> np.ndarray:
     """Every member of every group of ``g`` (but the step-end sync's group of every rank, one
     instance of a 4-byte all-reduce whose members all end together, labels no one)."""
-    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if t.name != "inst" or len(t.rows) > 1])
+    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if t.name is not G.INST or len(t.rows) > 1])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:

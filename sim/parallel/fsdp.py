@@ -27,6 +27,7 @@ reduce-scatter over the shard dim, all-reduce over the replicate dim).
 """
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ..model.layers import Direction
 from .params import layer_params
 from ..engine.kinds import Category, StreamName
 
@@ -63,7 +64,7 @@ def layer_bytes(b, layer: int) -> float:
 class Gatherer:
     """Issues the per-layer all-gathers of one pass with one-layer-ahead prefetch."""
 
-    def __init__(self, b, layers: list[int], mb: int, direction: str):
+    def __init__(self, b, layers: list[int], mb: int, direction: Direction):
         self.b, self.layers, self.mb, self.direction = b, layers, mb, direction
         self.gathers: dict[int, int] = {}
         self.computed: dict[int, int] = {}
@@ -85,7 +86,7 @@ class Gatherer:
         p = self.b.ctx.scenario.parallel
         if reshards(p):
             return True
-        return self.direction == "fwd" and (p.pp == 1 or self.mb == 0)
+        return self.direction is Direction.FWD and (p.pp == 1 or self.mb == 0)
 
     def _gather(self, layer: int) -> int:
         pos = self.layers.index(layer)

@@ -46,12 +46,12 @@ import math
 import numpy as np
 
 from .folding import Folding, fold, link_codes, scale_codes
-from .group_arrays import GroupTable
+from .group_arrays import GroupTable, GroupType
 
 EXACT_MAX_GPUS = 1024  # "auto" simulates every rank up to this many GPUs
 MIN_REPLICAS = 4  # sampled clean replicas at least (the spread needs a few)
-GRADIENT_GROUPS = ("dp", "edp", "dps", "dpr", "inst")  # the group types that join replicas (HSDP's shard and
-#                                                        replica groups, the step-end gradient-norm instance)
+# the group types that join replicas (HSDP's shard and replica groups, the step-end gradient-norm instance)
+GRADIENT_GROUPS = (GroupType.DP, GroupType.EDP, GroupType.DP_SHARD, GroupType.DP_REPLICA, GroupType.INST)
 
 
 def mode(s, world: int) -> str:
@@ -61,7 +61,7 @@ def mode(s, world: int) -> str:
     return "exact" if world <= EXACT_MAX_GPUS else "sampled"
 
 
-def replicas(tables: dict[str, GroupTable], world: int) -> np.ndarray:
+def replicas(tables: dict[GroupType, GroupTable], world: int) -> np.ndarray:
     """Per rank: the smallest rank of its replica (connected under every group type but
     the gradient ones), by propagating minima along the groups until nothing changes."""
     joined = {id(t): t for name, t in tables.items() if name not in GRADIENT_GROUPS}

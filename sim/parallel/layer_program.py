@@ -41,7 +41,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import pp as pipeline
+from . import pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -244,10 +244,10 @@ def build(ctx: Context, kind: Kind) -> LayerProgram | None:
     rank = busiest_rank(ctx, layer)
     b = _Recorder(ctx, rank)
     mb = 1 if ctx.micro_batches > 1 else 0  # a steady micro-batch (FSDP without resharding gathers on the first)
-    forward = Pass(b, [layer], mb, (), "F", param_waits={})
+    forward = Pass(b, [layer], mb, (), zb.Kind.F, param_waits={})
     forward.run()
     first_backward = len(b.program.ops)
-    Pass(b, [layer], mb, forward.x, "B", sync=None, last_mb=False).run()
+    Pass(b, [layer], mb, forward.x, zb.Kind.B, sync=None, last_mb=False).run()
     ops = tuple(_layer_op(op, i, i >= first_backward, b.kernel_counts.get(i, 0))
                 for i, op in enumerate(b.program.ops))
     return LayerProgram(kind, layer, rank, ops)

@@ -21,9 +21,11 @@ from functools import cached_property
 
 import numpy as np
 
+from ..engine.kinds import Category
 from ..input.scenario import Parallel
 
-AXES = ("tp", "cp", "dp", "pp")
+AXES = (Category.TP, Category.CP, Category.DP, Category.PP)  # Megatron order, tp fastest
+TP, CP, DP, PP = AXES
 
 
 class Group(tuple):
@@ -49,9 +51,14 @@ class Layout:
     dp_shard: int | None = None  # HSDP: dp ranks a ZeRO/FSDP shard group spans (None: dp)
 
     @classmethod
+    def megatron(cls, tp: int, cp: int, dp: int, pp: int, ep: int = 1, expert_tp: int | None = None) -> "Layout":
+        """The layout of these sizes in Megatron order (tp fastest, then cp, dp, pp: :data:`AXES`)."""
+        return cls(dict(zip(AXES, (tp, cp, dp, pp))), AXES, ep, None if expert_tp == tp else expert_tp)
+
+    @classmethod
     def from_parallel(cls, p: Parallel) -> "Layout":
         """The layout of a parallel section (its ``order`` was checked at load)."""
-        return cls({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, tuple(p.order.split("-")), p.ep,
+        return cls(dict(zip(AXES, (p.tp, p.cp, p.dp, p.pp))), tuple(map(Category, p.order.split("-"))), p.ep,
                    p.expert_tp, p.sequence_parallel, p.dp_shard if p.dp_shard != p.dp else None)
 
     @cached_property
@@ -66,7 +73,7 @@ class Layout:
     @property
     def world(self) -> int:
         """Total ranks."""
-        return self.sizes["tp"] * self.sizes["cp"] * self.sizes["dp"] * self.sizes["pp"]
+        return self.sizes[TP] * self.sizes[CP] * self.sizes[DP] * self.sizes[PP]
 
     def coords(self, rank: int) -> dict:
         """{axis: index} of a rank."""
@@ -97,14 +104,14 @@ class Layout:
     @property
     def shard(self) -> int:
         """dp ranks of one shard group (HSDP's ``dp_shard``; dp without it)."""
-        return self.dp_shard or self.sizes["dp"]
+        return self.dp_shard or self.sizes[DP]
 
     def shard_group(self, rank: int) -> tuple[int, ...]:
         """The ranks a ZeRO/FSDP shard of ``rank``'s (dense) parameters spans: its cp x dp
         group, or under HSDP the cp x dp_shard ranks of its block of dp_shard consecutive dp
         indices (torchtitan's mesh puts dp_shard inside dp_replicate: parallel_dims.py)."""
         if self.dp_shard is None:
-            return self.group(rank, "cp", "dp")
+            return self.group(rank, CP, DP)
         return self._hsdp_group(rank, True)
 
     def replica_group(self, rank: int) -> tuple[int, ...]:
@@ -117,13 +124,13 @@ class Layout:
         found = self._groups.get(key)
         if found is None:
             c, s, n = self.coords(rank), self.strides, self.shard
-            base = rank - c["dp"] * s["dp"]
+            base = rank - c[DP] * s[DP]
             if inside:
-                first = c["dp"] // n * n
-                found = Group(m - c["cp"] * s["cp"] + i * s["cp"] + (first + j) * s["dp"]
-                              for j in range(n) for i in range(self.sizes["cp"]) for m in (base,))
+                first = c[DP] // n * n
+                found = Group(m - c[CP] * s[CP] + i * s[CP] + (first + j) * s[DP]
+                              for j in range(n) for i in range(self.sizes[CP]) for m in (base,))
             else:
-                found = Group(base + (c["dp"] % n + k * n) * s["dp"] for k in range(self.sizes["dp"] // n))
+                found = Group(base + (c[DP] % n + k * n) * s[DP] for k in range(self.sizes[DP] // n))
             self._groups[key] = found
         return found
 
@@ -131,25 +138,25 @@ class Layout:
         """The ranks of ``rank``'s HSDP block (the same dp // dp_shard; every tp, cp and pp
         position): one optimizer instance (Megatron's ``intra_dist_opt_group``); ``rank``
         None: every rank. Vectorised: a world group may hold 10^6 ranks."""
-        block = None if rank is None else self.coords(rank)["dp"] // self.shard
+        block = None if rank is None else self.coords(rank)[DP] // self.shard
         key = ("instance", block)
         found = self._groups.get(key)
         if found is None:
             ranks = np.arange(self.world, dtype=np.int64)
             if block is not None:
-                ranks = ranks[ranks // self.strides["dp"] % self.sizes["dp"] // self.shard == block]
+                ranks = ranks[ranks // self.strides[DP] % self.sizes[DP] // self.shard == block]
             found = self._groups[key] = Group(ranks.tolist())
         return found
 
     def dc_index(self, rank: int) -> int:
         """Position on the combined cp*dp axis (cp fastest)."""
         c = self.coords(rank)
-        return c["cp"] + self.sizes["cp"] * c["dp"]
+        return c[CP] + self.sizes[CP] * c[DP]
 
     @property
     def etp(self) -> int:
         """Expert tensor-parallel size (default: tp)."""
-        return self.expert_tp or self.sizes["tp"]
+        return self.expert_tp or self.sizes[TP]
 
     @property
     def folded_experts(self) -> bool:
@@ -158,18 +165,18 @@ class Layout:
         (Megatron-Core >= 0.10 MoEAlltoAllTokenDispatcher: permute -> A2A(EP) -> AG(ETP)).
         That is every layout with expert_tp != tp (folding needs SP) and every tp > 1 with
         SP, expert_tp = tp included; only tp > 1 without SP gathers the tokens first."""
-        tp = self.sizes["tp"]
+        tp = self.sizes[TP]
         return self.etp != tp or (tp > 1 and self.sp)
 
     @property
     def expert_dp(self) -> int:
         """Ranks of one stage holding the same expert shard: tp*cp*dp / (expert_tp*ep)."""
-        return self.sizes["tp"] * self.sizes["cp"] * self.sizes["dp"] // (self.etp * self.ep)
+        return self.sizes[TP] * self.sizes[CP] * self.sizes[DP] // (self.etp * self.ep)
 
     def _stage_position(self, rank: int) -> int:
         """q: place of ``rank`` among its stage's tp*cp*dp ranks (tp fastest, then cp, dp)."""
         c = self.coords(rank)
-        return c["tp"] + self.sizes["tp"] * self.dc_index(rank)
+        return c[TP] + self.sizes[TP] * self.dc_index(rank)
 
     def expert_coords(self, rank: int) -> tuple[int, int, int]:
         """(expert_tp, ep, expert_dp) indices of ``rank`` on the expert mesh."""
@@ -191,9 +198,9 @@ class Layout:
             parts = [np.full(n, c, dtype=np.int64) for c in self.expert_coords(rank)]
             parts[axis] = np.arange(n, dtype=np.int64)
             q = parts[0] + etp * (parts[1] + self.ep * parts[2])  # stage positions (tp fastest, then cp, dp)
-            tp, cp, s = self.sizes["tp"], self.sizes["cp"], self.strides
-            members = (q % tp * s["tp"] + q // tp % cp * s["cp"] + q // (tp * cp) * s["dp"]
-                       + self.coords(rank)["pp"] * s["pp"])
+            tp, cp, s = self.sizes[TP], self.sizes[CP], self.strides
+            members = (q % tp * s[TP] + q // tp % cp * s[CP] + q // (tp * cp) * s[DP]
+                       + self.coords(rank)[PP] * s[PP])
             found = self._groups[key] = Group(members.tolist())
         return found
 
@@ -213,8 +220,8 @@ class Layout:
         """Tokens a rank routes per micro-batch: its own sequence-parallel shard tokens/tp
         on the dispatcher's path (:attr:`folded_experts`), else all ``tokens`` of its tp
         group (tp > 1 without SP: every tp rank holds them all)."""
-        return tokens / self.sizes["tp"] if self.folded_experts else tokens
+        return tokens / self.sizes[TP] if self.folded_experts else tokens
 
     def stage_rank(self, rank: int, stage: int) -> int:
         """The rank at pipeline stage ``stage`` with the other coordinates of ``rank``."""
-        return self.rank(**{**self.coords(rank), "pp": stage})
+        return self.rank(**{**self.coords(rank), PP: stage})

@@ -12,6 +12,7 @@ the BF16 weights, and saves FP8 linear-layer inputs (sim/model/transformer.py).
 
 from dataclasses import dataclass
 
+from ..engine.kinds import Category
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
@@ -118,4 +119,4 @@ def gathered(ctx, stage: int) -> float:
 
 def peak_memory(ctx) -> Memory:
     """The fullest stage's memory."""
-    return max((stage_memory(ctx, s) for s in range(ctx.layout.sizes["pp"])), key=lambda m: m.total)
+    return max((stage_memory(ctx, s) for s in range(ctx.layout.sizes[Category.PP])), key=lambda m: m.total)

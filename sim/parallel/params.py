@@ -5,6 +5,7 @@ Gradients of dense parameters reduce over the cp*dp ranks; expert gradients over
 ranks holding the same experts (Megatron's expert-data-parallel group).
 """
 
+from ..engine.kinds import Category
 from .pp import virtual_stages_of
 from ..model.layer_ids import EMBEDDING, is_block, is_embedding, is_first_mtp, is_mtp, is_output, mtp_ids, output_id
 from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
@@ -17,7 +18,7 @@ def moe_block_ids(d) -> list[int]:
 
 def layer_params(ctx, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of ``layer`` on one rank (pseudo layers: embedding, output)."""
-    d, tp, ep, etp = ctx.dims, ctx.layout.sizes["tp"], ctx.layout.ep, ctx.layout.etp
+    d, tp, ep, etp = ctx.dims, ctx.layout.sizes[Category.TP], ctx.layout.ep, ctx.layout.etp
     if is_embedding(layer):
         return d.v * d.h / tp, 0.0
     if is_output(d, layer):
@@ -53,7 +54,7 @@ def held_stages(ctx, stage: int) -> list[int]:
     """The virtual stages a rank of pipeline ``stage`` holds (DualPipe: stages s and p-1-s,
     two parameter copies of the model per pipeline: :func:`.pp.virtual_stages_of`)."""
     par = ctx.scenario.parallel
-    return virtual_stages_of(par.schedule, ctx.layout.sizes["pp"], par.virtual_stages, stage)
+    return virtual_stages_of(par.schedule, ctx.layout.sizes[Category.PP], par.virtual_stages, stage)
 
 
 def rank_params(ctx, stage: int) -> tuple[float, float]:

@@ -17,9 +17,12 @@ head (multi_token_prediction.py, MultiTokenPredictionLayer.forward).
 from ..engine.kinds import Phase
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input, op_recompute
+from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input,
+                            op_recompute)
 from . import cp, ep, fsdp, tp, tp_overlap
+from .pp_zero_bubble import Kind
 
+FWD, BWD = Direction.FWD, Direction.BWD
 PIECES = 4
 
 
@@ -33,23 +36,24 @@ def _tp(b):
 
 
 class Pass:
-    """One chunk's forward ('F') or backward ('B') of one micro-batch; ``x`` is the op the
-    next piece depends on. Its ops are of ``phase`` (forward or backward; a recomputation
-    inside the backward: recompute). ``defer``: a zero-bubble input-gradient pass, whose weight-
-    gradient GEMMs are recorded (:attr:`wgrads`) for :func:`weight_pass` to run later."""
+    """One chunk's forward (:attr:`Kind.F`) or backward (:attr:`Kind.B`) of one micro-batch;
+    ``x`` is the op the next piece depends on. Its ops are of ``phase`` (forward or backward;
+    a recomputation inside the backward: recompute). ``defer``: a zero-bubble input-gradient
+    pass, whose weight-gradient GEMMs are recorded (:attr:`wgrads`) for :func:`weight_pass`
+    to run later."""
 
-    def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: str, param_waits: dict | None = None,
+    def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: Kind, param_waits: dict | None = None,
                  sync=None, last_mb: bool = False, defer: bool = False):
         self.b, self.mb, self.direction, self.x = b, mb, direction, deps
-        self.layers = layer_ids if direction == "F" else layer_ids[::-1]
-        self.phase = Phase.FORWARD if direction == "F" else Phase.BACKWARD
-        self.gather = fsdp.Gatherer(b, self.layers, mb, "fwd" if direction == "F" else "bwd")
+        self.layers = layer_ids if direction is Kind.F else layer_ids[::-1]
+        self.phase = Phase.FORWARD if direction is Kind.F else Phase.BACKWARD
+        self.gather = fsdp.Gatherer(b, self.layers, mb, FWD if direction is Kind.F else BWD)
         self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
         self.wgrads, self.layer_end = ([], {}) if defer else (None, None)
 
     def _fns(self, layer: int) -> tuple:
         b, mb = self.b, self.mb
-        if self.direction == "F":
+        if self.direction is Kind.F:
             return forward_pieces(b, layer, mb)
         fns = backward_pieces(b, layer, mb)
         return fns if self.wgrads is None else tuple(lambda x, f=f: self._deferring(f, x) for f in fns)
@@ -84,7 +88,7 @@ class Pass:
             step()
 
     def _begin(self, layer: int) -> None:
-        if self.direction == "F":
+        if self.direction is Kind.F:
             self.x = (self.x, self.gather.before(layer), self.param_waits.get(layer))
             return
         self.x = (self.x, self.gather.before(layer))
@@ -99,7 +103,7 @@ class Pass:
 
     def _end(self, layer: int) -> None:
         self.gather.after(layer, self.x)
-        if self.direction == "F":
+        if self.direction is Kind.F:
             return
         if self.wgrads is not None:  # gradients are ready after the W pass
             self.layer_end[layer] = self.x
@@ -121,12 +125,12 @@ class Pass:
 
     def finish(self) -> None:
         """Backward: flush the last gradient bucket."""
-        if self.direction == "B" and self.sync is not None and self.wgrads is None:
+        if self.direction is Kind.B and self.sync is not None and self.wgrads is None:
             with self.b.phase_of(self.phase):
                 self.sync.flush(self.x)
 
 
-def captured(b, layer: int, piece: int, direction: str) -> bool:
+def captured(b, layer: int, piece: int, direction: Kind) -> bool:
     """Whether a piece of a layer replays as a CUDA graph under ``training.cuda_graphs``:
     every piece of a dense transformer layer (Megatron's per-layer graphs); of an MoE layer
     the attention with the router and the dispatch preprocessing (forward: the first piece;
@@ -142,7 +146,7 @@ def captured(b, layer: int, piece: int, direction: str) -> bool:
     moe = b.ctx.scenario.model.moe
     if not model_costs.is_moe_layer(d, layer) or (moe is not None and moe.padded):
         return True
-    return piece == (0 if direction == "F" else PIECES - 1)
+    return piece == (0 if direction is Kind.F else PIECES - 1)
 
 
 def weight_pass(ipass: Pass) -> int:
@@ -192,20 +196,20 @@ def _block_forward_pieces(b, layer: int, mb: int, tag: str) -> tuple:
 
     def pre(x):
         x = attention_forward(b, layer, mb, x, tag)
-        return ep.route(b, layer, mb, x if folded else tp.enter(b, "mlp", layer, mb, x, tag=(tag,)), "fwd", etag)
+        return ep.route(b, layer, mb, x if folded else tp.enter(b, "mlp", layer, mb, x, tag=(tag,)), FWD, etag)
 
     def post(x):
-        x = ep.combine(b, layer, mb, x, "fwd", etag)
+        x = ep.combine(b, layer, mb, x, FWD, etag)
         return x if folded else tp.exit(b, "mlp", layer, mb, x, tag=(tag,))
 
-    return (pre, lambda x: ep.dispatch(b, layer, mb, x, "fwd", etag),
-            lambda x: ep.compute_experts(b, layer, mb, x, "fwd", etag), post)
+    return (pre, lambda x: ep.dispatch(b, layer, mb, x, FWD, etag),
+            lambda x: ep.compute_experts(b, layer, mb, x, FWD, etag), post)
 
 
 def attention_forward(b, layer: int, mb: int, x, tag: str):
     """Norm and QKV (after the SP all-gather), attention core, output projection."""
     x = _tp(b).forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
-    x = cp.attention(b, layer, mb, x, "fwd", "" if tag == "fwd" else "_recompute")
+    x = cp.attention(b, layer, mb, x, FWD, "" if tag == "fwd" else "_recompute")
     return _tp(b).forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
 
 
@@ -232,14 +236,14 @@ def _block_backward_pieces(b, layer: int, mb: int) -> tuple:
     folded = b.ctx.layout.folded_experts
 
     def first(x):
-        x = ep.route(b, layer, mb, x if folded else tp.enter_backward(b, "mlp", layer, mb, x), "bwd")
-        return ep.dispatch(b, layer, mb, x, "bwd")
+        x = ep.route(b, layer, mb, x if folded else tp.enter_backward(b, "mlp", layer, mb, x), BWD)
+        return ep.dispatch(b, layer, mb, x, BWD)
 
     def last(x):
         return attention_backward(b, layer, mb, x if folded else tp.exit_backward(b, "mlp", layer, mb, x))
 
-    return (first, lambda x: ep.compute_experts(b, layer, mb, x, "bwd"),
-            lambda x: ep.combine(b, layer, mb, x, "bwd"), last)
+    return (first, lambda x: ep.compute_experts(b, layer, mb, x, BWD),
+            lambda x: ep.combine(b, layer, mb, x, BWD), last)
 
 
 def attention_backward(b, layer: int, mb: int, x):
@@ -247,8 +251,8 @@ def attention_backward(b, layer: int, mb: int, x):
     x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
     if b.ctx.scenario.training.recompute == "selective":
         with b.phase_of(Phase.RECOMPUTE):
-            x = cp.attention(b, layer, mb, x, "fwd", "_recompute")  # recompute the attention core
-    x = cp.attention(b, layer, mb, x, "bwd")
+            x = cp.attention(b, layer, mb, x, FWD, "_recompute")  # recompute the attention core
+    x = cp.attention(b, layer, mb, x, BWD)
     return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
 
 

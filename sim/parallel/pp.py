@@ -12,11 +12,17 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 from ..collectives.kinds import SEND_RECV
 from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
 from . import pp_zero_bubble as zb
-from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, held_peak  # (re-exported: the planner reads schedules through pp)
+from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, Kind, held_peak  # (re-exported: the planner reads schedules through pp)
 from .tp import grad_parts
-from ..engine.kinds import Category
+from ..engine.kinds import Category, StreamName
 
 AXIS = Category.PP
+# (sending, direction, chunk's pipeline) -> the stream of that side of a transfer; the second
+# chunk's pipeline of a two-chunk zero-bubble schedule has its own (its own neighbours)
+STREAMS = {(True, Kind.F, 0): StreamName.PP_SEND_FWD, (False, Kind.F, 0): StreamName.PP_RECV_FWD,
+           (True, Kind.B, 0): StreamName.PP_SEND_BWD, (False, Kind.B, 0): StreamName.PP_RECV_BWD,
+           (True, Kind.F, 1): StreamName.PP_SEND_FWD1, (False, Kind.F, 1): StreamName.PP_RECV_FWD1,
+           (True, Kind.B, 1): StreamName.PP_SEND_BWD1, (False, Kind.B, 1): StreamName.PP_RECV_BWD1}
 
 
 def split_layers(layers: int, chunks: int, explicit: list[int] | None) -> list[range]:
@@ -40,18 +46,18 @@ def _even_counts(layers: int, chunks: int) -> list[int]:
     return counts
 
 
-def order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[tuple[str, int, int]]:
-    """The (direction 'F'|'B', micro-batch, chunk) sequence stage ``stage`` executes.
+def order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[tuple[Kind, int, int]]:
+    """The (direction :attr:`Kind.F` | :attr:`Kind.B`, micro-batch, chunk) sequence stage ``stage`` executes.
     ``combined``: one more warm-up forward, so that each steady-state forward is
     independent of the backward it is paired with (EP all-to-all overlap, :func:`steps`)."""
     if schedule == "gpipe":
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+        return [(Kind.F, i, 0) for i in range(m)] + [(Kind.B, i, 0) for i in range(m)]
     total = m * v
     warmup = _warmup(schedule, p, v, m, stage, combined)
-    seq = [("F", k) for k in range(warmup)]
+    seq = [(Kind.F, k) for k in range(warmup)]
     for k in range(total - warmup):
-        seq += [("F", k + warmup), ("B", k)]
-    seq += [("B", k) for k in range(total - warmup, total)]
+        seq += [(Kind.F, k + warmup), (Kind.B, k)]
+    seq += [(Kind.B, k) for k in range(total - warmup, total)]
     return [(d, *_mb_chunk(d, k, p, v)) for d, k in seq]
 
 
@@ -80,11 +86,11 @@ def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool, cos
             + [(item,) for item in seq[warmup + steady:]])
 
 
-def _mb_chunk(direction: str, k: int, p: int, v: int) -> tuple[int, int]:
+def _mb_chunk(direction: Kind, k: int, p: int, v: int) -> tuple[int, int]:
     """Megatron's mapping from the k-th forward/backward to (micro-batch, chunk)."""
     group = k % (p * v)
     chunk = group // p
-    if direction == "B":
+    if direction is Kind.B:
         chunk = v - 1 - chunk
     return (k // (p * v)) * p + k % p, chunk
 
@@ -122,32 +128,30 @@ def virtual_stages_of(schedule: str, p: int, v: int, stage: int) -> list[int]:
     return [zb.virtual_stage(schedule, p, stage, c) for c in range(chunks)]
 
 
-def in_flight(seq: list[tuple[str, int, int]]) -> int:
+def in_flight(seq: list[tuple[Kind, int, int]]) -> int:
     """Most (micro-batch, chunk) activations held at once under a schedule."""
     held = peak = 0
     for direction, _, _ in seq:
-        held += 1 if direction == "F" else -1
+        held += 1 if direction is Kind.F else -1
         peak = max(peak, held)
     return peak
 
 
 def activation_bytes(b) -> float:
     """Bytes each rank sends per micro-batch across one boundary."""
-    return b.ctx.shard.tokens * b.ctx.dims.h * ELEM / b.ctx.layout.sizes["tp"]
+    return b.ctx.shard.tokens * b.ctx.dims.h * ELEM / b.ctx.layout.sizes[Category.TP]
 
 
-def transfer(b, direction: str, mb: int, src_vs: int, dst_vs: int, deps, sending: bool, chunk: int = 0) -> int:
+def transfer(b, direction: Kind, mb: int, src_vs: int, dst_vs: int, deps, sending: bool, chunk: int = 0) -> int:
     """One side of a send/recv between virtual stages (the rank holding a virtual stage in
     ``chunk``'s pipeline: vs % p, or as :func:`.pp_zero_bubble.stage_of` places it)."""
-    layout, p = b.ctx.layout, b.ctx.layout.sizes["pp"]
+    layout, p = b.ctx.layout, b.ctx.layout.sizes[Category.PP]
     schedule = b.ctx.scenario.parallel.schedule
     src_stage, dst_stage = zb.stage_of(schedule, p, src_vs, chunk), zb.stage_of(schedule, p, dst_vs, chunk)
     src = layout.stage_rank(b.rank, src_stage)
     dst = layout.stage_rank(b.rank, dst_stage)
-    stream = f"pp_{'send' if sending else 'recv'}_{'fwd' if direction == 'F' else 'bwd'}"
-    if schedule in zb.ZERO_BUBBLE and chunk:  # each chunk's pipeline its own streams (its own neighbours)
-        stream += f"{chunk}"
-    name = ("send_" if sending else "recv_") + ("act" if direction == "F" else "grad")
+    stream = STREAMS[sending, direction, chunk if schedule in zb.ZERO_BUBBLE else 0]
+    name = ("send_" if sending else "recv_") + ("act" if direction is Kind.F else "grad")
     return b.collective(name, AXIS, SEND_RECV, (src, dst), activation_bytes(b), deps, stream=stream, mb=mb,
                         tag=(direction, src_vs, dst_vs), key="p2p",
                         group_of=lambda r: (layout.stage_rank(r, src_stage), layout.stage_rank(r, dst_stage)))

@@ -37,14 +37,16 @@ Run ``clustersim run SCENARIO --set parallel.schedule=zb-h1`` (or ``zb-h2``, ``z
 """
 
 import heapq
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 
 from ..input.scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE
 
 
-class Kind(str, Enum):
-    """What a schedule item computes (the string values are the papers' letters)."""
+class Kind(StrEnum):
+    """What a schedule item computes (the string values are the papers' letters); every
+    schedule's items carry one (:func:`sim.parallel.pp.order` too), read by identity by the
+    builder (:mod:`.workload`, :mod:`.passes`, :mod:`.ep_overlap`)."""
 
     F = "F"
     B = "B"  # whole backward

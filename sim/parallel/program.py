@@ -19,7 +19,7 @@ from ..model import host
 from ..engine.ops import Collective, Op, RankProgram
 from ..engine.kinds import Category, Phase, StreamName
 from ..model.transformer import Dims
-from ..model.layers import Shard
+from ..model.layers import Direction, Shard
 from .folding import Folding
 from .layout import Layout
 from .tp import grad_parts
@@ -65,7 +65,7 @@ class Context:
         """The siblings of ``group`` found by asking ``group_of`` for every group of its stage."""
         classes, simulated = self.folding.classes, self.simulated
         want = [classes[r] for r in group]
-        same_stage = self.layout.group(group[0], "tp", "cp", "dp")
+        same_stage = self.layout.group(group[0], Category.TP, Category.CP, Category.DP)
         alike, covered = [], set(group)
         for r in same_stage:  # groups partition the stage: one group_of call per group
             if r not in covered:
@@ -101,7 +101,7 @@ class Varying:
     captured: bool
     fuse: bool
     layer: int
-    direction: str
+    direction: Direction
 
     def timed_op(self, base: Op, duration: float, own: float) -> Op:
         """``base`` with ``duration`` and, but inside a captured region, ``own`` issue seconds
@@ -117,7 +117,7 @@ class RankBuilder:
     def __init__(self, ctx: Context, rank: int):
         self.ctx, self.rank = ctx, rank
         self.coords = ctx.layout.coords(rank)
-        self.stage = self.coords["pp"]
+        self.stage = self.coords[Category.PP]
         self.program = RankProgram(rank)
         self.deferred: list | None = None  # weight gradients held for a later W pass (zero-bubble schedules)
         self.phase: Phase | None = None

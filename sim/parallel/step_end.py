@@ -25,7 +25,7 @@ look for ``grad_norm``, ``grad_norm_ar``, ``optimizer`` and ``loss_ar`` in ``--t
 """
 
 from ..collectives.kinds import ALL_REDUCE
-from ..engine.kinds import Phase, StreamName
+from ..engine.kinds import Category, Phase, StreamName
 from ..model.optimizer import grad_norm, optimizer, zero_grad
 from ..model.quant import Recipe
 from .dp import AXIS, GRAD_BYTES
@@ -88,7 +88,7 @@ def norm_group(b):
     group_of None for the world, which has no sibling groups."""
     layout, p = b.ctx.layout, b.ctx.scenario.parallel
     if p.zero == 0:
-        return layout.group(b.rank, "tp", "pp"), lambda r: layout.group(r, "tp", "pp")
+        return layout.group(b.rank, Category.TP, Category.PP), lambda r: layout.group(r, Category.TP, Category.PP)
     if layout.dp_shard is None:
         return layout.instance_group(None), None
     return layout.instance_group(b.rank), layout.instance_group
@@ -97,10 +97,10 @@ def norm_group(b):
 def loss_sync(b, deps) -> int | None:
     """Step 4: the last stage's loss all-reduce over dp x cp."""
     layout = b.ctx.layout
-    if b.stage != layout.sizes["pp"] - 1:
+    if b.stage != layout.sizes[Category.PP] - 1:
         return None
-    group = layout.group(b.rank, "cp", "dp")
+    group = layout.group(b.rank, Category.CP, Category.DP)
     if len(group) == 1:
         return None
     return b.collective(LOSS_SYNC, AXIS, ALL_REDUCE, group, LOSS_BYTES, deps, stream=StreamName.DP,
-                        group_of=lambda r: layout.group(r, "cp", "dp"))
+                        group_of=lambda r: layout.group(r, Category.CP, Category.DP))

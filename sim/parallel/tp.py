@@ -11,7 +11,7 @@ These sit on the critical path: the next compute op depends on them (with
 from dataclasses import dataclass
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
-from ..model.layers import ELEM, backward, entry_width
+from ..model.layers import ELEM, Direction, backward, entry_width
 from ..engine.kinds import Category
 
 AXIS = Category.TP
@@ -78,11 +78,11 @@ def compute_op(b, name, kernels, deps, layer, mb, weights: bool = True):
 
 
 def _group(b):
-    return b.ctx.layout.group(b.rank, "tp")
+    return b.ctx.layout.group(b.rank, Category.TP)
 
 
 def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, "tp")
+    return lambda r: b.ctx.layout.group(r, Category.TP)
 
 
 def activation_bytes(b) -> float:
@@ -106,7 +106,7 @@ def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
 def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """Before a sublayer (SP only): all-gather the sequence-sharded input (``nbytes``,
     default :func:`activation_bytes`)."""
-    if b.ctx.layout.sizes["tp"] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
+    if b.ctx.layout.sizes[Category.TP] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
     return b.collective(f"{sublayer}_ag", AXIS, ALL_GATHER, _group(b), nbytes or activation_bytes(b), deps,
                         layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
@@ -114,7 +114,7 @@ def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | N
 
 def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
     """After a sublayer: all-reduce the partial sums (SP: reduce-scatter them)."""
-    if b.ctx.layout.sizes["tp"] == 1:
+    if b.ctx.layout.sizes[Category.TP] == 1:
         return deps
     op = REDUCE_SCATTER if b.ctx.scenario.parallel.sequence_parallel else ALL_REDUCE
     name = "rs" if op is REDUCE_SCATTER else "ar"
@@ -124,12 +124,12 @@ def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | No
 
 def enter_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of exit: SP all-gathers the output gradient; without SP nothing."""
-    return enter(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
+    return enter(b, sublayer + "_grad", layer, mb, deps, tag=(Direction.BWD,), nbytes=nbytes)
 
 
 def exit_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
     """Backward of enter: all-reduce (SP: reduce-scatter) the input gradient."""
-    return exit(b, sublayer + "_grad", layer, mb, deps, tag=("bwd",), nbytes=nbytes)
+    return exit(b, sublayer + "_grad", layer, mb, deps, tag=(Direction.BWD,), nbytes=nbytes)
 
 
 def forward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: int, deps, tag: str,
@@ -148,7 +148,7 @@ def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: i
     first (``scattered``); the input side runs as :func:`split_backward`."""
     kernels = kernels_fn(b.ctx.dims, b.ctx.shard)
     x = enter_backward(b, sublayer, layer, mb, deps, sublayer_bytes(b, sublayer, True, False)) if scattered else deps
-    if not gathered or b.ctx.layout.sizes["tp"] == 1:  # nothing to reduce: one op
+    if not gathered or b.ctx.layout.sizes[Category.TP] == 1:  # nothing to reduce: one op
         return b.compute(name, backward(kernels), x, layer, mb)
     r = roles(kernels, True, False)
     x = compute_op(b, name, backward(kernels[r.consumers.stop:]), x, layer, mb)
@@ -164,13 +164,13 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
     is reduce-scattered (SP) or all-reduced asynchronously while the wgrad GEMM runs; the
     head's backward (the norm) waits for both."""
     consumers = kernels[r.consumers]
-    if not consumers or b.ctx.layout.sizes["tp"] == 1:
+    if not consumers or b.ctx.layout.sizes[Category.TP] == 1:
         x = compute_op(b, name, backward(consumers), x, layer, mb)
         return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
     gather = None
     if b.ctx.scenario.parallel.sequence_parallel:
         gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, _group(b), sublayer_bytes(b, sub, True, True),
-                              x, layer=layer, mb=mb, tag=("bwd", "input"), group_of=_group_of(b))
+                              x, layer=layer, mb=mb, tag=(Direction.BWD, "input"), group_of=_group_of(b))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
     wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)

@@ -43,7 +43,7 @@ Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, t
 """
 
 from ..collectives.kinds import REDUCE_SCATTER, RING_SHIFT
-from ..model.layers import backward as backward_of
+from ..model.layers import Direction, backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
 from ..engine.kinds import Category
@@ -57,11 +57,11 @@ COMM_SM_SHARE = 16 / 132
 
 
 def _group(b):
-    return b.ctx.layout.group(b.rank, "tp")
+    return b.ctx.layout.group(b.rank, Category.TP)
 
 
 def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, "tp")
+    return lambda r: b.ctx.layout.group(r, Category.TP)
 
 
 def _chunk(kernel, chunks: int):
@@ -72,7 +72,7 @@ def _chunk(kernel, chunks: int):
 def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, entry: bool, weights: bool = True) -> int:
     """All-gather by ring exchange, GEMM chunk i after the arrival of chunk i (``weights``:
     :meth:`sim.parallel.program.RankBuilder.compute`'s)."""
-    tp = b.ctx.layout.sizes["tp"]
+    tp = b.ctx.layout.sizes[Category.TP]
     nbytes = sublayer_bytes(b, sub, True, entry) / tp
     shift, x = None, deps
     for i in range(tp):
@@ -106,7 +106,7 @@ def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: s
     if gather:
         x = _compute(b, name, kernels[r.head], x, layer, mb)
         if r.consumers.stop > r.consumers.start:
-            tp_size = b.ctx.layout.sizes["tp"]
+            tp_size = b.ctx.layout.sizes[Category.TP]
             x = ring_gather(b, sub, name, [_chunk(k, tp_size) for k in kernels[r.consumers]], x, layer, mb, (tag,),
                             entry=True)
         else:
@@ -134,8 +134,8 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
             x = tp.enter_backward(b, sub, layer, mb, x, sublayer_bytes(b, sub, True, False))
         else:
             halves = [_half(k) for k in kernels[r.producer]]
-            dgrad = [_chunk(k, b.ctx.layout.sizes["tp"]) for k in halves]
-            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, ("bwd",), entry=False, weights=False)
+            dgrad = [_chunk(k, b.ctx.layout.sizes[Category.TP]) for k in halves]
+            x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, (Direction.BWD,), entry=False, weights=False)
             x = b.weight_grad(name, tuple(halves), x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
     return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \

@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from ..engine.kinds import Phase
+from ..engine.kinds import Category, Phase
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel, quantized
 from ..model import host
@@ -28,6 +28,7 @@ from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
+from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
 from ..input.scenario import Scenario
 
@@ -127,7 +128,7 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     """One rank's step: pipeline schedule, gradient sync, optimizer."""
     b = RankBuilder(ctx, rank)
     par = ctx.scenario.parallel
-    p, v = ctx.layout.sizes["pp"], par.virtual_stages
+    p, v = ctx.layout.sizes[Category.PP], par.virtual_stages
     vstages = pp.virtual_stages_of(par.schedule, p, v, b.stage)
     chunks = {c: stage_layer_ids(ctx, vs) for c, vs in enumerate(vstages)}
     step_end.start(b)  # (the gradient buffer's memset)
@@ -136,11 +137,11 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
     sync_cls = zero.ShardedGradSync if zero.enabled(b) else dp.GradSync
     syncs = {c: sync_cls(b, c) for c in chunks} if par.zero < 3 else {}
     steps = pp.steps(par.schedule, p, v, ctx.micro_batches, b.stage, par.ep_comm_overlap, pp.pass_costs(ctx))
-    last = {chunk: mb for step in steps for kind, mb, chunk in step if kind != "F"}  # each chunk's last backward
+    last = {chunk: mb for step in steps for kind, mb, chunk in step if kind is not Kind.F}  # each chunk's last backward
     final, deferred, chunk_end = [], {}, {}
     memo = replay.StepMemo(b) if replay.ENABLED else None
     for step in steps:
-        if step[0][0] == "W":
+        if step[0][0] is Kind.W:
             b.host(host.SCHEDULE_PASS_S)
             with b.phase_of(Phase.BACKWARD):  # (a zero-bubble W: the weight-gradient half of a backward)
                 chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
@@ -149,7 +150,7 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
         added, xs = memo.run(step, run) if memo is not None and steady(step, last) else run()
         final += added
         for (kind, _mb, chunk), x in zip(step, xs):
-            if kind != "F":
+            if kind is not Kind.F:
                 chunk_end[chunk] = x
     with b.phase_of(Phase.BACKWARD):  # overlap_grad_reduce = false: every bucket after the whole backward
         for sync in syncs.values():
@@ -170,7 +171,7 @@ def steady(step: tuple, last: dict) -> bool:
     """Whether a step builds the same ops as the other steps of its shape but for their
     micro-batch (:mod:`.replay`): forwards and backwards, but not a chunk's last backward
     (its gradient buckets) or a zero-bubble input-gradient pass (its W pass comes later)."""
-    return all(kind == "F" or (kind == "B" and mb != last[chunk]) for kind, mb, chunk in step)
+    return all(kind is Kind.F or (kind is Kind.B and mb != last[chunk]) for kind, mb, chunk in step)
 
 
 def run_step(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, step: tuple, last: dict,
@@ -186,7 +187,7 @@ def run_step(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, ste
     for ps, (kind, mb, chunk) in zip(passes, step):
         with b.phase_of(ps.phase):
             final += close_pass(b, ps, vstages[chunk], chunk)
-        if kind == "I":
+        if kind is Kind.I:
             deferred[mb, chunk] = ps
     return final, [ps.x for ps in passes]
 
@@ -195,29 +196,29 @@ def open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, it
     """Receive a chunk's input (activations or gradients) and set up its pass (kind I: a
     backward whose weight gradients wait for a W item)."""
     b.host(host.SCHEDULE_PASS_S)  # the schedule loop's work for this pass
-    with b.phase_of(Phase.FORWARD if item[0] == "F" else Phase.BACKWARD):
+    with b.phase_of(Phase.FORWARD if item[0] is Kind.F else Phase.BACKWARD):
         return _open_pass(b, chunks, vstages, syncs, param_waits, item, last)
 
 
 def _open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, item: tuple, last: dict) -> Pass:
     kind, mb, chunk = item
     vs, last_vs = vstages[chunk], len(b.ctx.stage_layers) - 1
-    if kind == "F":
-        deps = pp.transfer(b, "F", mb, vs - 1, vs, (), sending=False, chunk=chunk) if vs > 0 else ()
-        return Pass(b, chunks[chunk], mb, deps, "F", param_waits=param_waits)
-    deps = pp.transfer(b, "B", mb, vs + 1, vs, (), sending=False, chunk=chunk) if vs < last_vs else ()
+    if kind is Kind.F:
+        deps = pp.transfer(b, Kind.F, mb, vs - 1, vs, (), sending=False, chunk=chunk) if vs > 0 else ()
+        return Pass(b, chunks[chunk], mb, deps, Kind.F, param_waits=param_waits)
+    deps = pp.transfer(b, Kind.B, mb, vs + 1, vs, (), sending=False, chunk=chunk) if vs < last_vs else ()
     final = mb == last[chunk]
-    return Pass(b, chunks[chunk], mb, deps, "B", sync=syncs.get(chunk) if final else None, last_mb=final,
-                defer=kind == "I")
+    return Pass(b, chunks[chunk], mb, deps, Kind.B, sync=syncs.get(chunk) if final else None, last_mb=final,
+                defer=kind is Kind.I)
 
 
 def close_pass(b, ps: Pass, vs: int, chunk: int = 0) -> list[int]:
     """Send a chunk's output on; returns the FSDP reduce-scatters the optimizer waits for."""
-    if ps.direction == "F":
+    if ps.direction is Kind.F:
         if vs < len(b.ctx.stage_layers) - 1:
-            pp.transfer(b, "F", ps.mb, vs, vs + 1, ps.x, sending=True, chunk=chunk)
+            pp.transfer(b, Kind.F, ps.mb, vs, vs + 1, ps.x, sending=True, chunk=chunk)
         return []
     ps.finish()
     if vs > 0:
-        pp.transfer(b, "B", ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)
+        pp.transfer(b, Kind.B, ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)
     return ps.rs_ops

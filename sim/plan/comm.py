@@ -9,10 +9,11 @@ outside it; the slower of the two sets the time. Groups are those of rank 0 of t
 layout (Megatron order tp-cp-dp-pp), which every other group mirrors.
 """
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from ..collectives import tuner
 from ..collectives.kinds import CollectiveOp
+from ..engine.kinds import Category
 from ..hardware.switching import fabric_of
 from ..parallel.layout import Layout
 
@@ -29,8 +30,7 @@ class Comm:
         self.groups = lru_cache(maxsize=None)(self._groups)  # (tp, cp, dp, pp, ep, etp) -> Groups
 
     def _groups(self, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> "Groups":
-        return Groups(self.domain, Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ("tp", "cp", "dp", "pp"), ep,
-                                          None if etp == tp else etp))
+        return Groups(self.domain, Layout.megatron(tp, cp, dp, pp, ep, etp))
 
     def _reduce(self, op: CollectiveOp, nbytes: float, domains: tuple[int, ...]) -> float:
         """Seconds of an all_reduce / all_gather / reduce_scatter as NCCL's tuner predicts it."""
@@ -58,25 +58,41 @@ class Comm:
 
 
 class Groups:
-    """NVLink domains of the members of rank 0's group on each axis (``groups["ep"]``),
-    built on first use: tp, cp, dp (cp x dp), ep, edp (expert-dp), etp (expert-tp), pp
-    (rank 0 and its next stage)."""
+    """NVLink domains of the members of rank 0's group on each axis, each built on first
+    use: tp, cp, dp (cp x dp), pp (rank 0 and its next stage), ep, edp (expert-dp), etp
+    (expert-tp)."""
 
     def __init__(self, domain: int, layout: Layout):
-        self.domain, self.layout, self.found = domain, layout, {}
+        self.domain, self.layout = domain, layout
 
-    def __getitem__(self, axis: str) -> tuple[int, ...]:
-        found = self.found.get(axis)
-        if found is None:
-            found = self.found[axis] = tuple(r // self.domain for r in self._members(axis))
-        return found
+    def _domains(self, members) -> tuple[int, ...]:
+        return tuple(r // self.domain for r in members)
 
-    def _members(self, axis: str) -> tuple[int, ...]:
-        layout = self.layout
-        if axis in ("tp", "cp"):
-            return layout.group(0, axis)
-        if axis == "dp":
-            return layout.group(0, "cp", "dp")
-        if axis == "pp":
-            return (0, layout.stage_rank(0, 1)) if layout.sizes["pp"] > 1 else (0,)
-        return {"ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}[axis](0)
+    @cached_property
+    def tp(self) -> tuple[int, ...]:
+        return self._domains(self.layout.group(0, Category.TP))
+
+    @cached_property
+    def cp(self) -> tuple[int, ...]:
+        return self._domains(self.layout.group(0, Category.CP))
+
+    @cached_property
+    def dp(self) -> tuple[int, ...]:
+        """The gradient reduction's group: cp x dp (Megatron's data-parallel-with-context group)."""
+        return self._domains(self.layout.group(0, Category.CP, Category.DP))
+
+    @cached_property
+    def pp(self) -> tuple[int, ...]:
+        return self._domains((0, self.layout.stage_rank(0, 1)) if self.layout.sizes[Category.PP] > 1 else (0,))
+
+    @cached_property
+    def ep(self) -> tuple[int, ...]:
+        return self._domains(self.layout.ep_group(0))
+
+    @cached_property
+    def edp(self) -> tuple[int, ...]:
+        return self._domains(self.layout.expert_dp_group(0))
+
+    @cached_property
+    def etp(self) -> tuple[int, ...]:
+        return self._domains(self.layout.expert_tp_group(0))

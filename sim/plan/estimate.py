@@ -207,7 +207,7 @@ class Estimator:
         """Seconds of one layer's FSDP all-gather and reduce-scatter of ``nbytes`` (per kind),
         2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
         the reduce-scatter, once per step, moves what the gather moved)."""
-        group = self.comm.groups(tp, cp, dp, 1, ep, etp)["dp"]
+        group = self.comm.groups(tp, cp, dp, 1, ep, etp).dp
         return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in (ALL_GATHER, REDUCE_SCATTER)])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:
@@ -217,7 +217,7 @@ class Estimator:
 
         def one(tp, cp, dp, mb):
             tokens = mb * self.s.training.seq_len // cp
-            return self.comm.p2p(tokens * self.d.h * ELEM / tp, self.comm.groups(tp, cp, dp, pp, 1, tp)["pp"])
+            return self.comm.p2p(tokens * self.d.h * ELEM / tp, self.comm.groups(tp, cp, dp, pp, 1, tp).pp)
 
         return 2 * (pp * v - 1) * lookup(g, ["tp", "cp", "dp", "micro_batch"], one)
 
@@ -244,7 +244,7 @@ class Estimator:
         data-parallel group, then the same over the expert-dp group."""
         groups = self.comm.groups(tp, cp, dp, 1, ep, etp)
         ops = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER)
-        return np.array([self.comm.reduce(op, self.bucket, groups[axis]) for axis in ("dp", "edp") for op in ops])
+        return np.array([self.comm.reduce(op, self.bucket, group) for group in (groups.dp, groups.edp) for op in ops])
 
     def _optimizer(self, g, pp: int, v: int) -> np.ndarray:
         """Adam on the fullest stage's shard (sim/parallel/step_end.py optimizer_step); its

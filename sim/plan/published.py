@@ -23,7 +23,7 @@ from .driver import search
 from .estimate import COMPONENTS, Estimator
 from .inputs import request_of
 from .report import describe
-from .space import COLUMNS
+from .space import COLUMNS, MEMORY_KNOBS, candidate_of
 from .stages import Stages
 
 
@@ -70,9 +70,6 @@ class Placement:
         return self.best_s <= self.published_s
 
 
-KNOBS = ("zero", "recompute", "micro_batch")  # what a 2021 run could not choose as today's can
-
-
 def place(row, budget: float, workers=None) -> Placement:
     """Plan one published row (``validation.Row``) and place its layout; InputError when
     the published layout's own simulation is past the work budget (sim/work.py)."""
@@ -83,7 +80,8 @@ def place(row, budget: float, workers=None) -> Placement:
     plan = search(req, top=10, budget=budget, workers=workers, quiet=True)
     published = simulate(s).summary["step_time_s"]
     table = plan.table
-    knobs = {"zero": s.parallel.zero, "recompute": s.training.recompute, "micro_batch": s.training.micro_batch}
+    own = candidate_of(s)
+    knobs = {k: own[k] for k in MEMORY_KNOBS}  # a published run's knobs were its time's (the module's docstring)
     peers = table[np.logical_and.reduce([table[k].to_numpy() == v for k, v in knobs.items()])]
     best = table.iloc[0]
     estimate = float(estimate_of(req, s)["estimate_s"].iat[0])
@@ -97,13 +95,8 @@ def estimate_of(req, s) -> "pd.DataFrame":
     """The planner's estimate of scenario ``s``'s own layout (one row: ``estimate_s`` and
     ``est_<component>_s``), on ``req``'s base as a search estimates its candidates, with
     its own ``stage_layers`` split where it has one."""
-    p, t = s.parallel, s.training
-    values = dict(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, expert_tp=p.expert_tp or p.tp,
-                  virtual_stages=p.virtual_stages, schedule=str(p.schedule), zero=p.zero, recompute=str(t.recompute),
-                  micro_batch=t.micro_batch, tp_comm_overlap=bool(p.tp_comm_overlap),
-                  ep_comm_overlap=bool(p.ep_comm_overlap))
-    row = pd.DataFrame([values], columns=list(COLUMNS))
-    return Estimator(req.scenario, Stages(req.scenario, p.stage_layers), req.spec, req.gpu).frame(row)[
+    row = pd.DataFrame([candidate_of(s)], columns=list(COLUMNS))
+    return Estimator(req.scenario, Stages(req.scenario, s.parallel.stage_layers), req.spec, req.gpu).frame(row)[
         ["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS]]
 
 

@@ -12,11 +12,12 @@ the same table.
 import numpy as np
 import pandas as pd
 
+from ..engine.kinds import Category
 from ..model.transformer import dims, model_flops_per_token
 from .explain import estimated_limits, limit, simulated_losses
 from .space import COLUMNS
 
-AXES = ("tp", "cp", "ep", "pp", "dp")
+AXES = (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP)  # the exposed_<axis>_s columns, in order
 TABLE = (("rank",) + COLUMNS + ("step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated",
                                 "estimate_s", "bubble_fraction") + tuple(f"exposed_{a}_s" for a in AXES)
          + ("limit", "sim_wall_s", "position"))

@@ -41,7 +41,8 @@ RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Columns of a candidate table, in the order of the contract's layout keys.
 MESH = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "schedule")
-KNOBS = ("zero", "recompute", "micro_batch", "tp_comm_overlap", "ep_comm_overlap")
+MEMORY_KNOBS = ("zero", "recompute", "micro_batch")  # what trades memory for time (and a 2021 run chose too)
+KNOBS = MEMORY_KNOBS + ("tp_comm_overlap", "ep_comm_overlap")
 COLUMNS = MESH + KNOBS
 
 
@@ -137,6 +138,16 @@ def enumerate_layouts(space: Space) -> pd.DataFrame:
     table = pd.concat(parts, ignore_index=True)
     order = np.lexsort((table["_knob"].to_numpy(), table["_mesh"].to_numpy()))
     return table.iloc[order][list(COLUMNS)].reset_index(drop=True)
+
+
+def candidate_of(s) -> dict:
+    """Scenario ``s``'s own layout as a candidate: its value of each of :data:`COLUMNS`
+    (the inverse of :func:`overrides`)."""
+    p, t = s.parallel, s.training
+    return dict(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, expert_tp=p.expert_tp or p.tp,
+                virtual_stages=p.virtual_stages, schedule=str(p.schedule), zero=p.zero, recompute=str(t.recompute),
+                micro_batch=t.micro_batch, tp_comm_overlap=bool(p.tp_comm_overlap),
+                ep_comm_overlap=bool(p.ep_comm_overlap))
 
 
 def overrides(row) -> dict:

@@ -49,8 +49,7 @@ class Stages:
     def context(self, tp: int, pp: int, v: int, ep: int = 1, etp: int | None = None, cp: int = 1,
                 dp: int = 1) -> Context:
         """A Context with the layout and layer split (no programs, compute model or domains)."""
-        layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ("tp", "cp", "dp", "pp"), ep,
-                        None if etp == tp else etp)
+        layout = Layout.megatron(tp, cp, dp, pp, ep, etp)
         return Context(self.scenario, self.dims, layout, None, None, [], frozenset(), 0,
                        pipeline.split_layers(self.dims.layers, pp * v, self.stage_layers))
 

@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from ..engine.ops import SPAN_COLUMNS
-from ..engine.kinds import Category, Phase
+from ..engine.kinds import Category, Phase, StreamName
 from ..outputs.result import Result, StepFacts
+from .loop import Segment
 
 MAX_ENGINES = 31  # engines shown (plus the trainer): the trace's default-selection size
 
@@ -54,10 +55,10 @@ def _trainer_rows(res) -> list[dict]:
         for name, share, phase in (("train_fwd", fwd, Phase.FORWARD), ("train_bwd", bwd, Phase.BACKWARD),
                                    ("train_optimizer", 1 - fwd - bwd, Phase.OPTIMIZER)):
             if share > 0:
-                rows.append(_row(0, "compute", name, Category.COMPUTE, t, t + d * share, st.step, phase))
+                rows.append(_row(0, StreamName.COMPUTE, name, Category.COMPUTE, t, t + d * share, st.step, phase))
                 t += d * share
         if st.transfer:
-            rows.append(_row(0, "weights", "send_weights", Category.WEIGHTS, *st.transfer, st.step + 1,
+            rows.append(_row(0, StreamName.WEIGHTS, "send_weights", Category.WEIGHTS, *st.transfer, st.step + 1,
                              Phase.WEIGHT_SYNC))
     return rows
 
@@ -68,16 +69,17 @@ def _engine_rows(g, wall: float, transfers: list[tuple]) -> list[dict]:
         end = wall if end is None else min(end, wall)
         if end <= start:
             continue
-        if kind == "generate":
+        if kind is Segment.GENERATE:
             gen.append((start, end, version))
             if running < g.cost.slots:
                 tail.append((start, end, 0))
-        elif kind == "weights":
+        elif kind is Segment.WEIGHTS:
             weights.append((start, end, "pause" if g.mode == "pipeline" else "swap"))
-    rows = [_row(rank, "compute", "generate_fwd", Category.COMPUTE, a, b, v, Phase.FORWARD) for a, b, v in _merge(gen)]
-    rows += [_row(rank, "tail", "underfull", Category.TAIL, a, b) for a, b, _ in _merge(tail)]
-    rows += [_row(rank, "weights", name, Category.WEIGHTS, a, b) for a, b, name in _merge(weights)]
-    rows += [_row(rank, "weights", "receive_weights", Category.WEIGHTS, a, b, phase=Phase.WEIGHT_SYNC)
+    rows = [_row(rank, StreamName.COMPUTE, "generate_fwd", Category.COMPUTE, a, b, v, Phase.FORWARD)
+            for a, b, v in _merge(gen)]
+    rows += [_row(rank, StreamName.TAIL, "underfull", Category.TAIL, a, b) for a, b, _ in _merge(tail)]
+    rows += [_row(rank, StreamName.WEIGHTS, name, Category.WEIGHTS, a, b) for a, b, name in _merge(weights)]
+    rows += [_row(rank, StreamName.WEIGHTS, "receive_weights", Category.WEIGHTS, a, b, phase=Phase.WEIGHT_SYNC)
              for a, b in transfers]
     return rows
 

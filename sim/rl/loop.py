@@ -31,12 +31,23 @@ a jump, at the next step boundary.
 """
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 import simpy
 
 from . import lengths as length_model
 from .transfer import run as run_transfer
+
+
+
+class Segment(StrEnum):
+    """What a generator engine does over one segment of its time (:attr:`Generator.segments`,
+    read by :mod:`.summary` and :mod:`.exports`)."""
+
+    GENERATE = "generate"  # prefill or decode steps (``running`` of its slots busy)
+    IDLE = "idle"  # nothing admissible
+    WEIGHTS = "weights"  # paused for, or loading, new weights
 
 
 @dataclass(eq=False)
@@ -128,7 +139,7 @@ class Generator:
         self.env, self.index, self.gpus, self.cost, self.prompts, self.mode = env, index, gpus, cost, prompts, mode
         self.running: list[Seq] = []
         self.version = self.staged = 0
-        self.segments: list[list] = []  # [start, end (None: open), kind, running, weights version]
+        self.segments: list[list] = []  # [start, end (None: open), Segment, running, weights version]
         self.wake = env.event()
         self.pause_pending = False
         self.paused = self.resume = None
@@ -148,7 +159,7 @@ class Generator:
             else:
                 yield from self._decode()
 
-    def _segment(self, kind: str, end=None, running: int = 0) -> list:
+    def _segment(self, kind: "Segment", end=None, running: int = 0) -> list:
         seg = [self.env.now, end, kind, running, self.version]
         self.segments.append(seg)
         return seg
@@ -161,7 +172,7 @@ class Generator:
 
     def _prefill(self, new: list[Seq]):
         dt = self.cost.prefill([q.prompt for q in new])
-        self._segment("generate", self.env.now + dt, len(self.running) + len(new))
+        self._segment(Segment.GENERATE, self.env.now + dt, len(self.running) + len(new))
         yield self.env.timeout(dt)
         for q in new:
             q.emit(1, self.version)  # the prefill step samples each prompt's first token
@@ -169,7 +180,7 @@ class Generator:
         self._retire()
 
     def _idle(self):
-        seg = self._segment("idle")
+        seg = self._segment(Segment.IDLE)
         if not self.wake.triggered:
             yield self.wake
         self.wake = self.env.event()
@@ -180,7 +191,7 @@ class Generator:
         context = sum(q.prompt + q.emitted for q in self.running)
         k = min(q.length - q.emitted for q in self.running)
         start = self.env.now
-        seg = self._segment("generate", start + self.cost.decode_span(b, context, k), b)
+        seg = self._segment(Segment.GENERATE, start + self.cost.decode_span(b, context, k), b)
         timer = self.env.timeout(seg[1] - start)
         fired = yield (timer | self.wake) if self.mode == "pipeline" else timer
         n = k
@@ -202,7 +213,7 @@ class Generator:
                 self.prompts.finish(q)
 
     def _pause(self):
-        seg = self._segment("weights", running=len(self.running))
+        seg = self._segment(Segment.WEIGHTS, running=len(self.running))
         self.paused.succeed()
         version = yield self.resume
         self.version, self.pause_pending = version, False
@@ -211,7 +222,7 @@ class Generator:
 
     def _swap(self):
         dt = self.cost.load_weights()
-        self._segment("weights", self.env.now + dt)
+        self._segment(Segment.WEIGHTS, self.env.now + dt)
         yield self.env.timeout(dt)
         self.version = self.staged
 

@@ -23,9 +23,7 @@ sequence's oldest token.
 
 import numpy as np
 
-from .loop import lag_array
-
-KINDS = ("generate", "idle", "weights")
+from .loop import Segment, lag_array
 
 
 def engine_times(generator, wall: float) -> dict:
@@ -34,12 +32,12 @@ def engine_times(generator, wall: float) -> dict:
     for start, end, kind, running, _ in generator.segments:
         end = wall if end is None else min(end, wall)
         dt = max(end - start, 0.0)
-        if kind == "generate":
+        if kind is Segment.GENERATE:
             full = running / generator.cost.slots
             out["useful"] += dt * full
             out["tail"] += dt * (1 - full)
-        else:
-            out[kind] += dt
+        else:  # idle, weights: named as their segments
+            out[kind.value] += dt
     return out
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 import math
 
-from ..collectives.kinds import BROADCAST
-from ..engine.kinds import Category, Phase
+from ..collectives.kinds import BROADCAST, Algorithm
+from ..engine.kinds import Category, Phase, StreamName
 from ..input.scenario import Scenario
 from ..model.transformer import dims, model_flops_per_token
 from . import lengths as length_model
@@ -159,8 +159,8 @@ def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float
 
     ctx, programs = build(s, topo)
     rank0 = next(p for p in programs if p.rank == 0)
-    rank0.add(Op("send_weights", Category.WEIGHTS, "weights", comm=Collective(("rl-weights",), BROADCAST, group,
-                                                                                float(nbytes), "ring"),
+    rank0.add(Op("send_weights", Category.WEIGHTS, StreamName.WEIGHTS,
+                 comm=Collective(("rl-weights",), BROADCAST, group, float(nbytes), Algorithm.RING),
                  phase=Phase.WEIGHT_SYNC))
     _engine, spans, _wall = execute(s.name, topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     sent = spans["name"] == "send_weights"

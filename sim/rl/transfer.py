@@ -28,6 +28,7 @@ import numpy as np
 from ..collectives import schedule
 from ..collectives.kinds import BROADCAST
 from ..collectives.schedule import chains_phase
+from ..engine.kinds import Category
 from ..parallel.layout import Layout
 
 
@@ -36,7 +37,7 @@ def sources(s, trainer_gpus: int) -> tuple[int, ...]:
     if s.parallel.zero >= 3:
         return tuple(range(trainer_gpus))
     layout = Layout.from_parallel(s.parallel)
-    return tuple(r for r in range(trainer_gpus) if layout.coords(r)["dp"] == 0)
+    return tuple(r for r in range(trainer_gpus) if layout.coords(r)[Category.DP] == 0)
 
 
 def phases(s, topo, trainer_gpus: int, generators: tuple[int, ...], nbytes: float) -> tuple:

@@ -24,12 +24,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from ..collectives.kinds import ALL_REDUCE
+from ..collectives.kinds import ALL_REDUCE, Algorithm
 from ..errors import InputError
 from ..input.bundled import EXAMPLES
 from ..outputs.paths import make_dir, written
 
 SCENARIOS = Path(__file__).resolve().parent / "gallery_scenarios"  # package data
+COMPARED = (Algorithm.RING, Algorithm.HIERARCHICAL)  # the hierarchical figure's two all-reduces
 
 
 def _run(path: Path, overrides=(), record_links=False):
@@ -108,7 +109,7 @@ def straggler(out: Path) -> list[str]:
             f"{r.summary['straggler_cost_s'] * 1e3:.1f} ms"]
 
 
-def collective_log(topo, algo: str, group: tuple, nbytes: float):
+def collective_log(topo, algo: Algorithm, group: tuple, nbytes: float):
     """(seconds, transfer log) of one all-reduce with every member simulated."""
     from .nccl_tests import run_collective
 
@@ -155,21 +156,36 @@ def hierarchical(out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..hardware import specs, topology
-    from ..hardware.gpus import gpu_preset
-    from ..outputs.timeline import draw
-    from ..outputs.trace import series_from_log
+    from ..hardware import specs
 
     spec = specs.load_spec("dgx-h100")
-    nbytes = 3.4e9
     cases = [("400 Gb/s NICs (DGX H100)", spec), ("100 Gb/s NICs (what-if)", dataclasses.replace(spec, nic_gbps=12.5))]
     colors = {"NVLink": "#4C72B0", "InfiniBand": "#C44E52"}
     fig, axes = plt.subplots(3, 2, figsize=(15, 10.5), gridspec_kw={"height_ratios": [1, 1, 1.15]})
+    lines = _all_reduce_rows(axes, cases, colors)
+    features, step_lines = _step_row(axes[2])
+    _hierarchical_legends(fig, features, colors)
+    with written(out / "gallery-hierarchical.png", "--out") as tmp:
+        fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    return lines + step_lines
+
+
+ALL_REDUCE_BYTES = 3.4e9  # the hierarchical figure's all-reduce: 1.7B bf16 gradients
+
+
+def _all_reduce_rows(axes, cases: list, colors: dict) -> list[str]:
+    """:func:`hierarchical`'s rows 1-2 (one row per NIC case: each algorithm's all-reduce over
+    2 nodes, how busy each fabric is) and its lines, those over 4 nodes too."""
+    from ..hardware import topology
+    from ..hardware.gpus import gpu_preset
+    from ..outputs.trace import series_from_log
+
     lines = []
     for row, (label, sp) in enumerate(cases):
         topo = topology.Topology(topology.fat_tree(16, sp, gpu_preset(sp.gpu)), sp)
         bucket, caps = _fabric_buckets(topo)
-        runs = {algo: collective_log(topo, algo, tuple(range(16)), nbytes) for algo in ("ring", "hierarchical")}
+        runs = {algo: collective_log(topo, algo, tuple(range(16)), ALL_REDUCE_BYTES) for algo in COMPARED}
         t_max = max(t for t, _ in runs.values())
         for col, (algo, (t, log)) in enumerate(runs.items()):
             ax = axes[row, col]
@@ -181,25 +197,27 @@ def hierarchical(out: Path) -> list[str]:
             lines.append(f"{label}, 2 nodes, {algo}: {t * 1e3:.1f} ms")
     for label, sp in cases:  # the same over 4 domains: hierarchical's advantage is gone
         topo = topology.Topology(topology.fat_tree(32, sp, gpu_preset(sp.gpu)), sp)
-        for algo in ("ring", "hierarchical"):
-            t, _ = collective_log(topo, algo, tuple(range(32)), nbytes)
+        for algo in COMPARED:
+            t, _ = collective_log(topo, algo, tuple(range(32)), ALL_REDUCE_BYTES)
             lines.append(f"{label}, 4 nodes, {algo}: {t * 1e3:.1f} ms")
-    path = SCENARIOS / "hierarchical.toml"
-    steps = [(algo, _run(path, [f"parallel.dp_algo={algo}"])) for algo in ("ring", "hierarchical")]
+    return lines
+
+
+def _step_row(axes) -> tuple[list, list[str]]:
+    """:func:`hierarchical`'s row 3: the gallery's training step under each algorithm, on one
+    time axis; (the timelines' features for the legend, its lines)."""
+    from ..outputs.timeline import draw
+
+    steps = [(algo, _run(SCENARIOS / "hierarchical.toml", [f"parallel.dp_algo={algo}"])) for algo in COMPARED]
     end = max(float(r.spans.end_s.max()) for _, r in steps)
-    features = []
-    for col, (algo, r) in enumerate(steps):
-        ax = axes[2, col]
+    features, lines = [], []
+    for ax, (algo, r) in zip(axes, steps):
         features.append(draw(ax, r, [0], (0.0, end), legend=False))
         ax.set_title(f"training step, 100 Gb/s NICs, dp_algo = {algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
                      f"MFU {r.summary['mfu']:.1%}", fontsize=10, loc="left")
         lines.append(f"step with 100 Gb/s NICs, dp_algo={algo}: {r.summary['step_time_s'] * 1e3:.1f} ms, "
                      f"MFU {r.summary['mfu']:.1%}, exposed comm {r.summary['exposed_comm_s'] * 1e3:.1f} ms")
-    _hierarchical_legends(fig, features, colors)
-    with written(out / "gallery-hierarchical.png", "--out") as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return lines
+    return features, lines
 
 
 def _hierarchical_legends(fig, features, colors: dict) -> None:
