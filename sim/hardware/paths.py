@@ -117,6 +117,8 @@ def spine_table(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     id) and every switch a leaf links to (-1 where none), and, if some of those switches
     are leaves, each leaf's column (-1: none); cached on the topology."""
     found = topo.__dict__.get("_spine_table")
+    if found is None and topo.tree is not None:  # a clean fat tree: sim/hardware/tree_arrays.py
+        found = topo.__dict__["_spine_table"] = topo.tree.spine_table()
     if found is None:
         leaf_ids(topo)
         adj, kinds, link_id = topo.graph._adj, topo.graph._node, topo.link_id
@@ -142,6 +144,9 @@ def leaf_ids(topo) -> np.ndarray:
     ``leaf_nodes(topo)[id]`` is the node; GPUs whose NIC is cut off get id 0, and a
     route never reaches them here: their broken links send them through ``route()``)."""
     found = topo.__dict__.get("_leaf_ids")
+    if found is None and topo.tree is not None:
+        topo.__dict__["_leaf_nodes"] = [topo.tree.leaf_node(i) for i in range(topo.tree.leaf_count)]
+        found = topo.__dict__["_leaf_ids"] = topo.tree.leaf_ids
     if found is None:
         nodes, ids = [], {}
         out = np.zeros(topo.num_gpus, dtype=np.int64)
@@ -179,7 +184,7 @@ def translatable(topo, off: int) -> bool:
     if plain is None:  # (counting a graph's edges walks every node: once per topology)
         plain = topo.__dict__["_translatable"] = (
             spec.routing is Routing.SPRAY and spec.planes == 1 and spec.builder is Builder.FAT_TREE
-            and topo.graph.graph.get("connected_with") == topo.graph.number_of_edges()
+            and topo.intact
             and topo.num_gpus % unit == 0 and spine_table(topo)[2] is None)
     return plain and off % unit == 0 and off % spec.gpus_per_domain == 0
 
