@@ -90,6 +90,8 @@ def group_tables(layout) -> dict[str, GroupTable]:
            "ep": layout.ep_group, "edp": layout.expert_dp_group, "etp": layout.expert_tp_group}
     built = {"mp": lambda: model_parallel_table(layout), "inst": lambda: instance_table(layout)}
     alias = {} if layout.folded_experts else {"etp": "tp", **({"edp": "dp"} if layout.ep == 1 else {})}
+    if layout.etp == layout.sizes["tp"]:  # expert tp q % etp at stage position q = tp + tp_size * (cp, dp):
+        alias["etp"] = "tp"  # the tp group, in order (16,384 groups not built again at 131k GPUs)
     if layout.dp_shard is None:
         alias["dps"] = "dp"
     out: dict[str, GroupTable] = {}
