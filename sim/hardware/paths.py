@@ -58,6 +58,9 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     return _assemble(topo, calls, (near, x), valid, slow, core, table, hops)
 
 
+CHUNK = 1 << 15  # fabric-crossing routes assembled at a time (131k GPUs' world-wide tree: 262k of them)
+
+
 def _assemble(topo, calls, where, relayed, slow, core, table, hops):
     """Concatenate the routes: columns per shape (same domain; across the fabric by
     relayed and spine count), then the pairs ``route()`` took (``calls``: (src, dst));
@@ -78,11 +81,13 @@ def _assemble(topo, calls, where, relayed, slow, core, table, hops):
     latency[near[keep_near]] = topo.latency[a] + topo.latency[b]  # (weights 1: the sum of two is the same float)
     shape = relayed[far] * 10**6 + k
     for s in np.unique(shape):
-        idx = far[shape == s]
-        m, w = _matrix(idx, bool(relayed[idx[0]]), core, table, hops)
-        at = offsets[x[idx]][:, None] + np.arange(m.shape[1])[None, :]
-        links[at], weights[at] = m, w
-        latency[x[idx]] = (topo.latency[m] * w).sum(axis=1)
+        same_shape = far[shape == s]
+        for start in range(0, len(same_shape), CHUNK):  # (a row's matrices are ~40 wide: chunks bound the peak)
+            idx = same_shape[start:start + CHUNK]
+            m, w = _matrix(idx, bool(relayed[idx[0]]), core, table, hops)
+            at = offsets[x[idx]][:, None] + np.arange(m.shape[1])[None, :]
+            links[at], weights[at] = m, w
+            latency[x[idx]] = (topo.latency[m] * w).sum(axis=1)
     for i, r in one.items():
         links[offsets[i]:offsets[i] + lengths[i]], weights[offsets[i]:offsets[i] + lengths[i]] = r.links, r.weights
         latency[i] = r.latency
