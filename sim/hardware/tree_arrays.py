@@ -17,6 +17,8 @@ i0+m-1, NIC i0's link to its leaf, then per GPU i0+k (k >= 1) its NIC link and t
 leaf link: 3 links per GPU, 3m per domain. Then every leaf's S spine uplinks, leaves in
 the order their first GPU appears (scalable unit, then rail). Edge e gives directed link
 ids 2e (as listed) and 2e + 1 (reversed).
+
+Run: ``python -m pytest -q tests/test_tree_arrays.py``
 """
 
 from dataclasses import dataclass
@@ -177,6 +179,7 @@ class LinkIds:
         self.tree = tree
 
     def get(self, pair: tuple, default=None):
+        """The id of directed link ``pair`` = (u, v), or ``default``."""
         found = self.tree.link_id(*pair) if isinstance(pair, tuple) and len(pair) == 2 else None
         return default if found is None else found
 
@@ -196,4 +199,5 @@ class LinkIds:
         return iter(self.tree.link_ends())
 
     def items(self):
+        """((u, v), id) of every directed link, by id (builds every node name: for outputs)."""
         return ((pair, lid) for lid, pair in enumerate(self.tree.link_ends()))
