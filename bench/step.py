@@ -61,6 +61,12 @@ Memory per op (main 491f3bf and this tree in turn, load average 1.8-3.0): ``405b
 with the spans table built without its consolidation copy and the engine's times released once
 its columns hold them (the peak was in building that table); at ``training.global_batch=384``
 0.65 -> 0.58 GB. Results identical (``python bench/fingerprint.py``).
+The fat tree indexed as arrays (sim/hardware/tree_arrays.py: no NetworkX graph unless read),
+the world-wide tree all-reduce built and routed as arrays, int32 compiled entries (docs/scaling.md,
+CPU seconds main -> this tree, two pairs back to back, load average 7-13): ``405b-131k-v4``
+26.3, 28.0 s -> 13.9, 13.7 s, peak RSS 2.48 -> 1.56 GB; ``405b-131k`` 22.5, 23.9 s -> 9.1, 9.5 s,
+2.45 -> 1.53 GB; ``405b-straggler-v4`` 18.2, 18.0 s -> 15.9, 14.6 s; ``405b-straggler`` 10.2,
+10.3 s -> 9.8, 8.0 s. Same summaries (``python bench/fingerprint.py``: identical).
 Then (main b2945af and this tree in turn, load average 3-12, docs/scaling.md): the engine's
 times, host release times and stream indices as float64/int64 arrays, the spans table sorted
 first and built a column at a time, the summary's per-rank sums over slices and runs of

@@ -148,6 +148,21 @@ def test_tiny_tree_beats_tiny_ring_at_64():
         time_collective(topo, "all_reduce", "ring", group, 8) / 5
 
 
+@pytest.mark.parametrize("domains, k", [(1, 8), (2, 1), (5, 3), (16, 8), (33, 4)])
+def test_tree_built_as_arrays_is_the_listed_tree_hop_for_hop(domains, k):
+    """The world-wide tree of a step's end is built as arrays when every domain is full:
+    the same hops, chains, bytes, steps and labels as the lists (shuffled member ids)."""
+    from sim.collectives.tree import all_reduce_arrays, all_reduce_lists
+
+    members = np.random.default_rng(domains * k).permutation(domains * k * 3)[:domains * k].reshape(domains, k)
+    for a, b in zip(all_reduce_arrays(members, 3e8), all_reduce_lists(members.tolist(), 3e8)):
+        for field in ("src", "dst", "chain", "nbytes"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), field
+        assert (a.steps, a.label, a.latency_scale, a.overhead, a.wire) == (b.steps, b.label, b.latency_scale,
+                                                                         b.overhead, b.wire)
+
+
 def test_tree_across_dgx_nodes_uses_every_nic_for_large_messages():
     """Eight channels, each led by a different GPU, so busbw is close to the ring's."""
     topo = spec_topology(64)

@@ -171,3 +171,16 @@ def test_expert_tp_equal_to_tp_dispatches_the_own_shard_under_sp(sp):
     assert len(gathers) and np.allclose(gathers.bytes, tp * tokens * k * h * 2 * (tp - 1) / tp, rtol=1e-12)
     layout = Layout.from_parallel(Parallel(tp=tp, dp=16, ep=ep, sequence_parallel=True))
     assert all(layout.expert_tp_group(r) == layout.group(r, "tp") for r in range(32))
+
+
+@pytest.mark.parametrize("order, sizes, ep", [("tp-cp-dp-pp", (2, 1, 4, 2), 1), ("tp-cp-dp-pp", (2, 2, 4, 1), 4),
+                                              ("tp-pp-dp-cp", (4, 2, 2, 3), 2), ("pp-dp-tp-cp", (2, 1, 6, 2), 3)])
+def test_expert_tp_groups_equal_to_tp_are_the_tp_table(order, sizes, ep):
+    """expert_tp = tp: every rank's expert-tp group is its tp group in order, so folding
+    takes the tp table for it rather than building it again (16,384 groups at 131k GPUs)."""
+    from sim.parallel.folding import group_tables
+
+    layout = Layout(dict(zip(("tp", "cp", "dp", "pp"), sizes)), tuple(order.split("-")), ep, None, True)
+    assert all(layout.expert_tp_group(r) == layout.group(r, "tp") for r in range(layout.world))
+    tables = group_tables(layout)
+    assert tables["etp"] is tables["tp"]

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .ring import domain_members, rotated
-from .schedule import chains_phase
+from .schedule import Phase, chains_phase
 
 
 def tree_edges(order: list[int]) -> list[tuple[int, int]]:
@@ -25,6 +25,13 @@ def tree_edges(order: list[int]) -> list[tuple[int, int]]:
 def all_reduce(group, domains, nbytes):
     """Chains to domain leaders, two binary trees over the leaders; reduce then broadcast."""
     per_domain = domain_members(group, domains)
+    if all(len(m) == len(per_domain[0]) for m in per_domain):
+        return all_reduce_arrays(np.array(per_domain, dtype=np.int64), nbytes)
+    return all_reduce_lists(per_domain, nbytes)
+
+
+def all_reduce_lists(per_domain: list[list[int]], nbytes: float) -> tuple[Phase, Phase]:
+    """:func:`all_reduce` over the members of each domain (in order), any sizes."""
     k = max(len(m) for m in per_domain)  # channels; a partial domain's GPUs lead several
     up = []
     for c in range(k):
@@ -36,3 +43,28 @@ def all_reduce(group, domains, nbytes):
     steps = max(1, math.ceil(math.log2(len(per_domain))) + max(len(m) for m in per_domain) - 1)
     share = np.full(len(up), nbytes / len(up))
     return (chains_phase(up, share, steps, "tree reduce"), chains_phase(down, share, steps, "tree broadcast"))
+
+
+def all_reduce_arrays(members: np.ndarray, nbytes: float) -> tuple[Phase, Phase]:
+    """:func:`all_reduce_lists` of ``members`` (domains x k GPUs, every domain full) built
+    as arrays: the same hops in the same order (a world-wide all-reduce at a 131,072-GPU
+    step's end is 2M hops, ~3 s as Python lists); tests/test_collectives.py compares them."""
+    n, k = members.shape
+    child = np.arange(1, n)
+    up = []  # (src, dst) per chain: channel c's chains, then its tree (and the mirrored one)
+    for c in range(k):
+        rot = members[:, (np.arange(k) + c) % k]
+        src, dst = rot[:, 1:].reshape(-1), rot[:, :-1].reshape(-1)
+        for leaders in (rot[:, 0], rot[::-1, 0]):
+            up.append((np.concatenate([src, leaders[child]]), np.concatenate([dst, leaders[(child - 1) // 2]])))
+    down = [(d[::-1], s[::-1]) for s, d in up]
+    steps = max(1, math.ceil(math.log2(n)) + k - 1)
+    share = np.full(len(up), nbytes / len(up))
+    return (_phase(up, share, steps, "tree reduce"), _phase(down, share, steps, "tree broadcast"))
+
+
+def _phase(chains: list[tuple[np.ndarray, np.ndarray]], share: np.ndarray, steps: int, label: str) -> Phase:
+    """:func:`~sim.collectives.schedule.chains_phase` of chains given as (src, dst) arrays."""
+    chain = np.repeat(np.arange(len(chains), dtype=np.int64), [len(s) for s, _ in chains])
+    return Phase(np.concatenate([s for s, _ in chains]).astype(np.int64), np.concatenate([d for _, d in chains]).astype(
+        np.int64), chain, np.asarray(share, dtype=float), steps, label)

@@ -12,7 +12,6 @@ Run: ``python -m pytest -q tests/test_network.py tests/test_paths.py``
 """
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -33,11 +32,6 @@ class CompiledPhase:
     key: int  # identifies the link structure, for the rate cache
     links: np.ndarray  # the distinct links it uses, ascending
     link_index: np.ndarray  # per entry: the position of its link in ``links``
-
-    @cached_property
-    def entry_link(self) -> np.ndarray:
-        """Per entry: its link (worked out once: joint max-min solves read it again and again)."""
-        return self.links[self.link_index]
 
 
 def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> CompiledPhase:
@@ -61,9 +55,9 @@ def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> Compil
     used = np.zeros(len(topo.caps), dtype=bool)  # its distinct links, without sorting the entries
     used[entry_link] = True
     links = np.flatnonzero(used)
-    position = np.empty(len(used), dtype=np.int64)
-    position[links] = np.arange(len(links))
-    compiled = CompiledPhase(np.repeat(phase.chain, lengths), entry_weight, phase.n_chains,
+    position = np.empty(len(used), dtype=np.int32)  # (entries' chains and link positions as int32: 13M
+    position[links] = np.arange(len(links))  # entries a phase at 131k GPUs, 0.1 GB less each; same values)
+    compiled = CompiledPhase(np.repeat(phase.chain.astype(np.int32), lengths), entry_weight, phase.n_chains,
                              float(latency.max()) if len(latency) else 0.0, serial, links, position[entry_link])
     if shape is not None and not stats["slow"]:
         templates.setdefault(shape, (int(phase.src[0]), compiled))

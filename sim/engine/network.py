@@ -86,7 +86,7 @@ class Network:
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
-        self._position = np.zeros(len(topo.caps), dtype=np.int64)  # scratch of _max_min
+        self._position = np.zeros(len(topo.caps), dtype=np.int32)  # scratch of _max_min (entries' links: int32)
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -283,8 +283,8 @@ class Network:
         offsets = np.zeros(len(phases), dtype=np.int64)
         np.cumsum(n_chains[:-1], out=offsets[1:])
         chain = (np.concatenate([ph.entry_chain for ph in phases])
-                 + np.repeat(offsets, [len(ph.entry_chain) for ph in phases]))
-        local = position[np.concatenate([ph.entry_link for ph in phases])]
+                 + np.repeat(offsets.astype(np.int32), [len(ph.entry_chain) for ph in phases]))
+        local = np.concatenate([position[ph.links][ph.link_index] for ph in phases])  # (each entry's link, renumbered)
         weight = np.concatenate([ph.entry_weight for ph in phases])
         if any(act.mask != b"" for act in order):  # (an act whose mask is b"" has every chain live)
             live = np.concatenate([act.remaining for act in order])[chain] > 0

@@ -29,62 +29,74 @@ def routes(topo, src: np.ndarray, dst: np.ndarray, stats: dict | None = None
     calls = (src, dst)  # what route() is asked
     src, dst = np.where(other, 0, src), np.where(other, 0, dst)
     ends, dom = topo.endpoint_links, topo.domains
-    per = topo.spec.gpus_per_node
     same = dom[src] == dom[dst]
-    relay = pxn_relay(src, dst, per, dom)
-    valid = relay != src
-    hops = {"nv": (ends["up_nv"][src], ends["down_nv"][dst]), "pre": (ends["up_nv"][src], ends["down_nv"][relay]),
-            "nic": (ends["up_nic"][relay], ends["up_ib"][relay]), "last": (ends["down_ib"][dst], ends["down_nic"][dst])}
+    slow = other.copy()
+    near = np.flatnonzero(same & ~other)  # through the NVSwitch
+    nv = (ends["up_nv"][src[near]], ends["down_nv"][dst[near]])
+    slow[near[(nv[0] < 0) | (nv[1] < 0)]] = True
+    x = np.flatnonzero(~same)  # across the fabric: the hops below are of these pairs only
+    relay = pxn_relay(src[x], dst[x], topo.spec.gpus_per_node, dom)
+    valid = relay != src[x]
+    hops = {"pre": (ends["up_nv"][src[x]], ends["down_nv"][relay]), "nic": (ends["up_nic"][relay], ends["up_ib"][relay]),
+            "last": (ends["down_ib"][dst[x]], ends["down_nic"][dst[x]])}
     broken = {k: (a < 0) | (b < 0) for k, (a, b) in hops.items()}
-    slow = np.where(same, broken["nv"], (valid & broken["pre"]) | broken["nic"] | broken["last"]) | other
+    slow[x[(valid & broken["pre"]) | broken["nic"] | broken["last"]]] = True
     if topo.spec.routing is Routing.ECMP:
-        slow |= ~same
-    core = np.full(len(src), -1, dtype=np.int64)  # per pair crossing the fabric: its leaf pair's row in ``table``
+        slow[x] = True
+    core = np.full(len(x), -1, dtype=np.int64)  # per pair crossing the fabric: its leaf pair's row in ``table``
     table = None
-    cross = np.flatnonzero(~same & ~slow)
+    cross = np.flatnonzero(~slow[x])
     if len(cross):
-        leaf = leaf_ids(topo)
-        uniq, inverse = np.unique(leaf[relay[cross]] * len(leaf_nodes(topo)) + leaf[dst[cross]], return_inverse=True)
-        table = spine_hops(topo, uniq // len(leaf_nodes(topo)), uniq % len(leaf_nodes(topo)))
+        leaf, leaves = leaf_ids(topo), len(leaf_nodes(topo))
+        uniq, inverse = np.unique(leaf[relay[cross]] * leaves + leaf[dst[x[cross]]], return_inverse=True)
+        table = spine_hops(topo, uniq // leaves, uniq % leaves)
         core[cross] = inverse.reshape(-1)
-        slow[cross[table[1][core[cross]] < 0]] = True  # leaf pairs without two-hop paths
+        slow[x[cross[table[1][core[cross]] < 0]]] = True  # leaf pairs without two-hop paths
     if stats is not None:
         stats["slow"] = int(slow.sum())
-    return _assemble(topo, calls, same & ~slow, valid, slow, core, table, hops)
+    hops["nv"] = nv
+    return _assemble(topo, calls, (near, x), valid, slow, core, table, hops)
 
 
-def _assemble(topo, calls, near, relayed, slow, core, table, hops):
-    """Concatenate the routes: matrices per shape (same domain; across the fabric by
-    relayed and spine count), then the pairs ``route()`` took (``calls``: (src, dst))."""
+CHUNK = 1 << 15  # fabric-crossing routes assembled at a time (131k GPUs' world-wide tree: 262k of them)
+
+
+def _assemble(topo, calls, where, relayed, slow, core, table, hops):
+    """Concatenate the routes: columns per shape (same domain; across the fabric by
+    relayed and spine count), then the pairs ``route()`` took (``calls``: (src, dst));
+    ``where``: (the pairs of ``hops["nv"]``, those of the other hops, ``relayed``, ``core``)."""
     src, dst = calls
-    n = len(src)
-    far = ~near & ~slow
-    k = np.zeros(n, dtype=np.int64)
-    if table is not None:
-        k[far] = table[1][core[far]]
-    lengths = np.where(near, 2, 2 * relayed + 4 + k)
+    near, x = where
+    keep_near, far = ~slow[near], np.flatnonzero(~slow[x])
+    lengths = np.full(len(src), 2, dtype=np.int64)
+    k = table[1][core[far]] if table is not None else np.zeros(0, dtype=np.int64)
+    lengths[x[far]] = 2 * relayed[far] + 4 + k
     one = {int(i): topo.route(int(src[i]), int(dst[i])) for i in np.flatnonzero(slow)}
     for i, r in one.items():
         lengths[i] = len(r.links)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    links, weights, latency = np.zeros(int(lengths.sum()), np.int64), np.zeros(int(lengths.sum())), np.zeros(n)
-    shape = np.where(near, -1, np.where(far, relayed * 10**6 + k, -2))
-    for s in np.unique(shape[shape != -2]):
-        idx = np.flatnonzero(shape == s)
-        m, w = _matrix(idx, near[idx[0]], bool(relayed[idx[0]]), core, table, hops)
-        where = offsets[idx][:, None] + np.arange(m.shape[1])[None, :]
-        links[where], weights[where] = m, w
-        latency[idx] = (topo.latency[m] * w).sum(axis=1)
+    links, weights, latency = np.zeros(int(lengths.sum()), np.int64), np.zeros(int(lengths.sum())), np.zeros(len(src))
+    at, (a, b) = offsets[near[keep_near]], (h[keep_near] for h in hops["nv"])
+    links[at], links[at + 1], weights[at], weights[at + 1] = a, b, 1.0, 1.0
+    latency[near[keep_near]] = topo.latency[a] + topo.latency[b]  # (weights 1: the sum of two is the same float)
+    shape = relayed[far] * 10**6 + k
+    for s in np.unique(shape):
+        same_shape = far[shape == s]
+        for start in range(0, len(same_shape), CHUNK):  # (a row's matrices are ~40 wide: chunks bound the peak)
+            idx = same_shape[start:start + CHUNK]
+            m, w = _matrix(idx, bool(relayed[idx[0]]), core, table, hops)
+            at = offsets[x[idx]][:, None] + np.arange(m.shape[1])[None, :]
+            links[at], weights[at] = m, w
+            latency[x[idx]] = (topo.latency[m] * w).sum(axis=1)
     for i, r in one.items():
         links[offsets[i]:offsets[i] + lengths[i]], weights[offsets[i]:offsets[i] + lengths[i]] = r.links, r.weights
         latency[i] = r.latency
     return links, weights, lengths, latency
 
 
-def _matrix(idx: np.ndarray, near: bool, relayed: bool, core, table, hops) -> tuple[np.ndarray, np.ndarray]:
-    """Links and weights of the pairs ``idx`` (one shape), one row each."""
-    if near:
-        return np.column_stack([hops["nv"][0][idx], hops["nv"][1][idx]]), np.ones((len(idx), 2))
+def _matrix(idx: np.ndarray, relayed: bool, core, table, hops) -> tuple[np.ndarray, np.ndarray]:
+    """Links and weights of the fabric-crossing pairs ``idx`` (one shape; indices into the
+    pairs of ``hops``), one row each."""
     head = ([hops["pre"][0][idx], hops["pre"][1][idx]] if relayed else []) + [hops["nic"][0][idx], hops["nic"][1][idx]]
     k = int(table[1][core[idx[0]]])
     spine_links = table[0][core[idx], table[0].shape[1] - k:]
@@ -117,6 +129,8 @@ def spine_table(topo) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     id) and every switch a leaf links to (-1 where none), and, if some of those switches
     are leaves, each leaf's column (-1: none); cached on the topology."""
     found = topo.__dict__.get("_spine_table")
+    if found is None and topo.tree is not None:  # a clean fat tree: sim/hardware/tree_arrays.py
+        found = topo.__dict__["_spine_table"] = topo.tree.spine_table()
     if found is None:
         leaf_ids(topo)
         adj, kinds, link_id = topo.graph._adj, topo.graph._node, topo.link_id
@@ -142,6 +156,9 @@ def leaf_ids(topo) -> np.ndarray:
     ``leaf_nodes(topo)[id]`` is the node; GPUs whose NIC is cut off get id 0, and a
     route never reaches them here: their broken links send them through ``route()``)."""
     found = topo.__dict__.get("_leaf_ids")
+    if found is None and topo.tree is not None:
+        topo.__dict__["_leaf_nodes"] = [topo.tree.leaf_node(i) for i in range(topo.tree.leaf_count)]
+        found = topo.__dict__["_leaf_ids"] = topo.tree.leaf_ids
     if found is None:
         nodes, ids = [], {}
         out = np.zeros(topo.num_gpus, dtype=np.int64)
@@ -179,7 +196,7 @@ def translatable(topo, off: int) -> bool:
     if plain is None:  # (counting a graph's edges walks every node: once per topology)
         plain = topo.__dict__["_translatable"] = (
             spec.routing is Routing.SPRAY and spec.planes == 1 and spec.builder is Builder.FAT_TREE
-            and topo.graph.graph.get("connected_with") == topo.graph.number_of_edges()
+            and topo.intact
             and topo.num_gpus % unit == 0 and spine_table(topo)[2] is None)
     return plain and off % unit == 0 and off % spec.gpus_per_domain == 0
 

@@ -130,7 +130,7 @@ class SwitchRoutes:
     @cached_property
     def fabric(self) -> Fabric:
         """The tuner's view of this topology."""
-        return fabric_of(self.spec, self.graph.graph.get("gpu", self.spec.gpu), self.graph.graph.get("calibration"))
+        return fabric_of(self.spec, self.attrs.get("gpu", self.spec.gpu), self.attrs.get("calibration"))
 
     def _railed_hops(self, a: int, b: int, relay: int, prefix: list) -> list | None:
         """a -> b across nodes: NVLink to the relay on b's rail (PXN), its NIC sprayed over

@@ -27,6 +27,7 @@ from .rails import pxn_relay
 from .calibration import apply as apply_calibration
 from .specs import Builder, FatTreeSpec, Routing  # (topology files are read and checked in specs)
 from .switching import SwitchRoutes
+from .tree_arrays import LinkIds, TreeArrays, applies as arrays_apply
 from ..units import GB
 
 
@@ -111,17 +112,28 @@ class Topology(SwitchRoutes):
     efficiency of its kind; ``route(a, b)`` returns the link ids from GPU ``a`` to GPU ``b``.
     ``link_id[(u, v)]`` is the id of the directed link u -> v; :attr:`endpoint_links` and
     :attr:`leaves` give every GPU's first and last hops (read by sim/hardware/paths.py).
+    Given ``tree`` instead of a graph (:func:`build` on a clean fat tree), the links are
+    its arrays (:mod:`sim.hardware.tree_arrays`, the same ids) and :attr:`graph` is built
+    only when read; ``attrs`` is the graph's own attributes either way.
     """
 
-    def __init__(self, graph: nx.Graph, spec: FatTreeSpec):
+    def __init__(self, graph: nx.Graph | None, spec: FatTreeSpec, tree: TreeArrays | None = None):
+        self.spec, self.tree = spec, tree
+        self._routes: dict[tuple[int, int], Route] = {}
+        self._core_paths: dict[tuple, list] = {}
+        self._core_shares: dict[tuple, list] = {}  # sprayed (leaf, leaf) -> link shares
+        if tree is not None:
+            self.attrs = {"name": spec.name, "gpu": tree.gpu.name}
+            self.num_gpus, self.link_id = tree.num_gpus, LinkIds(tree)
+            self.caps, self.latency, self.kinds = tree.links()
+            return
+        self.__dict__["graph"], self.attrs = graph, graph.graph
         gpus = [n for n, d in graph.nodes(data=True) if d["kind"] == "gpu"]
-        unchanged = graph.graph.get("connected_with") == graph.number_of_edges()
-        if gpus and not unchanged and not nx.node_connected_component(graph, gpus[0]).issuperset(gpus):
+        if gpus and not self.intact and not nx.node_connected_component(graph, gpus[0]).issuperset(gpus):
             # (a switch left without links, e.g. a failed spine, isolates no GPU: fine)
             parts = sum(1 for c in nx.connected_components(graph) if any(n in c for n in gpus))
             raise InputError("cluster.topology", f"the network is disconnected ({parts} parts hold GPUs)")
-        self.graph, self.spec = graph, spec
-        self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
+        self.num_gpus = len(gpus)
         self.link_id: dict[tuple, int] = {}
         caps, lats, kinds = [], [], []
         for u, v, d in graph.edges(data=True):
@@ -132,9 +144,16 @@ class Topology(SwitchRoutes):
                 kinds.append(d["kind"])
         self.caps, self.latency = np.array(caps), np.array(lats)
         self.kinds = np.array(kinds)
-        self._routes: dict[tuple[int, int], Route] = {}
-        self._core_paths: dict[tuple, list] = {}
-        self._core_shares: dict[tuple, list] = {}  # sprayed (leaf, leaf) -> link shares
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """The NetworkX graph (given, or of a ``tree`` topology built now: the same links)."""
+        return fat_tree(self.num_gpus, self.spec, self.tree.gpu)
+
+    @cached_property
+    def intact(self) -> bool:
+        """Whether the graph is as its builder left it, every link there (counted once)."""
+        return self.tree is not None or self.attrs.get("connected_with") == self.graph.number_of_edges()
 
     def domain(self, gpu: int) -> int:
         """NVLink domain of a GPU."""
@@ -142,11 +161,15 @@ class Topology(SwitchRoutes):
 
     def server(self, gpu: int) -> int:
         """Server (node) index of a GPU."""
+        if self.tree is not None:
+            return gpu // self.spec.gpus_per_node
         return self.graph.nodes[("gpu", gpu)]["node"]
 
     @cached_property
     def link_ends(self) -> list[tuple]:
         """(from node, to node) of every directed link, by link id."""
+        if self.tree is not None:
+            return self.tree.link_ends()
         ends = [None] * len(self.caps)
         for pair, lid in self.link_id.items():
             ends[lid] = pair
@@ -155,6 +178,8 @@ class Topology(SwitchRoutes):
     @cached_property
     def domains(self) -> np.ndarray:
         """Array: NVLink domain of every GPU."""
+        if self.tree is not None:
+            return np.arange(self.num_gpus) // self.spec.gpus_per_domain
         node = self.graph._node
         return np.array([node[("gpu", i)]["domain"] for i in range(self.num_gpus)])
 
@@ -242,6 +267,8 @@ class Topology(SwitchRoutes):
     @cached_property
     def endpoint_links(self) -> dict[str, np.ndarray]:
         """Per GPU: the link ids of its first and last hops (-1 where a fault removed one)."""
+        if self.tree is not None:
+            return self.tree.endpoint_links
         n, get = self.num_gpus, self.link_id.get
         gpus, nics = [("gpu", i) for i in range(n)], [("nic", i) for i in range(n)]
         pairs = {"up_nv": zip(gpus, [("nvsw", d) for d in self.domains.tolist()]),
@@ -256,6 +283,8 @@ class Topology(SwitchRoutes):
     @cached_property
     def leaves(self) -> list:
         """Per GPU: the IB switch its NIC plugs into (None if the NIC is cut off)."""
+        if self.tree is not None:
+            return [self.tree.leaf_node(leaf) for leaf in self.tree.leaf_ids.tolist()]
         adj, node = self.graph._adj, self.graph._node  # (NetworkX's own dicts: 131k lookups)
         out = []
         for i in range(self.num_gpus):
@@ -266,6 +295,9 @@ class Topology(SwitchRoutes):
     def _paths(self, u, v) -> list[list]:
         """Every equal-cost shortest path u -> v (cached)."""
         paths = self._core_paths.get((u, v))
+        if paths is None and self.tree is not None and u[0] == v[0] == "leaf":  # every spine joins two leaves
+            paths = [[u]] if u == v else [[u, ("spine", s), v] for s in range(self.spec.spines)]
+            self._core_paths[(u, v)] = paths
         if paths is None:
             graph = self.graph if u[0] == "gpu" else self._switch_graph
             try:
@@ -300,6 +332,9 @@ def build(spec: FatTreeSpec, num_gpus: int, gpu: GPU, key: str = "cluster", faul
     link efficiencies and latencies (:mod:`sim.hardware.calibration`)."""
     if spec.max_gpus is not None and num_gpus > spec.max_gpus:
         raise InputError(key, f"{num_gpus} GPUs asked but topology {spec.name!r} holds {spec.max_gpus}")
+    if arrays_apply(spec, faults, calibration):  # links as arrays, the graph only if read
+        mesh.check_gpu(spec, gpu)
+        return Topology(None, spec, TreeArrays(spec, num_gpus, gpu))
     graph = fat_tree(num_gpus, spec, gpu)
     apply_faults(graph, faults, spec)
     apply_calibration(graph, calibration)

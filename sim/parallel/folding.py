@@ -91,6 +91,8 @@ def group_tables(layout) -> dict[GroupType, GroupTable]:
            G.EP: layout.ep_group, G.EDP: layout.expert_dp_group, G.ETP: layout.expert_tp_group}
     built = {G.MP: lambda: model_parallel_table(layout), G.INST: lambda: instance_table(layout)}
     alias = {} if layout.folded_experts else {G.ETP: G.TP, **({G.EDP: G.DP} if layout.ep == 1 else {})}
+    if layout.etp == layout.sizes[Category.TP]:  # expert tp q % etp at stage position q = tp + tp_size * (cp, dp):
+        alias[G.ETP] = G.TP  # the tp group, in order (16,384 groups not built again at 131k GPUs)
     if layout.dp_shard is None:
         alias[G.DP_SHARD] = G.DP
     out: dict[GroupType, GroupTable] = {}
