@@ -234,12 +234,16 @@ class Network:
         else:
             out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
+        self._wake_all(order, perm, horizons)
+
+    def _wake_all(self, order: list[_Active], perm: list[int], horizons: list[float]) -> None:
+        """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined,
+        the same checks, events and order: dozens of transfers are re-planned per joint
+        solve, 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
         if self.log is not None:
             for act, i in zip(order, perm):
                 self._wake_in(act, horizons[i])
             return
-        # (_wake_in inlined, the same checks, events and order: dozens of transfers re-planned
-        # per joint solve, 2M wake-ups in the GPT 530B row of clustersim validate)
         queue, eid, now, on_wake = self.env._queue, self.env._eid, self.env._now, self._on_wake
         for act, i in zip(order, perm):
             horizon = horizons[i]
