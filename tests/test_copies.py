@@ -74,6 +74,7 @@ def test_a_copy_is_the_program_the_rank_builds(name, fold):
             copy = copies.copy_program(ctx, base.program, rank, base.varying)
             same_program(copy, own.program)
             assert copy.release() == own.program.release()
+            assert copy.anchors() == own.program.anchors()  # (shared with the base when not retimed)
             copied += 1
             retimed += ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank)
     assert copied > 0

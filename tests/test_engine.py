@@ -73,6 +73,15 @@ class GeneralNetwork(Network):
         return False
 
 
+class UncachedEngine(Engine):
+    """The engine with a call's bytes, members and phases worked out afresh at every
+    arrival (as before ``Engine._shape_of`` cached them by the call's fields but its key)."""
+
+    def _shape_of(self, call):
+        self._member_bytes, self._schedules, self._expected = {}, {}, {}
+        return self.member_bytes(call), self._expected_members(call.group), self.schedule_of(call).phases
+
+
 @st.composite
 def programs(draw):
     """Programs built step by step; every member of a collective adds it at the same
@@ -131,6 +140,33 @@ def test_network_shortcuts_give_the_general_paths_times(progs):
     fast, general = run(Engine, progs), run(Engine, progs, GeneralNetwork)
     assert spans_frame(fast).equals(spans_frame(general))
     assert (fast.net.bytes_by_link == general.net.bytes_by_link).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs())
+def test_shapes_cached_by_all_but_the_key_give_the_uncached_times(progs):
+    cached, fresh = run(Engine, progs), run(UncachedEngine, progs)
+    assert spans_frame(cached).equals(spans_frame(fresh))
+    assert cached.held_by == fresh.held_by and cached.events == fresh.events
+
+
+def test_calls_alike_but_for_their_key_share_one_shape_and_bytes_tell_them_apart():
+    call = lambda k, nbytes: Collective(("ar", k), ALL_REDUCE, tuple(range(8)), nbytes, "ring")
+    calls = [call(0, 1e6), call(1, 1e6), call(2, 8e6)]
+    progs = [RankProgram(r, [Op(f"ar{k}", "dp", "dp", comm=c) for k, c in enumerate(calls)]) for r in range(8)]
+    engine = run(Engine, progs)
+    assert len(engine._shapes) == 2
+    assert engine._shape_of(calls[0]) is engine._shape_of(calls[1])
+    assert engine._shape_of(calls[2])[0][0] == 8 * engine._shape_of(calls[0])[0][0]  # (a ring: bytes scale)
+
+
+def test_a_plans_latency_is_its_phases():
+    progs = [RankProgram(r, [Op("ar", "dp", "dp", comm=Collective(("ar",), ALL_REDUCE, tuple(range(16)), 1e6, "ring"))])
+             for r in range(16)]
+    engine = run(Engine, progs)
+    assert engine.net._plans
+    for phase, plan in engine.net._plans.items():
+        assert plan.latency == phase.steps * plan.compiled.step_latency * phase.latency_scale + phase.overhead > 0
 
 
 def test_repeated_lone_collective_takes_the_shortcut_and_the_same_time():

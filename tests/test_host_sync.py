@@ -57,6 +57,19 @@ def test_a_program_without_sync_ops_has_no_anchors():
     assert prog.issued([1.0, 2.0, 3.0]) == prog.release()
 
 
+def test_a_copy_shares_its_bases_host_waits_and_they_are_its_own():
+    """``RankProgram.share_host`` (program copies): the copy's release times and anchors
+    are its base's, computed once, and what the copy's own ops give."""
+    _, base = _run(True)
+    base.released = base._anchored = None  # (nothing computed yet: share_host must do it)
+    copy = RankProgram(1, list(base.ops))
+    copy.share_host(base)
+    own = RankProgram(2, list(base.ops))
+    assert copy.anchors() is base.anchors() and copy.anchors() == own.anchors() is not None
+    assert copy.release() is base.release() and copy.release() == own.release()
+    assert copy.anchors()[0].tolist() == [-1, -1, 1]  # op 2 issued after the sync op 1
+
+
 def _moe(routing: str, ep: int = 8, **moe) -> dict:
     return {"model": {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, "vocab": 32000,
                       "moe": {"experts": 8, "top_k": 2, "routing": routing, **moe}},

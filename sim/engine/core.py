@@ -24,7 +24,6 @@ their traffic still loads the network (merged phase by phase: :mod:`sim.engine.t
 
 from array import array
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 import gc
 from heapq import heappush
 from typing import Callable
@@ -152,15 +151,18 @@ class OpTimes:
         self.sent = array("d", bytes(8 * n))
 
 
-@dataclass(slots=True, eq=False)
 class Meeting:
-    """One collective instance: its members as they arrive, and when it began."""
+    """One collective instance: its members as they arrive, and when it began. (A slotted
+    class with its own ``__init__``: one is made per collective call.)"""
 
-    done: Wake  # triggered when the collective's last phase ends (sim.engine.clock.trigger)
-    sent: dict[int, float]  # bytes each member sends
-    expected: int  # members that will arrive (the simulated ones)
-    members: list = field(default_factory=list)  # (rank, op index, arrival time), in arrival order
-    start: float = 0.0  # when the last simulated member arrived and the traffic began
+    __slots__ = ("done", "sent", "expected", "members", "start")
+
+    def __init__(self, done: Wake, sent: dict, expected: int):
+        self.done = done  # triggered when the collective's last phase ends (sim.engine.clock.trigger)
+        self.sent = sent  # bytes each member sends
+        self.expected = expected  # members that will arrive (the simulated ones)
+        self.members = []  # (rank, op index, arrival time), in arrival order
+        self.start = 0.0  # when the last simulated member arrived and the traffic began
 
 
 class Engine:
@@ -190,6 +192,7 @@ class Engine:
         self._waiters: dict[int, dict[int, Wake]] = {p.rank: {} for p in programs}  # rank -> op -> event
         self._member_bytes: dict[tuple, dict[int, float]] = {}
         self._schedules: dict[tuple, Schedule] = {}
+        self._shapes: dict[tuple, tuple] = {}  # a call's fields but its key -> _shape_of's answer
         self.collectives_run = 0
 
     def run(self) -> None:
@@ -228,24 +231,40 @@ class Engine:
     def arrive(self, call: Collective, rank: int, index: int) -> Meeting:
         """Register one member's arrival; the last simulated member starts the collective.
         (A call with one simulated member, the usual one under folding, meets no one: it
-        never enters the rendezvous, which saves hashing its key twice.)"""
+        never enters the rendezvous, which saves hashing its key. What a call's shape gives,
+        its members' bytes, how many are simulated and its schedule's phases, is looked up
+        once per shape: :meth:`_shape_of`.)"""
         now = self.env._now
-        meeting = self._rendezvous.get(call.key)
-        if meeting is None:
-            meeting = Meeting(pending(), self.member_bytes(call), self._expected_members(call.group))
-            if meeting.expected > 1:
-                self._rendezvous[call.key] = meeting
+        sent, expected, phases = self._shape_of(call)
+        if expected > 1:
+            meeting = self._rendezvous.get(call.key)
+            if meeting is None:
+                meeting = self._rendezvous[call.key] = Meeting(pending(), sent, expected)
+        else:
+            meeting = Meeting(pending(), sent, expected)
         members = meeting.members
         members.append((rank, index, now))
-        if len(members) == meeting.expected:
-            if meeting.expected > 1:
+        if len(members) == expected:
+            if expected > 1:
                 del self._rendezvous[call.key]
             late = self.folded_arrival(call, members, self.ready) if self.folded_arrival is not None else None
             if late is not None and late > now:  # folded members still on their way
                 wake_after(self.env, late - now, lambda _ev: self._begin(call, meeting))
-            else:
-                self._begin(call, meeting)
+            else:  # (_begin inlined)
+                meeting.start = now
+                self.collectives_run += 1
+                self._run_phases(phases, 0, meeting)
         return meeting
+
+    def _shape_of(self, call: Collective) -> tuple:
+        """(bytes each member sends, simulated members, the schedule's phases) of ``call``:
+        everything but its key, cached by the fields that decide them."""
+        shape = (call.op, call.algo, call.group, call.siblings, call.nbytes, call.shares)
+        found = self._shapes.get(shape)
+        if found is None:
+            found = self._shapes[shape] = (self.member_bytes(call), self._expected_members(call.group),
+                                           self.schedule_of(call).phases)
+        return found
 
     def ready(self, rank: int, index: int) -> float:
         """When op ``index`` of ``rank`` had its dependencies done (0 without any): when it
@@ -255,7 +274,7 @@ class Engine:
         return max((end[d] for d in deps), default=0.0)
 
     def _begin(self, call: Collective, meeting: Meeting) -> None:
-        meeting.start = self.env.now
+        meeting.start = self.env._now
         self.collectives_run += 1
         self._run_phases(self.schedule_of(call).phases, 0, meeting)
 

@@ -230,13 +230,20 @@ class ComponentRates:
             return joint(groups[0])
         out: list = [None] * len(link_sets)
         levels = []
+        cache = self._cache
+        items = cache._items  # (Memo.get inlined, the same counts and order: ~20 components per solve)
         for group in groups:
-            key = tuple(keys[i] for i in group)
-            found = self._cache.get(key)
-            if found is None:
+            key = tuple([keys[i] for i in group])
+            entry = items.get(key)
+            if entry is None:
+                cache.misses += 1
                 rates = joint(group)
                 found = (rates, np.unique(np.concatenate(rates)))
-                self._cache.put(key, found)
+                cache.put(key, found)
+            else:
+                cache.hits += 1
+                items.move_to_end(key)
+                found = entry[0]
             for i, r in zip(group, found[0]):
                 out[i] = r
             levels.append(found[1])

@@ -101,7 +101,8 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
             call = calls[id(c)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo, siblings,
                                              c.shares)
         out.append(make(Op, op[:4] + (call,) + op[5:]))  # (Op's own __new__ takes 3x as long)
-    prog.released = base.release() if ops is base.ops else None  # (the same issue costs in the same order)
+    if ops is base.ops:  # the same issue costs and syncs in the same order
+        prog.share_host(base)
     return prog
 
 
