@@ -32,11 +32,12 @@ def dims():
 
 def run(ep: int, overlap: bool = False):
     """dp 8 on one DGX H100, experts over ``ep`` of them (pp = 1: the overlap pairs each
-    forward with the previous micro-batch's backward)."""
+    forward with the previous micro-batch's backward), Transformer Engine's fused permutation
+    (its roofline is the closed form here; the unfused rate: tests/test_permute_fusion.py)."""
     return simulate(scenario_from_dict({
         "model": MOE, "training": {"seq_len": SEQ, "global_batch": 32},
         "cluster": {"topology": "dgx-h100", "gpus": 8},
-        "parallel": {"dp": 8, "ep": ep, "ep_comm_overlap": overlap}}))
+        "parallel": {"dp": 8, "ep": ep, "ep_comm_overlap": overlap, "moe_permute_fusion": True}}))
 
 
 def test_permute_and_unpermute_move_the_k_copies():

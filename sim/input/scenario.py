@@ -209,6 +209,9 @@ class Parallel(_Section):
     sequence_parallel: Flag = False
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
     ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
+    # Megatron-Core's TransformerConfig.moe_permute_fusion (default False): Transformer Engine's fused
+    # token permute/unpermute kernels; False runs moe_utils.py's PyTorch operators (sim/model/layers.py)
+    moe_permute_fusion: Flag = False
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as

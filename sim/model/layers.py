@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from .compute import QUANTIZED, Kernel, Quant, elementwise, gemm
+from .compute import LAUNCH_S, QUANTIZED, Kernel, Quant, elementwise, gemm
 from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
 from .quant import Recipe, fp8_cast, torchao_cast
 from .transformer import Dims
@@ -69,6 +69,7 @@ class Shard:
     quant: Quant = Quant.FP8  # which of sim.model.compute.QUANTIZED they run in (when fp8)
     recipe: Recipe = Recipe.TE  # who quantizes them (training.fp8_recipe; sim.model.quant)
     eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
+    fused_permute: bool = True  # parallel.moe_permute_fusion: the token permutation's kernels (permute)
 
     def __post_init__(self):
         """The scenario's strings become :class:`Quant` and :class:`Recipe` here, once (an
@@ -221,14 +222,49 @@ def op_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
 # reads the k copies with their probabilities and writes T*h. Backward: the same copies in
 # reverse, and unpermute's gradient also reads the forward copies for the probabilities'
 # gradient.
-def permute(d: Dims, tokens: float) -> Kernel:
-    """Copy each routed token to its top-k experts' send buffer (and back, backward)."""
-    return Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=1.0)
+#
+# Fused or not (scenario ``parallel.moe_permute_fusion``, Megatron-Core's TransformerConfig field,
+# default False): fused, Transformer Engine's ``moe_permute`` / ``moe_unpermute`` gather through a
+# row map and stream these bytes at :data:`~sim.model.compute.HBM_EFFICIENCY`; unfused,
+# moe_utils.py runs them as PyTorch operators -- ``argsort`` of the routing map,
+# ``tokens.index_select`` (its backward ``index_add_``, atomic adds), the probabilities
+# ``masked_select``-ed and multiplied in, ``scatter_add_`` back to the tokens (atomic adds) -- and
+# the same bytes move at :data:`UNFUSED_PERMUTE_SHARE` of the HBM bandwidth, the rate measured.
+# The measurement (bench/gpu_measure_permute.py, bench/measured/h200-2026-11-26-permute.json,
+# ``profile``, layout grok1): one H200, Megatron-Core's unfused passes forward + backward on 1,024
+# routed tokens of 6,144, top 2 of 8, BF16 probabilities (Megatron's default ``moe_router_dtype``
+# None, as the Grok-1 and Primus Mixtral runs): 0.3235 ms of device time, where these kernels move
+# 2 x 1,024 x 6,144 x (4 + 5 x 2) bytes. Its share of the H200's 4.8 TB/s, launches taken out
+# (the six the model charges, 1 forward and 2 backward per kernel), carries to other GPUs as a
+# share of their HBM bandwidth (an assumption: atomics and gathers bound by the memory system).
+# With fp32 probabilities (NeMo's ``moe_router_dtype = 'fp32'``, DeepSeek-V3) the same file
+# measures 3.18 ms at DeepSeek-V3's shape and 1.89 ms at Qwen3's, 1.45-1.5x this rate's time
+# (the fp32 promotion of the permuted tokens): not modelled, no scenario key carries the dtype.
+UNFUSED_PERMUTE_MEASURED = {"tokens": 1024, "h": 6144, "top_k": 2, "seconds": 323.4956e-6,
+                            "hbm_bw": 4800e9}  # h200-2026-11-26-permute.json profile[grok1]; H200 preset
 
 
-def unpermute(d: Dims, tokens: float) -> tuple[Kernel, ...]:
-    """Weigh the k returned copies by their probabilities and sum them per token."""
-    return (Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=(1 + 2 * d.top_k) / (1 + d.top_k)),)
+def permute_bytes(h: int, top_k: int, tokens: float) -> float:
+    """HBM bytes of :func:`permute` and :func:`unpermute`, forward and backward together."""
+    return ELEM * tokens * h * (4 + 5 * top_k)
+
+
+UNFUSED_PERMUTE_SHARE = permute_bytes(UNFUSED_PERMUTE_MEASURED["h"], UNFUSED_PERMUTE_MEASURED["top_k"],
+                                      UNFUSED_PERMUTE_MEASURED["tokens"]) / (
+    UNFUSED_PERMUTE_MEASURED["hbm_bw"] * (UNFUSED_PERMUTE_MEASURED["seconds"] - 6 * LAUNCH_S))
+
+
+def permute(d: Dims, tokens: float, fused: bool = True) -> Kernel:
+    """Copy each routed token to its top-k experts' send buffer (and back, backward);
+    ``fused``: Transformer Engine's kernel, else Megatron-Core's PyTorch operators."""
+    return Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=1.0, hbm_share=0.0 if fused else UNFUSED_PERMUTE_SHARE)
+
+
+def unpermute(d: Dims, tokens: float, fused: bool = True) -> tuple[Kernel, ...]:
+    """Weigh the k returned copies by their probabilities and sum them per token (``fused``:
+    as :func:`permute`)."""
+    return (Kernel(bytes=ELEM * tokens * d.h * (1 + d.top_k), bwd=(1 + 2 * d.top_k) / (1 + d.top_k),
+                   hbm_share=0.0 if fused else UNFUSED_PERMUTE_SHARE),)
 
 
 def local_sort(n_local: int, received: float, width: float) -> list[Kernel]:
@@ -259,7 +295,7 @@ def router(d: Dims, sh: Shard, launches: int = 1) -> list[Kernel]:
     dispatch buffer."""
     scores = elementwise(3 * 4 * sh.tokens * d.experts, count=launches)
     return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h), scores,
-                                                   permute(d, sh.tokens)])
+                                                   permute(d, sh.tokens, sh.fused_permute)])
 
 
 def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: int = 1) -> list[Kernel]:

@@ -211,7 +211,7 @@ def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, 
         x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
                          deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
     stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else StreamName.COMPUTE
-    return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b)), direction), x,
+    return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b), b.ctx.shard.fused_permute), direction), x,
                      layer, mb, stream=stream)
 
 

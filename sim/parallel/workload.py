@@ -38,7 +38,8 @@ def shard_of(s: Scenario) -> Shard:
     p, t = s.parallel, s.training
     return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else "fp8",
-                 recipe=t.fp8_recipe, eager=t.kernels == "pytorch" and not t.compile)
+                 recipe=t.fp8_recipe, eager=t.kernels == "pytorch" and not t.compile,
+                 fused_permute=p.moe_permute_fusion)
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,

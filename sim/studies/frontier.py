@@ -28,6 +28,14 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   float8 and mxfp8 converters swap the linears for torchao's Float8Linear / MXLinear:
   torchtitan docs/float8.md, docs/mxfp8.md): ``training.fp8_recipe = "torchao"``. AMD's
   Primus runs are Megatron-LM with Transformer Engine, the default recipe.
+- Token permutation: AMD's Primus Mixtral runs keep Megatron-Core's default, unfused
+  (``parallel.moe_permute_fusion`` false: AMD-AGI/Primus 24a4fdf
+  primus/configs/models/megatron/language_model.yaml ``moe_permute_fusion: false``, which
+  mixtral_base.yaml and the MI355X mixtral_8x22B_v0.1-BF16-pretrain.yaml leave; its
+  ``turbo_sync_free_moe_stage`` stays 0, primus_turbo.yaml, so Primus-Turbo does not switch it
+  on). torchtitan does not run Megatron's dispatcher: its own token reordering (compiled on the
+  Scout rows) keeps the model's streaming kernels (``moe_permute_fusion`` true on every ``tt_``
+  row); Megatron's unfused rate (sim/model/layers.py) was not measured for it.
 - A pipelined torchtitan row that leaves the micro-batch out runs torchtitan's default
   number of micro-batches at the commit its table was measured with (docs/performance.md,
   "Versions used for performance testing": torchtitan 9dec370, 2024/12/26), where
@@ -82,6 +90,7 @@ def frontier_scenario(row: dict) -> dict:
             t["recompute"] = "op"
         if t.get("precision") in ("fp8", "mxfp8"):
             t["fp8_recipe"] = "torchao"
+        p["moe_permute_fusion"] = True  # torchtitan's own token reordering, not Megatron's unfused one
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
     if p.get("pp", 1) > 1 and "micro_batch" not in t:
