@@ -81,13 +81,14 @@ def reduce_tail(p: np.ndarray, f: np.ndarray, b: np.ndarray, reduce: np.ndarray,
     stage whose last backward ends at ``offset`` finishes: chunk c's (``reduce``, n x chunks)
     is issued after its last backward, with ``p``'s passes still to run, and queues behind the
     chunks issued before it; a bucketed chunk is reduced bucket by bucket during its last
-    backward (no sooner than its last bucket after it)."""
+    backward, the first when a 1/nb share of it has run (no sooner than its last bucket
+    after it)."""
     after = p[:, 2] + p[:, 3]
     done = np.full(len(f), -np.inf)
     for c in np.argsort(-after, kind="stable"):
         issued = offset - p[c, 2] * f - p[c, 3] * b
         if bucketed and c == 0:
-            done = np.maximum(np.maximum(done, issued - b) + reduce[:, c], issued + reduce[:, c] / nb)
+            done = np.maximum(np.maximum(done, issued - b + b / nb) + reduce[:, c], issued + reduce[:, c] / nb)
         else:
             done = np.maximum(done, issued) + reduce[:, c]
     return done
