@@ -1,4 +1,4 @@
-"""Collective times in closed form for the fast estimate (:mod:`.estimate`).
+"""Collective times for the fast estimate (:mod:`.estimate`).
 
 Reductions and gathers inside one NVLink domain (tensor parallelism, and any group that
 fits a node) take the simulator's own time: the (algorithm, protocol) NCCL's tuner picks
@@ -7,10 +7,11 @@ domain of this cluster (:func:`sim.studies.nccl_tests.time_collective`, what ``c
 collective`` prints), once per (op, bytes, members). The tuner's own prediction, latency +
 bytes / bandwidth, differs from it (tp 8 all-gather of 64 MiB on a DGX H100: 190.9 us
 predicted, 165.7 us simulated; an NVLS all-reduce: 224 vs 267 us), and the estimate is
-checked against the simulation. Groups across domains keep the tuner's prediction. All-to-alls (which NCCL runs as point-to-point sends)
-and send/recv move each byte once, over NVLink inside a domain and over the GPU's NIC
-outside it; the slower of the two sets the time. Groups are those of rank 0 of the
-layout (Megatron order tp-cp-dp-pp), which every other group mirrors.
+checked against the simulation. Groups across domains keep the tuner's prediction.
+All-to-alls (which NCCL runs as point-to-point sends) and send/recv move each byte once,
+over NVLink inside a domain and over the GPU's NIC outside it; the slower of the two sets
+the time. Groups are those of rank 0 of the layout (Megatron order tp-cp-dp-pp), which
+every other group mirrors.
 """
 
 from functools import lru_cache

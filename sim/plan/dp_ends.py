@@ -4,9 +4,9 @@ reduction runs past the last backward, per pipeline stage and model chunk.
 
 Nothing here restates the simulator's choices; it reads them:
 
-- which chunk is split into buckets and their size: :func:`sim.parallel.dp.bucket_size`
-  (Megatron: only the first chunk of the first pipeline stage is bucketed, every other chunk
-  reduces as one bucket, issued after its last backward);
+- which chunk is split into buckets and their size: the builder's
+  (``layer_program.grad_bucket_bytes``; Megatron: only the first chunk of the first pipeline
+  stage is bucketed, every other chunk reduces as one bucket, issued after its last backward);
 - when a chunk's last backward and its first forward come on a stage: the schedule's own
   step order (:func:`sim.parallel.pp.steps`, what the rank-program builder runs), counted in
   passes: the backward passes that still follow a chunk's last backward hide its reduction,

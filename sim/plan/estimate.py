@@ -36,7 +36,7 @@ from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
 from ..model.layers import ELEM
 from ..model.optimizer import grad_norm, optimizer, zero_grad
-from ..parallel import dp as dp_sync, layer_program
+from ..parallel import layer_program
 from ..parallel.layout import Layout
 from . import dp_ends
 from .comm import Comm
@@ -275,13 +275,14 @@ class Estimator:
         return start + np.maximum(0.0, tail)
 
     def _bucket_times(self, tp, cp, dp, ep, etp) -> np.ndarray:
-        """NCCL's time of a gradient collective as latency + bytes x seconds per byte, fitted
-        through the bucket size (``dp.bucket_size`` of the first chunk, Megatron's default
-        where none is bucketed) and 8x it, for all-reduce, reduce-scatter and all-gather over
-        the data-parallel group, then the expert-dp group (12 values); and the bucket's bytes."""
+        """A gradient collective's time (:class:`.comm.Comm`) as latency + bytes x seconds per
+        byte, fitted through the bucket size (the builder's, ``layer_program.grad_bucket_bytes``
+        of the first chunk; Megatron's default where none is bucketed) and 8x it, for
+        all-reduce, reduce-scatter and all-gather over the data-parallel group, then the
+        expert-dp group (12 values); and the bucket's bytes."""
         groups = self.comm.groups(tp, cp, dp, 1, ep, etp)
-        bucket = dp_sync.bucket_size(self.s.parallel, dp * cp, 0, 0)
-        size = bucket if np.isfinite(bucket) else dp_sync.BUCKET_PARAMS * GRAD_BYTES
+        bucket = layer_program.grad_bucket_bytes(self.s.parallel, dp * cp, 0, 0)
+        size = bucket if np.isfinite(bucket) else layer_program.DEFAULT_BUCKET_BYTES
         out = []
         for axis in ("dp", "edp"):
             for op in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):

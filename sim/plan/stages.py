@@ -43,7 +43,7 @@ class Stages:
         (``parallel.stage_layers``; a search uses the default split)."""
         self.scenario, self.stage_layers = scenario, stage_layers
         self.dims = model_costs.dims(scenario.model)
-        for name in ("split", "params", "chunk_params", "layer_params", "in_flight"):  # one cache per instance (per search)
+        for name in ("split", "params", "chunk_params", "layer_params", "in_flight"):  # one cache per search
             setattr(self, name, lru_cache(maxsize=None)(getattr(self, name)))
 
     def context(self, tp: int, pp: int, v: int, ep: int = 1, etp: int | None = None, cp: int = 1,
