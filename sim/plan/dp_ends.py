@@ -33,12 +33,15 @@ def short_m(schedule: str, p: int, m: int) -> int:
     return m if m < 6 * p else 4 * p + m % (2 * p)
 
 
-@lru_cache(maxsize=4096)
 def passes(schedule: str, p: int, v: int, m: int, stage: int) -> np.ndarray:
     """Per chunk (rows): forward and backward passes on ``stage`` before its first forward,
     and forward and backward passes after its last backward (columns), from the schedule's
     step order (a zero-bubble I or W pass counts half a backward)."""
-    m = short_m(schedule, p, m)
+    return _passes(schedule, p, v, short_m(schedule, p, m), stage)
+
+
+@lru_cache(maxsize=4096)
+def _passes(schedule: str, p: int, v: int, m: int, stage: int) -> np.ndarray:
     items = [item for step in pipeline.steps(schedule, p, v, m, stage, False) for item in step]
     kinds = [str(getattr(k, "value", k)) for k, _, _ in items]
     weight_b = np.array([0.0 if k == "F" else 0.5 if k in HALF else 1.0 for k in kinds])

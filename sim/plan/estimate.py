@@ -230,20 +230,25 @@ class Estimator:
         its backward, and the last one."""
         out = np.zeros(len(g))
         rates = lookup(g, ["tp", "cp", "dp", "ep", "expert_tp"], self._bucket_times)  # n x 13
-        zero, micro = g["zero"].to_numpy(), g["micro"].to_numpy()
-        for (schedule, m), idx in g.groupby(["schedule", "micro"], sort=False).indices.items():
-            keep = zero[idx] < 3
-            if keep.any():
-                out[idx[keep]] = self._ends(g.iloc[idx[keep]], str(schedule), pp, v, int(m), fwd[idx[keep]],
-                                            bwd[idx[keep]], rates[idx[keep]])
+        zero, micro, schedules = g["zero"].to_numpy(), g["micro"].to_numpy(), g["schedule"].to_numpy()
+        keys = g[["tp", "expert_tp", "ep"]]
+        for schedule in pd.unique(schedules[zero < 3]):
+            idx = np.flatnonzero((zero < 3) & (schedules == schedule))
+            params = lookup(keys.iloc[idx], list(keys.columns), lambda tp, etp, ep: self.stages.chunk_params(
+                tp, etp, ep, pp, v, str(schedule)))  # n x 2 x pp x chunks
+            ms, which = np.unique(micro[idx], return_inverse=True)
+            for j, m in enumerate(ms):
+                at = np.flatnonzero(which == j)
+                rows = idx[at]
+                out[rows] = self._ends(zero[rows], str(schedule), pp, v, int(m), fwd[rows], bwd[rows], rates[rows],
+                                       params[at])
         return np.where(zero == 3, fsdp_tail.max(axis=1), out)
 
-    def _ends(self, g, schedule: str, pp: int, v: int, m: int, fwd, bwd, rates) -> np.ndarray:
-        """:meth:`_dp_tail` of candidates (zero 0-2) sharing a schedule and micro-batch count."""
-        params = lookup(g, ["tp", "expert_tp", "ep"],
-                        lambda tp, etp, ep: self.stages.chunk_params(tp, etp, ep, pp, v, schedule))  # n x 2 x pp x c
+    def _ends(self, zero, schedule: str, pp: int, v: int, m: int, fwd, bwd, rates, params) -> np.ndarray:
+        """:meth:`_dp_tail` of candidates (``zero``: their stages 0-2) sharing a schedule and
+        micro-batch count."""
         dense, expert = params[:, 0] * GRAD_BYTES, params[:, 1] * GRAD_BYTES
-        sharded = g["zero"].to_numpy()[:, None, None] > 0
+        sharded = zero[:, None, None] > 0
         layers = self.stages.split(pp, v, schedule).layers_mean[0]
         nb = np.clip((dense[:, 0, 0] + expert[:, 0, 0]) / rates[:, 12], 1.0, layers + 1)  # first chunk's buckets
 
@@ -257,11 +262,11 @@ class Estimator:
         gather = np.where(sharded, timed(2, dense, 0) + timed(2, expert, 6), 0.0)
         chunks = reduce.shape[2]
         f, b = fwd / chunks, bwd / chunks  # n x stages: one chunk's pass
-        offset = -np.cumsum(np.column_stack([np.zeros(len(g)), b[:, :-1]]), axis=1)  # each stage's last backward
+        offset = -np.cumsum(np.column_stack([np.zeros(len(zero)), b[:, :-1]]), axis=1)  # each stage's last backward
         p = self.s.parallel
         overlap_params = p.overlap_param_gather is not False
-        start = np.zeros(len(g))
-        tail = np.full(len(g), -np.inf)
+        start = np.zeros(len(zero))
+        tail = np.full(len(zero), -np.inf)
         for s in dp_ends.stages_to_price(pp):
             order = dp_ends.passes(schedule, pp, v, m, s)
             bucketed = s == 0 and self.grads_overlapped
