@@ -96,14 +96,16 @@ def place(row, budget: float, workers=None) -> Placement:
 def estimate_of(req, s) -> "pd.DataFrame":
     """The planner's estimate of scenario ``s``'s own layout (one row: ``estimate_s`` and
     ``est_<component>_s``), on ``req``'s base as a search estimates its candidates, with
-    its own ``stage_layers`` split where it has one."""
+    its own ``stage_layers`` split where it has one and its own data-parallel knobs (a search
+    runs the defaults: ``overlap_grad_reduce``, ``overlap_param_gather``, ``ddp_bucket_mb``)."""
     p, t = s.parallel, s.training
     values = dict(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, expert_tp=p.expert_tp or p.tp,
                   virtual_stages=p.virtual_stages, schedule=str(p.schedule), zero=p.zero, recompute=str(t.recompute),
                   micro_batch=t.micro_batch, tp_comm_overlap=bool(p.tp_comm_overlap),
                   ep_comm_overlap=bool(p.ep_comm_overlap))
     row = pd.DataFrame([values], columns=list(COLUMNS))
-    return Estimator(req.scenario, Stages(req.scenario, p.stage_layers), req.spec, req.gpu).frame(row)[
+    base = req.scenario.model_copy(update={"parallel": p})  # (its DP knobs: overlap_grad_reduce, buckets, ...)
+    return Estimator(base, Stages(base, p.stage_layers), req.spec, req.gpu).frame(row)[
         ["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS]]
 
 
