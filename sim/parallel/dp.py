@@ -40,11 +40,17 @@ def bucket_bytes(ctx, stage: int, chunk: int) -> float:
     """Gradient bytes per bucket of model chunk ``chunk`` on pipeline ``stage`` (inf: the
     whole chunk in one bucket); see the module docstring."""
     p = ctx.scenario.parallel
+    return bucket_size(p, p.dp * p.cp, stage, chunk)
+
+
+def bucket_size(p, dp_cp: int, stage: int, chunk: int) -> float:
+    """:func:`bucket_bytes` of parallel settings ``p`` with ``dp_cp`` data x context-parallel
+    ranks (the planner's estimate asks it for every candidate mesh)."""
     if not grads_overlapped(p) or stage > 0 or chunk > 0:
         return math.inf
     if p.ddp_bucket_mb is not None:
         return p.ddp_bucket_mb * 2**20
-    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * p.dp * p.cp) * GRAD_BYTES
+    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * dp_cp) * GRAD_BYTES
 
 
 class GradSync:

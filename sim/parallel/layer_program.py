@@ -41,7 +41,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import pp as pipeline, pp_zero_bubble as zb
+from . import dp, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -346,3 +346,13 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         found = (len(ops), m0, sum(op.category == Category.PP for op in ops) // m0)
         _remember(key, found)
     return found
+
+
+DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
+
+
+def grad_bucket_bytes(parallel, dp_cp: int, stage: int, chunk: int) -> float:
+    """Gradient bytes per bucket the builder uses for model chunk ``chunk`` of pipeline
+    ``stage`` with ``dp_cp`` data x context-parallel ranks (inf: one bucket for the chunk):
+    :func:`sim.parallel.dp.bucket_size`, for the planner's estimate of the data-parallel ends."""
+    return dp.bucket_size(parallel, dp_cp, stage, chunk)

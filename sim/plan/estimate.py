@@ -38,6 +38,7 @@ from ..model.layers import ELEM
 from ..model.optimizer import grad_norm, optimizer, zero_grad
 from ..parallel import layer_program
 from ..parallel.layout import Layout
+from . import dp_ends
 from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
@@ -47,7 +48,6 @@ from ..engine.kinds import Category
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp")  # per layer kind (:class:`.layers.Cost`)
 GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
-BUCKET_PARAMS = 40_000_000  # Megatron-Core's default bucket floor (sim/parallel/dp.py): exact up to dp x cp = 40
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
 
@@ -77,7 +77,6 @@ class Estimator:
         self.other_kinds = tuple(k for k in kinds if k not in self.moe_kinds)
         self.domain = spec.gpus_per_domain
         p = scenario.parallel
-        self.bucket = p.ddp_bucket_mb * 2**20 if p.ddp_bucket_mb is not None else BUCKET_PARAMS * GRAD_BYTES
         self.grads_overlapped = p.overlap_grad_reduce is not False
         self._routed: dict = {}
         self._built = lru_cache(maxsize=None)(self._built)  # per search (the shared cache is bounded)
@@ -171,7 +170,9 @@ class Estimator:
         bwd = counts @ (layer[:, :, 1] + layer[:, :, 2]).T
         pp_s = self._pp(g, pp, v)
         fsdp_tail = (counts @ scatters.T).T + scatters.max(axis=1)[:, None]  # n x stages
-        dp_s = self._dp_tail(g, pp, v, fwd.T, bwd.T, fsdp_tail)
+        busy = (fwd + bwd).T
+        scale = np.divide(total, busy, out=np.ones_like(busy), where=busy > 0)  # a pass with its exposed comm
+        dp_s = self._dp_tail(g, pp, v, fwd.T * scale, bwd.T * scale, fsdp_tail)
         opt = self._optimizer(g, pp, v)
         step = pipe + pp_s + dp_s + opt
         return np.column_stack([step, parts[:, 0], parts[:, 1], pipe - micro * t_crit, parts[:, 2], parts[:, 3],
@@ -222,29 +223,78 @@ class Estimator:
         return 2 * (pp * v - 1) * lookup(g, ["tp", "cp", "dp", "micro_batch"], one)
 
     def _dp_tail(self, g, pp: int, v: int, fwd: np.ndarray, bwd: np.ndarray, fsdp_tail: np.ndarray) -> np.ndarray:
-        """Gradient reduction (and ZeRO-1/2's parameter gather) exposed at the ends of the
-        step, on the stage where it is longest (n x stages -> n); FSDP's is ``fsdp_tail``:
-        what each layer's reduce-scatter adds beyond its backward, and the last one."""
-        params = lookup(g, ["tp", "expert_tp", "ep"],
-                        lambda tp, etp, ep: np.stack(self.stages.params(tp, etp, ep, pp, v)[:2]))
+        """Gradient reduction exposed after the last backward and ZeRO-1/2's parameter gather
+        before the first forwards (n x stages -> n; :mod:`.dp_ends`: the builder's buckets and
+        the schedule's order of passes); ``fwd``, ``bwd``: each stage's forward and backward
+        per micro-batch. FSDP's is ``fsdp_tail``: what each layer's reduce-scatter adds beyond
+        its backward, and the last one."""
+        out = np.zeros(len(g))
+        rates = lookup(g, ["tp", "cp", "dp", "ep", "expert_tp"], self._bucket_times)  # n x 13
+        zero, micro, schedules = g["zero"].to_numpy(), g["micro"].to_numpy(), g["schedule"].to_numpy()
+        keys = g[["tp", "expert_tp", "ep"]]
+        for schedule in pd.unique(schedules[zero < 3]):
+            idx = np.flatnonzero((zero < 3) & (schedules == schedule))
+            params = lookup(keys.iloc[idx], list(keys.columns), lambda tp, etp, ep: self.stages.chunk_params(
+                tp, etp, ep, pp, v, str(schedule)))  # n x 2 x pp x chunks
+            ms, which = np.unique(micro[idx], return_inverse=True)
+            for j, m in enumerate(ms):
+                at = np.flatnonzero(which == j)
+                rows = idx[at]
+                out[rows] = self._ends(zero[rows], str(schedule), pp, v, int(m), fwd[rows], bwd[rows], rates[rows],
+                                       params[at])
+        return np.where(zero == 3, fsdp_tail.max(axis=1), out)
+
+    def _ends(self, zero, schedule: str, pp: int, v: int, m: int, fwd, bwd, rates, params) -> np.ndarray:
+        """:meth:`_dp_tail` of candidates (``zero``: their stages 0-2) sharing a schedule and
+        micro-batch count."""
         dense, expert = params[:, 0] * GRAD_BYTES, params[:, 1] * GRAD_BYTES
-        rates = lookup(g, ["tp", "cp", "dp", "ep", "expert_tp"], self._bucket_times)  # n x 6
-        zero = g["zero"].to_numpy()[:, None]
-        reduce_dense = np.where(zero == 0, rates[:, 0:1], rates[:, 1:2])
-        reduce_expert = np.where(zero == 0, rates[:, 3:4], rates[:, 4:5])
-        red = (dense * reduce_dense + expert * reduce_expert) / self.bucket
-        buckets = np.maximum(1.0, (dense + expert) / self.bucket)
-        tail = np.maximum(red / buckets, red - bwd) if self.grads_overlapped else red
-        gather = (dense * rates[:, 2:3] + expert * rates[:, 5:6]) / self.bucket
-        tail = tail + np.where((zero == 1) | (zero == 2), np.maximum(0.0, gather - fwd), 0.0)
-        return np.where(zero == 3, fsdp_tail, tail).max(axis=1)
+        sharded = zero[:, None, None] > 0
+        layers = self.stages.split(pp, v, schedule).layers_mean[0]
+        nb = np.clip((dense[:, 0, 0] + expert[:, 0, 0]) / rates[:, 12], 1.0, layers + 1)  # first chunk's buckets
+
+        def timed(op: int, nbytes: np.ndarray, first: int) -> np.ndarray:  # (op: 0 AR, 1 RS, 2 AG) n x pp x c
+            lat, per = rates[:, first + 2 * op, None, None], rates[:, first + 2 * op + 1, None, None]
+            calls = np.ones_like(nbytes)
+            calls[:, 0, 0] = nb if self.grads_overlapped else 1.0
+            return np.where(nbytes > 0, calls * lat + nbytes * per, 0.0)
+
+        reduce = np.where(sharded, timed(1, dense, 0) + timed(1, expert, 6), timed(0, dense, 0) + timed(0, expert, 6))
+        gather = np.where(sharded, timed(2, dense, 0) + timed(2, expert, 6), 0.0)
+        chunks = reduce.shape[2]
+        f, b = fwd / chunks, bwd / chunks  # n x stages: one chunk's pass
+        offset = -np.cumsum(np.column_stack([np.zeros(len(zero)), b[:, :-1]]), axis=1)  # each stage's last backward
+        p = self.s.parallel
+        overlap_params = p.overlap_param_gather is not False
+        start = np.zeros(len(zero))
+        tail = np.full(len(zero), -np.inf)
+        for s in dp_ends.stages_to_price(pp):
+            order = dp_ends.passes(schedule, pp, v, m, s)
+            bucketed = s == 0 and self.grads_overlapped
+            if overlap_params:
+                start = np.maximum(start, dp_ends.start_delay(order, f[:, s], b[:, s], gather[:, s], nb, bucketed, s))
+            if self.grads_overlapped:
+                end = dp_ends.reduce_tail(order, f[:, s], b[:, s], reduce[:, s], nb, bucketed, offset[:, s])
+            else:
+                end = offset[:, s] + reduce[:, s].sum(axis=1)
+            tail = np.maximum(tail, end + (0.0 if overlap_params else gather[:, s].sum(axis=1)))
+        return start + np.maximum(0.0, tail)
 
     def _bucket_times(self, tp, cp, dp, ep, etp) -> np.ndarray:
-        """Seconds per full gradient bucket: all-reduce, reduce-scatter, all-gather over the
-        data-parallel group, then the same over the expert-dp group."""
+        """A gradient collective's time (:class:`.comm.Comm`) as latency + bytes x seconds per
+        byte, fitted through the bucket size (the builder's, ``layer_program.grad_bucket_bytes``
+        of the first chunk; Megatron's default where none is bucketed) and 8x it, for
+        all-reduce, reduce-scatter and all-gather over the data-parallel group, then the
+        expert-dp group (12 values); and the bucket's bytes."""
         groups = self.comm.groups(tp, cp, dp, 1, ep, etp)
-        ops = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER)
-        return np.array([self.comm.reduce(op, self.bucket, group) for group in (groups.dp, groups.edp) for op in ops])
+        bucket = layer_program.grad_bucket_bytes(self.s.parallel, dp * cp, 0, 0)
+        size = bucket if np.isfinite(bucket) else layer_program.DEFAULT_BUCKET_BYTES
+        out = []
+        for group in (groups.dp, groups.edp):
+            for op in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):
+                small, big = (self.comm.reduce(op, k * size, group) for k in (1, 8))
+                per_byte = (big - small) / (7 * size)
+                out += [small - per_byte * size, per_byte]
+        return np.array(out + [bucket])
 
     def _optimizer(self, g, pp: int, v: int) -> np.ndarray:
         """Adam on the fullest stage's shard (sim/parallel/step_end.py optimizer_step); its

@@ -94,9 +94,12 @@ def place(row, budget: float, workers=None) -> Placement:
 def estimate_of(req, s) -> "pd.DataFrame":
     """The planner's estimate of scenario ``s``'s own layout (one row: ``estimate_s`` and
     ``est_<component>_s``), on ``req``'s base as a search estimates its candidates, with
-    its own ``stage_layers`` split where it has one."""
+    its own ``stage_layers`` split where it has one and its own data-parallel knobs (a search
+    runs the defaults: ``overlap_grad_reduce``, ``overlap_param_gather``, ``ddp_bucket_mb``)."""
+    p = s.parallel
     row = pd.DataFrame([candidate_of(s)], columns=list(COLUMNS))
-    return Estimator(req.scenario, Stages(req.scenario, s.parallel.stage_layers), req.spec, req.gpu).frame(row)[
+    base = req.scenario.model_copy(update={"parallel": p})  # (its DP knobs: overlap_grad_reduce, buckets, ...)
+    return Estimator(base, Stages(base, p.stage_layers), req.spec, req.gpu).frame(row)[
         ["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS]]
 
 

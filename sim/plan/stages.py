@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..input.scenario import V_SCHEDULES
 from ..model import transformer as model_costs
 from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
@@ -43,7 +44,7 @@ class Stages:
         (``parallel.stage_layers``; a search uses the default split)."""
         self.scenario, self.stage_layers = scenario, stage_layers
         self.dims = model_costs.dims(scenario.model)
-        for name in ("split", "params", "layer_params", "in_flight"):  # one cache per instance (per search)
+        for name in ("split", "params", "_chunk_params", "layer_params", "in_flight"):  # one cache per search
             setattr(self, name, lru_cache(maxsize=None)(getattr(self, name)))
 
     def context(self, tp: int, pp: int, v: int, ep: int = 1, etp: int | None = None, cp: int = 1,
@@ -88,6 +89,18 @@ class Stages:
             expert.append(el)
             biggest.append(big)
         return np.array(dense), np.array(expert), np.array(biggest)
+
+    def chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str = "1f1b") -> np.ndarray:
+        """(dense, expert) parameters on one rank per stage and model chunk (2 x pp x chunks),
+        the chunks in the order ``pp.virtual_stages_of`` gives them (the builder's chunk index)."""
+        placed = schedule if schedule in V_SCHEDULES or schedule == "dualpipe" else "1f1b"  # (else c * pp + s)
+        return self._chunk_params(tp, etp, ep, pp, v, placed)
+
+    def _chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str) -> np.ndarray:
+        per_layer, ctx = self.layer_params(tp, etp, ep), self.context(tp, pp, v, ep, etp)
+        return np.array([[[sum(per_layer[l][k] for l in stage_layer_ids(ctx, vs))
+                           for vs in pipeline.virtual_stages_of(schedule, pp, v, s)] for s in range(pp)]
+                         for k in (0, 1)], dtype=float)
 
     def layer_params(self, tp: int, etp: int, ep: int) -> dict[int, tuple[float, float]]:
         """``params.layer_params`` of every layer id (embedding -1 .. output ``layers``, MTP depths)."""
