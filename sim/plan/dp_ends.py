@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..parallel import pp as pipeline
-from ..parallel.pp_zero_bubble import Kind
+from ..parallel.pp import Kind  # (pp re-exports the schedule items' kinds for the planner)
 
 HALF = (Kind.I, Kind.W)  # a zero-bubble input-gradient or weight-gradient pass: half a backward
 
