@@ -236,7 +236,9 @@ class RankLayer(torch.nn.Module):
     def forward(self, x_sp):
         d = self.d
         tp, sp = d["tp"], x_sp.shape[0]
-        x = x_sp + self.attention(self.n1(x_sp).repeat(tp, 1))[:sp]  # SP gather / reduce-scatter as copies
+        # SP all-gather as a copy, reduce-scatter as this rank's block (unflatten + index: inductor's
+        # pattern matcher failed on a slice of a repeat, torch 2.11)
+        x = x_sp + self.attention(self.n1(x_sp).repeat(tp, 1)).unflatten(0, (tp, sp))[0]
         y = self.n2(x)
         scores = F.linear(y.float(), self.w["router"].float()).sigmoid()
         probs, idx = scores.topk(d["topk"], dim=-1)
@@ -246,13 +248,13 @@ class RankLayer(torch.nn.Module):
         received = routed.repeat(d["etp"], 1)  # an expert-tp group's gather; EP all-to-all: same count
         perm = torch.randperm(received.shape[0], device=DEV)
         out = self.experts(received.index_select(0, perm))  # sorted by local expert
-        out = out.index_select(0, perm.argsort())[:routed.shape[0]]
+        out = out.index_select(0, perm.argsort()).unflatten(0, (d["etp"], -1))[0]
         w = probs.flatten().index_select(0, order).unsqueeze(1).to(out.dtype)
         moe = torch.zeros_like(y).index_add(0, src, out * w)  # un-permute, weighted
         if d["shared"]:
             yy = y.repeat(tp, 1)
             gate, up = self.lin(yy, "shared_up").chunk(2, dim=-1)
-            moe = moe + self.lin(F.silu(gate) * up, "shared_down")[:sp]
+            moe = moe + self.lin(F.silu(gate) * up, "shared_down").unflatten(0, (tp, sp))[0]
         return x + moe
 
 
@@ -278,7 +280,7 @@ def kernel_classes(prof) -> dict:
     return {"classes": classes, "top": [{"name": k, **v} for k, v in top]}
 
 
-def layer_row(name, d, fp8, grouped=True, compiled=False):
+def layer_row(name, d, fp8, grouped=True, compiled=False, trace=None):
     from torch.profiler import ProfilerActivity, profile
     torch.manual_seed(0)
     layer = RankLayer(d, fp8=fp8)
@@ -295,10 +297,20 @@ def layer_row(name, d, fp8, grouped=True, compiled=False):
     step()
     row = {"layout": name, "fp8_linears": fp8, "grouped_mm": grouped and d["experts"] > 1, "compiled": compiled,
            "first_call_s": time.perf_counter() - t0, "fwd_s": gm.timed(fwd, reps=7), "fwd_bwd_s": gm.timed(step, reps=7)}
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if trace else [])
+    with profile(activities=acts, record_shapes=bool(trace)) as prof:
         step()
         torch.cuda.synchronize()
     row.update(kernel_classes(prof))
+    if trace:  # a Kineto trace of one forward + backward (calibration material), gzipped
+        import gzip
+        import shutil
+        raw = os.path.join(gm.OUT, trace)
+        prof.export_chrome_trace(raw)
+        with open(raw, "rb") as f, gzip.open(raw + ".gz", "wb", compresslevel=9) as z:
+            shutil.copyfileobj(f, z)
+        os.remove(raw)
+        row["trace_file"] = trace + ".gz"
     row["kernels"] = sum(c["kernels"] for c in row["classes"].values())
     del layer, x, g
     torch.cuda.empty_cache()
@@ -312,7 +324,8 @@ def layers():
         for fp8 in (False, True):
             for grouped in ((True, False) if d["experts"] > 1 else (True,)):
                 try:
-                    rows.append(layer_row(name, d, fp8, grouped))
+                    trace = f"trace_{name}_bf16.json" if not fp8 and grouped else None
+                    rows.append(layer_row(name, d, fp8, grouped, trace=trace))
                 except Exception as e:  # noqa: BLE001
                     rows.append({"layout": name, "fp8_linears": fp8, "grouped_mm": grouped, "error": repr(e)[:400]})
     return {"method": "RankLayer forward and forward+backward (eager; gradients of x and every weight), median "
@@ -323,7 +336,11 @@ def layers():
 @gm.section
 def compiled_layers():
     """The layers under torch.compile (fused elementwise work and FP8 casts, as torchtitan runs
-    them); skipped past 240 s of script time (a device run has a budget)."""
+    them); skipped past 240 s of script time (a device run has a budget). Inductor's pattern
+    matcher is off: with it on, torch 2.11's inductor failed on every one of these layers
+    ("Not all inputs to pattern found in match.kwargs ... slice_shape"); fusion is unaffected."""
+    import torch._inductor.config as inductor_config
+    inductor_config.pattern_matcher = False
     rows = []
     for name, d in LAYOUTS.items():
         for fp8 in (False, True):
@@ -334,6 +351,7 @@ def compiled_layers():
                 rows.append(layer_row(name, d, fp8, compiled=True))
             except Exception as e:  # noqa: BLE001
                 rows.append({"layout": name, "fp8_linears": fp8, "compiled": True, "error": repr(e)[:400]})
+                torch._dynamo.reset()
     return {"method": "torch.compile(RankLayer, dynamic=False), otherwise as layers", "rows": rows}
 
 
