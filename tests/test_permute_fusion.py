@@ -11,12 +11,10 @@ Run ``python -m pytest -q tests/test_permute_fusion.py``.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, cli_env
+from conftest import REPO, assert_input_error, clustersim
 from sim.errors import InputError
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
@@ -112,7 +110,4 @@ def test_a_bad_value_exits_2_through_the_cli(tmp_path):
                     '[training]\nseq_len = 1024\nglobal_batch = 8\n'
                     '[cluster]\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\nep = 8\n'
                     'moe_permute_fusion = "yes"\n')
-    proc = subprocess.run([sys.executable, "-m", "sim", "run", str(path)], capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=120)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "parallel.moe_permute_fusion" in lines[0], proc.stderr
+    assert_input_error(clustersim("run", str(path), timeout=120), "parallel.moe_permute_fusion")

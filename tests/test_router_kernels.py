@@ -8,12 +8,10 @@ validation row carries Megatron-Core's unfused count (72 with the gating GEMM). 
 exit 2 naming the key. Run ``python -m pytest -q tests/test_router_kernels.py``.
 """
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, cli_env
+from conftest import assert_input_error, clustersim
 from sim.errors import InputError
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
@@ -84,7 +82,4 @@ def test_a_bad_value_exits_2_through_the_cli(tmp_path):
     path.write_text('[model]\nlayers = 2\nhidden = 1024\nheads = 8\nvocab = 8192\n[model.moe]\nexperts = 8\n'
                     'router_kernels = 0\n[training]\nseq_len = 1024\nglobal_batch = 8\n'
                     '[cluster]\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\nep = 8\n')
-    proc = subprocess.run([sys.executable, "-m", "sim", "run", str(path)], capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=120)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "model.moe.router_kernels" in lines[0], proc.stderr
+    assert_input_error(clustersim("run", str(path), timeout=120), "model.moe.router_kernels")
