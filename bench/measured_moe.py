@@ -53,6 +53,7 @@ from sim.model.layers import backward, permute, unpermute
 from sim.model.transformer import dims
 from sim.parallel import layer_program as lp
 from sim.parallel.passes import Pass
+from sim.parallel.pp_zero_bubble import Kind as StepKind
 from sim.parallel.program import RankBuilder
 from sim.studies.validation import modern_rows
 
@@ -124,9 +125,9 @@ def layer_kernels(data: dict) -> tuple[list[tuple], float, ComputeModel]:
     layer = lp.representative(ctx.dims, lp.Kind.MOE)
     b = KernelRecorder(ctx, lp.busiest_rank(ctx, layer))
     mb = 1 if ctx.micro_batches > 1 else 0
-    forward = Pass(b, [layer], mb, (), "F", param_waits={})
+    forward = Pass(b, [layer], mb, (), StepKind.F, param_waits={})
     forward.run()
-    Pass(b, [layer], mb, forward.x, "B", sync=None, last_mb=False).run()
+    Pass(b, [layer], mb, forward.x, StepKind.B, sync=None, last_mb=False).run()
     built = sum(op.duration for op in b.program.ops if op.comm is None)
     return b.timed, built, ctx.compute
 

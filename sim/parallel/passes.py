@@ -44,6 +44,7 @@ class Pass:
 
     def __init__(self, b, layer_ids: list[int], mb: int, deps, direction: Kind, param_waits: dict | None = None,
                  sync=None, last_mb: bool = False, defer: bool = False):
+        direction = Kind(direction)  # (a schedule letter given as a plain "F"/"B" is the same pass)
         self.b, self.mb, self.direction, self.x = b, mb, direction, deps
         self.layers = layer_ids if direction is Kind.F else layer_ids[::-1]
         self.phase = Phase.FORWARD if direction is Kind.F else Phase.BACKWARD
