@@ -185,7 +185,10 @@ def _cli_plan(cwd: Path, out: str, *extra) -> subprocess.Popen:
     (cwd / "base.toml").write_text(SMALL_MOE.replace("global_batch = 8", "global_batch = 512"))  # (~1 s a simulation: room to interrupt)
     return subprocess.Popen([sys.executable, "-m", "sim", "plan", "base.toml", "--out", out, "--workers", "1",
                              "--budget", "60", *extra], cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # SIGINT as in a terminal: a test run started in the background (a non-interactive
+                            # shell's `&`) inherits it ignored, and the child's Ctrl-C would then do nothing
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_interrupted_search_resumes_to_the_same_table(tmp_path):
