@@ -25,9 +25,13 @@ bench/measured/h200-2026-11-26-permute.json (README there).
 
 import json
 import os
+import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_measure as gm  # noqa: E402  (the CUDA-event timing every measurement script shares)
 
 DEV = "cuda"
 # layout: (tokens a rank routes, hidden, top-k, experts, probabilities' dtype)
@@ -35,21 +39,9 @@ SHAPES = {"dsv3": (2048, 7168, 8, 256, torch.float32), "qwen3": (2048, 4096, 8, 
           "grok1": (1024, 6144, 2, 8, torch.bfloat16)}
 
 
-def timed(fn, reps: int = 9, inner: int = 5) -> float:
-    """Median seconds of one call (CUDA events around ``inner`` calls, after 3 warm-ups)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3 / inner)
-    return sorted(times)[reps // 2]
+def timed(fn) -> float:
+    """Median seconds of one call: bench/gpu_measure.py's timing, 9 repeats of 5 calls each."""
+    return gm.timed(fn, reps=9, inner=5)
 
 
 def sorted_indices(rm, n: int, k: int):
