@@ -10,7 +10,6 @@ seconds and prove they predict the same. ``--set`` overrides the row's scenario 
 ``training.global_batch=315`` for the 530B row at its fewest micro-batches).
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
