@@ -263,8 +263,8 @@ def permute_lines(gpu: str = "h200") -> list[str]:
     for t, p in zip(data["timings"], data["profile"]):
         d = dims(scenario_from_dict(scenario(PERMUTE_ROWS[t["layout"]], gpu, {})).model)
         sims = []
-        for fused in (True, False):
-            kernels = (permute(d, t["tokens"], fused),) + unpermute(d, t["tokens"], fused)
+        for one_kernel in (True, False):  # (fused: the permutation as one kernel or as Megatron-Core's eager ops)
+            kernels = (permute(d, t["tokens"], one_kernel),) + unpermute(d, t["tokens"], one_kernel)
             sims.append(cm.time(kernels) + cm.time(backward(kernels)))
         m = p["device_fwd_bwd_s"]
         cells.append(f"{t['layout']} {_ms(m)} / {_ms(sims[0])} {_miss(sims[0], m)} / {_ms(sims[1])} {_miss(sims[1], m)}")
