@@ -75,7 +75,8 @@ def test_modern_rows_spell_out_their_scenarios():
     ds = rows["dg-dsv3-1024"].scenario
     assert ds["model"]["attention"] == "mla" and ds["model"]["kv_lora_rank"] == 512
     assert ds["model"]["moe"] == {"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "shared_experts": 1,
-                                  "dense_layers": 3, "routing": "uniform", "router_kernels": 71}
+                                  "dense_layers": 3, "capacity_factor": 1.0, "routing": "token_drop",
+                                  "router_kernels": 71}  # NeMo's MegatronTokenDropCallback: capacity 1.0, padded
     assert ds["parallel"]["expert_tp"] == 1 and ds["parallel"]["ep"] == 64
     l70 = rows["dg-l70-64"].scenario
     assert l70["parallel"] == {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "virtual_stages": 5, "zero": 1,
