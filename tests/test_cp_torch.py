@@ -93,3 +93,19 @@ def test_bad_cp_impl_exits_2_naming_the_key():
     out = run_cli(["run", str(REPO / "scenarios/llama3-8b-cp-128k-h100.toml"), "--set", "parallel.cp_impl=megatron"])
     assert out.code == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "parallel.cp_impl" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_ring_calls_run_at_pytorchs_measured_fa2_rate():
+    """torchtitan's SDPA is PyTorch's FA2 (attention_backend "flash2"): each of the cp calls of
+    a layer is 4 x tokens x keys x heads x head dim FLOPs (keys = seq / cp / 2, the causal half)
+    at the H100's measured curve, forward 0.345 x keys / (keys + 307) of the peak times the
+    sustained factor, plus a launch; the backward 2.5x the FLOPs at 0.301 x keys / (keys + 452)."""
+    program = ops(attention_backend="flash2")
+    keys = SEQ / CP / 2
+    flops = 4 * TOKENS * keys * HEADS * HD
+    sustained = compute.GEMM_EFFICIENCY["h100-sxm"] / compute.GEMM_KERNEL["h100-sxm"]["bf16"]
+    fwd = flops / (989e12 * sustained * 0.345 * keys / (keys + 307)) + compute.LAUNCH_S
+    bwd = 2.5 * flops / (989e12 * sustained * 0.301 * keys / (keys + 452)) + 2 * compute.LAUNCH_S
+    layers = 2
+    assert time_of(program, "attn_core_fwd") == pytest.approx(layers * CP * fwd, rel=1e-12)
+    assert time_of(program, "attn_core_bwd") == pytest.approx(layers * CP * bwd, rel=1e-12)

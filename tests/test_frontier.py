@@ -81,12 +81,7 @@ def compared(row_id: str) -> validation.Comparison:
 # Known gaps, kept visible (strict: the test fails the day it passes). (The 405B interleaved
 # row, -16.6% with 16 micro-batches of 2, is within 15% with the 8 micro-batches of 4
 # torchtitan 9dec370 ran by default.)
-GAP: dict = {"tt_h100_l8b_cp8_262k": "-17% with torchtitan's costs modelled and the h100-500w factor refit to 0.6505: "
-                                      "PyTorch's CP merges and fp32 gradients are in (+2.2%, sim/parallel/cp_torch.py); "
-                                      "flash attention is 96% of the step, and the published step needs FA2 ~20% below "
-                                      "the flash2 curve on 32k-key chunks at 500 W -- not measured; the same table's "
-                                      "CP sweep (bench/cp_sweep.py) grows 2.37x from CP 2 to CP 4, past the 2x any "
-                                      "linear cost allows"}
+GAP: dict = {}
 
 
 def _marks(row_id: str) -> tuple:

@@ -26,6 +26,9 @@ step's merge is one fused kernel; eager, one kernel per operator. Bytes per elem
 ``n`` is elements of one query-headed tensor (tokens x heads x head dim / tp). The merge of a
 load-balanced chunk that updates half the queries (``partial``) is charged as a whole one
 (its ``_partial_update`` copies the other half: 9 instead of 10 bytes an element fused).
+The chunks' SDPA calls are timed by the attention backend's curve (torchtitan: "flash2", on
+the H100 PyTorch's FA2 as measured; the row, its op-by-op step and what is still unexplained:
+docs/context_parallel.md).
 Run: ``clustersim validate --rows tt_h100_l8b_cp8_262k --explain tt_h100_l8b_cp8_262k``.
 """
 
