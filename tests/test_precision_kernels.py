@@ -90,3 +90,16 @@ def test_flash_attention_2_keeps_the_h100_absolute_rate_on_blackwell():
         cudnn = ComputeModel(gpu_preset(name), e_max=0.806 * sustained, attention="cudnn")
         want = flops / (gpu_preset(name).peak_flops * sustained * 0.61 * keys / (keys + 90.0))
         assert cudnn.flop_time(Kernel(flops, attn=1, keys=keys)) == pytest.approx(want, rel=1e-12)
+
+
+def test_cdna3_attention_reproduces_aiters_measured_forward_rate():
+    """At kernel level (sustained factor 1) the MI300X / MI325X forward attention at 4,096 keys a
+    query (causal, 8,192 tokens) runs at AITER's measured 472 TFLOP/s of 1,307.4 (Primus-Turbo's
+    MI300X attention report); the backward keeps the Hopper backward / forward relation."""
+    for name in ("mi300x", "mi325x"):
+        cm = ComputeModel(gpu_preset(name), e_max=0.806, attention="cudnn")  # sustained 1
+        assert cm.attention_efficiency(1, 4096.0) * 1307.4e12 == pytest.approx(472e12, rel=1e-9)
+        ratio = cm.attention_efficiency(2, 4096.0) / cm.attention_efficiency(1, 4096.0)
+        assert ratio == pytest.approx((0.53 * 4096 / (4096 + 350)) / (0.61 * 4096 / (4096 + 90)), rel=1e-12)
+    mi355x = ComputeModel(gpu_preset("mi355x"), e_max=0.806, attention="cudnn")
+    assert mi355x.attention_efficiency(1, 4096.0) == pytest.approx(0.61 * 4096 / (4096 + 90), rel=1e-12)

@@ -143,7 +143,8 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   rate on Blackwell (the H100's, ATTENTION_KERNEL) and MXFP8's share (MX_FP8_RATIO), `clustersim
 #   validate --fit --rows tt_b200,tt_gb200`: b200-power-limited 0.4736 (was 0.3236: attention had
 #   been timed at 2.3x its measured rate, and the fit had slowed every GEMM to make up for it),
-#   gb200-torchtitan 0.7010 (was 0.5012); mi325x unchanged at 0.6789 (`--fit --rows amd_mi325x`).
+#   gb200-torchtitan 0.7010 (was 0.5012); after CDNA3's measured attention rate
+#   (CDNA3_ATTENTION_RATIO), `--fit --rows amd_mi325x`: mi325x 0.7913 (was 0.6789; mi300x takes it).
 #   mi355x refit by the same rule, `clustersim validate --fit --rows amd_mi355x`: 0.6008 (was 0.5793,
 #   fitted before Megatron's unfused token permutation, sim/studies/frontier.py, moved its one row
 #   from 0.0% to -3.1%). One row: the fit is exact and checks nothing; with the MI325X's factor
@@ -166,7 +167,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6505, "h200": 0.7656,
-             "b200-power-limited": 0.4736, "gb200-torchtitan": 0.7010, "mi325x": 0.6789, "mi355x": 0.6008}
+             "b200-power-limited": 0.4736, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
 SUSTAINED.update(gb300=SUSTAINED["gb200"])
@@ -247,8 +248,22 @@ def _fa2_at_hopper_rate(gpu: str) -> dict:
     return {"cudnn": _HOPPER_ATTN["cudnn"], "flash2": tuple((top * scale, half) for top, half in _HOPPER_ATTN["flash2"])}
 
 
+# - AMD CDNA3 (mi300x, mi325x; one die, 1,307.4 TFLOP/s dense BF16): Megatron on ROCm runs attention
+#   in Transformer Engine's CK fused attention, whose v3 kernels are AITER's hand-written assembly
+#   (AMD's Primus run instructions export NVTE_CK_USES_BWD_V3=1). AITER's BF16 forward on an MI300X,
+#   head dim 128, causal, 8,192 tokens: 472 TFLOP/s (AMD-AGI/Primus-Turbo agent_docs/MI300X/
+#   phase1-attention-report.md, PyTorch 2.10 + ROCm 7.1: Triton's 208.5 TFLOP/s is "44.2%" of
+#   AITER's; 4,096 tokens non-causal: 229.0 at 47.1%, 486), 0.361 of the peak where the Hopper
+#   curve above gives cuDNN 0.597 at the same 4,096 keys on average: :data:`CDNA3_ATTENTION_RATIO`
+#   = 0.605 of it. No backward figure is shipped: the backward keeps its Hopper relation to the
+#   forward (the same ratio; HipKittens, arXiv:2511.08083, finds AITER's attention backward the
+#   weaker of the two on CDNA). MI355X (CDNA4): no measurement, the Hopper shares.
+AITER_MI300X_FWD = (472e12, 4096.0)  # FLOP/s, keys a query attends on average (causal 8,192)
+CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / 1307.4e12) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
+_CDNA3_ATTN = {b: tuple((top * CDNA3_ATTENTION_RATIO, half) for top, half in c) for b, c in _HOPPER_ATTN.items()}
 ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
-                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "mi300x", "mi325x", "mi355x")},
+                    **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "mi355x")},
+                    **{g: _CDNA3_ATTN for g in ("mi300x", "mi325x")},
                     **{g: _fa2_at_hopper_rate(g) for g in BLACKWELL}}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
