@@ -259,7 +259,7 @@ def _fa2_at_hopper_rate(gpu: str) -> dict:
 #   forward (the same ratio; HipKittens, arXiv:2511.08083, finds AITER's attention backward the
 #   weaker of the two on CDNA). MI355X (CDNA4): no measurement, the Hopper shares.
 AITER_MI300X_FWD = (472e12, 4096.0)  # FLOP/s, keys a query attends on average (causal 8,192)
-CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / 1307.4e12) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
+CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / GPUS["mi300x"].peak_flops) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
 _CDNA3_ATTN = {b: tuple((top * CDNA3_ATTENTION_RATIO, half) for top, half in c) for b, c in _HOPPER_ATTN.items()}
 ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
                     **{g: _HOPPER_ATTN for g in ("h100-sxm", "h100-500w", "h200", "h800", "mi355x")},
