@@ -22,6 +22,9 @@ load 2 to 10; gb200 at the H100 SXM's sustained factor 0.797; the H100 cases' fi
   (ZB-H1) x dp 32 x cp 2, ZeRO 1, TP overlap: 2.822 s, MFU 49.7%, 59.0 GiB; Spearman 0.79.
 - mi355x: 59,184 layouts, 10,662 rejected, 48,522 estimated, 24 simulated; 32 s wall: OK.
   Best: dp 1024, ZeRO 3, no recompute, micro-batch 1: 3.541 s, MFU 44.3%, 183.8 GiB; Spearman 0.66.
+  Re-run 2026-11-27 after the mi355x factor's refit (0.5793 -> 0.6008; ``--only mi355x --workers 1``):
+  the same counts and best layout, 3.420 s, MFU 45.8%; Spearman 0.93 (0.76 over the best-estimated);
+  87 s wall on the loaded machine: OK.
 """
 
 import argparse

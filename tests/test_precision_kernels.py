@@ -13,7 +13,7 @@ import pytest
 from sim.hardware.gpus import gpu_preset
 from sim.model import host
 from sim.model import layers as L
-from sim.model.compute import (BLACKWELL_FP8_RATIO, GEMM_KERNEL, LAUNCH_S, SUSTAINED, XLA_SM100, ComputeModel,
+from sim.model.compute import (BLACKWELL_FP8_RATIO, GEMM_KERNEL, LAUNCH_S, SUSTAINED, XLA_SM100, ComputeModel, Kernel,
                                elementwise, gemm)
 from sim.model.quant import MX_CAST_SHARE
 
@@ -29,7 +29,8 @@ def test_blackwell_fp8_ratio_is_the_median_of_xla_sm100_table():
         ratios.append((fp8 / 4.5e15 / (x / (x + 256))) / (bf16 / 2.25e15 / (x / (x + 128))))
     assert len(ratios) == 9 and statistics.median(ratios) == pytest.approx(BLACKWELL_FP8_RATIO, abs=5e-4)
     for gpu in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300"):
-        assert GEMM_KERNEL[gpu]["fp8"] == GEMM_KERNEL[gpu]["mxfp8"] == pytest.approx(0.806 * 0.900)
+        assert GEMM_KERNEL[gpu]["fp8"] == pytest.approx(0.806 * 0.900)
+        assert GEMM_KERNEL[gpu]["mxfp8"] == pytest.approx(0.806 * 0.900 * 6.812 / 7.161)
         assert GEMM_KERNEL[gpu]["bf16"] == GEMM_KERNEL[gpu]["nvfp4"] == 0.806
 
 
@@ -74,3 +75,31 @@ def test_cdna3_fp8_share_reproduces_amds_max_achievable_flops():
                                                                                                          rel=1e-9)
     assert GEMM_KERNEL["mi325x"]["fp8"] == pytest.approx(0.806 * 0.935, abs=5e-4)
     assert GEMM_KERNEL["mi355x"]["fp8"] == 0.806  # CDNA4: no measurement, assumed
+
+
+def test_flash_attention_2_keeps_the_h100_absolute_rate_on_blackwell():
+    """FlashAttention-2 (mma.sync kernels) on a B200 or GB200 at the same sustained factor takes
+    exactly the H100's time: flops / (989 TFLOP/s x sustained x 0.377 L / (L + 105)) forward,
+    0.331 L / (L + 272) backward; cuDNN's kernels keep their share of the part's own peak."""
+    flops, keys, sustained = 4.0e13, 4096.0, 0.5
+    for name in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan"):
+        cm = ComputeModel(gpu_preset(name), e_max=0.806 * sustained, attention="flash2")
+        for direction, (top, half) in ((1, (0.377, 105.0)), (2, (0.331, 272.0))):
+            want = flops / (989e12 * sustained * top * keys / (keys + half))
+            assert cm.flop_time(Kernel(flops, attn=direction, keys=keys)) == pytest.approx(want, rel=1e-12)
+        cudnn = ComputeModel(gpu_preset(name), e_max=0.806 * sustained, attention="cudnn")
+        want = flops / (gpu_preset(name).peak_flops * sustained * 0.61 * keys / (keys + 90.0))
+        assert cudnn.flop_time(Kernel(flops, attn=1, keys=keys)) == pytest.approx(want, rel=1e-12)
+
+
+def test_cdna3_attention_reproduces_aiters_measured_forward_rate():
+    """At kernel level (sustained factor 1) the MI300X / MI325X forward attention at 4,096 keys a
+    query (causal, 8,192 tokens) runs at AITER's measured 472 TFLOP/s of 1,307.4 (Primus-Turbo's
+    MI300X attention report); the backward keeps the Hopper backward / forward relation."""
+    for name in ("mi300x", "mi325x"):
+        cm = ComputeModel(gpu_preset(name), e_max=0.806, attention="cudnn")  # sustained 1
+        assert cm.attention_efficiency(1, 4096.0) * 1307.4e12 == pytest.approx(472e12, rel=1e-9)
+        ratio = cm.attention_efficiency(2, 4096.0) / cm.attention_efficiency(1, 4096.0)
+        assert ratio == pytest.approx((0.53 * 4096 / (4096 + 350)) / (0.61 * 4096 / (4096 + 90)), rel=1e-12)
+    mi355x = ComputeModel(gpu_preset("mi355x"), e_max=0.806, attention="cudnn")
+    assert mi355x.attention_efficiency(1, 4096.0) == pytest.approx(0.61 * 4096 / (4096 + 90), rel=1e-12)

@@ -35,7 +35,7 @@ SHARE = bounds.Bound(0.01, 1.0, "a share of the datasheet peak")
 # gemm_kernel is the traced GEMM share over the sustained factor it is used with (their product is
 # large GEMMs' share of the peak, <= 1: sim/model/compute.py checks it where the GPU is known), so it
 # passes 1 where real kernels outrun the sustained preset (a BF16 H200 trace: 0.77 / 0.7406 = 1.04);
-# 4 = a product of 1 at the lowest preset factor, 0.3236 (b200-power-limited), with room to spare.
+# 4 = a product of 1 at the lowest preset factor, 0.4736 (b200-power-limited), with room to spare.
 KERNEL = bounds.Bound(0.01, 4.0, "the kernel share over the sustained factor (their product is at most 1)")
 SUSTAINED = bounds.Bound(0.05, 1.5, "a share of the kernel rate kept through a step")
 HALF = bounds.Bound(0.0, 1e6, "the size (elements or keys) at which half the top efficiency is reached")

@@ -65,9 +65,9 @@ from ..hardware.gpus import GPU, GPUS, low_peak
 #   for sm_90, moved; its "sm_100" entries time "bf16xbf16->bf16" and "f8e4m3fnxf8e4m3fn->bf16" at
 #   each shape) gives, at its nine largest shapes (b 1, m 4096, n and k 1024-4096:
 #   :data:`XLA_SM100`), a median (FP8 share / its curve) / (BF16 share / its curve) of 0.900 --
-#   the Hopper comparison above, on Blackwell: fp8 = 0.806 x 0.900 = 0.725. MXFP8 takes the same
-#   share (the MX MMA, tcgen05.mma kind::mxf8f6f4, runs at the FP8 rate; the table has no MX
-#   entry). NVFP4 stays at the assumed 0.806 (no FP4 entry either).
+#   the Hopper comparison above, on Blackwell: fp8 = 0.806 x 0.900 = 0.725. MXFP8 keeps 0.951 of
+#   that (:data:`MX_FP8_RATIO`, Transformer Engine's B300 GEMM timings): 0.690. NVFP4 stays at the
+#   assumed 0.806 (the table has no FP4 entry).
 # AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
 #   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
 #   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
@@ -99,7 +99,16 @@ def maf_fp8_ratio(gpu: str) -> float:
 
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
 _CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
-_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO}
+# MXFP8 against FP8 with tensor-wise scales, both pre-quantized, on Blackwell: Transformer Engine's
+# GEMM profiling tutorial (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst,
+# "Autocast vs Pre-quantized", B300, hidden 4096, intermediate 16384, M = 15,872 tokens: the 12
+# GEMMs of one layer, inputs quantized before the timed loop, so the casts are not in it) times a
+# layer at 6.812 ms in FP8 (current scaling) and 7.161 ms in MXFP8: the MX kernel, which also loads
+# one E8M0 scale per 32 elements of each operand, keeps 6.812 / 7.161 = 0.951 of the FP8 kernel's
+# rate at the same shapes and peak (tcgen05.mma kind::mxf8f6f4 and kind::f8f6f4 share it).
+TE_B300_PREQUANTIZED_LAYER_S = {"fp8": 6.812e-3, "mxfp8": 7.161e-3}
+MX_FP8_RATIO = TE_B300_PREQUANTIZED_LAYER_S["fp8"] / TE_B300_PREQUANTIZED_LAYER_S["mxfp8"]
+_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO}
 _H100 = {"bf16": 0.806, "fp8": 0.776}
 _H200 = {"bf16": 0.806, "fp8": 0.793}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
@@ -133,7 +142,16 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   --fit --rows amd_mi325x`: mi325x 0.6789 (was 0.6518). Refit 2026-11-27 after the H100's flash2
 #   curve was measured (ATTENTION_KERNEL: PyTorch's causal FA2, 0.86 / 0.90 of the paper curve at
 #   16k tokens), `clustersim validate --fit --rows tt_h100`: h100-500w 0.6755 (was 0.6505; 0.848 of
-#   the H100 SXM's factor). Parts without rows take their nearest fitted sibling: h800 the H100
+#   the H100 SXM's factor). Refit 2026-11-27 after FlashAttention-2's
+#   rate on Blackwell (the H100's, ATTENTION_KERNEL) and MXFP8's share (MX_FP8_RATIO), `clustersim
+#   validate --fit --rows tt_b200,tt_gb200`: b200-power-limited 0.4736 (was 0.3236: attention had
+#   been timed at 2.3x its measured rate, and the fit had slowed every GEMM to make up for it),
+#   gb200-torchtitan 0.7010 (was 0.5012); after CDNA3's measured attention rate
+#   (CDNA3_ATTENTION_RATIO), `--fit --rows amd_mi325x`: mi325x 0.7913 (was 0.6789; mi300x takes it).
+#   mi355x refit by the same rule, `clustersim validate --fit --rows amd_mi355x`: 0.6008 (was 0.5793,
+#   fitted before Megatron's unfused token permutation, sim/studies/frontier.py, moved its one row
+#   from 0.0% to -3.1%). One row: the fit is exact and checks nothing; with the MI325X's factor
+#   (the CDNA3 sibling) that row would read +11.1%. Refit it whenever the MoE costs move. Parts without rows take their nearest fitted sibling: h800 the H100
 #   SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same CDNA3 die).
 # b200, b300, gb200 and gb300 (full-power DGX / HGX parts and NVL72 racks) have no shipped row of
 #   a dense step: they take the H100 SXM's factor, on the assumption that Blackwell's kernels and
@@ -152,7 +170,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
-             "b200-power-limited": 0.3236, "gb200-torchtitan": 0.5012, "mi325x": 0.6789, "mi355x": 0.5793}
+             "b200-power-limited": 0.4736, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
 SUSTAINED.update(gb300=SUSTAINED["gb200"])
@@ -230,10 +248,44 @@ _HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0
 FLASH2_H100 = ((0.345, 307.0), (0.301, 452.0))  # PyTorch SDPA's FA2, causal, measured on one H100 SXM
 _H100_ATTN = {**_HOPPER_ATTN, "flash2": FLASH2_H100}
 _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
+# - "flash2" on Blackwell (b200, gb200, b300, gb300 and the torchtitan rows' parts): FlashAttention-2's
+#   kernels are Ampere-style (mma.sync), which sm_100 runs no faster than Hopper: measured on B200,
+#   head dim 128 (meta-pytorch/tritonbench pull 171, flash_v2): forward 352, 354, 362 TFLOP/s at 2k,
+#   4k, 8k keys, 0.96-0.98 of the H100 figures above (362, 368, 370); head dim 64
+#   (Dao-AILab/flash-attention issue 1589, flash_attn 2.7.4): forward 343-381 and backward 302-334
+#   at 2k-16k. So it keeps the H100's absolute rate: the H100 curve's shares times 989 TFLOP/s over
+#   the part's BF16 peak (0.44 on a B200, 0.40 on a GB200). It is what PyTorch's SDPA ran on B200
+#   until cuDNN attention became its default on sm_100 (pytorch/pytorch pull 162073, 2025-09-04,
+#   for 2.9): the torchtitan B200 rows' nightly (2.9.0.dev20250815) predates it. cuDNN's kernels
+#   use Blackwell's tensor cores ("cudnn" keeps the Hopper shares of the part's own peak).
+BLACKWELL = ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300")
+
+
+def _fa2_at_hopper_rate(gpu: str) -> dict:
+    """A Blackwell part's attention curves: cuDNN's as on Hopper, FlashAttention-2's at the H100's
+    absolute rate (the shares scaled by the H100 SXM's peak over the part's)."""
+    scale = GPUS["h100-sxm"].peak_flops / GPUS[gpu].peak_flops
+    return {"cudnn": _HOPPER_ATTN["cudnn"], "flash2": tuple((top * scale, half) for top, half in _HOPPER_ATTN["flash2"])}
+
+
+# - AMD CDNA3 (mi300x, mi325x; one die, 1,307.4 TFLOP/s dense BF16): Megatron on ROCm runs attention
+#   in Transformer Engine's CK fused attention, whose v3 kernels are AITER's hand-written assembly
+#   (AMD's Primus run instructions export NVTE_CK_USES_BWD_V3=1). AITER's BF16 forward on an MI300X,
+#   head dim 128, causal, 8,192 tokens: 472 TFLOP/s (AMD-AGI/Primus-Turbo agent_docs/MI300X/
+#   phase1-attention-report.md, PyTorch 2.10 + ROCm 7.1: Triton's 208.5 TFLOP/s is "44.2%" of
+#   AITER's; 4,096 tokens non-causal: 229.0 at 47.1%, 486), 0.361 of the peak where the Hopper
+#   curve above gives cuDNN 0.597 at the same 4,096 keys on average: :data:`CDNA3_ATTENTION_RATIO`
+#   = 0.605 of it. No backward figure is shipped: the backward keeps its Hopper relation to the
+#   forward (the same ratio; HipKittens, arXiv:2511.08083, finds AITER's attention backward the
+#   weaker of the two on CDNA). MI355X (CDNA4): no measurement, the Hopper shares.
+AITER_MI300X_FWD = (472e12, 4096.0)  # FLOP/s, keys a query attends on average (causal 8,192)
+CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / GPUS["mi300x"].peak_flops) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
+_CDNA3_ATTN = {b: tuple((top * CDNA3_ATTENTION_RATIO, half) for top, half in c) for b, c in _HOPPER_ATTN.items()}
 ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
                     **{g: _H100_ATTN for g in ("h100-sxm", "h100-500w", "h800")},
-                    **{g: _HOPPER_ATTN for g in ("h200", "b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300",
-                                                 "gb300", "mi300x", "mi325x", "mi355x")}}
+                    **{g: _HOPPER_ATTN for g in ("h200", "mi355x")},
+                    **{g: _CDNA3_ATTN for g in ("mi300x", "mi325x")},
+                    **{g: _fa2_at_hopper_rate(g) for g in BLACKWELL}}
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
