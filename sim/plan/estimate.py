@@ -311,8 +311,9 @@ class Estimator:
         base = self.compute.time(optimizer(0.0, 1.0 if fp8 else 0.0, grad_bytes=gb))
         t = self.compute.time
         fsdp2 = dict(grad_bytes=4, copies_to_model=False)  # FSDP2: fp32 shards (sim/parallel/step_end.py)
+        megatron = dict(grad_bytes=gb)
         per_param = np.where(zero >= 3, t(optimizer(1e9, **fsdp2)) - t(optimizer(0.0, **fsdp2)),
-                             t(optimizer(1e9, grad_bytes=gb)) - t(optimizer(0.0, grad_bytes=gb))) + t(grad_norm(1e9)) - t(
+                             t(optimizer(1e9, **megatron)) - t(optimizer(0.0, **megatron))) + t(grad_norm(1e9)) - t(
             grad_norm(0.0))
         per_fp8 = (t(optimizer(0.0, 1e9)) - t(optimizer(0.0, 1.0))) if fp8 else 0.0
         memset = np.where(zero < 3, t(zero_grad(1.0, gb)) + (dense + expert) * (
