@@ -71,7 +71,7 @@ def test_legacy_step_time_is_the_published_flops_over_the_published_rate():
 
 def test_modern_rows_spell_out_their_scenarios():
     rows = {r.id: r for r in validation.modern_rows()}
-    assert len(rows) == 16
+    assert len(rows) == 27  # 16 NeMo runs, 8 MegaScale (Megatron-LM baseline), 3 Llama 3
     ds = rows["dg-dsv3-1024"].scenario
     assert ds["model"]["attention"] == "mla" and ds["model"]["kv_lora_rank"] == 512
     assert ds["model"]["moe"] == {"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "shared_experts": 1,
@@ -83,6 +83,23 @@ def test_modern_rows_spell_out_their_scenarios():
                                "sequence_parallel": True, "tp_comm_overlap": True}
     assert l70["cluster"] == {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 64}
     assert rows["dg-l70-fp8-64"].precision == "fp8"
+
+
+def test_strong_scaling_rows_keep_their_batch_and_layout_and_convert_their_figures():
+    """MegaScale Table 2 (Megatron-LM baseline) and Llama 3 Table 4: 11 rows at a fixed global
+    batch per series; Llama 3's TFLOPs/GPU become seconds by PaLM's F = (6N + 12 l h s) tokens."""
+    rows = {r.id: r for r in validation.modern_rows()}
+    ms = [rows[f"ms-g175-{n}"] for n in (256, 512, 768, 1024, 3072, 6144, 8192, 12288)]
+    assert [r.scenario["training"]["global_batch"] for r in ms] == [768] * 4 + [6144] * 4
+    assert [r.published_step_s for r in ms] == [40.0, 21.2, 15.2, 11.9, 29.02, 14.78, 12.24, 8.57]
+    assert all(r.scenario["parallel"]["dp"] * 64 == r.num_gpus and r.scenario["parallel"]["virtual_stages"] == 6
+               and r.scenario["parallel"]["grad_reduce_in_fp32"] and r.scenario["parallel"]["overlap_grad_reduce"]
+               is False for r in ms)
+    for rid, gpus, s, seqs, tflops in (("l3-405-8192", 8192, 8192, 2048, 430), ("l3-405-16384", 16384, 8192, 2048, 400),
+                                       ("l3-405-cp16-16384", 16384, 131072, 128, 380)):
+        flops = (6 * 405e9 + 12 * 126 * 16384 * s) * s * seqs
+        assert rows[rid].published_step_s == pytest.approx(flops / (tflops * 1e12 * gpus), abs=5e-4)
+        assert rows[rid].scenario["training"]["seq_len"] * rows[rid].scenario["training"]["global_batch"] == 2**24
 
 
 def test_cli_json_is_a_list_of_rows_with_the_contract_keys():
@@ -169,7 +186,7 @@ def test_modern_rows_have_the_parameters_their_names_state():
         d = transformer.dims(scenario_from_dict(r.scenario).model)
         assert transformer.total_params(d) == pytest.approx(float(size.group(1)) * 1e9, rel=0.05), r.id
         named += 1
-    assert named == 15  # every row but DeepSeek-V3's
+    assert named == 26  # every row but DeepSeek-V3's
 
 
 MODERN_IDS = {r.id for r in validation.modern_rows()}
@@ -179,7 +196,10 @@ ALL_ROWS_MAPE = 0.08
 # rows that simulate in a few seconds each (CPU measured with validation.compare); the rest are slow
 FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
 # a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
-KNOWN_GAPS: dict[str, str] = {}  # empty since 2026-11-24: DeepSeek-V3 and Grok-1 FP8 at -19.3%
+KNOWN_GAPS: dict[str, str] = {  # (empty 2026-11-24 to 11-27: DeepSeek-V3 and Grok-1 FP8 at -19.3% were closed)
+    "l3-405-cp16-16384": "Llama 3 long-context stage at -29.6%: its published step comes from PaLM's FLOPs "
+                         "convention, whose non-causal 12 l h s term counts twice the causal attention the "
+                         "row runs (-1.4% with the causal 6 l h s; docs/strong_scaling.md)"}
 
 
 def _modern_param(r):

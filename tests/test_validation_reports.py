@@ -88,6 +88,8 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["dg-g175-128", "dg-g175-2048"],
     ["dg-n340-256", "dg-n340-2048"],
     ["dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048"],
+    ["ms-g175-768", "ms-g175-6144"],  # MegaScale: 768/768 = 6144/6144 = 1 sequence per GPU
+    ["ms-g175-1024", "ms-g175-8192"],  # 768/1024 = 6144/8192 = 3/4
     ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_bf16",
      "tt_h100_l8b_128g_compile_bf16", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h100_l70b_256g_2d", "tt_h100_l70b_256g_2d_asynctp"],
@@ -102,6 +104,9 @@ SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
     ["N21-T2-174.6B-384", "N21-T2-174.6B-768", "N21-T2-174.6B-1536"],  # fixed global batch
     ["dg-l70-64", "dg-l70-2048"], ["dg-l405-512", "dg-l405-2048"], ["dg-g175-128", "dg-g175-2048"],
     ["dg-n340-256", "dg-n340-2048"], ["dg-grok-512", "dg-grok-2048"],
+    ["ms-g175-256", "ms-g175-512", "ms-g175-768", "ms-g175-1024",  # fixed global batch 768, then 6144
+     "ms-g175-3072", "ms-g175-6144", "ms-g175-8192", "ms-g175-12288"],
+    ["l3-405-8192", "l3-405-16384"],  # fixed 16M tokens (the cp 16 row differs in seq and cp)
     ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"], ["tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_128g_compile_bf16"],
     ["tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h200_l8b_32g_fp8", "tt_h200_l8b_64g_fp8"],
@@ -175,7 +180,8 @@ def test_cli_json_stays_the_contract_list_and_the_reports_go_to_a_file(tmp_path)
     p = clustersim("validate", "--rows", "tt_b200", "--json", "--report-json", str(report), "--plot", str(png))
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
-    assert isinstance(rows, list) and [r["id"] for r in rows] == SHIPPED_GROUPS[9]
+    b200 = next(g for g in SHIPPED_GROUPS if g[0] == "tt_b200_l8b_8g_bf16")
+    assert isinstance(rows, list) and [r["id"] for r in rows] == b200
     data = json.loads(report.read_text())
     assert data["rows"] == rows
     (group,) = data["layout_ranking"]

@@ -16,7 +16,15 @@ Megatron, only the first model chunk of the first pipeline stage is split into b
 every other chunk and stage reduces its gradients as one bucket (training.py: "Bucketing is
 disabled for non-first chunks ... or for non-zero pipeline-parallel ranks"), which is not on
 the critical path there. Expert gradients reduce over the ranks holding the same experts.
-Per step each rank sends 2x its parameter bytes x (N-1)/N.
+Per step each rank sends 2x its gradient bytes x (N-1)/N.
+
+Gradient bytes (``parallel.grad_reduce_in_fp32``, Megatron-Core's DistributedDataParallelConfig
+field, default False): bf16 gradients (:data:`GRAD_BYTES`) are accumulated and reduced; true: an
+fp32 gradient buffer, 4 bytes per parameter on the wire and in the buffer. Megatron-LM before
+Megatron-Core forced it for bf16 (NVIDIA/Megatron-LM 285068c8, 2023-01-11, megatron/arguments.py:
+"bfloat16 requires gradient accumulation and all-reduce to be done in fp32":
+``args.accumulate_allreduce_grads_in_fp32 = True`` whenever ``args.bf16``). Megatron buckets count
+parameters, so a bucket holds twice the bytes.
 """
 
 import math
@@ -27,8 +35,14 @@ from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
 GRAD_BYTES = 2  # bf16 gradients on the wire (Megatron-Core default: grad_reduce_in_fp32 off)
+FP32_GRAD_BYTES = 4  # parallel.grad_reduce_in_fp32: the fp32 gradient buffer (module docstring)
 BUCKET_PARAMS = 40_000_000  # Megatron-Core default bucket: max(40M, 1M x dp_cp) parameters
 BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def grad_bytes(p) -> int:
+    """Bytes per gradient element in the buffer and on the wire under parallel settings ``p``."""
+    return FP32_GRAD_BYTES if p.grad_reduce_in_fp32 else GRAD_BYTES
 
 
 def grads_overlapped(p) -> bool:
@@ -50,7 +64,7 @@ def bucket_size(p, dp_cp: int, stage: int, chunk: int) -> float:
         return math.inf
     if p.ddp_bucket_mb is not None:
         return p.ddp_bucket_mb * 2**20
-    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * dp_cp) * GRAD_BYTES
+    return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * dp_cp) * grad_bytes(p)
 
 
 class GradSync:
@@ -64,6 +78,7 @@ class GradSync:
         self.bucket_bytes = bucket_bytes(b.ctx, b.stage, chunk)
         self.overlapped = grads_overlapped(b.ctx.scenario.parallel)
         self.pending = [0.0, 0.0]  # dense, expert bytes
+        self.grad_bytes = grad_bytes(b.ctx.scenario.parallel)
         self.issued: list[int] = []
         layout = b.ctx.layout
         self.group_fns = (layout.shard_group, layout.expert_dp_group)
@@ -77,8 +92,8 @@ class GradSync:
     def add(self, layer: int, op_index: int) -> None:
         """Layer ``layer``'s gradients are ready after ``op_index``."""
         dense, expert = layer_params(self.b.ctx, layer)
-        self.pending[0] += dense * GRAD_BYTES
-        self.pending[1] += expert * GRAD_BYTES
+        self.pending[0] += dense * self.grad_bytes
+        self.pending[1] += expert * self.grad_bytes
         if sum(self.pending) >= self.bucket_bytes:
             self.flush(op_index, layer)
 
@@ -112,6 +127,6 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     all-reduce over the pair, on the gradient-reduction stream."""
     layout, p = b.ctx.layout, b.ctx.layout.sizes[Category.PP]
     pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)[Category.PP]))))
-    nbytes = GRAD_BYTES * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
+    nbytes = grad_bytes(b.ctx.scenario.parallel) * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
     return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP, tag=(vs,),
                         group_of=pair)

@@ -351,6 +351,12 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
 
 
+def grad_bytes(parallel) -> int:
+    """Bytes per gradient element the builder reduces (:func:`sim.parallel.dp.grad_bytes`:
+    ``parallel.grad_reduce_in_fp32``), for the planner's estimate."""
+    return dp.grad_bytes(parallel)
+
+
 def grad_bucket_bytes(parallel, dp_cp: int, stage: int, chunk: int) -> float:
     """Gradient bytes per bucket the builder uses for model chunk ``chunk`` of pipeline
     ``stage`` with ``dp_cp`` data x context-parallel ranks (inf: one bucket for the chunk):

@@ -16,6 +16,7 @@ from ..engine.kinds import Category
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
+from .dp import grad_bytes
 from .fsdp import reshards
 from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
@@ -49,7 +50,8 @@ def stage_memory(ctx, stage: int) -> Memory:
     sharded = dense / nd + expert / ne
     full = dense + expert
     weights = 2 * (sharded if zero >= 3 else full) + (2 * full if ctx.shard.fp8 and zero < 3 else 0)
-    return Memory(stage, weights, 2 * (sharded if zero >= 2 else full),
+    grads = grad_bytes(p) if zero < 3 else 2  # (fp32 buffer with parallel.grad_reduce_in_fp32: sim/parallel/dp.py)
+    return Memory(stage, weights, grads * (sharded if zero >= 2 else full),
                   12 * (sharded if zero >= 1 else full), activations(ctx, stage), gathered(ctx, stage))
 
 

@@ -28,7 +28,7 @@ from ..collectives.kinds import ALL_REDUCE
 from ..engine.kinds import Category, Phase, StreamName
 from ..model.optimizer import grad_norm, optimizer, zero_grad
 from ..model.quant import Recipe
-from .dp import AXIS, GRAD_BYTES
+from .dp import AXIS, grad_bytes
 from .params import rank_params
 
 NORM_BYTES = 4  # one fp32: the squared local norm
@@ -46,7 +46,7 @@ def start(b) -> int | None:
         return None
     dense, expert = rank_params(b.ctx, b.stage)
     with b.phase_of(Phase.OPTIMIZER):
-        return b.compute("zero_grad", zero_grad(dense + expert, GRAD_BYTES))
+        return b.compute("zero_grad", zero_grad(dense + expert, grad_bytes(b.ctx.scenario.parallel)))
 
 
 def shard_params(b) -> float:
@@ -79,7 +79,7 @@ def optimizer_step(b, params: float, deps) -> int:
     dense, expert = rank_params(b.ctx, b.stage)
     te = b.ctx.shard.fp8 and b.ctx.shard.recipe is Recipe.TE  # (torchao casts them every micro-batch instead)
     fp8_weights = dense + expert if te else 0.0  # TE casts the full local weights
-    kernels = optimizer(params, fp8_weights, GRAD_BYTES if p.zero < 3 else 4, copies_to_model=p.zero < 3)
+    kernels = optimizer(params, fp8_weights, grad_bytes(p) if p.zero < 3 else 4, copies_to_model=p.zero < 3)
     return b.compute("optimizer", kernels, deps)
 
 

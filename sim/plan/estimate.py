@@ -47,7 +47,7 @@ from ..engine.kinds import Category
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp")  # per layer kind (:class:`.layers.Cost`)
-GRAD_BYTES = 2  # bf16 on the wire (sim/parallel/dp.py, zero.py)
+PARAM_BYTES = 2  # bf16 parameters gathered (sim/parallel/zero.py); gradient bytes: sim.parallel.dp.grad_bytes
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
 
@@ -247,7 +247,8 @@ class Estimator:
     def _ends(self, zero, schedule: str, pp: int, v: int, m: int, fwd, bwd, rates, params) -> np.ndarray:
         """:meth:`_dp_tail` of candidates (``zero``: their stages 0-2) sharing a schedule and
         micro-batch count."""
-        dense, expert = params[:, 0] * GRAD_BYTES, params[:, 1] * GRAD_BYTES
+        g = layer_program.grad_bytes(self.s.parallel)
+        dense, expert = params[:, 0] * g, params[:, 1] * g  # gradient bytes; the gather moves bf16 parameters
         sharded = zero[:, None, None] > 0
         layers = self.stages.split(pp, v, schedule).layers_mean[0]
         nb = np.clip((dense[:, 0, 0] + expert[:, 0, 0]) / rates[:, 12], 1.0, layers + 1)  # first chunk's buckets
@@ -259,7 +260,7 @@ class Estimator:
             return np.where(nbytes > 0, calls * lat + nbytes * per, 0.0)
 
         reduce = np.where(sharded, timed(1, dense, 0) + timed(1, expert, 6), timed(0, dense, 0) + timed(0, expert, 6))
-        gather = np.where(sharded, timed(2, dense, 0) + timed(2, expert, 6), 0.0)
+        gather = np.where(sharded, (timed(2, dense * PARAM_BYTES / g, 0) + timed(2, expert * PARAM_BYTES / g, 6)), 0.0)
         chunks = reduce.shape[2]
         f, b = fwd / chunks, bwd / chunks  # n x stages: one chunk's pass
         offset = -np.cumsum(np.column_stack([np.zeros(len(zero)), b[:, :-1]]), axis=1)  # each stage's last backward
@@ -306,13 +307,16 @@ class Estimator:
         edp = (g["tp"] * g["cp"] * g["dp"] // (g["expert_tp"] * g["ep"])).to_numpy()[:, None]
         shard = np.where(zero >= 1, dense / (g["dp"] * g["cp"]).to_numpy()[:, None] + expert / edp, dense + expert)
         fp8 = quantized(self.s.training.precision)
-        base = self.compute.time(optimizer(0.0, 1.0 if fp8 else 0.0))
+        gb = layer_program.grad_bytes(self.s.parallel)  # zero 0-2: the gradient buffer's width
+        base = self.compute.time(optimizer(0.0, 1.0 if fp8 else 0.0, grad_bytes=gb))
         t = self.compute.time
         fsdp2 = dict(grad_bytes=4, copies_to_model=False)  # FSDP2: fp32 shards (sim/parallel/step_end.py)
+        megatron = dict(grad_bytes=gb)
         per_param = np.where(zero >= 3, t(optimizer(1e9, **fsdp2)) - t(optimizer(0.0, **fsdp2)),
-                             t(optimizer(1e9)) - t(optimizer(0.0))) + t(grad_norm(1e9)) - t(grad_norm(0.0))
+                             t(optimizer(1e9, **megatron)) - t(optimizer(0.0, **megatron))) + t(grad_norm(1e9)) - t(
+            grad_norm(0.0))
         per_fp8 = (t(optimizer(0.0, 1e9)) - t(optimizer(0.0, 1.0))) if fp8 else 0.0
-        memset = np.where(zero < 3, t(zero_grad(1.0, GRAD_BYTES)) + (dense + expert) * (
-            t(zero_grad(1e9, GRAD_BYTES)) - t(zero_grad(0.0, GRAD_BYTES))) / 1e9, 0.0)
+        memset = np.where(zero < 3, t(zero_grad(1.0, gb)) + (dense + expert) * (
+            t(zero_grad(1e9, gb)) - t(zero_grad(0.0, gb))) / 1e9, 0.0)
         base = base + t(grad_norm(0.0))
         return (base + shard * per_param / 1e9 + (dense + expert) * per_fp8 / 1e9 + memset).max(axis=1)

@@ -17,7 +17,9 @@ fixed rules, never tuned per row:
   with v = the smallest divisor > 1 of layers/pp (else plain 1F1B). Id: ``N21-T1-1.7B-32``.
 - ``modern_runs.csv`` (NVIDIA DGX Cloud benchmarking recipes, NeMo on DGX H100): written in
   the scenario vocabulary itself, one column per scenario key (empty = the key's default),
-  ``published_step_s`` the published seconds per step. Id: the row's ``id``.
+  ``published_step_s`` the published seconds per step. Id: the row's ``id``. Its last rows hold
+  a fixed global batch while the GPUs grow (MegaScale's Megatron-LM baseline, Llama 3 405B:
+  docs/strong_scaling.md); a column older rows lack reads as empty.
 - ``frontier_runs.csv`` (torchtitan on H100/H200/B200/GB200, AMD Instinct MI325X/MI355X):
   the same vocabulary plus ``topology``; rows published only as tokens/s per GPU are
   compared as tokens/s (:mod:`.frontier` states the batch assumed and its other rules).
