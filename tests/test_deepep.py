@@ -69,11 +69,13 @@ def test_simulated_bytes_and_time_against_the_alltoall_dispatcher():
     assert deepep.summary["step_time_s"] < alltoall.summary["step_time_s"]
 
 
-def test_planner_prices_the_same_sends():
+@pytest.mark.parametrize("rank_hit, node_hit", [(0.25, 0.75), (1.0, 0.01)])  # NIC-bound, NVLink-bound
+def test_planner_prices_the_same_sends(rank_hit, node_hit):
     comm = Comm(load_spec("dgx-h100"), "h100-sxm")
-    dedup, nbytes, domains = Dedup(0.25, 0.75), 8e6, (0,) * 8 + (1,) * 8 + (2,) * 8 + (3,) * 8
-    inside, outside = 7 * 4 * nbytes * 0.25 / comm.fabric.nvlink_w, 3 * nbytes * 0.75 / comm.fabric.nic_w
-    assert comm.all_to_all(nbytes, domains, dedup) == pytest.approx(P2P_LATENCY_S + max(inside, outside), rel=1e-12)
+    nbytes, domains = 8e6, (0,) * 8 + (1,) * 8 + (2,) * 8 + (3,) * 8
+    inside, outside = 7 * 4 * nbytes * rank_hit / comm.fabric.nvlink_w, 3 * nbytes * node_hit / comm.fabric.nic_w
+    got = comm.all_to_all(nbytes, domains, Dedup(rank_hit, node_hit))
+    assert got == pytest.approx(P2P_LATENCY_S + max(inside, outside), rel=1e-12)
 
 
 @pytest.mark.parametrize("overrides", [
