@@ -71,7 +71,7 @@ def test_legacy_step_time_is_the_published_flops_over_the_published_rate():
 
 def test_modern_rows_spell_out_their_scenarios():
     rows = {r.id: r for r in validation.modern_rows()}
-    assert len(rows) == 16
+    assert len(rows) == 21  # 16 NeMo (dgxc-benchmarking) + 5 Qwen3-235B-A22B (Megatron-MoE-ModelZoo)
     ds = rows["dg-dsv3-1024"].scenario
     assert ds["model"]["attention"] == "mla" and ds["model"]["kv_lora_rank"] == 512
     assert ds["model"]["moe"] == {"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "shared_experts": 1,
@@ -82,6 +82,10 @@ def test_modern_rows_spell_out_their_scenarios():
                                "sequence_parallel": True, "tp_comm_overlap": True}
     assert l70["cluster"] == {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 64}
     assert rows["dg-l70-fp8-64"].precision == "fp8"
+    q = rows["mz-q235-tp2pp32ep8"].scenario["parallel"]  # 96 chunks: embedding and loss alone at the ends
+    assert q["stage_layers"] == [0] + [1] * 94 + [0] and q["ep_dispatcher"] == "alltoall"
+    assert {rows[i].scenario["parallel"]["ep_dispatcher"] for i in rows if i.startswith("mz-") and i != "mz-q235-tp2pp32ep8"} \
+        == {"deepep"}
 
 
 def test_cli_json_is_a_list_of_rows_with_the_contract_keys():
