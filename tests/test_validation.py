@@ -182,7 +182,13 @@ ALL_ROWS_MAPE = 0.08
 # rows that simulate in a few seconds each (CPU measured with validation.compare); the rest are slow
 FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
 # a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
-KNOWN_GAPS: dict[str, str] = {}  # empty since 2026-11-24: DeepSeek-V3 and Grok-1 FP8 at -19.3%
+KNOWN_GAPS: dict[str, str] = {  # empty 2026-11-24 .. 2026-11-27; the Qwen3-235B rows (README "Fidelity")
+    "mz-q235-tp2pp8ep32-ovl": "-23.2%: EP overlap hides DeepEP's exchange entirely; its 24 SMs taken from "
+                              "the compute it overlaps are not modelled",
+    "mz-q235-tp2pp32ep8": "-22.5%: 96 one-layer chunks on 32 stages; per-chunk costs measured at 24.2 s "
+                          "are not all modelled",
+    "mz-q235-tp4pp8ep8": "-35.5%: tp 4 / ep 8 with 16 local experts, 256 micro-batches; not explained yet",
+}
 
 
 def _modern_param(r):
