@@ -90,6 +90,8 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048"],
     ["ms-g175-768", "ms-g175-6144"],  # MegaScale: 768/768 = 6144/6144 = 1 sequence per GPU
     ["ms-g175-1024", "ms-g175-8192"],  # 768/1024 = 6144/8192 = 3/4
+    ["mz-q235-tp2pp8ep32", "mz-q235-tp2pp8ep32-ovl", "mz-q235-fsdp-ep8", "mz-q235-tp2pp32ep8",
+     "mz-q235-tp4pp8ep8"],  # Qwen3-235B-A22B: five layouts on 256 H100, 8 sequences per GPU
     ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_bf16",
      "tt_h100_l8b_128g_compile_bf16", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h100_l70b_256g_2d", "tt_h100_l70b_256g_2d_asynctp"],
@@ -126,6 +128,7 @@ def test_ranking_groups_of_the_shipped_tables():
 def test_each_knob_pair_differs_in_its_knob_alone():
     pairs = {p.id: p.differs for g in vr.layout_ranking(published_as_predicted()) for p in g.pairs}
     assert pairs["tt_h100_l70b_256g_2d_asynctp"] == "tp_comm_overlap False->True"
+    assert pairs["mz-q235-tp2pp8ep32-ovl"] == "ep_comm_overlap False->True"
     assert pairs["tt_b200_l8b_8g_fp8tw"] == "fp8_recipe default->torchao, precision bf16->fp8"  # (torchao's casts)
     assert pairs["tt_h100_l8b_8g_compile_fp8"] == "compile False->True, fp8_recipe default->torchao, precision bf16->fp8"
     assert pairs["tt_h100_l405b_512g_interleaved"] == ("schedule default->interleaved, "

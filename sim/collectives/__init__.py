@@ -133,7 +133,8 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
     """The phases of collective ``op`` over ``group`` (GPU ids) moving ``nbytes``.
     ``shares`` (all_to_all only): (send weights, receive weights) per member, member a
     sending ``nbytes * send[a] * recv[b]`` to member b -- an uneven all-to-all (MoE
-    routing); None is the even exchange (send 1, receive 1/N)."""
+    routing); None is the even exchange (send 1, receive 1/N); a :class:`.direct.Dedup`:
+    DeepEP's deduplicated exchange, ``nbytes`` one rank's tokens once."""
     check(op, algo, domains, fabric)
     op = CollectiveOp(op)  # (text from a test or a study becomes the member it names; cached below)
     if len(group) < 2 or nbytes <= 0:
@@ -141,6 +142,10 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
     algo = resolve(op, algo, nbytes, domains, fabric)
     base, _, proto = algo.partition(":")
     fn = ALGORITHMS[(op, base)]
+    if isinstance(shares, direct.Dedup):
+        if fn is not direct.all_to_all:
+            raise ValueError(f"DeepEP's deduplicated exchange is an all_to_all, not {op}/{algo}")
+        return Schedule(op, algo, tuple(direct.dedup_all_to_all(group, domains, nbytes, shares)))
     if shares is not None:
         if fn is not direct.all_to_all:
             raise ValueError(f"uneven shares apply to the direct all_to_all, not {op}/{algo}")

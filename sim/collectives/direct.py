@@ -7,7 +7,32 @@ T = B(N-1)/(W N^2) (the seeds' formula).
 An uneven all-to-all (MoE dispatch to hot experts, and the combine back) takes per-member
 send and receive weights: member a sends nbytes * send[a] * recv[b] to member b; the even
 exchange is send = 1, recv = 1/N.
+
+DeepEP's exchange (:class:`Dedup`, deepseek-ai/DeepEP, the V1 "normal" kernels Megatron-Core's
+flex dispatcher calls, docs/legacy.md): ``get_dispatch_layout`` marks each token for every
+*rank* (``is_token_in_rank``, ``num_tokens_per_rank``) and every *node* (``num_tokens_per_rdma_rank``)
+holding at least one of its top-k experts, and the dispatch sends a token once to each: over
+RDMA once per remote node, to the GPU of the same local index there ("asymmetric-domain
+bandwidth forwarding ... from NVLink domain to RDMA domain"), which forwards it over NVLink to
+the ranks of its node that hold its experts; inside the node once per rank. The combine is the
+same exchange backwards (each rank sums a token's expert outputs before sending). Measured on
+H800 + CX7 (docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding"): 153-158 GB/s
+NVLink intranode and 43-58 GB/s RDMA internode "bottleneck bandwidth", i.e. the links' rates
+(~160 and ~50 GB/s): the exchange runs at the fabric's link rates here, its bytes deduplicated.
+``nbytes`` is then one rank's tokens once (tokens x hidden x 2 bytes), and member a sends:
+
+- to each member b of its own NVLink domain: ``nodes * nbytes * rank_hit`` (its own tokens for
+  b's experts, and the tokens it relays from each of the other ``nodes - 1`` domains);
+- to the member of each other domain at its own position there: ``nbytes * node_hit``,
+
+all at once (DeepEP pipelines the RDMA and NVLink legs in chunks: one phase). ``rank_hit`` and
+``node_hit`` (:func:`hit`) are the chance that a token has at least one expert on a given rank,
+on a given node. Members are matched by position within their domain; the group must hold the
+same number in each (Megatron's EP groups on whole nodes do).
 """
+
+from math import comb
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +50,48 @@ def all_to_all(group, domains, nbytes, shares=None):
         send, recv = (np.asarray(w, dtype=float) for w in shares)
         sizes = np.array([nbytes * send[i] * recv[j] for i, j in pairs])
     return (chains_phase(chains, sizes, 1, "direct all_to_all"),)
+
+
+class Dedup(NamedTuple):
+    """DeepEP's deduplicated all-to-all (module docstring): the chance that a token has at least
+    one of its experts on a given rank (``rank_hit``) and on a given NVLink domain (``node_hit``)."""
+
+    rank_hit: float
+    node_hit: float
+
+
+def hit(experts: int, top_k: int, held: int) -> float:
+    """The chance that ``held`` of ``experts`` experts include at least one of a token's ``top_k``
+    (distinct experts drawn uniformly, as balanced routing does): 1 - C(E - m, k) / C(E, k)."""
+    return 1.0 - comb(experts - held, top_k) / comb(experts, top_k)
+
+
+def dedup_pairs(group, domains, nbytes: float, dedup: Dedup) -> tuple[list, list]:
+    """(src, dst) member pairs of DeepEP's exchange and the bytes each carries (module docstring)."""
+    members: dict[int, list[int]] = {}
+    for i, d in enumerate(domains):
+        members.setdefault(d, []).append(i)
+    counts = {len(m) for m in members.values()}
+    if len(counts) != 1:
+        raise ValueError(f"DeepEP's exchange needs the same number of members in every NVLink domain, got {sorted(counts)}")
+    nodes, pairs, sizes = len(members), [], []
+    for i, d in enumerate(domains):
+        pos = members[d].index(i)
+        for j in members[d]:
+            if j != i:
+                pairs.append((group[i], group[j]))
+                sizes.append(nodes * nbytes * dedup.rank_hit)
+        for other, m in members.items():
+            if other != d:
+                pairs.append((group[i], group[m[pos]]))
+                sizes.append(nbytes * dedup.node_hit)
+    return pairs, sizes
+
+
+def dedup_all_to_all(group, domains, nbytes, dedup: Dedup):
+    """DeepEP's exchange as one phase of direct chains (:func:`dedup_pairs`)."""
+    pairs, sizes = dedup_pairs(group, domains, nbytes, dedup)
+    return (chains_phase([[p] for p in pairs], np.array(sizes, dtype=float), 1, "deepep all_to_all"),)
 
 
 def send_recv(group, domains, nbytes):

@@ -251,6 +251,7 @@ def _check_overlap(m, p, t) -> None:
     if p.tp_comm_overlap and (p.tp == 1 or not p.sequence_parallel):
         raise InputError("parallel.tp_comm_overlap", f"needs tp > 1 and sequence_parallel = true (got tp = {p.tp}, "
                                                      f"sequence_parallel = {str(p.sequence_parallel).lower()})")
+    _check_dispatcher(m, p)
     if not p.ep_comm_overlap:
         return
     if p.ep == 1:
@@ -265,6 +266,22 @@ def _check_overlap(m, p, t) -> None:
     if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
         raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
                                                      "run under the other's compute)")
+
+
+def _check_dispatcher(m, p) -> None:
+    """DeepEP's exchange (sim/collectives/direct.py ``Dedup``) is modelled for what the published
+    DeepEP runs did: expert parallelism, expert TP 1 and balanced routing (its deduplication is
+    the expectation under uniform top-k draws)."""
+    if p.ep_dispatcher != "deepep":
+        return
+    if m.moe is None or p.ep == 1:
+        raise InputError("parallel.ep_dispatcher", "'deepep' needs an MoE model with expert parallelism (ep > 1)")
+    if (p.expert_tp or p.tp) != 1:
+        raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled with expert_tp = 1 only "
+                                                   f"(got {p.expert_tp or p.tp})")
+    if m.moe.routing != "uniform":
+        raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled for balanced routing only "
+                                                   f"(model.moe.routing = 'uniform'; got {m.moe.routing!r})")
 
 
 def _check_op_recompute(m, p, t) -> None:

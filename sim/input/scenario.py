@@ -212,6 +212,11 @@ class Parallel(_Section):
     # Megatron-Core's TransformerConfig.moe_permute_fusion (default False): Transformer Engine's fused
     # token permute/unpermute kernels; False runs moe_utils.py's PyTorch operators (sim/model/layers.py)
     moe_permute_fusion: Flag = False
+    # Megatron-Core's MoE token dispatcher: "alltoall" (--moe-token-dispatcher-type alltoall: one
+    # NCCL all-to-all carrying every token-expert copy) or "deepep" (--moe-token-dispatcher-type flex
+    # --moe-flex-dispatcher-backend deepep: DeepEP's kernels, each token sent once per rank and once
+    # per node; sim/collectives/direct.py Dedup)
+    ep_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as

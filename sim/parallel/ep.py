@@ -25,6 +25,12 @@ Two paths (:attr:`.layout.Layout.folded_experts`):
   tokens, routes and dispatches them all, and holds 1/tp of its experts' weights; plain TP
   collectives around the MoE MLP. With tp = 1 both paths are the same.
 
+Megatron-Core's flex dispatcher with the DeepEP backend (``parallel.ep_dispatcher = "deepep"``,
+token_dispatcher.py MoEFlexTokenDispatcher) sends each token once per rank and once per node
+holding its experts instead of once per expert (:func:`exchange`, sim/collectives/direct.py);
+its CPU also waits for the received counts (DeepEP docs/legacy.md: "the CPU will wait for GPU's
+signal to arrive"), so :func:`split_sizes` holds for it too.
+
 The host reads the split sizes (:func:`split_sizes`). The dispatcher's all-to-alls take
 their split sizes, and the grouped GEMM its tokens per expert, as host values: Megatron-Core
 (token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess) counts each rank's tokens per
@@ -44,6 +50,7 @@ ep > 1, Megatron's group is expert tp x ep; ep alone here), ``COUNT_BYTES`` per 
 
 from dataclasses import replace
 
+from ..collectives.direct import Dedup, hit
 from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.layers import ELEM, Direction, backward, experts, router, routed_experts, unpermute
 from . import tp
@@ -196,8 +203,29 @@ def dispatch(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD,
     """The first all-to-all (backward too: it carries gradients of tokens to the experts)."""
     if b.ctx.layout.ep == 1:
         return deps
-    return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
-                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, False))
+    nbytes, weights = exchange(b, layer, False)
+    return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), nbytes,
+                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights)
+
+
+def exchange(b, layer: int, combine: bool) -> tuple[float, tuple | None]:
+    """The all-to-all's bytes and shares: Megatron's alltoall dispatcher, every token-expert copy
+    (:func:`dispatch_bytes`, uneven :func:`shares`); DeepEP (``parallel.ep_dispatcher``), each
+    token once (tokens x hidden x 2 bytes) with its :class:`~sim.collectives.direct.Dedup`."""
+    if b.ctx.scenario.parallel.ep_dispatcher != "deepep":
+        return dispatch_bytes(b, layer), shares(b, layer, combine)
+    return ELEM * tokens(b) * b.ctx.dims.h, dedup(b)
+
+
+def dedup(b) -> Dedup:
+    """DeepEP's chances that a token hits a rank, a node of this rank's ep group (balanced
+    routing, :func:`~sim.collectives.direct.hit`): a rank holds experts / ep of them, a node the
+    group's members in it times that."""
+    d, group = b.ctx.dims, _group(b)
+    mine = b.ctx.domains[b.rank]
+    per_rank = d.experts // b.ctx.layout.ep
+    local = sum(1 for r in group if b.ctx.domains[r] == mine)
+    return Dedup(hit(d.experts, d.top_k, per_rank), hit(d.experts, d.top_k, per_rank * local))
 
 
 def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:
@@ -208,8 +236,9 @@ def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, 
     on comm_stream), so the unpermutation does not hold up the other micro-batch's compute."""
     x = deps
     if b.ctx.layout.ep > 1:
-        x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), dispatch_bytes(b, layer),
-                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=shares(b, layer, True))
+        nbytes, weights = exchange(b, layer, True)
+        x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), nbytes,
+                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights)
     stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else StreamName.COMPUTE
     return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b), b.ctx.shard.fused_permute), direction), x,
                      layer, mb, stream=stream)

@@ -75,6 +75,7 @@ class LayerCollective:
     op: CollectiveOp
     nbytes: float
     group: tuple[int, ...]  # the ranks of its group
+    shares: tuple | None = None  # all_to_all: uneven weights, or DeepEP's Dedup (sim.collectives.schedule)
 
     @property
     def size(self) -> int:
@@ -256,7 +257,7 @@ def build(ctx: Context, kind: Kind) -> LayerProgram | None:
 def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
     coll = None
     if op.comm is not None:
-        coll = LayerCollective(op.category, op.comm.op, op.comm.nbytes, tuple(op.comm.group))
+        coll = LayerCollective(op.category, op.comm.op, op.comm.nbytes, tuple(op.comm.group), op.comm.shares)
     return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels, op.issue)
 
 

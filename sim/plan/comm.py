@@ -17,6 +17,7 @@ every other group mirrors.
 from functools import cached_property, lru_cache
 
 from ..collectives import tuner
+from ..collectives.direct import Dedup, dedup_pairs
 from ..collectives.kinds import CollectiveOp
 from ..engine.kinds import Category
 from ..hardware import topology
@@ -54,12 +55,20 @@ class Comm:
             self._topo = self._one_domain()
         return time_collective(self._topo, op, pick.name, tuple(range(len(domains))), nbytes)
 
-    def all_to_all(self, nbytes: float, domains: tuple[int, ...]) -> float:
+    def all_to_all(self, nbytes: float, domains: tuple[int, ...], shares: tuple | None = None) -> float:
         """Each member sends ``nbytes`` spread evenly over the group: the share for its own
-        NVLink domain over NVLink, the rest through its NIC."""
+        NVLink domain over NVLink, the rest through its NIC. DeepEP's exchange (``shares`` a
+        :class:`~sim.collectives.direct.Dedup`): the first member's sends of
+        :func:`~sim.collectives.direct.dedup_pairs`, the simulator's own, split the same way."""
         n = len(domains)
         if n < 2 or nbytes <= 0:
             return 0.0
+        if isinstance(shares, Dedup):
+            pairs, sizes = dedup_pairs(tuple(range(n)), domains, nbytes, shares)
+            sent = [(dst, size) for (src, dst), size in zip(pairs, sizes) if src == 0]
+            inside = sum(size for dst, size in sent if domains[dst] == domains[0]) / self.fabric.nvlink_w
+            outside = sum(size for dst, size in sent if domains[dst] != domains[0]) / self.fabric.nic_w
+            return P2P_LATENCY_S + max(inside, outside)
         local = domains.count(domains[0])
         inside = nbytes * (local - 1) / n / self.fabric.nvlink_w
         outside = nbytes * (n - local) / n / self.fabric.nic_w

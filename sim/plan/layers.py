@@ -53,12 +53,12 @@ class Pricer:
     def __call__(self, c) -> float:
         if c.axis not in EXPOSED_AXES:
             return 0.0
-        key = (c.op, c.nbytes, c.group)
+        key = (c.op, c.nbytes, c.group, c.shares)
         found = self._memo.get(key)
         if found is None:
             domains = tuple(r // self.domain for r in c.group)
             if c.op is ALL_TO_ALL:
-                found = self.comm.all_to_all(c.nbytes, domains)
+                found = self.comm.all_to_all(c.nbytes, domains, c.shares)
             elif c.op in (RING_SHIFT, SEND_RECV):
                 found = self.comm.p2p(c.nbytes, domains)
             else:
