@@ -41,7 +41,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import dp, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -157,8 +157,9 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None) -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads)
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None,
+                linears=True) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears)
         self.kernel_counts[index] = len(kernels)
         return index
 
@@ -328,9 +329,9 @@ def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
 
 
 def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
-    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its pipeline
-    transfers per micro-batch): the builder itself (:func:`sim.parallel.workload.build_rank`)
-    on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
+    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its ops per
+    micro-batch outside the layers: pipeline transfers, FP8 amax reductions (:mod:`.amax`)):
+    the builder itself (:func:`sim.parallel.workload.build_rank`) on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
     runs them in groups of pp, sim/input/rules.py). The census adds the other micro-batches
     from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
@@ -343,7 +344,7 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
-        found = (len(ops), m0, sum(op.category == Category.PP for op in ops) // m0)
+        found = (len(ops), m0, sum(op.category == Category.PP or op.name in amax.NAMES for op in ops) // m0)
         _remember(key, found)
     return found
 
