@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from sim.collectives.kinds import ALL_REDUCE
 from sim.input.load import scenario_from_dict
 from sim.parallel import layer_program, workload
 from sim.model.delayed_scaling import AMAX_HISTORY_LEN, amax_bytes, amax_kernels
@@ -109,3 +110,51 @@ def test_bad_values_exit_2_naming_the_key(tmp_path):
         o = got[str(i)]
         lines = o["stderr"].strip().splitlines()
         assert o["code"] == 2 and len(lines) == 1 and key in lines[0] and "Traceback" not in o["stderr"], (key, o)
+
+
+PLAN_BASE = """
+[model]
+layers = 2
+hidden = 1024
+heads = 8
+vocab = 8192
+[training]
+seq_len = 1024
+global_batch = 16
+precision = "fp8"
+{extra}
+[cluster]
+topology = "dgx-h100"
+gpus = 8
+"""
+
+
+def test_the_planner_prices_the_same_reductions(tmp_path):
+    """The planner's estimate (sim/plan/estimate.py) reads the builder's definition: for
+    tp 1, pp 1, dp 8 its compute grows, against a group of one, by exactly the micro-batches
+    x the forward (3 amaxes per GEMM) and backward (2) all-reduces over the 8 ranks, as its
+    collective model times them."""
+    from sim.plan import inputs, space
+    from sim.plan.estimate import Estimator
+    from sim.plan.stages import Stages
+
+    def estimate(extra):
+        path = tmp_path / "base.toml"
+        path.write_text(PLAN_BASE.format(extra=extra))
+        req = inputs.request(str(path), None, None, None, None, None, None, None)
+        stages = Stages(req.scenario)
+        c = space.enumerate_layouts(space.Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
+                                                req.scenario.training.seq_len, stages.dims.experts))
+        pick = c[(c.tp == 1) & (c.pp == 1) & (c.dp == 8) & (c.cp == 1) & (c.micro_batch == 1) & (c.zero == 0)
+                 & (c.recompute == "none")].head(1)
+        est = Estimator(req.scenario, stages, req.spec, req.gpu)
+        return est.frame(pick).iloc[0], est
+
+    full, est = estimate("")
+    alone, _ = estimate("tp_only_amax_red = true")
+    gemms = GEMMS_PER_LAYER * 2
+    group = (0,) * 8  # one NVLink domain
+    per_micro = sum(est.comm.reduce(ALL_REDUCE, amax_bytes(gemms, fwd), group) for fwd in (True, False))
+    assert per_micro > 0
+    micro = 16 // 8
+    assert full.est_compute_s - alone.est_compute_s == pytest.approx(micro * per_micro, rel=1e-9)

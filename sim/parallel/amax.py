@@ -39,10 +39,25 @@ CAT, SYNC, UPDATE = "fp8_amax_cat", "fp8_amax_ar", "fp8_amax_update"
 NAMES = frozenset({CAT, SYNC, UPDATE})
 
 
-def enabled(ctx) -> bool:
+def applies(training) -> bool:
     """Whether the linears run Transformer Engine's delayed scaling (FP8, TE recipe)."""
-    sh = ctx.shard
-    return sh.fp8 and sh.quant is Quant.FP8 and sh.recipe is Recipe.TE
+    return training.precision == Quant.FP8 and training.fp8_recipe == Recipe.TE
+
+
+def enabled(ctx) -> bool:
+    """:func:`applies` to the scenario the builder builds."""
+    return applies(ctx.scenario.training)
+
+
+def pass_pair_s(compute, gemms: int, all_reduce) -> float:
+    """Seconds one chunk's forward and backward reductions add to a micro-batch when exposed
+    (the planner's estimate, sim/plan/estimate.py): each direction's cat and update kernels
+    on ``compute`` (a :class:`~sim.model.compute.ComputeModel`) and ``all_reduce(nbytes)``,
+    the all-reduce of its amaxes over the group (0 for a group of one)."""
+    if gemms <= 0:
+        return 0.0
+    return sum(compute.time(list(amax_kernels(gemms, fwd))) + all_reduce(amax_bytes(gemms, fwd))
+               for fwd in (True, False))
 
 
 def axes(training) -> tuple[Category, ...]:

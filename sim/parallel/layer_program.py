@@ -104,6 +104,7 @@ class LayerProgram:
     layer: int  # the layer id it was built for (the first of its kind)
     rank: int
     ops: tuple[LayerOp, ...]
+    fp8_gemms: int = 0  # Transformer Engine FP8 GEMMs of its forward (the amaxes a chunk reduces: .amax)
 
     @property
     def count(self) -> int:
@@ -247,11 +248,11 @@ def build(ctx: Context, kind: Kind) -> LayerProgram | None:
     mb = 1 if ctx.micro_batches > 1 else 0  # a steady micro-batch (FSDP without resharding gathers on the first)
     forward = Pass(b, [layer], mb, (), zb.Kind.F, param_waits={})
     forward.run()
-    first_backward = len(b.program.ops)
+    first_backward, gemms = len(b.program.ops), b.fp8_gemms
     Pass(b, [layer], mb, forward.x, zb.Kind.B, sync=None, last_mb=False).run()
     ops = tuple(_layer_op(op, i, i >= first_backward, b.kernel_counts.get(i, 0))
                 for i, op in enumerate(b.program.ops))
-    return LayerProgram(kind, layer, rank, ops)
+    return LayerProgram(kind, layer, rank, ops, gemms)
 
 
 def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
