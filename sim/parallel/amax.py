@@ -3,7 +3,7 @@ direction (the kernels and bytes: :mod:`sim.model.delayed_scaling`).
 
 Megatron-Core runs each model chunk's ``TransformerBlock.forward`` inside one
 ``fp8_autocast(fp8_recipe=DelayedScaling(...), fp8_group=...)`` (megatron/core/transformer/
-transformer_block.py), with ``fp8_group = parallel_state.get_amax_reduction_group(
+transformer_block.py; core_r0.9.0 through core_r0.11.0 alike, NeMo 24.12 ships 0.10), with ``fp8_group = parallel_state.get_amax_reduction_group(
 with_context_parallel=True, tp_only_amax_red=config.tp_only_amax_red)``: the
 ``_TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP`` -- every rank of the pipeline stage, tp x cp x dp
 (expert-parallel ranks are inside dp) -- or, with ``--tp-only-amax-red``
@@ -15,7 +15,9 @@ autocast exits (forward) and in the backward of its first FP8 module (backward)
 chunk and micro-batch and direction; the compute stream waits for it (``Work.wait()``), so
 every rank of the group lines up there and the chunk's output is sent on only after it
 (the pipeline send's stream waits on the compute stream when it is issued). A group of one
-rank reduces nothing (``get_world_size(group) > 1``) but still updates its scales.
+rank reduces nothing (``get_world_size(group) > 1``) but still updates its scales. Not
+modelled: a second forward reduction when full recompute re-enters the autocast in the
+backward.
 
 Here: after a chunk's pass (:func:`sim.parallel.workload.close_pass`), the cat and the update
 on the compute stream and between them the all-reduce on its own stream (a process group of
