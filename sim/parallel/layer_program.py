@@ -350,6 +350,11 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     return found
 
 
+# What a chunk adds per micro-batch beside its layers under FP8 delayed scaling, its amax
+# reductions (.amax; the planner reads them here, the builder's own definition): whether they
+# apply, the group's axes, the seconds of one chunk's forward and backward reductions.
+amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_pair_s
+
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
 
 

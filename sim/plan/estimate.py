@@ -38,7 +38,7 @@ from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
 from ..model.layers import ELEM
 from ..model.optimizer import grad_norm, optimizer, zero_grad
-from ..parallel import amax, layer_program
+from ..parallel import layer_program
 from ..parallel.layout import Layout
 from . import dp_ends
 from .comm import Comm
@@ -188,15 +188,16 @@ class Estimator:
     def _amax(self, g, counts: np.ndarray, gemms: np.ndarray, v: int) -> np.ndarray:
         """n x stages: seconds the FP8 amax reductions add to one micro-batch of each stage --
         each of its v chunks reduces its share of the stage's FP8 GEMMs forward and backward
-        (sim/parallel/amax.py ``pass_pair_s``, the builder's definition), exposed."""
-        if not amax.applies(self.s.training):
+        (sim/parallel/amax.py ``pass_pair_s``, the builder's definition, read through
+        :mod:`sim.parallel.layer_program`), exposed."""
+        if not layer_program.amax_applies(self.s.training):
             return np.zeros((len(g), counts.shape[0]))
         per_chunk = np.rint(np.einsum("sk,nk->ns", counts, gemms) / v).astype(int)  # n x stages
-        axes = amax.axes(self.s.training)
+        axes = layer_program.amax_axes(self.s.training)
 
         def one(tp, cp, dp, n):
             group = self.comm.groups(tp, cp, dp, 1, 1, tp).of(*axes)
-            return amax.pass_pair_s(self.compute, n, lambda b: self.comm.reduce(ALL_REDUCE, b, group))
+            return layer_program.amax_pass_pair_s(self.compute, n, lambda b: self.comm.reduce(ALL_REDUCE, b, group))
 
         rows = pd.DataFrame({k: np.repeat(g[k].to_numpy(), counts.shape[0]) for k in ("tp", "cp", "dp")})
         rows["n"] = per_chunk.ravel()
