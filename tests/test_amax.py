@@ -32,7 +32,8 @@ GEMMS_PER_LAYER = 4  # QKV, output projection, FC1, FC2: each a TE FP8 GEMM
 
 def scenario(gpus=8, training=None, model=None, **parallel):
     t = {"seq_len": 4096, "global_batch": 16, "precision": "fp8", **(training or {})}
-    return scenario_from_dict({"model": {**MODEL, **(model or {})}, "training": t, "cluster": {"topology": "dgx-h100", "gpus": gpus},
+    return scenario_from_dict({"model": {**MODEL, **(model or {})}, "training": t,
+                               "cluster": {"topology": "dgx-h100", "gpus": gpus},
                                "parallel": {"dp": gpus, "overlap_grad_reduce": False, **parallel}})
 
 

@@ -3,8 +3,9 @@ direction (the kernels and bytes: :mod:`sim.model.delayed_scaling`).
 
 Megatron-Core runs each model chunk's ``TransformerBlock.forward`` inside one
 ``fp8_autocast(fp8_recipe=DelayedScaling(...), fp8_group=...)`` (megatron/core/transformer/
-transformer_block.py; core_r0.9.0 through core_r0.11.0 alike, NeMo 24.12 ships 0.10), with ``fp8_group = parallel_state.get_amax_reduction_group(
-with_context_parallel=True, tp_only_amax_red=config.tp_only_amax_red)``: the
+transformer_block.py; core_r0.9.0 through core_r0.11.0 alike, NeMo 24.12 ships 0.10), with
+``fp8_group = parallel_state.get_amax_reduction_group(with_context_parallel=True,
+tp_only_amax_red=config.tp_only_amax_red)``: the
 ``_TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP`` -- every rank of the pipeline stage, tp x cp x dp
 (expert-parallel ranks are inside dp) -- or, with ``--tp-only-amax-red``
 (``training.tp_only_amax_red``), the tp x cp group (megatron/core/parallel_state.py

@@ -332,9 +332,10 @@ def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
 def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its ops per
     micro-batch outside the layers: pipeline transfers, FP8 amax reductions (:mod:`.amax`)):
-    the builder itself (:func:`sim.parallel.workload.build_rank`) on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
-    runs them in groups of pp, sim/input/rules.py). The census adds the other micro-batches
-    from the layer programs."""
+    the builder itself (:func:`sim.parallel.workload.build_rank`) on a context with
+    :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved
+    1F1B runs them in groups of pp, sim/input/rules.py). The census adds the other
+    micro-batches from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
     m0 = min(m, p.pp) if p.schedule == "interleaved" else 1
     if p.schedule in pipeline.ZERO_BUBBLE:  # W passes and DualPipe's pairs differ by micro-batch: all of them
