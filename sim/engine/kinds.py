@@ -42,6 +42,7 @@ class StreamName(StrEnum):
     DP = "dp"  # gradient reductions, ZeRO's and FSDP's gathers, the loss and norm syncs
     DP_AG = "dp_ag"  # ZeRO's parameter all-gathers of the next step
     DP_RS = "dp_rs"  # FSDP's gradient reduce-scatters
+    AMAX = "amax"  # FP8 delayed scaling's amax all-reduce (its own process group: sim/parallel/amax.py)
     PP_SEND_FWD = "pp_send_fwd"  # activations to the next stage
     PP_RECV_FWD = "pp_recv_fwd"  # activations from the previous stage
     PP_SEND_BWD = "pp_send_bwd"  # gradients to the previous stage

@@ -96,6 +96,11 @@ def _check_precision(t, gpu) -> None:
 def _check_recipe(t) -> None:
     """``training.fp8_recipe`` names who quantizes the linears: only with a quantized precision,
     torchao only for the formats it trains in and as torchtitan runs it, compiled."""
+    if t.tp_only_amax_red and (t.precision != "fp8" or t.fp8_recipe != "te"):
+        raise InputError("training.tp_only_amax_red", f"chooses the group of Transformer Engine's delayed-scaling "
+                                                      f"amax reduction, but precision is {t.precision!r} with "
+                                                      f"fp8_recipe {t.fp8_recipe!r} (no amax history is reduced): "
+                                                      f"drop it, or use precision 'fp8' with fp8_recipe 'te'")
     if "fp8_recipe" not in t.model_fields_set:
         return
     if t.precision not in ("fp8", "mxfp8", "nvfp4"):

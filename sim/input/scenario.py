@@ -126,6 +126,11 @@ class Training(_Section):
     # cached per step) or "torchao" (torchtitan's Float8Linear / MXLinear under torch.compile:
     # dynamic scales, x, w and the output gradient quantized every micro-batch).
     fp8_recipe: Literal["te", "torchao"] = "te"
+    # Megatron-Core's --tp-only-amax-red: Transformer Engine's delayed-scaling amax reduction
+    # (per model chunk, micro-batch and direction) over the tp x cp group instead of every rank
+    # of the pipeline stage, tp x cp x dp (sim/parallel/amax.py). Only with precision "fp8" and
+    # fp8_recipe "te".
+    tp_only_amax_red: Flag = False
     # The elementwise kernels the model code runs: "fused" (Transformer Engine / Megatron fused
     # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
     # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:

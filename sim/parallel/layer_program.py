@@ -41,7 +41,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import dp, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -105,6 +105,7 @@ class LayerProgram:
     layer: int  # the layer id it was built for (the first of its kind)
     rank: int
     ops: tuple[LayerOp, ...]
+    fp8_gemms: int = 0  # Transformer Engine FP8 GEMMs of its forward (the amaxes a chunk reduces: .amax)
 
     @property
     def count(self) -> int:
@@ -158,8 +159,9 @@ class _Recorder(RankBuilder):
         super().__init__(ctx, rank)
         self.kernel_counts: dict[int, int] = {}
 
-    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None) -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads)
+    def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None,
+                linears=True) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears)
         self.kernel_counts[index] = len(kernels)
         return index
 
@@ -247,11 +249,11 @@ def build(ctx: Context, kind: Kind) -> LayerProgram | None:
     mb = 1 if ctx.micro_batches > 1 else 0  # a steady micro-batch (FSDP without resharding gathers on the first)
     forward = Pass(b, [layer], mb, (), zb.Kind.F, param_waits={})
     forward.run()
-    first_backward = len(b.program.ops)
+    first_backward, gemms = len(b.program.ops), b.fp8_gemms
     Pass(b, [layer], mb, forward.x, zb.Kind.B, sync=None, last_mb=False).run()
     ops = tuple(_layer_op(op, i, i >= first_backward, b.kernel_counts.get(i, 0))
                 for i, op in enumerate(b.program.ops))
-    return LayerProgram(kind, layer, rank, ops)
+    return LayerProgram(kind, layer, rank, ops, gemms)
 
 
 def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
@@ -329,11 +331,12 @@ def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
 
 
 def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
-    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its pipeline
-    transfers per micro-batch): the builder itself (:func:`sim.parallel.workload.build_rank`)
-    on a context with :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved 1F1B
-    runs them in groups of pp, sim/input/rules.py). The census adds the other micro-batches
-    from the layer programs."""
+    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its ops per
+    micro-batch outside the layers: pipeline transfers, FP8 amax reductions (:mod:`.amax`)):
+    the builder itself (:func:`sim.parallel.workload.build_rank`) on a context with
+    :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved
+    1F1B runs them in groups of pp, sim/input/rules.py). The census adds the other
+    micro-batches from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
     m0 = min(m, p.pp) if p.schedule == "interleaved" else 1
     if p.schedule in pipeline.ZERO_BUBBLE:  # W passes and DualPipe's pairs differ by micro-batch: all of them
@@ -344,10 +347,15 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
-        found = (len(ops), m0, sum(op.category == Category.PP for op in ops) // m0)
+        found = (len(ops), m0, sum(op.category == Category.PP or op.name in amax.NAMES for op in ops) // m0)
         _remember(key, found)
     return found
 
+
+# What a chunk adds per micro-batch beside its layers under FP8 delayed scaling, its amax
+# reductions (.amax; the planner reads them here, the builder's own definition): whether they
+# apply, the group's axes, the seconds of one chunk's forward and backward reductions.
+amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_pair_s
 
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
 

@@ -51,6 +51,7 @@ class Pass:
         self.gather = fsdp.Gatherer(b, self.layers, mb, FWD if direction is Kind.F else BWD)
         self.param_waits, self.sync, self.last_mb, self.rs_ops = param_waits or {}, sync, last_mb, []
         self.wgrads, self.layer_end = ([], {}) if defer else (None, None)
+        self.fp8_mark = b.fp8_gemms  # (sim/parallel/amax.py: the FP8 GEMMs this pass builds)
 
     def _fns(self, layer: int) -> tuple:
         b, mb = self.b, self.mb

@@ -125,6 +125,8 @@ class RankBuilder:
         self.captured = False  # inside a CUDA-graph captured region
         self.compiled = ctx.scenario.training.compile
         self.varying: list[Varying] | None = []  # ops timed by this rank's expert loads (None: others vary too)
+        self.fp8_gemms = 0  # FP8 GEMMs built in forward passes so far (sim/parallel/amax.py counts a chunk's)
+        self.amax_gemms: dict[int, int] = {}  # model chunk -> its FP8 GEMMs (set by its first forward)
 
     def host(self, seconds: float) -> None:
         """The host spends ``seconds`` before it issues the next op (the schedule loop)."""
@@ -165,14 +167,18 @@ class RankBuilder:
         return self.phase
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = StreamName.COMPUTE,
-                weights: bool = True, loads: tuple | None = None) -> int:
+                weights: bool = True, loads: tuple | None = None, linears: bool = True) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
         While a pass defers its weight gradients (:attr:`deferred` is a list), the
         weight-gradient half of the op's GEMMs (:func:`.tp.grad_parts`) is recorded there
         instead; ``weights=False``: the kernels are already one side of that split. ``loads``:
         (layer, direction) when the kernels are this rank's local experts' (:func:`.ep.expert_kernels`),
-        recorded in :attr:`varying` so a copy for another expert slice retimes the op."""
+        recorded in :attr:`varying` so a copy for another expert slice retimes the op. A forward
+        op's FP8 GEMMs count in :attr:`fp8_gemms` (``linears=False``: a later chunk of GEMMs
+        already counted, TP-comm overlap's split)."""
+        if linears and self.phase is Phase.FORWARD:
+            self.fp8_gemms += sum(k.count for k in kernels if k.fp8)
         wgrad = ()
         if self.deferred is not None and weights:
             kernels, wgrad = grad_parts(kernels)

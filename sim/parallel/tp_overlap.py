@@ -80,7 +80,8 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
         if i < tp - 1:
             nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, _group(b), nbytes, deps if shift is None else shift,
                                layer=layer, mb=mb, tag=tag + ("ring", i), group_of=_group_of(b))
-        x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights)
+        x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights,
+                      linears=i == 0)
         shift = nxt
     return x
 
@@ -91,7 +92,7 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, ta
     slowed = tuple(k._replace(flops=k.flops / (1 - COMM_SM_SHARE)) for k in chunk_kernels)
     nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
-        x = b.compute(name, slowed, x, layer, mb)
+        x = b.compute(name, slowed, x, layer, mb, linears=i == 0)
         done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, _group(b), nbytes, x, layer=layer, mb=mb,
                                  tag=tag + ("pipe", i), group_of=_group_of(b)))
     return tuple(done)

@@ -23,7 +23,7 @@ from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.specs import FatTreeSpec
 from ..model.layers import Shard
-from . import copies, dp, ep_overlap, jitter, pp, replay, step_end, zero
+from . import amax, copies, dp, ep_overlap, jitter, pp, replay, step_end, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import moe_block_ids, stage_layer_ids
@@ -214,11 +214,14 @@ def _open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, i
 
 
 def close_pass(b, ps: Pass, vs: int, chunk: int = 0) -> list[int]:
-    """Send a chunk's output on; returns the FSDP reduce-scatters the optimizer waits for."""
+    """Close a chunk's FP8 autocast region (its amax reduction, :mod:`.amax`), send its output
+    on; returns the FSDP reduce-scatters the optimizer waits for."""
     if ps.direction is Kind.F:
+        amax.reduce(b, ps, chunk)
         if vs < len(b.ctx.stage_layers) - 1:
             pp.transfer(b, Kind.F, ps.mb, vs, vs + 1, ps.x, sending=True, chunk=chunk)
         return []
+    amax.reduce(b, ps, chunk)  # (in the backward of the region's first FP8 module: before the last bucket)
     ps.finish()
     if vs > 0:
         pp.transfer(b, Kind.B, ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)

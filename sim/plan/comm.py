@@ -110,6 +110,10 @@ class Groups:
     def pp(self) -> tuple[int, ...]:
         return self._domains((0, self.layout.stage_rank(0, 1)) if self.layout.sizes[Category.PP] > 1 else (0,))
 
+    def of(self, *axes: Category) -> tuple[int, ...]:
+        """Rank 0's group over ``axes`` (e.g. the FP8 amax reduction's: sim/parallel/amax.py)."""
+        return self._domains(self.layout.group(0, *axes))
+
     @cached_property
     def ep(self) -> tuple[int, ...]:
         return self._domains(self.layout.ep_group(0))

@@ -5,8 +5,10 @@ candidate table, so that hundreds of thousands can be ranked before the best are
 
 T_s is one micro-batch's time on pipeline stage s: its layers' compute (kernels timed by
 the simulator's ComputeModel, :mod:`.layers`), recompute, the TP, CP, EP and FSDP
-communication that sits on the critical path, and what waiting for the host adds (the
-builder's issue costs, :mod:`.layers`). With v = 1 the pipeline term is
+communication that sits on the critical path, what waiting for the host adds (the
+builder's issue costs, :mod:`.layers`), and under FP8 with Transformer Engine's recipe each
+chunk's amax reductions, forward and backward (sim/parallel/amax.py ``pass_pair_s``: the
+builder's kernels, bytes and group, timed by :class:`.comm.Comm`; counted as compute). With v = 1 the pipeline term is
 (m + p - 1) T for balanced stages, the GPipe / 1F1B bubble (p - 1) / m of Narayanan et
 al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)); the zero-bubble
 and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross
@@ -89,16 +91,17 @@ class Estimator:
         c = c.assign(micro=self.micro_of(c).to_numpy())
         both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
         f, n = len(FIELDS), len(FIELDS) + len(COUNTS)
-        layer, ops, gathered = both[:, :, :f], both[:, :, f:n], both[:, :, n]
+        layer, ops, gathered, gemms = both[:, :, :f], both[:, :, f:n], both[:, :, n], both[:, :, n + 1]
         for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
-            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx], gathered[idx])
+            out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx], gathered[idx], gemms[idx])
         out["sim_cost_s"] = sim_cost(c, self.d, self.s, self.domain, ops, self.stages.split(1, 1))
         return out
 
     # ------------------------------------------------------------------ per layer kind
     def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
-        """KINDS x (FIELDS, COUNTS, FSDP bytes): each kind's :class:`.layers.Cost`, its op
-        counts and the bytes of its FSDP all-gather (sim/parallel/fsdp.py), from the
+        """KINDS x (FIELDS, COUNTS, FSDP bytes, FP8 GEMMs): each kind's :class:`.layers.Cost`, its op
+        counts, the bytes of its FSDP all-gather (sim/parallel/fsdp.py) and its forward's
+        Transformer Engine FP8 GEMMs (whose amaxes a chunk reduces: sim/parallel/amax.py), from the
         builder's layer programs of this (tp, cp, micro-batch, recompute, TP overlap, ep,
         expert_tp)."""
         programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
@@ -107,8 +110,9 @@ class Estimator:
         counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
         gathers = {k.value: next((c.nbytes for c in lp.collectives(Category.DP) if c.op is ALL_GATHER), 0.0)
                    for k, lp in programs.items()}
+        gemms = {k.value: lp.fp8_gemms for k, lp in programs.items()}
         return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
-                         + [gathers.get(k, 0.0)] for k in KINDS])
+                         + [gathers.get(k, 0.0), gemms.get(k, gemms.get("dense", 0))] for k in KINDS])
 
     def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
         """The layer programs of one candidate's per-layer knobs: the base scenario with them
@@ -147,8 +151,10 @@ class Estimator:
         return found
 
     # ------------------------------------------------------------------ one pipeline shape
-    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray, gathered: np.ndarray) -> np.ndarray:
-        """Every component of every candidate of one (pp, v), as columns of ``frame``."""
+    def _shape(self, g: pd.DataFrame, pp: int, v: int, layer: np.ndarray, gathered: np.ndarray,
+               gemms: np.ndarray) -> np.ndarray:
+        """Every component of every candidate of one (pp, v), as columns of ``frame``
+        (``gemms``: each kind's FP8 GEMMs, n x KINDS, for the amax reductions)."""
         split = self.stages.split(pp, v)
         counts = np.column_stack([getattr(split, k) for k in KINDS])  # stages x KINDS
         micro = g["micro"].to_numpy().astype(float)
@@ -160,6 +166,7 @@ class Estimator:
         # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
         stage[:, :, 6] = np.maximum(stage[:, :, 6], 0.0)  # the host waits only where a stage's issue outlasts it
+        stage[:, :, 0] += self._amax(g, counts, gemms, v)  # (the compute stream waits for them)
         total = stage.sum(axis=2)
         crit = total.argmax(axis=1)
         rows = np.arange(len(g))
@@ -177,6 +184,24 @@ class Estimator:
         step = pipe + pp_s + dp_s + opt
         return np.column_stack([step, parts[:, 0], parts[:, 1], pipe - micro * t_crit, parts[:, 2], parts[:, 3],
                                 parts[:, 4], pp_s, parts[:, 5] + dp_s, opt, parts[:, 6]])
+
+    def _amax(self, g, counts: np.ndarray, gemms: np.ndarray, v: int) -> np.ndarray:
+        """n x stages: seconds the FP8 amax reductions add to one micro-batch of each stage --
+        each of its v chunks reduces its share of the stage's FP8 GEMMs forward and backward
+        (sim/parallel/amax.py ``pass_pair_s``, the builder's definition, read through
+        :mod:`sim.parallel.layer_program`), exposed."""
+        if not layer_program.amax_applies(self.s.training):
+            return np.zeros((len(g), counts.shape[0]))
+        per_chunk = np.rint(np.einsum("sk,nk->ns", counts, gemms) / v).astype(int)  # n x stages
+        axes = layer_program.amax_axes(self.s.training)
+
+        def one(tp, cp, dp, n):
+            group = self.comm.groups(tp, cp, dp, 1, 1, tp).of(*axes)
+            return layer_program.amax_pass_pair_s(self.compute, n, lambda b: self.comm.reduce(ALL_REDUCE, b, group))
+
+        rows = pd.DataFrame({k: np.repeat(g[k].to_numpy(), counts.shape[0]) for k in ("tp", "cp", "dp")})
+        rows["n"] = per_chunk.ravel()
+        return v * lookup(rows, ["tp", "cp", "dp", "n"], one).reshape(per_chunk.shape)
 
     def _ep_exposed(self, g, layer: np.ndarray, micro: np.ndarray, pp: int, v: int) -> np.ndarray:
         """All-to-all time left exposed per micro-batch (n x KINDS): all of it, or with EP
