@@ -35,6 +35,8 @@ from typing import NamedTuple
 from ..errors import InputError
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, GPUS, low_peak
+from .attention_rates import (AITER_MI300X_FWD, ATTENTION_KERNEL, BLACKWELL,  # noqa: F401 (re-exported)
+                              CDNA3_ATTENTION_RATIO, FLASH2_H100)
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -212,80 +214,7 @@ def quantized(precision: str) -> bool:
     return precision in QUANTIZED
 
 
-# Flash attention, kernel level: (share of the BF16 peak at long sequences, keys at which half
-# of it is reached) for the forward and the backward kernel; efficiency(L) = max * L / (L + half)
-# with L the keys a query attends (causal: half the sequence on average). One curve per
-# attention backend (``training.attention_backend``):
-# - "cudnn": cuDNN fused attention, what Transformer Engine runs on Hopper by default
-#   (NVTE_FUSED_ATTN=1; NeMo / Megatron-Core). h100-sxm, head dim 128, BF16 (Shah et al. 2024,
-#   FlashAttention-3, arXiv:2407.08608, figures "Attention forward / backward speed, head dim
-#   128 (H100 80GB SXM5)"): forward 497, 574, 617, 609, 600, 595 TFLOP/s and backward 305,
-#   408, 465, 499, 518, 516 at 512..16k -> forward (0.61, 90), backward (0.53, 350) fit every
-#   point within 7%.
-# - "flash2": FlashAttention-2 (Dao 2023), what Transformer Engine runs when cuDNN attention is
-#   switched off (NVTE_FUSED_ATTN=0) and FlashAttention-3 is not installed. h100-sxm, the same
-#   figures: forward 309, 350, 362, 368, 370, 370 and backward 214, 260, 291, 310, 318, 322 at
-#   512..16k -> forward (0.377, 105), backward (0.331, 272) fit every point within 4%.
-#   Those figures are without a causal mask; the parts without a measurement of their own
-#   (Blackwell, AMD) keep this curve.
-# - "flash2" on Hopper, measured: the FlashAttention-2 kernels PyTorch's scaled_dot_product_attention
-#   runs as its FLASH_ATTENTION backend (what torchtitan calls, with is_causal=True), causal, head
-#   dim 128, BF16, [b, 32, s, 128] at 16k tokens a call, s = 512..16k (bench/measured/
-#   h100-2026-11-26.json and h200-2026-11-26.json, ``attention``, PyTorch 2.11, 700 W): H100 80GB
-#   SXM forward 0.149, 0.222, 0.295, 0.303, 0.313, 0.318 and backward 0.107, 0.168, 0.203, 0.241,
-#   0.277, 0.287 of the dense BF16 peak -> forward (0.345, 307), backward (0.301, 452), every point
-#   within 10% / 5% (least squares of the relative error; tests/test_attention_backend.py); H200
-#   forward 0.145 .. 0.338, backward 0.098 .. 0.315 -> (0.373, 399), (0.345, 657), within 8% / 9%.
-#   At 16k tokens these are 0.86 / 0.90 (H100) of the paper curve above: PyTorch's causal FA2 call
-#   keeps less of the peak than the paper's non-causal one. h100-500w and h800 take the H100's
-#   (the same die; the 500 W cap is the sustained factor's). The h200 keeps the paper curve for
-#   now: its fit is here, but its sustained factor also anchors the H200 trace calibration
-#   (docs/calibrate.md), which a change of its curve would have to be redone with.
-# a100-80gb: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691: forward up to 73% and
-#   backward up to 63% of peak; the sequence dependence taken from the H100 fit); no separate
-#   cuDNN measurement, so both backends take it.
-_HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
-FLASH2_H100 = ((0.345, 307.0), (0.301, 452.0))  # PyTorch SDPA's FA2, causal, measured on one H100 SXM
-_H100_ATTN = {**_HOPPER_ATTN, "flash2": FLASH2_H100}
-_A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
-# - "flash2" on Blackwell (b200, gb200, b300, gb300 and the torchtitan rows' parts): FlashAttention-2's
-#   kernels are Ampere-style (mma.sync), which sm_100 runs no faster than Hopper: measured on B200,
-#   head dim 128 (meta-pytorch/tritonbench pull 171, flash_v2): forward 352, 354, 362 TFLOP/s at 2k,
-#   4k, 8k keys, 0.96-0.98 of the H100 figures above (362, 368, 370); head dim 64
-#   (Dao-AILab/flash-attention issue 1589, flash_attn 2.7.4): forward 343-381 and backward 302-334
-#   at 2k-16k. So it keeps the H100's absolute rate: the H100 curve's shares times 989 TFLOP/s over
-#   the part's BF16 peak (0.44 on a B200, 0.40 on a GB200). It is what PyTorch's SDPA ran on B200
-#   until cuDNN attention became its default on sm_100 (pytorch/pytorch pull 162073, 2025-09-04,
-#   for 2.9): the torchtitan B200 rows' nightly (2.9.0.dev20250815) predates it. cuDNN's kernels
-#   use Blackwell's tensor cores ("cudnn" keeps the Hopper shares of the part's own peak).
-BLACKWELL = ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300")
-
-
-def _fa2_at_hopper_rate(gpu: str) -> dict:
-    """A Blackwell part's attention curves: cuDNN's as on Hopper, FlashAttention-2's at the H100's
-    absolute rate (the shares scaled by the H100 SXM's peak over the part's)."""
-    scale = GPUS["h100-sxm"].peak_flops / GPUS[gpu].peak_flops
-    return {"cudnn": _HOPPER_ATTN["cudnn"], "flash2": tuple((top * scale, half) for top, half in _HOPPER_ATTN["flash2"])}
-
-
-# - AMD CDNA3 (mi300x, mi325x; one die, 1,307.4 TFLOP/s dense BF16): Megatron on ROCm runs attention
-#   in Transformer Engine's CK fused attention, whose v3 kernels are AITER's hand-written assembly
-#   (AMD's Primus run instructions export NVTE_CK_USES_BWD_V3=1). AITER's BF16 forward on an MI300X,
-#   head dim 128, causal, 8,192 tokens: 472 TFLOP/s (AMD-AGI/Primus-Turbo agent_docs/MI300X/
-#   phase1-attention-report.md, PyTorch 2.10 + ROCm 7.1: Triton's 208.5 TFLOP/s is "44.2%" of
-#   AITER's; 4,096 tokens non-causal: 229.0 at 47.1%, 486), 0.361 of the peak where the Hopper
-#   curve above gives cuDNN 0.597 at the same 4,096 keys on average: :data:`CDNA3_ATTENTION_RATIO`
-#   = 0.605 of it. No backward figure is shipped: the backward keeps its Hopper relation to the
-#   forward (the same ratio; HipKittens, arXiv:2511.08083, finds AITER's attention backward the
-#   weaker of the two on CDNA). MI355X (CDNA4): no measurement, the Hopper shares.
-AITER_MI300X_FWD = (472e12, 4096.0)  # FLOP/s, keys a query attends on average (causal 8,192)
-CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / GPUS["mi300x"].peak_flops) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
-_CDNA3_ATTN = {b: tuple((top * CDNA3_ATTENTION_RATIO, half) for top, half in c) for b, c in _HOPPER_ATTN.items()}
-ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
-                    **{g: _H100_ATTN for g in ("h100-sxm", "h100-500w", "h800")},
-                    **{g: _HOPPER_ATTN for g in ("h200", "mi355x")},
-                    **{g: _CDNA3_ATTN for g in ("mi300x", "mi325x")},
-                    **{g: _fa2_at_hopper_rate(g) for g in BLACKWELL}}
+# Flash attention's curves per GPU and backend live in sim/model/attention_rates.py.
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
