@@ -11,7 +11,7 @@ import pytest
 
 import sim
 from sim.input.load import scenario_from_dict
-from sim.parallel import layer_program
+from sim.parallel import amax, layer_program
 from sim.plan import inputs, rules, space
 from sim.plan.estimate import FIELDS, Estimator
 from sim.plan.layers import KINDS
@@ -115,6 +115,9 @@ def test_planner_layer_compute_equals_the_layers_spans_on_one_rank(tmp_path, rec
     planned = est._layer_costs(1, 1, 1, recompute, False, 1, 1)[:, :len(FIELDS)]
     spans = sim.simulate(sim.load_scenario(tmp_path / "base.toml")).spans  # (the request drops recompute)
     spans = spans[(spans.category == "compute") & (spans.micro_batch == 0)]
+    # Transformer Engine's amax reduction closes a model chunk, not a layer: its kernels carry the
+    # chunk's first layer as their key, and the planner prices them per chunk (tests/test_amax.py)
+    spans = spans[~spans.name.isin((amax.CAT, amax.UPDATE))]
     d = est.d
     for kind, layer in zip(KINDS, (0, d.dense_layers, -1, d.layers, d.layers + 1)):
         simulated = float((spans.end_s - spans.start_s)[spans.layer == layer].sum())
