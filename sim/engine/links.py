@@ -3,14 +3,16 @@
 Each hop of a :class:`~sim.collectives.schedule.Phase` is routed
 (:func:`sim.hardware.paths.routes`: sprayed or hashed over equal-cost paths, PXN relays);
 the result, a :class:`CompiledPhase`, lists which share of which chain's rate lands on which
-link. It depends on the hops only, never on bytes, so :class:`sim.engine.network.Network`
-caches it by the phase's structure, and a phase whose hops repeat an earlier one's a whole
-number of scalable units away reuses its entries on moved links
-(:func:`sim.hardware.paths.translate`).
+link. It depends on the hops only, never on bytes, so :class:`PhaseCache` keeps it by the
+phase's structure, and a phase whose hops repeat an earlier one's a whole number of
+scalable units away reuses its entries on moved links (:func:`sim.hardware.paths.translate`).
+Both caches are keyed by digests of the hop arrays, checked against the arrays themselves
+on a hit, so no copy of the hops is held (a world-wide tree phase at 131k GPUs is 2.1M hops).
 
-Run: ``python -m pytest -q tests/test_network.py tests/test_paths.py``
+Run: ``python -m pytest -q tests/test_network.py tests/test_paths.py tests/test_links.py``
 """
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,36 +20,108 @@ import numpy as np
 from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
+CODED_ENTRIES = 1 << 16  # a phase with more entries keeps its weights as codes into its distinct values
+
 
 @dataclass
 class CompiledPhase:
     """A phase mapped onto the topology's links (bytes-independent, so cacheable): entry
     i puts ``entry_weight[i]`` times chain ``entry_chain[i]``'s rate on link
-    ``links[link_index[i]]``."""
+    ``links[link_index[i]]``. A large phase's weights are held as ``weight_values[weight_codes]``
+    (uint8 codes: 1 byte an entry, not 8) and :attr:`entry_weight` rebuilds them, the same floats."""
 
     entry_chain: np.ndarray
-    entry_weight: np.ndarray  # share of the chain's rate on that link (spraying splits it)
+    weight_values: np.ndarray  # the weights themselves, or (with ``weight_codes``) their distinct values
     n_chains: int
     step_latency: float  # seconds: the longest hop's path latency
     key: int  # identifies the link structure, for the rate cache
     links: np.ndarray  # the distinct links it uses, ascending
     link_index: np.ndarray  # per entry: the position of its link in ``links``
+    weight_codes: np.ndarray | None = None  # per entry: its weight's position in ``weight_values``
+
+    @property
+    def entry_weight(self) -> np.ndarray:
+        """Share of each entry's chain rate on its link (spraying splits it), float64."""
+        return self.weight_values if self.weight_codes is None else self.weight_values[self.weight_codes]
+
+
+def coded_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, codes) of :class:`CompiledPhase`: codes only for a phase past
+    :data:`CODED_ENTRIES` entries with at most 256 distinct weights, none zero or NaN (routes
+    are sprayed over a few spine counts), so ``values[codes]`` is ``weight`` bit for bit. One
+    comparison per distinct value (``np.unique`` would sort a copy: at 13M entries its
+    temporaries were the run's peak)."""
+    if len(weight) <= CODED_ENTRIES:
+        return weight, None
+    codes = np.zeros(len(weight), dtype=np.uint8)
+    done = np.zeros(len(weight), dtype=bool)
+    values: list[float] = []
+    left = len(weight)
+    while left:
+        v = weight[int(np.argmin(done))]  # the first entry not yet coded
+        if len(values) == 256 or v == 0.0 or v != v:  # (0.0 == -0.0 would merge them; NaN matches nothing)
+            return weight, None
+        same = weight == v
+        codes[same] = len(values)
+        done |= same
+        left -= int(np.count_nonzero(same))
+        values.append(v)
+    return np.array(values, dtype=weight.dtype), codes
+
+
+def _digest(arrays, extra: float) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a))
+    h.update(np.float64(extra).tobytes())
+    return h.digest()
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal as bytes (what ``tobytes()`` keys compared): dtype, shape and every value."""
+    return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+
+
+class PhaseCache:
+    """Compiled phases by structure (the hops and the protocol's ``wire``: rates never depend
+    on bytes), numbered in the order first compiled (``key``), with the routed shapes that
+    :func:`compile_phase` translates."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self._compiled: dict[bytes, list[tuple[object, CompiledPhase]]] = {}  # digest -> (phase, compiled)
+        self._templates: dict[bytes, list[tuple[object, int, CompiledPhase]]] = {}  # see compile_phase
+        self.count = 0
+
+    def get(self, phase) -> CompiledPhase:
+        """The compiled form of ``phase``: an earlier one of the same structure, or routed now."""
+        digest = _digest((phase.src, phase.dst, phase.chain), phase.wire)
+        found = self._compiled.setdefault(digest, [])
+        for other, compiled in found:
+            if (other.wire == phase.wire and _same(other.src, phase.src) and _same(other.dst, phase.dst)
+                    and _same(other.chain, phase.chain)):
+                return compiled
+        compiled = compile_phase(self.topo, phase, self.count, self._templates)
+        self.count += 1
+        found.append((phase, compiled))
+        return compiled
 
 
 def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> CompiledPhase:
     """Route ``phase``'s hops; or, when an earlier phase had the same hops a whole number
     of scalable units away, move its links (:func:`sim.hardware.paths.translate`:
     the same entries, shared, on the moved links). ``serial``: the new structure's key;
-    ``templates``: the caller's cache of routed shapes (hops relative to their first source ->
-    (that source, compiled)), added to here."""
-    shape = _shape_key(phase)
-    template = templates.get(shape) if shape is not None else None
+    ``templates``: the caller's cache of routed shapes (digest of the hops relative to their
+    first source -> [(phase, its first source, compiled)]), added to here."""
+    shape = _shape_digest(phase)
+    template = _template(templates.get(shape, ()), phase) if shape is not None else None
     if template is not None:
         base, found = template
         links = translate(topo, found.links, int(phase.src[0]) - base)
         if links is not None and (len(links) < 2 or bool((np.diff(links) > 0).all())):
-            return CompiledPhase(found.entry_chain, found.entry_weight, found.n_chains, found.step_latency,
-                                 serial, links, found.link_index)
+            return CompiledPhase(found.entry_chain, found.weight_values, found.n_chains, found.step_latency,
+                                 serial, links, found.link_index, found.weight_codes)
     stats: dict = {}
     entry_link, entry_weight, lengths, latency = routes(topo, phase.src, phase.dst, stats)
     if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
@@ -57,22 +131,40 @@ def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> Compil
     links = np.flatnonzero(used)
     position = np.empty(len(used), dtype=np.int32)  # (entries' chains and link positions as int32: 13M
     position[links] = np.arange(len(links))  # entries a phase at 131k GPUs, 0.1 GB less each; same values)
-    compiled = CompiledPhase(np.repeat(phase.chain.astype(np.int32), lengths), entry_weight, phase.n_chains,
-                             float(latency.max()) if len(latency) else 0.0, serial, links, position[entry_link])
+    link_index = position[entry_link]
+    del entry_link, used, position  # (each temporary goes as soon as it is read: a 13M-entry phase's peak)
+    values, codes = coded_weights(entry_weight)
+    del entry_weight
+    compiled = CompiledPhase(np.repeat(phase.chain.astype(np.int32), lengths), values, phase.n_chains,
+                             float(latency.max()) if len(latency) else 0.0, serial, links, link_index, codes)
     if shape is not None and not stats["slow"]:
-        templates.setdefault(shape, (int(phase.src[0]), compiled))
+        found = templates.setdefault(shape, [])
+        if _template(found, phase) is None:
+            found.append((phase, int(phase.src[0]), compiled))
     return compiled
 
 
 def link_bytes(phase: CompiledPhase, nbytes: np.ndarray) -> np.ndarray:
     """Bytes a transfer of ``phase`` (``nbytes`` per chain) carries on each of ``phase.links``."""
-    return np.bincount(phase.link_index, weights=nbytes[phase.entry_chain] * phase.entry_weight,
-                       minlength=len(phase.links))
+    carried = nbytes[phase.entry_chain]
+    carried *= phase.entry_weight  # (in place: the same products, one entry-long array fewer)
+    return np.bincount(phase.link_index, weights=carried, minlength=len(phase.links))
 
 
-def _shape_key(phase) -> tuple | None:
-    """A phase's hops relative to its first source (GPU endpoints only), for translation."""
+def _shape_digest(phase) -> bytes | None:
+    """Digest of a phase's hops relative to its first source (GPU endpoints only), for translation."""
     if not len(phase.src) or phase.src.min() < 0 or phase.dst.min() < 0:
         return None
     base = phase.src[0]
-    return (phase.chain.tobytes(), (phase.src - base).tobytes(), (phase.dst - base).tobytes(), phase.wire)
+    return _digest((phase.chain, phase.src - base, phase.dst - base), phase.wire)
+
+
+def _template(found, phase) -> tuple[int, CompiledPhase] | None:
+    """(its first source, compiled) of the template in ``found`` whose hops relative to their
+    first source are ``phase``'s, if any (the digest matched: the arrays decide)."""
+    base = phase.src[0]
+    for other, other_base, compiled in found:
+        if (other.wire == phase.wire and _same(other.chain, phase.chain)
+                and _same(other.src - other_base, phase.src - base) and _same(other.dst - other_base, phase.dst - base)):
+            return other_base, compiled
+    return None
