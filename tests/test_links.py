@@ -1,16 +1,16 @@
 """Compiled phases (sim/engine/links.py): the structure cache keyed by digests checked
-against the hop arrays, and a large phase's weights held as codes into their distinct values,
-each compared with what the phase's routes say, bit for bit.
+against the hop arrays (no copy of the hops held), and what a compiled phase holds compared
+with what the phase's routes say, bit for bit.
 Run ``python -m pytest -q tests/test_links.py``.
 """
 
 import numpy as np
 
-from conftest import run_phase, spec_topology
+from conftest import spec_topology
 from sim.collectives.schedule import Phase
 from sim.collectives.tree import all_reduce_arrays
 from sim.engine import links
-from sim.engine.links import PhaseCache, coded_weights
+from sim.engine.links import PhaseCache
 from sim.hardware.paths import routes
 
 TOPO = spec_topology(512)  # 64 nodes over several leaves: a world-wide tree crosses the spines, sprayed
@@ -21,47 +21,17 @@ def world_tree():
     return all_reduce_arrays(np.arange(512).reshape(64, 8), 1e8)
 
 
-def test_coded_weights_give_back_every_weight_bit_for_bit():
-    w = np.tile([1.0, 0.25, 1 / 3, 0.125, 1 / 3], 20_000)
-    values, codes = coded_weights(w)
-    assert codes is not None and codes.dtype == np.uint8 and values.tolist() == [1.0, 0.25, 1 / 3, 0.125]
-    assert values[codes].tobytes() == w.tobytes()
-
-
-def test_weights_that_codes_cannot_hold_exactly_stay_as_they_are():
-    few = np.ones(100)
-    assert coded_weights(few)[1] is None  # small: nothing to save
-    for odd in (0.0, -0.0, np.nan):  # 0.0 and -0.0 compare equal; NaN equals nothing
-        w = np.ones(links.CODED_ENTRIES + 10)
-        w[7] = odd
-        values, codes = coded_weights(w)
-        assert codes is None and values is w
-    many = np.arange(1, links.CODED_ENTRIES + 2, dtype=float)  # more than 256 distinct values
-    assert coded_weights(many)[1] is None
-
-
-def test_a_compiled_phase_is_its_routes(monkeypatch):
-    monkeypatch.setattr(links, "CODED_ENTRIES", 0)  # code every phase's weights
+def test_a_compiled_phase_is_its_routes():
     for phase in world_tree():
         compiled = PhaseCache(TOPO).get(phase)
         entry_link, entry_weight, lengths, latency = routes(TOPO, phase.src, phase.dst)
-        assert compiled.weight_codes is not None and len(compiled.weight_values) > 1  # sprayed: 1 and 1/k
+        assert len(np.unique(compiled.entry_weight)) > 1  # sprayed over the spines: 1 and 1/k
         assert compiled.entry_weight.tobytes() == entry_weight.tobytes()
         assert compiled.links[compiled.link_index].tolist() == entry_link.tolist()
         assert compiled.entry_chain.tolist() == np.repeat(phase.chain, lengths).tolist()
         assert compiled.step_latency == latency.max()
-        held = compiled.entry_chain.nbytes + compiled.link_index.nbytes + compiled.weight_codes.nbytes
-        assert held == 9 * len(entry_link)  # int32 chain, int32 link position, uint8 weight code
-
-
-def test_coded_and_plain_weights_run_the_same_floats(monkeypatch):
-    results = []
-    for coded in (0, 1 << 40):
-        monkeypatch.setattr(links, "CODED_ENTRIES", coded)
-        for phase in world_tree():
-            net = run_phase(TOPO, phase)
-            results.append((net.env.now, net.bytes_by_link.tobytes()))
-    assert results[:2] == results[2:]
+        held = compiled.entry_chain.nbytes + compiled.link_index.nbytes + compiled.entry_weight.nbytes
+        assert held == 16 * len(entry_link)  # int32 chain, int32 link position, float64 weight
 
 
 def test_the_cache_tells_phases_apart_by_their_arrays_not_the_digest(monkeypatch):

@@ -20,54 +20,20 @@ import numpy as np
 from ..hardware.paths import routes, translate
 from ..hardware.topology import Topology
 
-CODED_ENTRIES = 1 << 16  # a phase with more entries keeps its weights as codes into its distinct values
-
 
 @dataclass
 class CompiledPhase:
     """A phase mapped onto the topology's links (bytes-independent, so cacheable): entry
     i puts ``entry_weight[i]`` times chain ``entry_chain[i]``'s rate on link
-    ``links[link_index[i]]``. A large phase's weights are held as ``weight_values[weight_codes]``
-    (uint8 codes: 1 byte an entry, not 8) and :attr:`entry_weight` rebuilds them, the same floats
-    (``take``: half the time of indexing by the codes, ~0.05 s at 13M entries)."""
+    ``links[link_index[i]]``."""
 
     entry_chain: np.ndarray
-    weight_values: np.ndarray  # the weights themselves, or (with ``weight_codes``) their distinct values
+    entry_weight: np.ndarray  # share of the chain's rate on that link (spraying splits it)
     n_chains: int
     step_latency: float  # seconds: the longest hop's path latency
     key: int  # identifies the link structure, for the rate cache
     links: np.ndarray  # the distinct links it uses, ascending
     link_index: np.ndarray  # per entry: the position of its link in ``links``
-    weight_codes: np.ndarray | None = None  # per entry: its weight's position in ``weight_values``
-
-    @property
-    def entry_weight(self) -> np.ndarray:
-        """Share of each entry's chain rate on its link (spraying splits it), float64."""
-        return self.weight_values if self.weight_codes is None else self.weight_values.take(self.weight_codes)
-
-
-def coded_weights(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values, codes) of :class:`CompiledPhase`: codes only for a phase past
-    :data:`CODED_ENTRIES` entries with at most 256 distinct weights, none zero or NaN (routes
-    are sprayed over a few spine counts), so ``values[codes]`` is ``weight`` bit for bit. One
-    comparison per distinct value (``np.unique`` would sort a copy: at 13M entries its
-    temporaries were the run's peak)."""
-    if len(weight) <= CODED_ENTRIES:
-        return weight, None
-    codes = np.zeros(len(weight), dtype=np.uint8)
-    done = np.zeros(len(weight), dtype=bool)
-    values: list[float] = []
-    left = len(weight)
-    while left:
-        v = weight[int(np.argmin(done))]  # the first entry not yet coded
-        if len(values) == 256 or v == 0.0 or v != v:  # (0.0 == -0.0 would merge them; NaN matches nothing)
-            return weight, None
-        same = weight == v
-        codes[same] = len(values)
-        done |= same
-        left -= int(np.count_nonzero(same))
-        values.append(v)
-    return np.array(values, dtype=weight.dtype), codes
 
 
 def _digest(arrays, extra: float) -> bytes:
@@ -121,8 +87,8 @@ def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> Compil
         base, found = template
         links = translate(topo, found.links, int(phase.src[0]) - base)
         if links is not None and (len(links) < 2 or bool((np.diff(links) > 0).all())):
-            return CompiledPhase(found.entry_chain, found.weight_values, found.n_chains, found.step_latency,
-                                 serial, links, found.link_index, found.weight_codes)
+            return CompiledPhase(found.entry_chain, found.entry_weight, found.n_chains, found.step_latency,
+                                 serial, links, found.link_index)
     stats: dict = {}
     entry_link, entry_weight, lengths, latency = routes(topo, phase.src, phase.dst, stats)
     if phase.wire != 1.0:  # a protocol's flags: each byte of payload takes more of the link
@@ -134,10 +100,8 @@ def compile_phase(topo: Topology, phase, serial: int, templates: dict) -> Compil
     position[links] = np.arange(len(links))  # entries a phase at 131k GPUs, 0.1 GB less each; same values)
     link_index = position[entry_link]
     del entry_link, used, position  # (each temporary goes as soon as it is read: a 13M-entry phase's peak)
-    values, codes = coded_weights(entry_weight)
-    del entry_weight
-    compiled = CompiledPhase(np.repeat(phase.chain.astype(np.int32), lengths), values, phase.n_chains,
-                             float(latency.max()) if len(latency) else 0.0, serial, links, link_index, codes)
+    compiled = CompiledPhase(np.repeat(phase.chain.astype(np.int32), lengths), entry_weight, phase.n_chains,
+                             float(latency.max()) if len(latency) else 0.0, serial, links, link_index)
     if shape is not None and not stats["slow"]:
         found = templates.setdefault(shape, [])
         if _template(found, phase) is None:
