@@ -74,6 +74,15 @@ ranks: ``405b-1k`` peak RSS 1.78 -> 1.46 GB (target 1.5), 77.1 -> 71.4 s CPU (wa
 200 s at load 5.5). Memory per op there now: the programs ~320 bytes (the op tuple 136, deps
 ~80 with their index ints, a collective and its key ~180 for the 42% of ops that are one),
 the engine ~70 bytes after the run, the spans table ~123 bytes per row.
+The world-wide tree phases' memory (docs/scaling.md; ``python bench/step.py --only CASE``, main
+f671ec9 and this tree back to back, twice, load average ~6 then 2.6-3.9): compiled phases cached
+by digests of their hops checked against the arrays (no ``tobytes()`` copies held), ``routes``'
+links released once read, a collective without siblings sharing its cached schedule's arrays.
+Peak RSS ``405b-131k-v4`` 1.56 -> 1.30 GB (target 1.5), ``405b-131k`` 1.53 -> 1.28 GB,
+``405b-straggler-v4`` 0.62 -> 0.55 GB, ``405b-straggler`` 0.60 -> 0.53 GB. CPU seconds unchanged
+within the load's spread (``405b-131k-v4`` 12.73, 12.92 -> 12.64, 13.35 s; ``405b-straggler-v4``
+15.41, 11.02 -> 14.95, 11.48 s): both still over 10 s here. Results identical
+(``python bench/fingerprint.py``; ``clustersim validate --rows dg-l405-2048,MH-462B-6144 --json``).
 """
 
 import argparse

@@ -72,3 +72,23 @@ def test_renamed_schedule_equals_every_group_scheduled(family):
 def test_domain_pattern():
     doms = np.array([[1, 1, 2, 3], [5, 5, 0, 9], [5, 0, 0, 9], [4, 4, 7, 7]])
     assert same_domain_pattern(doms).tolist() == [True, True, False, False]
+
+
+def test_a_group_alone_shares_the_cached_schedules_hops():
+    """A collective without siblings is its cached schedule's phases as ``merge([phase])``
+    makes them (same dtypes, values, label and factors), holding the same arrays, not copies
+    (a world-wide tree at 131,072 GPUs is 2M hops a phase)."""
+    for op, algo in CALLS:
+        group = (0, 1, 2, 3) if "nvls" in algo else tuple(range(0, 128, 4 if algo == "pat" else 3))
+        doms = tuple(int(d) for d in TOPO.domains[list(group)])
+        cached = collectives.schedule(op, algo, group, 1e6, doms, None, TOPO.fabric)
+        alone = merged_schedule(op, algo, group, (), 1e6, TOPO)
+        assert len(alone.phases) == len(cached.phases)
+        for got, phase in zip(alone.phases, cached.phases):
+            want = merge([phase])
+            for field in ("src", "dst", "chain", "nbytes"):
+                a, b = getattr(got, field), getattr(want, field)
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+            assert (got.steps, got.label, got.latency_scale, got.overhead, got.wire) == (
+                want.steps, want.label, want.latency_scale, want.overhead, want.wire)
+            assert got.src is phase.src and got.dst is phase.dst and got.nbytes is phase.nbytes

@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from .clock import NORMAL, Wake, wake_after
-from .links import CompiledPhase, compile_phase, link_bytes
+from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from ..errors import SimulationError
 from ..hardware.topology import Topology
@@ -80,8 +80,7 @@ class Network:
         self.env, self.topo = env, topo
         self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
         self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
-        self._compiled: dict[tuple, CompiledPhase] = {}
-        self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
+        self._compiled = PhaseCache(topo)  # by the hops' structure, and shapes moved by whole scalable units
         self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
         self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
@@ -99,10 +98,7 @@ class Network:
     def _plan(self, phase) -> _Plan:
         plan = self._plans.get(phase)
         if plan is None:
-            key = phase.structure_key()
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = compile_phase(self.topo, phase, len(self._compiled), self._templates)
+            compiled = self._compiled.get(phase)
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             latency = phase.steps * compiled.step_latency * phase.latency_scale + phase.overhead
             plan = self._plans[phase] = _Plan(compiled, phase.nbytes.astype(float), empty, _mask_key(phase.nbytes),

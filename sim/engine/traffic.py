@@ -45,8 +45,8 @@ def merged_schedule(op: collectives.CollectiveOp, algo: str, group: tuple, sibli
     doms = topo.domains[rows]
     first = collectives.schedule(op, algo, tuple(group), nbytes, tuple(int(d) for d in doms[0]), shares,
                                  topo.fabric)
-    if len(rows) == 1:
-        return Schedule(first.op, first.algo, tuple(merge([p]) for p in first.phases))
+    if len(rows) == 1:  # (merge([p]) would copy the cached schedule's arrays: 2M hops a phase at 131k GPUs)
+        return Schedule(first.op, first.algo, tuple(_unmerged(p) for p in first.phases))
     switched = any((p.src < 0).any() or (p.dst < 0).any() for p in first.phases)
     if switched or not same_domain_pattern(doms).all():
         parts = [collectives.schedule(op, algo, tuple(int(r) for r in g), nbytes, tuple(int(d) for d in d_),
@@ -54,6 +54,14 @@ def merged_schedule(op: collectives.CollectiveOp, algo: str, group: tuple, sibli
         phases = tuple(merge([p.phases[i] for p in parts]) for i in range(len(parts[0].phases)))
         return Schedule(first.op, first.algo, phases)
     return Schedule(first.op, first.algo, tuple(_renamed(p, group, rows) for p in first.phases))
+
+
+def _unmerged(phase: SchedulePhase) -> SchedulePhase:
+    """``merge([phase])`` sharing ``phase``'s arrays (a Phase's arrays are never written):
+    the same values, label and factors, without a copy of the hops."""
+    chain = phase.chain if phase.chain.dtype == np.int64 else phase.chain + np.cumsum([0])[0]  # (merge's dtype)
+    return SchedulePhase(phase.src, phase.dst, chain, phase.nbytes, phase.steps, "", phase.latency_scale,
+                         phase.overhead, phase.wire)
 
 
 def same_domain_pattern(doms: np.ndarray) -> np.ndarray:
