@@ -28,6 +28,7 @@ import simpy
 from .clock import NORMAL, Wake, wake_after
 from .links import CompiledPhase, compile_phase, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
+from .sharing import Sharing
 from ..errors import SimulationError
 from ..hardware.topology import Topology
 
@@ -79,7 +80,7 @@ class Network:
     def __init__(self, env: simpy.Environment, topo: Topology):
         self.env, self.topo = env, topo
         self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
-        self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
+        self._sharing = Sharing(len(topo.caps))  # the phases in flight, and which share links
         self._compiled: dict[tuple, CompiledPhase] = {}
         self._templates: dict[tuple, tuple[int, CompiledPhase]] = {}  # hops relative to the first -> (its src, compiled)
         self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
@@ -146,10 +147,9 @@ class Network:
             return
         compiled = plan.compiled
         act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env.now)
-        users = self._users[act.links]
-        self._users[act.links] = users + 1
+        shared = self._sharing.add(compiled)
         self._active[act] = None
-        if np.count_nonzero(users):  # (count_nonzero: a third of the cost of .any() on small arrays)
+        if shared:
             self._solve_all()
         elif plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
             act.rates, horizon, _ = plan.alone
@@ -321,8 +321,7 @@ class Network:
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
             return  # its rates changed since this wake-up was planned
-        others = self._users[act.links] - 1  # other transfers on each of its links
-        shared = np.count_nonzero(others) > 0
+        shared = self._sharing.others(act.phase)  # another transfer in flight on one of its links
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)
@@ -332,7 +331,7 @@ class Network:
                 act.remaining = np.where(finishing, 0.0, act.remaining)
                 self._solve_all() if shared else self._solve([act])
                 return
-        self._users[act.links] = others
+        self._sharing.remove(act.phase)
         del self._active[act]
         act.plan.finished += 1
         if self.log is not None:
