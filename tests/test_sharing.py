@@ -83,3 +83,38 @@ def test_memo_starting_over(monkeypatch):
     """A memo that fills starts over: answers worked out again are the same."""
     monkeypatch.setattr(sharing, "MEMO_PAIRS", 8)
     _walk(7, n_phases=50, steps=3000, spread=12)
+
+
+def test_a_transfer_alone_since_its_start_shares_no_link():
+    """The network skips the question at a transfer's end when it started alone and was never
+    re-solved (``network._solo_since_start``): on staggered transfers over overlapping and
+    disjoint groups, every time the shortcut applies the full answer is no, and it applies
+    often (it fails with the generation test left out)."""
+    from conftest import run_transfers, spec_topology
+    from sim.collectives.schedule import Phase
+    from sim.engine import network
+
+    rng = np.random.default_rng(3)
+    groups = [list(range(0, 8)), list(range(4, 12)), list(range(16, 24)), list(range(24, 32)), [0, 8, 16, 24]]
+
+    def ring(gpus):
+        src = np.array(gpus)
+        return Phase(src, np.roll(src, -1), np.arange(len(gpus)), rng.uniform(1e6, 4e7, len(gpus)), 1, overhead=1e-6)
+
+    phases = [ring(g) for g in groups for _ in range(2)]
+    starts = [(float(rng.uniform(0, 0.1)), phases[int(rng.integers(len(phases)))]) for _ in range(60)]
+    answers = []
+    original = network.Network._on_wake
+
+    def checked(self, act, generation):
+        if generation == act.generation and network._solo_since_start(act, generation):
+            answers.append(self._sharing.others(act.phase))
+        return original(self, act, generation)
+
+    network.Network._on_wake = checked
+    try:
+        net, _ = run_transfers(spec_topology(32, nic_gbps=50), starts)
+    finally:
+        network.Network._on_wake = original
+    assert net.joint_solves > 5 and len(answers) > 10
+    assert not any(answers)

@@ -66,6 +66,7 @@ class _Active:
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
     wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
+    solo: bool = False  # started on links no other transfer used (see _on_wake)
 
 
 class Network:
@@ -151,7 +152,9 @@ class Network:
         self._active[act] = None
         if shared:
             self._solve_all()
-        elif plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
+            return
+        act.solo = True
+        if plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
             act.rates, horizon, _ = plan.alone
             act.mask = plan.mask
             act.generation = 1
@@ -321,7 +324,7 @@ class Network:
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
             return  # its rates changed since this wake-up was planned
-        shared = self._sharing.others(act.phase)  # another transfer in flight on one of its links
+        shared = not _solo_since_start(act, generation) and self._sharing.others(act.phase)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)
@@ -371,6 +374,14 @@ class Network:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
+
+
+def _solo_since_start(act: _Active, generation: int) -> bool:
+    """Whether ``act`` (at ``generation``) has had its links to itself since it started, so no
+    other transfer in flight shares one: it started alone and was never re-solved (generation 1),
+    and a transfer that came since on one of its links would have re-solved every transfer in
+    flight, this one too (tests/test_sharing.py checks it on overlapping transfers)."""
+    return act.solo and generation == 1
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
