@@ -28,6 +28,7 @@ import simpy
 from .clock import NORMAL, Wake, wake_after
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
+from .sharing import Sharing
 from ..errors import SimulationError
 from ..hardware.topology import Topology
 
@@ -65,6 +66,7 @@ class _Active:
     generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
     wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
+    solo: bool = False  # started on links no other transfer used (see _on_wake)
 
 
 class Network:
@@ -79,7 +81,7 @@ class Network:
     def __init__(self, env: simpy.Environment, topo: Topology):
         self.env, self.topo = env, topo
         self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
-        self._users = np.zeros(len(topo.caps), dtype=np.int64)  # active phases per link
+        self._sharing = Sharing(len(topo.caps))  # the phases in flight, and which share links
         self._compiled = PhaseCache(topo)  # by the hops' structure, and shapes moved by whole scalable units
         self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
         self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
@@ -142,12 +144,13 @@ class Network:
             return
         compiled = plan.compiled
         act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env.now)
-        users = self._users[act.links]
-        self._users[act.links] = users + 1
+        shared = self._sharing.add(compiled)
         self._active[act] = None
-        if np.count_nonzero(users):  # (count_nonzero: a third of the cost of .any() on small arrays)
+        if shared:
             self._solve_all()
-        elif plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
+            return
+        act.solo = True
+        if plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
             act.rates, horizon, _ = plan.alone
             act.mask = plan.mask
             act.generation = 1
@@ -317,8 +320,7 @@ class Network:
     def _on_wake(self, act: _Active, generation: int) -> None:
         if generation != act.generation:
             return  # its rates changed since this wake-up was planned
-        others = self._users[act.links] - 1  # other transfers on each of its links
-        shared = np.count_nonzero(others) > 0
+        shared = not _solo_since_start(act, generation) and self._sharing.others(act.phase)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)
@@ -328,7 +330,7 @@ class Network:
                 act.remaining = np.where(finishing, 0.0, act.remaining)
                 self._solve_all() if shared else self._solve([act])
                 return
-        self._users[act.links] = others
+        self._sharing.remove(act.phase)
         del self._active[act]
         act.plan.finished += 1
         if self.log is not None:
@@ -368,6 +370,14 @@ class Network:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
+
+
+def _solo_since_start(act: _Active, generation: int) -> bool:
+    """Whether ``act`` (at ``generation``) has had its links to itself since it started, so no
+    other transfer in flight shares one: it started alone and was never re-solved (generation 1),
+    and a transfer that came since on one of its links would have re-solved every transfer in
+    flight, this one too (tests/test_sharing.py checks it on overlapping transfers)."""
+    return act.solo and generation == 1
 
 
 def _mask_key(remaining: np.ndarray) -> bytes:
