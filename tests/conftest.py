@@ -2,6 +2,7 @@
 subprocess and its one-line input errors."""
 
 from functools import lru_cache
+import json
 import os
 from pathlib import Path
 import subprocess
@@ -89,6 +90,21 @@ def assert_input_error(proc: subprocess.CompletedProcess, key: str) -> None:
     """Bad input: exit 2, one line on stderr naming ``key``, never a traceback."""
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and key in proc.stderr and "Traceback" not in proc.stderr
+
+
+def assert_refusals(path, cases) -> None:
+    """``clustersim run PATH --set ...`` for each ``(sets, key)`` of ``cases``, all in forked children
+    of one process (tests/forked_cli.py): each exits 2 with one line naming its key, no traceback."""
+    jobs = [{"name": str(i), "args": ["run", str(path)] + [a for o in sets for a in ("--set", o)]}
+            for i, (sets, _) in enumerate(cases)]
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "forked_cli.py")], input=json.dumps(jobs),
+                          capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)["outcomes"]
+    for i, (_, key) in enumerate(cases):
+        o = got[str(i)]
+        lines = o["stderr"].strip().splitlines()
+        assert o["code"] == 2 and len(lines) == 1 and key in lines[0] and "Traceback" not in o["stderr"], (key, o)
 
 
 @pytest.fixture

@@ -17,9 +17,6 @@ fsdp.py): closed forms read off the spans.
 Run: ``python -m pytest tests/test_step_costs.py``
 """
 
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -31,7 +28,7 @@ from sim.parallel import layer_program
 from sim.parallel.params import layer_params, rank_params, stage_layer_ids
 from sim.step import simulate
 
-from conftest import REPO, cli_env
+from conftest import assert_refusals
 
 MODEL = {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 8192}
 H100 = gpu_preset("h100-sxm")
@@ -161,16 +158,7 @@ def test_bad_values_of_every_new_key_exit_2_naming_it(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text('[model]\nlayers = 2\nhidden = 1024\nheads = 8\nvocab = 8192\n[training]\nseq_len = 1024\n'
                     'global_batch = 8\n[cluster]\ntopology = "dgx-h100"\ngpus = 8\n[parallel]\ndp = 8\nzero = 1\n')
-    jobs = [{"name": str(i), "args": ["run", str(path)] + [a for o in sets for a in ("--set", o)]}
-            for i, (sets, _) in enumerate(CLI_BAD)]
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "forked_cli.py")], input=json.dumps(jobs),
-                          capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout)["outcomes"]
-    for i, (_, key) in enumerate(CLI_BAD):
-        o = got[str(i)]
-        lines = o["stderr"].strip().splitlines()
-        assert o["code"] == 2 and len(lines) == 1 and key in lines[0] and "Traceback" not in o["stderr"], (key, o)
+    assert_refusals(path, CLI_BAD)
 
 
 @pytest.mark.parametrize("parallel, key", RULES)
