@@ -47,7 +47,7 @@ def test_power_limited_b200_is_the_slower_part_on_the_same_board():
     a full-power B200, yet faster than the 500 W H100 the other torchtitan rows ran on, as
     published (torchtitan, BF16 + compile, Llama 3.1 8B: 8,307.5 tokens/s per power-limited B200
     against 6,667 per 500 W H100). Its rows' low MFU (19-25%) is mostly FlashAttention-2, which
-    runs at the H100's rate on Blackwell (sim/model/compute.py ATTENTION_KERNEL), not the clock."""
+    runs at the H100's rate on Blackwell (sim/model/attention_rates.py ATTENTION_KERNEL), not the clock."""
     h100_500w, full = step_s("dgx-h100", "h100-500w"), step_s("dgx-b200")
     capped = step_s("dgx-b200", "b200-power-limited")
     assert h100_500w > capped > 1.4 * full

@@ -108,7 +108,7 @@ class Training(_Section):
     # "op": torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
     recompute: Literal["none", "selective", "full", "op"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
-    # The fused-attention kernels (sim/model/compute.py ATTENTION_KERNEL): "cudnn", what
+    # The fused-attention kernels (sim/model/attention_rates.py ATTENTION_KERNEL): "cudnn", what
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
     # NVTE_FUSED_ATTN=0). Needs flash_attention.
     attention_backend: Literal["cudnn", "flash2"] | None = None

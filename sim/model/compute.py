@@ -35,8 +35,7 @@ from typing import NamedTuple
 from ..errors import InputError
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, GPUS, low_peak
-from .attention_rates import (AITER_MI300X_FWD, ATTENTION_KERNEL, BLACKWELL,  # noqa: F401 (re-exported)
-                              CDNA3_ATTENTION_RATIO, FLASH2_H100)
+from .attention_rates import ATTENTION_KERNEL
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312

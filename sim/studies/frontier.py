@@ -15,7 +15,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
   backend is FlashAttention-2 (PyTorch aten/src/ATen/native/transformers/cuda/flash_attn;
   the cuDNN backend is not SDPA's default on these releases): ``attention_backend =
   "flash2"`` on every ``tt_`` row, on the H100 at the rate PyTorch's causal FA2 call was measured
-  at (sim/model/compute.py ``ATTENTION_KERNEL``). AMD's Megatron runs keep the default.
+  at (sim/model/attention_rates.py ``ATTENTION_KERNEL``). AMD's Megatron runs keep the default.
 - torchtitan's model code is plain PyTorch: a row whose notes say ``+ compile`` (or ``+ torch.compile``) runs
   torch.compile (``compile``), the others run it eagerly, one kernel per elementwise operator
   (``kernels = "pytorch"`` on every ``tt_`` row; sim/model/eager.py ``EAGER_*``). Its
