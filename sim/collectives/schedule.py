@@ -37,11 +37,6 @@ class Phase:
         """Number of chains."""
         return len(self.nbytes)
 
-    def structure_key(self) -> tuple:
-        """Identifies the hops, independent of bytes (rates don't depend on bytes)."""
-        key = (self.src.tobytes(), self.dst.tobytes(), self.chain.tobytes())
-        return key if self.wire == 1.0 else key + (self.wire,)
-
 
 @dataclass(frozen=True)
 class Schedule:
