@@ -5,9 +5,18 @@ Slow ranks and thermal throttling scale compute time (the engine asks
 random draw; link faults scale (or remove) links of the graph before routing.
 """
 
+from enum import StrEnum
+
 import numpy as np
 
 from ..errors import InputError
+
+
+class Distribution(StrEnum):
+    """``jitter.distribution``: the law of each compute op's slowdown draw (:func:`_draws`)."""
+
+    LOGNORMAL = "lognormal"  # mean-one lognormal
+    NORMAL = "normal"  # mean one, cut at jitter.floor
 
 
 def straggler_ranks(st, per_node: int) -> set[int]:
@@ -74,7 +83,7 @@ def jitter_fn(s):
 
 
 def _draws(rng: np.random.Generator, j, n: int) -> np.ndarray:
-    if j.distribution == "lognormal":  # mean-one lognormal
+    if j.distribution is Distribution.LOGNORMAL:
         return rng.lognormal(-j.sigma**2 / 2, j.sigma, n)
     return np.maximum(j.floor, rng.normal(1.0, j.sigma, n))
 

@@ -9,8 +9,11 @@ check and its one-line reason live in one place:
 - ``real(BOUND)``: a finite number (int or float); never a boolean, a string, nan or inf.
 - ``Flag``: a boolean (TOML ``true``/``false`` only). ``Text``: a string (a name);
   ``PathText``: a string that may be a file path.
+- a choice: its ``StrEnum`` of sim/input/choices.py (pydantic reads the value, the loaded
+  scenario holds the member); ``choice(ENUM, members)`` where only some members are allowed.
 """
 
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictStr
@@ -42,3 +45,17 @@ def count(bound: Bound):
 def real(bound: Bound):
     """A finite number inside ``bound``."""
     return Annotated[float, BeforeValidator(_checker(bound, False))]
+
+
+def choice(enum: type[StrEnum], members: tuple):
+    """A member of ``enum`` among ``members`` (given as its value), refused with the message
+    pydantic writes for a whole enum (``Input should be 'a', 'b' or 'c'``)."""
+    values = [m.value for m in members]
+    allowed = ", ".join(repr(v) for v in values[:-1]) + f" or {values[-1]!r}"
+
+    def check(value):
+        if isinstance(value, str) and value in values:
+            return enum(value)
+        raise ValueError(f"Input should be {allowed}")
+
+    return Annotated[enum, BeforeValidator(check)]

@@ -15,6 +15,7 @@ from .. import bounds
 from ..hardware import calibration, mesh, specs
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
+from .choices import Distribution
 from .scenario import Scenario
 
 
@@ -181,8 +182,8 @@ def check(s: Scenario) -> Scenario:
     s = s.model_copy(update={"model": model, "parallel": p, "training": t,
                              "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     rules.check_all(s, gpu, gpus, _per_node(s, spec))
-    if s.jitter.floor != 1.0 and s.jitter.distribution != "normal":
-        raise InputError("jitter.floor", f"bounds the normal distribution's draws; with {s.jitter.distribution!r} "
+    if s.jitter.floor != 1.0 and s.jitter.distribution is not Distribution.NORMAL:
+        raise InputError("jitter.floor", f"bounds the normal distribution's draws; with '{s.jitter.distribution}' "
                                          "it would do nothing (set distribution = \"normal\")")
     return s
 

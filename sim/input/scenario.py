@@ -6,7 +6,7 @@ returns a frozen :class:`Scenario`. Inside the simulator the data is trusted.
 
 Convention for every field (new keys too): declare it with a strict, bounded type of
 sim/input/fields.py -- ``count(B.X)`` for whole numbers, ``real(B.X)`` for finite
-numbers, ``Flag`` for booleans, ``Text`` for free strings, ``Literal[...]`` for choices --
+numbers, ``Flag`` for booleans, ``Text`` for free strings, a ``StrEnum`` of sim/input/choices.py for choices --
 where ``B.X`` is a :class:`sim.bounds.Bound` with its one-line reason (add one there if
 none fits; CONTRACT.md lists them). Then ``true`` is never a count, ``1.5`` never a
 count, ``nan``/``inf`` never a number, and a value past physics or representability is
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
+from .choices import Distribution
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -151,7 +152,7 @@ class Jitter(_Section):
     """Seeded random slowdown of every compute op on every rank."""
 
     sigma: real(B.JITTER_SIGMA) = 0.0  # relative std dev per op
-    distribution: Literal["lognormal", "normal"] = "lognormal"
+    distribution: Distribution = Distribution.LOGNORMAL
     floor: real(B.JITTER_FLOOR) = 1.0  # normal: multiplier never below this
     mode: Literal["auto", "exact", "sampled"] = "auto"  # auto: exact up to 1,024 GPUs (sim/parallel/jitter.py)
     sample_ranks: count(B.JITTER_SAMPLE) = 512  # sampled mode: ranks simulated (whole replicas, at least 4)
