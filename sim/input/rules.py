@@ -6,6 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
+from .choices import ExpertRouting
 from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -284,9 +285,9 @@ def _check_dispatcher(m, p) -> None:
     if (p.expert_tp or p.tp) != 1:
         raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled with expert_tp = 1 only "
                                                    f"(got {p.expert_tp or p.tp})")
-    if m.moe.routing != "uniform":
+    if m.moe.routing is not ExpertRouting.UNIFORM:
         raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled for balanced routing only "
-                                                   f"(model.moe.routing = 'uniform'; got {m.moe.routing!r})")
+                                                   f"(model.moe.routing = 'uniform'; got '{m.moe.routing}')")
 
 
 def _check_op_recompute(m, p, t) -> None:

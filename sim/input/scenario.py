@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Distribution
+from .choices import Distribution, ExpertRouting
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -39,7 +39,7 @@ class MoE(_Section):
     experts: count(B.EXPERTS) = 8
     top_k: count(B.EXPERTS) = 2
     capacity_factor: real(B.CAPACITY) = 1.25
-    routing: Literal["token_choice", "expert_choice", "token_drop", "uniform"] = "uniform"
+    routing: ExpertRouting = ExpertRouting.UNIFORM
     skew: real(B.SKEW) = 0.0  # Zipf-like exponent of router preference (0: balanced)
     expert_ffn_hidden: count(B.FFN) | None = None  # default: the model's ffn_hidden
     shared_experts: count(B.EXPERTS._replace(lo=0)) = 0  # always-on experts (DeepSeek)
@@ -58,15 +58,15 @@ class MoE(_Section):
     def _k(self):
         if self.top_k > self.experts:
             raise ValueError(f"top_k = {self.top_k} exceeds experts = {self.experts}")
-        if self.pad_to_capacity and self.routing != "token_drop":
+        if self.pad_to_capacity and self.routing is not ExpertRouting.TOKEN_DROP:
             raise ValueError(f"pad_to_capacity needs routing = 'token_drop' (a capacity to pad to), "
-                             f"got routing = {self.routing!r}")
+                             f"got routing = '{self.routing}'")
         return self
 
     @property
     def padded(self) -> bool:
         """Whether expert buffers are padded to capacity (see ``pad_to_capacity``)."""
-        return self.routing == "token_drop" and self.pad_to_capacity is not False
+        return self.routing is ExpertRouting.TOKEN_DROP and self.pad_to_capacity is not False
 
 
 class Model(_Section):

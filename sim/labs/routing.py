@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError
+from ..input.choices import ExpertRouting
 from ..model.routing import DROP_ORDERS, POLICIES, aux_loss, draw, learn_bias, random_scores, route
 
 
@@ -55,12 +56,12 @@ def check_causality(scores: np.ndarray, policy: str, top_k: int, capacity_factor
         kept2, _ = route(other, policy, top_k, capacity_factor, drop_order, bias)
         violations += bool((kept2[n] != kept[n]).any())
     loads = kept.sum(axis=0)
-    if policy == "expert_choice":  # tokens no expert took
+    if policy == ExpertRouting.EXPERT_CHOICE:  # tokens no expert took
         dropped = float((kept.sum(axis=1) == 0).mean())
     else:  # token-expert assignments refused for lack of capacity
         dropped = float(1 - kept.sum() / wanted.sum())
     return {"policy": policy, "tokens": tokens, "experts": experts, "top_k": top_k,
-            "capacity_factor": capacity_factor, "drop_order": drop_order if policy == "token_drop" else None,
+            "capacity_factor": capacity_factor, "drop_order": drop_order if policy == ExpertRouting.TOKEN_DROP else None,
             "checked": len(probes), "causality_violations": int(violations),
             "violation_rate": violations / len(probes) if len(probes) else 0.0,
             "max_load_ratio": float(loads.max() / loads.mean()) if loads.mean() > 0 else 0.0,
@@ -135,7 +136,7 @@ def validate(args) -> None:
     bounds.SEED.check("--seed", args.seed, whole=True)
     if args.check < 0:
         raise InputError("--check", f"must be >= 0, got {args.check}")
-    if args.aux_loss and args.policy != "token_choice":
+    if args.aux_loss and args.policy != ExpertRouting.TOKEN_CHOICE:
         raise InputError("--aux-loss", f"applies to token_choice, not {args.policy}")
 
 

@@ -20,8 +20,10 @@ import math
 import numpy as np
 
 from ..errors import InputError
+from ..input.choices import ExpertRouting
 
-POLICIES = ("token_choice", "expert_choice", "token_drop")
+# the routers this module runs (``uniform``, balanced loads, needs none: sim/parallel/workload.py)
+POLICIES = (ExpertRouting.TOKEN_CHOICE, ExpertRouting.EXPERT_CHOICE, ExpertRouting.TOKEN_DROP)
 DROP_ORDERS = ("score", "position")
 
 
@@ -91,11 +93,11 @@ def route(scores: np.ndarray, policy: str, top_k: int, capacity_factor: float,
     asked for (equal except under token dropping; expert choice has no asking)."""
     tokens, experts = scores.shape
     logits = scores if bias is None else scores + bias
-    if policy == "expert_choice":
+    if policy == ExpertRouting.EXPERT_CHOICE:
         kept = expert_choice(logits, capacity(tokens, experts, top_k, capacity_factor))
         return kept, kept
     wanted = token_choice(logits, top_k)
-    if policy == "token_choice":
+    if policy == ExpertRouting.TOKEN_CHOICE:
         return wanted, wanted
     return drop_overflow(logits, wanted, capacity(tokens, experts, top_k, capacity_factor), drop_order), wanted
 
@@ -142,7 +144,7 @@ def _loads(policy: str, tokens: int, experts: int, top_k: int, capacity_factor: 
     kept = np.zeros(experts, dtype=np.int64)
     rng = np.random.default_rng(seed)
     # token choice routes token by token, so chunks are exact; the others need the batch
-    chunk = max(1, (1 << 24) // experts) if policy == "token_choice" else tokens
+    chunk = max(1, (1 << 24) // experts) if policy == ExpertRouting.TOKEN_CHOICE else tokens
     for start in range(0, tokens, chunk):
         scores = draw(rng, min(chunk, tokens - start), experts, skew)
         kept += route(scores, policy, top_k, capacity_factor)[0].sum(axis=0)
@@ -154,6 +156,6 @@ def expert_loads(policy: str, tokens: int, experts: int, top_k: int, capacity_fa
     """Tokens per expert when ``tokens`` tokens are routed by ``policy`` (seeded): what
     the EP all-to-all and the expert GEMMs of one micro-batch see."""
     if policy not in POLICIES:
-        raise InputError("model.moe.routing", f"unknown routing policy {policy!r}; known: {', '.join(POLICIES)}")
+        raise InputError("model.moe.routing", f"unknown routing policy '{policy}'; known: {', '.join(POLICIES)}")
     return np.array(_loads(policy, int(tokens), int(experts), int(top_k), float(capacity_factor),
                            int(seed), float(skew)), dtype=float)

@@ -18,6 +18,7 @@ import numpy as np
 from ..collectives.kinds import ALL_TO_ALL
 from . import layer_program, workload
 from .layout import Layout
+from ..input.choices import ExpertRouting
 from ..input.load import topology_spec
 from ..model import transformer as model_costs
 from ..engine.kinds import Category
@@ -39,7 +40,8 @@ def uneven_routing(s, layout: Layout) -> bool:
     """Whether routing may load an expert group's ranks unevenly (balanced routing and
     buffers padded to capacity never do; expert choice draws even loads but is counted)."""
     moe = s.model.moe
-    return moe is not None and layout.ep > 1 and not (moe.routing == "uniform" and moe.skew == 0) and not moe.padded
+    return moe is not None and layout.ep > 1 and not (moe.routing is ExpertRouting.UNIFORM and moe.skew == 0) \
+        and not moe.padded
 
 
 def micro_batches(s) -> int:
@@ -83,11 +85,12 @@ def routed_scores(s) -> tuple[int, int]:
     one micro-batch of an expert group, as :func:`workload.expert_loads` routes them; token
     choice routes in chunks of 2^24 scores, the other policies the whole batch at once."""
     moe = s.model.moe
-    if moe is None or (moe.routing == "uniform" and moe.skew == 0):
+    if moe is None or (moe.routing is ExpertRouting.UNIFORM and moe.skew == 0):
         return 0, 0
     p, t = s.parallel, s.training
     elements = t.micro_batch * t.seq_len // p.cp * p.ep * moe.experts
-    held = min(elements, max(1 << 24, moe.experts)) if moe.routing in ("uniform", "token_choice") else elements
+    held = min(elements, max(1 << 24, moe.experts)) if moe.routing in (ExpertRouting.UNIFORM, ExpertRouting.TOKEN_CHOICE) \
+        else elements
     return elements, held
 
 

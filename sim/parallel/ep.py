@@ -56,6 +56,7 @@ from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.layers import ELEM, Direction, backward, experts, router, routed_experts, unpermute
 from . import tp
 from ..engine.kinds import Category, StreamName
+from ..input.choices import ExpertRouting
 
 AXIS = Category.EP
 COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
@@ -191,7 +192,7 @@ def split_sizes(b, layer: int, mb: int, deps, permutation, tag: str = "") -> int
     group = group_of(b.rank)
     x = b.collective(f"moe_counts_fwd{tag}", AXIS, ALL_GATHER, group, COUNT_BYTES * d.experts * len(group),
                      deps, layer=layer, mb=mb, group_of=group_of)
-    name, dropless = f"permute_fwd{tag}", b.ctx.scenario.model.moe.routing != "token_drop"
+    name, dropless = f"permute_fwd{tag}", b.ctx.scenario.model.moe.routing is not ExpertRouting.TOKEN_DROP
     if dropless:
         permuted = b.compute(name, permutation, x, layer, mb)
         b.host_sync(f"moe_splits_d2h{tag}", x, layer, mb, stream=AXIS)

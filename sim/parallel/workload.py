@@ -30,6 +30,7 @@ from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
+from ..input.choices import ExpertRouting
 from ..input.scenario import Scenario
 
 
@@ -107,12 +108,12 @@ def expert_loads(s: Scenario, d, shard: Shard, layout: Layout) -> dict[int, np.n
     tokens = layout.moe_tokens(shard.tokens) * layout.ep
     from ..model.routing import capacity, expert_loads as route
 
-    if moe.routing == "uniform" and moe.skew == 0:
+    if moe.routing is ExpertRouting.UNIFORM and moe.skew == 0:
         base = np.full(d.experts, tokens * d.top_k / d.experts)
     elif moe.padded:  # every expert computes and exchanges exactly its capacity
         base = np.full(d.experts, float(capacity(tokens, d.experts, d.top_k, moe.capacity_factor)))
     else:
-        policy = "token_choice" if moe.routing == "uniform" else moe.routing
+        policy = ExpertRouting.TOKEN_CHOICE if moe.routing is ExpertRouting.UNIFORM else moe.routing
         base = np.asarray(route(policy, tokens, d.experts, d.top_k, moe.capacity_factor, s.seed, moe.skew), float)
     rng = np.random.default_rng(s.seed)
     return {layer: np.roll(base, int(rng.integers(d.experts)))  # hot experts move between layers

@@ -30,6 +30,7 @@ them; a simulation the predictor underrates stops at the planner's point time li
 
 import numpy as np
 
+from ..input.choices import ExpertRouting
 from ..input.scenario import MicroBatches
 from ..parallel import steady
 from .layers import KINDS
@@ -96,7 +97,8 @@ def uneven(s) -> bool:
     moe = s.model.moe
     if moe is None:
         return False
-    return not ((moe.routing == "uniform" and moe.skew == 0) or moe.padded or moe.routing == "expert_choice")
+    return not ((moe.routing is ExpertRouting.UNIFORM and moe.skew == 0) or moe.padded
+                or moe.routing is ExpertRouting.EXPERT_CHOICE)
 
 
 def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
