@@ -16,6 +16,7 @@ layer, dense layers in the middle) is an InputError, never a silent approximatio
 """
 
 from ..errors import InputError
+from .choices import Mlp
 
 KEY = "model.hf_config"
 
@@ -25,9 +26,9 @@ _CORE = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_
 _MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # hidden_act -> mlp. Ungated two-matrix MLPs (gelu, relu, relu2) move the same bytes; silu
 # in these architectures is SwiGLU (gate, up, down projections).
-_ACTS = {"silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu", "relu2": "relu2", "gelu": "gelu",
-         "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "quick_gelu": "gelu",
-         "relu": "gelu"}
+_ACTS = {"silu": Mlp.SWIGLU, "swish": Mlp.SWIGLU, "swiglu": Mlp.SWIGLU, "relu2": Mlp.RELU2, "gelu": Mlp.GELU,
+         "gelu_new": Mlp.GELU, "gelu_fast": Mlp.GELU, "gelu_pytorch_tanh": Mlp.GELU, "quick_gelu": Mlp.GELU,
+         "relu": Mlp.GELU}
 _GATED = ("gemma", "gemma2", "gemma3_text")  # gated MLPs (GeGLU with a gelu act): three matrices
 
 
@@ -82,7 +83,8 @@ def mlp_kind(cfg: dict, origin: str) -> str:
     if act not in _ACTS:
         raise InputError(KEY, f"{origin}: hidden_act {act!r} is not one of {', '.join(sorted(_ACTS))}")
     kind = _ACTS[act]
-    return ("geglu" if kind == "gelu" else kind) if cfg.get("model_type") in _GATED else kind
+    gated = cfg.get("model_type") in _GATED
+    return str(Mlp.GEGLU if gated and kind is Mlp.GELU else kind)  # (a plain value, as TOML's: the schema makes it a member)
 
 
 def moe_fields(cfg: dict, origin: str) -> dict:

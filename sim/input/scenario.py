@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Distribution, ExpertRouting
+from .choices import Distribution, ExpertRouting, Mlp
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -82,7 +82,7 @@ class Model(_Section):
     ffn_hidden: count(B.FFN) | None = None  # default: 4 * hidden
     vocab: count(B.VOCAB) = None
     # relu2: squared ReLU, two matrices (Nemotron-4); geglu: gated GELU, three (Grok-1, Gemma)
-    mlp: Literal["gelu", "swiglu", "geglu", "relu2"] = "gelu"
+    mlp: Mlp = Mlp.GELU
     head_dim: count(B.HEAD_DIM) | None = None  # default: hidden / heads (Qwen3: 128)
     # Multi-head latent attention (DeepSeek-V2/V3), with the Hugging Face names of its ranks.
     attention: Literal["mha", "mla"] = "mha"  # mha: multi-head, GQA when kv_heads < heads

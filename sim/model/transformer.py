@@ -21,9 +21,10 @@ print(t.total_params(d) / 1e9, t.active_params(d) / 1e9)"
 
 from dataclasses import dataclass
 
+from ..input.choices import Attention, Mlp
 from ..input.scenario import Model
 
-GATED = ("swiglu", "geglu")  # three-matrix MLPs: a gate, an up and a down projection
+GATED = (Mlp.SWIGLU, Mlp.GEGLU)  # three-matrix MLPs: a gate, an up and a down projection
 
 
 @dataclass(frozen=True)
