@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .choices import ExpertRouting
+from .choices import Attention, ExpertRouting
 from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -55,7 +55,7 @@ MLA_RANKS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim
 def _check_attention(m) -> None:
     """MLA ranks come together and only with attention = "mla"; MLA has no GQA and no head_dim."""
     given = [k for k in ("q_lora_rank",) + MLA_RANKS if getattr(m, k) is not None]
-    if m.attention != "mla":
+    if m.attention is not Attention.MLA:
         if given:
             raise InputError(f"model.{given[0]}", 'is a multi-head latent attention rank: set model.attention = "mla" '
                                                   "or remove it")
@@ -117,7 +117,7 @@ def _check_recipe(t) -> None:
 
 
 def _check_heads(m, p) -> None:
-    if m.head_dim is None and m.attention == "mha" and m.hidden % m.heads:
+    if m.head_dim is None and m.attention is Attention.MHA and m.hidden % m.heads:
         raise InputError("model.heads", f"hidden = {m.hidden} is not divisible by heads = {m.heads} "
                                        "(give model.head_dim when heads are not hidden / heads wide)")
     head_dim = m.head_dim or m.hidden // m.heads
@@ -296,7 +296,7 @@ def _check_op_recompute(m, p, t) -> None:
     re-run the all-gathers they recompute through, neither of which is counted."""
     if t.recompute != "op":
         return
-    if m.moe is not None or m.attention == "mla":
+    if m.moe is not None or m.attention is Attention.MLA:
         raise InputError("training.recompute", "'op' (torchtitan's per-op checkpointing) is modelled for dense "
                                                "blocks with standard attention, not MoE or MLA")
     if p.tp > 1:

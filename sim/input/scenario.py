@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Distribution, ExpertRouting, Mlp
+from .choices import Attention, Distribution, ExpertRouting, Mlp
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -85,7 +85,7 @@ class Model(_Section):
     mlp: Mlp = Mlp.GELU
     head_dim: count(B.HEAD_DIM) | None = None  # default: hidden / heads (Qwen3: 128)
     # Multi-head latent attention (DeepSeek-V2/V3), with the Hugging Face names of its ranks.
-    attention: Literal["mha", "mla"] = "mha"  # mha: multi-head, GQA when kv_heads < heads
+    attention: Attention = Attention.MHA  # mha: multi-head, GQA when kv_heads < heads
     q_lora_rank: count(B.LORA_RANK) | None = None  # None: queries projected from hidden
     kv_lora_rank: count(B.LORA_RANK) | None = None
     qk_nope_head_dim: count(B.HEAD_DIM) | None = None

@@ -93,7 +93,7 @@ def dims(m: Model) -> Dims:
     mats = 3 if m.mlp in GATED else 2
     f = m.ffn_hidden or 4 * m.hidden
     attn = {"head_dim": m.head_dim or m.hidden // m.heads}
-    if m.attention == "mla":
+    if m.attention is Attention.MLA:
         attn = {"q_lora": m.q_lora_rank or 0, "kv_lora": m.kv_lora_rank, "qk_nope": m.qk_nope_head_dim,
                 "qk_rope": m.qk_rope_head_dim, "v_dim": m.v_head_dim}
     base = Dims(m.layers, m.hidden, m.heads, m.kv_heads or m.heads, f, m.vocab, mats, **attn, mtp=m.mtp_layers)
