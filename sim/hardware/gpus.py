@@ -7,6 +7,7 @@ nccl-tests figures copied into ``sim/data/collectives_measured.csv``.
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..errors import InputError
 from ..units import GB, GIB, TFLOPS
@@ -167,8 +168,19 @@ FABRIC_EFFICIENCY = {"nvlink": 370 / 450, "ib": 0.95, "pcie": 0.9, "xgmi": 45.5 
 LINK_LATENCY = {"nvlink": 0.5e-6, "ib": 0.6e-6, "pcie": 0.5e-6, "xgmi": 0.5e-6}
 
 
+class Precision(StrEnum):
+    """``training.precision`` (sim/input/choices.py re-exports it); FP8, MXFP8 and NVFP4 are
+    the quantized linear-layer formats (:data:`sim.model.compute.QUANTIZED`)."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+
+
 # The GPU field holding each quantized precision's dense peak (training.precision).
-LOW_PRECISION_PEAK = {"fp8": "fp8_flops", "mxfp8": "mxfp8_flops", "nvfp4": "fp4_flops"}
+LOW_PRECISION_PEAK = {Precision.FP8: "fp8_flops", Precision.MXFP8: "mxfp8_flops", Precision.NVFP4: "fp4_flops"}
 
 
 def low_peak(gpu: GPU, precision: str) -> float:

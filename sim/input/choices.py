@@ -7,7 +7,8 @@ are ``StrEnum``: TOML values, ``--set`` values, JSON summaries, CSV columns, f-s
 the bad-input message (``Input should be 'bf16', 'fp16', ...``) read and write their plain
 value, unchanged from the ``Literal`` strings they replace; a str-keyed table answers a
 member too (equal hashes). An enum lives in the lowest layer that reads it: the jitter's
-:class:`~sim.hardware.faults.Distribution` in the hardware layer, the rest here; the
+:class:`~sim.hardware.faults.Distribution` and :class:`~sim.hardware.gpus.Precision` (a GPU's
+peak per precision) in the hardware layer, re-exported here, the rest here; the
 model, collectives and parallel layers import them from this module.
 
 Run: ``python -m pytest -q tests/test_choices.py``
@@ -16,6 +17,7 @@ Run: ``python -m pytest -q tests/test_choices.py``
 from enum import StrEnum
 
 from ..hardware.faults import Distribution
+from ..hardware.gpus import Precision
 
 
 class ExpertRouting(StrEnum):
@@ -41,17 +43,6 @@ class Attention(StrEnum):
 
     MHA = "mha"
     MLA = "mla"
-
-
-class Precision(StrEnum):
-    """``training.precision``; FP8, MXFP8 and NVFP4 are the quantized linear-layer formats
-    (:data:`sim.model.compute.QUANTIZED`)."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-    MXFP8 = "mxfp8"
-    NVFP4 = "nvfp4"
 
 
 class Recompute(StrEnum):

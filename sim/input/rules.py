@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .choices import Attention, ExpertRouting
+from .choices import Attention, ExpertRouting, Precision
 from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -76,18 +76,18 @@ def _check_attention(m) -> None:
 
 
 # Which GPUs run each quantized precision (sim/hardware/gpus.py cites every rate).
-_NEEDS = {"fp8": ("FP8 tensor cores", "Hopper, Blackwell and AMD Instinct MI300 or newer have them", "bf16"),
-          "mxfp8": ("MX (block-scaled FP8) tensor cores", "Blackwell (b200, gb200, b300, gb300) and the MI355X have "
-                    "them", "fp8"),
-          "nvfp4": ("NVFP4 tensor cores", "only Blackwell (b200, gb200, b300, gb300) has them", "fp8")}
+_NEEDS = {Precision.FP8: ("FP8 tensor cores", "Hopper, Blackwell and AMD Instinct MI300 or newer have them", Precision.BF16),
+          Precision.MXFP8: ("MX (block-scaled FP8) tensor cores", "Blackwell (b200, gb200, b300, gb300) and the MI355X have "
+                    "them", Precision.FP8),
+          Precision.NVFP4: ("NVFP4 tensor cores", "only Blackwell (b200, gb200, b300, gb300) has them", Precision.FP8)}
 
 
 def _check_precision(t, gpu) -> None:
     if t.precision in _NEEDS and not low_peak(gpu, t.precision):
         what, who, instead = _NEEDS[t.precision]
-        instead = instead if low_peak(gpu, instead) else "bf16"
-        raise InputError("training.precision", f"{t.precision!r} needs {what}, which {gpu.name} lacks ({who}); "
-                                               f"use {instead!r}")
+        instead = instead if low_peak(gpu, instead) else Precision.BF16
+        raise InputError("training.precision", f"'{t.precision}' needs {what}, which {gpu.name} lacks ({who}); "
+                                               f"use '{instead}'")
     _check_recipe(t)
     if t.attention_backend is not None and not t.flash_attention:
         raise InputError("training.attention_backend", "chooses the fused-attention kernels, but flash_attention "
@@ -97,17 +97,17 @@ def _check_precision(t, gpu) -> None:
 def _check_recipe(t) -> None:
     """``training.fp8_recipe`` names who quantizes the linears: only with a quantized precision,
     torchao only for the formats it trains in and as torchtitan runs it, compiled."""
-    if t.tp_only_amax_red and (t.precision != "fp8" or t.fp8_recipe != "te"):
+    if t.tp_only_amax_red and (t.precision is not Precision.FP8 or t.fp8_recipe != "te"):
         raise InputError("training.tp_only_amax_red", f"chooses the group of Transformer Engine's delayed-scaling "
-                                                      f"amax reduction, but precision is {t.precision!r} with "
+                                                      f"amax reduction, but precision is '{t.precision}' with "
                                                       f"fp8_recipe {t.fp8_recipe!r} (no amax history is reduced): "
                                                       f"drop it, or use precision 'fp8' with fp8_recipe 'te'")
     if "fp8_recipe" not in t.model_fields_set:
         return
-    if t.precision not in ("fp8", "mxfp8", "nvfp4"):
+    if t.precision not in _NEEDS:  # (the quantized formats)
         raise InputError("training.fp8_recipe", f"chooses how fp8/mxfp8 linears are quantized, but "
-                                                f"training.precision is {t.precision!r}: drop it or quantize")
-    if t.fp8_recipe == "torchao" and t.precision == "nvfp4":
+                                                f"training.precision is '{t.precision}': drop it or quantize")
+    if t.fp8_recipe == "torchao" and t.precision is Precision.NVFP4:
         raise InputError("training.fp8_recipe", "'torchao' trains in fp8 (Float8Linear) and mxfp8 (MXLinear); "
                                                 "nvfp4 is modelled as Transformer Engine's recipe: use 'te'")
     if t.fp8_recipe == "torchao" and not t.compile:

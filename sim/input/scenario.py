@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, Distribution, ExpertRouting, Mlp
+from .choices import Attention, Distribution, ExpertRouting, Mlp, Precision
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -105,7 +105,7 @@ class Training(_Section):
     seq_len: count(B.SEQ_LEN)
     global_batch: count(B.BATCH)  # sequences per optimizer step
     micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
-    precision: Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"] = "bf16"
+    precision: Precision = Precision.BF16
     # "op": torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
     recompute: Literal["none", "selective", "full", "op"] = "none"
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)

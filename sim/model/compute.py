@@ -29,12 +29,11 @@ So one fitted number per GPU type scales every kind of tensor-core work; the rat
 between kinds are kernel benchmarks, cited where they are defined.
 """
 
-from enum import StrEnum
 from typing import NamedTuple
 
 from ..errors import InputError
 from ..hardware.calibration import Calibration
-from ..hardware.gpus import GPU, GPUS, low_peak
+from ..hardware.gpus import GPU, GPUS, Precision, low_peak
 from .attention_rates import ATTENTION_KERNEL
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
@@ -180,15 +179,6 @@ SUSTAINED.update(gb300=SUSTAINED["gb200"])
 GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}
 
 
-class Quant(StrEnum):
-    """A quantized linear-layer format (``training.precision``; str-valued: equal to the
-    scenario's strings, so tables keyed by either answer both)."""
-
-    FP8 = "fp8"
-    MXFP8 = "mxfp8"
-    NVFP4 = "nvfp4"
-
-
 GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
 # FP8 size dependence: a tile's fixed cost (prologue, epilogue, wave tail) does not shrink when
 #   the MMA runs twice as fast, so the half-efficiency size doubles. Measured: fitting
@@ -199,12 +189,12 @@ FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
 # NVFP4: the MMA runs twice as fast again as FP8 on Blackwell; by the same fixed-cost argument
 #   the half-efficiency size doubles again (an extrapolation of the FP8 measurement above, no
 #   FP4 K-sweep is shipped).
-HALF_SIZE = {Quant.FP8: FP8_GEMM_HALF_SIZE, Quant.MXFP8: FP8_GEMM_HALF_SIZE, Quant.NVFP4: 2 * FP8_GEMM_HALF_SIZE}
+HALF_SIZE = {Precision.FP8: FP8_GEMM_HALF_SIZE, Precision.MXFP8: FP8_GEMM_HALF_SIZE, Precision.NVFP4: 2 * FP8_GEMM_HALF_SIZE}
 # The quantized linear-layer precisions and the bytes per element of an operand with its block
 # scales (MX: one 1-byte E8M0 scale per 32 elements, OCP Microscaling Formats v1.0; NVFP4: one
 # 1-byte E4M3 scale per 16 elements plus a per-tensor FP32 scale, NVIDIA "Pretraining Large
 # Language Models with NVFP4", arXiv:2509.25149). Their dense peaks: sim.hardware.gpus.low_peak.
-QUANTIZED = {Quant.FP8: 1.0, Quant.MXFP8: 1 + 1 / 32, Quant.NVFP4: 0.5 + 1 / 16}
+QUANTIZED = {Precision.FP8: 1.0, Precision.MXFP8: 1 + 1 / 32, Precision.NVFP4: 0.5 + 1 / 16}
 
 
 def quantized(precision: str) -> bool:
@@ -269,7 +259,7 @@ class ComputeModel:
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
                  attention: str | None = None, calibration: Calibration | None = None,
-                 precision: str = "fp8"):
+                 precision: Precision = Precision.FP8):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
         curves = ATTENTION_KERNEL[gpu.name][attention or "cudnn"]
@@ -278,7 +268,7 @@ class ComputeModel:
             kernel, curves, e_max = self._calibrated(calibration, kernel, curves, e_max)
         self.e_max = e_max if e_max is not None else GEMM_EFFICIENCY[gpu.name]
         self.sustained = self.e_max / kernel["bf16"]
-        fmt = Quant(precision) if precision in QUANTIZED else Quant.FP8
+        fmt = Precision(precision) if precision in QUANTIZED else Precision.FP8
         self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt] * self.half / GEMM_HALF_SIZE
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get(fmt, 0.0)
         self.attention = tuple((self.sustained * top, half) for top, half in curves)

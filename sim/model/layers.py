@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from .compute import LAUNCH_S, QUANTIZED, Kernel, Quant, elementwise, gemm
+from ..input.choices import Precision
+from .compute import LAUNCH_S, QUANTIZED, Kernel, elementwise, gemm
 from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
 from .quant import Recipe, fp8_cast, torchao_cast
 from .transformer import Dims
@@ -66,15 +67,15 @@ class Shard:
     sp: bool  # sequence parallelism: norms/dropouts on tokens/tp
     flash: bool  # flash attention: causal half of the scores, no stored scores
     fp8: bool = False  # linear layers quantized (training.precision = "fp8", "mxfp8" or "nvfp4")
-    quant: Quant = Quant.FP8  # which of sim.model.compute.QUANTIZED they run in (when fp8)
+    quant: Precision = Precision.FP8  # which of sim.model.compute.QUANTIZED they run in (when fp8)
     recipe: Recipe = Recipe.TE  # who quantizes them (training.fp8_recipe; sim.model.quant)
     eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
     fused_permute: bool = True  # parallel.moe_permute_fusion: the token permutation's kernels (permute)
 
     def __post_init__(self):
-        """The scenario's strings become :class:`Quant` and :class:`Recipe` here, once (an
+        """Strings become :class:`Precision` and :class:`Recipe` here, once (an
         unknown name raises ValueError: the scenario's own types refuse it first)."""
-        object.__setattr__(self, "quant", Quant(self.quant))
+        object.__setattr__(self, "quant", Precision(self.quant))
         object.__setattr__(self, "recipe", Recipe(self.recipe))
 
     @property
@@ -92,7 +93,7 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     if sh.recipe is Recipe.TORCHAO:  # no norm emits FP8 fused; the weight is cast every micro-batch
         return [torchao_cast(m, n, k, sh.quant)._replace(tp=tp),
                 gemm(m, n, k, fp8=True, operand=QUANTIZED[sh.quant])._replace(tp=tp)]
-    if sh.quant is not Quant.FP8:  # MX / NVFP4: operands with block scales, no norm fusion
+    if sh.quant is not Precision.FP8:  # MX / NVFP4: operands with block scales, no norm fusion
         operand = QUANTIZED[sh.quant]
         return [fp8_cast(m * k, m * n, False, operand)._replace(tp=tp),
                 gemm(m, n, k, fp8=True, operand=operand)._replace(tp=tp)]

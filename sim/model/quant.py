@@ -28,7 +28,7 @@ is cast in every forward rather than once per step, and each tensor takes more p
 ``enable_fsdp_float8_all_gather``: weights cast on the shard and gathered in FP8), and the
 activations torchao saves in BF16 where TE keeps FP8 copies (memory).
 
-:class:`Recipe` names who quantizes, :class:`sim.model.compute.Quant` the format; the scenario's
+:class:`Recipe` names who quantizes, :class:`sim.hardware.gpus.Precision` the format; the scenario's
 strings (``training.fp8_recipe``, ``training.precision``) become them once, where a
 :class:`sim.model.layers.Shard` is made. :func:`sim.model.layers.linear` puts these casts
 beside each linear's GEMM.
@@ -39,7 +39,8 @@ tests/test_precision_kernels.py`` (docs/precision.md: the sources and what they 
 
 from enum import StrEnum
 
-from .compute import QUANTIZED, Kernel, Quant
+from ..input.choices import Precision
+from .compute import QUANTIZED, Kernel
 
 
 class Recipe(StrEnum):
@@ -68,7 +69,7 @@ class Recipe(StrEnum):
 #   stream at HBM_EFFICIENCY: :data:`MX_CAST_SHARE`.
 # bench/measured/h100-2026-11-26-fp8-moe.json (``fp8_linear``) times the fp8 recipe written out
 # and compiled on one H100: bench/measured_fp8.py compares it with what this model charges.
-TORCHAO_CAST_BYTES = {Quant.FP8: 2 + 2 + 2 * QUANTIZED[Quant.FP8], Quant.MXFP8: 2 * (2 + QUANTIZED[Quant.MXFP8])}
+TORCHAO_CAST_BYTES = {Precision.FP8: 2 + 2 + 2 * QUANTIZED[Precision.FP8], Precision.MXFP8: 2 * (2 + QUANTIZED[Precision.MXFP8])}
 
 # torchao's MX casts reach less of the HBM than a streaming kernel (sim.model.compute.HBM_EFFICIENCY,
 # 0.8): pytorch/ao torchao/prototype/mx_formats/README.md, "to_mx cast across dim0 and dim1", on
@@ -81,12 +82,12 @@ MX_DIM0_SHARE, MX_DIM1_SHARE = 5.5 / 8.0, 3.9 / 8.0
 MX_CAST_SHARE = 2 / (1 / MX_DIM0_SHARE + 1 / MX_DIM1_SHARE)
 
 
-def torchao_cast(m: float, n: float, k: float, quant: Quant) -> Kernel:
+def torchao_cast(m: float, n: float, k: float, quant: Precision) -> Kernel:
     """torchao's casts around one quantized linear on ``m`` tokens, k -> n features, per
     micro-batch: x (m k) and w (n k) in the forward, g (m n) in the backward, each
     :data:`TORCHAO_CAST_BYTES` per element (MXFP8's at :data:`MX_CAST_SHARE` of the HBM)."""
     per = TORCHAO_CAST_BYTES[quant]
-    share = MX_CAST_SHARE if quant is Quant.MXFP8 else 0.0
+    share = MX_CAST_SHARE if quant is Precision.MXFP8 else 0.0
     return Kernel(bytes=per * (m * k + n * k), bwd=m * n / (m * k + n * k), hbm_share=share)
 
 

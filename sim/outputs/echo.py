@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from ..collectives.kinds import SEND_RECV
 from .. import collectives
-from ..hardware.gpus import gpu_preset
+from ..hardware.gpus import Precision, gpu_preset
 from ..model.transformer import active_params, dims, total_params
 
 
@@ -31,7 +31,7 @@ def model_text(sc) -> str:
 def precision_text(sc, gpu) -> str:
     """Which peak each part of the step ran at."""
     bf16 = f"{gpu.peak_flops / 1e12:,.0f} TFLOP/s dense BF16"
-    if sc.training.precision == "fp8":
+    if sc.training.precision is Precision.FP8:
         return (f"fp8: transformer linear layers at {gpu.fp8_flops / 1e12:,.0f} TFLOP/s dense FP8; "
                 f"attention core, router, output layer at {bf16}")
     return f"{sc.training.precision}: every GEMM at {bf16} (the 16-bit peak)"
@@ -77,7 +77,7 @@ def algorithms_text(result) -> str:
 def mfu_text(summary, sc, gpu) -> str:
     """``74.3% of the dense BF16 peak (989 TFLOP/s); 37.1% of the FP8 peak``."""
     text = f"{summary['mfu']:.1%} of the dense BF16 peak ({gpu.peak_flops / 1e12:,.0f} TFLOP/s)"
-    if sc.training.precision == "fp8" and gpu.fp8_flops:
+    if sc.training.precision is Precision.FP8 and gpu.fp8_flops:
         text += f"; {summary['tflops_per_gpu'] * 1e12 / gpu.fp8_flops:.1%} of the dense FP8 peak"
     return text
 

@@ -12,6 +12,7 @@ from ..errors import InputError
 from .. import bounds
 from ..hardware import mesh
 from ..hardware.gpus import gpu_preset, low_peak
+from ..input.choices import Precision
 from ..hardware.specs import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
@@ -109,7 +110,7 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
                                                   f"{seq:,} ({bounds.BATCH.why})")
     if tokens % seq:
         raise InputError("--global-batch-tokens", f"{tokens} is not a multiple of --seq-len {seq} (whole sequences)")
-    if precision not in (None, "bf16", "fp16") and not low_peak(gpu_preset(gpu), precision):
+    if precision not in (None, Precision.BF16, Precision.FP16) and not low_peak(gpu_preset(gpu), precision):
         raise InputError("--precision", f"{precision!r} needs tensor cores for it, which {gpu} lacks; use bf16")
     training.update(seq_len=seq, global_batch=tokens // seq, **({"precision": precision} if precision else {}))
     for key in SEARCHED:

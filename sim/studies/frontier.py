@@ -58,6 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
+from ..input.choices import Precision
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -89,7 +90,7 @@ def frontier_scenario(row: dict) -> dict:
             p["cp_impl"] = "torch"
         if t.get("recompute") == "selective":  # torchtitan's selective AC: per-op (selective_ac_option "op")
             t["recompute"] = "op"
-        if t.get("precision") in ("fp8", "mxfp8"):
+        if t.get("precision") in (Precision.FP8, Precision.MXFP8):
             t["fp8_recipe"] = "torchao"
         p["moe_permute_fusion"] = True  # torchtitan's own token reordering, not Megatron's unfused one
     if row["id"].endswith("_interleaved"):
