@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .choices import Attention, ExpertRouting, Precision
+from .choices import Attention, ExpertRouting, Precision, Recompute
 from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -262,7 +262,7 @@ def _check_overlap(m, p, t) -> None:
         return
     if p.ep == 1:
         raise InputError("parallel.ep_comm_overlap", "needs expert parallelism (ep > 1)")
-    if t.recompute == "full":
+    if t.recompute is Recompute.FULL:
         raise InputError("parallel.ep_comm_overlap", "does not work with training.recompute = 'full' (Megatron's rule)")
     if p.pp > 1 and p.virtual_stages == 1 and p.schedule != "dualpipe":
         raise InputError("parallel.ep_comm_overlap", f"with pp = {p.pp} needs virtual_stages > 1 (interleaved 1F1B; "
@@ -294,7 +294,7 @@ def _check_op_recompute(m, p, t) -> None:
     """torchtitan's per-op checkpointing (sim/model/layers.py op_recompute) is modelled for its
     dense blocks without tensor parallelism: MoE blocks recompute grouped GEMMs and TP blocks
     re-run the all-gathers they recompute through, neither of which is counted."""
-    if t.recompute != "op":
+    if t.recompute is not Recompute.OP:
         return
     if m.moe is not None or m.attention is Attention.MLA:
         raise InputError("training.recompute", "'op' (torchtitan's per-op checkpointing) is modelled for dense "

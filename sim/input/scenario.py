@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, Distribution, ExpertRouting, Mlp, Precision
+from .choices import Attention, Distribution, ExpertRouting, Mlp, Precision, Recompute
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -107,7 +107,7 @@ class Training(_Section):
     micro_batch: count(B.BATCH) = 1  # sequences per micro-batch
     precision: Precision = Precision.BF16
     # "op": torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
-    recompute: Literal["none", "selective", "full", "op"] = "none"
+    recompute: Recompute = Recompute.NONE
     flash_attention: Flag = True  # False: attention scores are stored (Korthikanti's 5as/h term)
     # The fused-attention kernels (sim/model/attention_rates.py ATTENTION_KERNEL): "cudnn", what
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with

@@ -21,7 +21,7 @@ print(t.total_params(d) / 1e9, t.active_params(d) / 1e9)"
 
 from dataclasses import dataclass
 
-from ..input.choices import Attention, Mlp
+from ..input.choices import Attention, Mlp, Recompute
 from ..input.scenario import Model
 
 GATED = (Mlp.SWIGLU, Mlp.GEGLU)  # three-matrix MLPs: a gate, an up and a down projection
@@ -199,19 +199,19 @@ def _saved_units(d: Dims, fp8: bool) -> tuple[int | float, int | float]:
     return kept, (12 if fp8 else 16) + attn
 
 
-def activation_bytes_per_layer(d: Dims, seq: int, micro: int, tp: int, sp: bool, recompute: str,
+def activation_bytes_per_layer(d: Dims, seq: int, micro: int, tp: int, sp: bool, recompute: Recompute,
                                flash: bool, fp8: bool = False) -> float:
     """Bytes one layer keeps for backward per micro-batch (Korthikanti et al. 2022, Table 2;
     ``"op"``: what torchtitan's per-op checkpointing saves, sim/model/layers.py op_recompute --
     the block's input, the SDPA output and the outputs of the odd mm: wq, wv, w1, w2)."""
-    if recompute == "op":
+    if recompute == Recompute.OP:  # (==: the planner's tables hold the values)
         width = d.h + d.a * d.dv + d.a * d.dq + d.g * d.dv + d.f + d.h
         return 2 * seq * micro * width / tp
     sbh = seq * micro * d.h
     scores = 0 if flash else 5 * d.a * seq / d.h  # attention scores + softmax + dropout mask
-    if recompute == "full":
+    if recompute == Recompute.FULL:
         return 2 * sbh / (tp if sp else 1)  # only the layer input
-    if recompute == "selective":
+    if recompute == Recompute.SELECTIVE:
         scores = 0
     kept, split = _saved_units(d, fp8)
     if sp:

@@ -8,6 +8,7 @@ Example: ``clustersim run scenarios/gpt3-175b-ptd.toml --set parallel.tp=8 --set
 """
 
 from ..hardware.gpus import gpu_preset
+from ..input.choices import Recompute
 from ..parallel import workload
 from ..parallel.memory import peak_memory
 from ..units import format_bytes
@@ -19,9 +20,9 @@ def candidates(sc) -> list[tuple[str, dict, dict]]:
     out = [(f"parallel.zero={z}", {"zero": z}, {}) for z in range(p.zero + 1, 4)]
     if p.tp > 1 and not p.sequence_parallel:
         out.append(("parallel.sequence_parallel=true", {"sequence_parallel": True}, {}))
-    order = ("none", "selective", "full")
-    if t.recompute == "op":  # torchtitan's per-op checkpointing: full keeps less
-        out.append(("training.recompute=full", {}, {"recompute": "full"}))
+    order = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    if t.recompute is Recompute.OP:  # torchtitan's per-op checkpointing: full keeps less
+        out.append(("training.recompute=full", {}, {"recompute": Recompute.FULL}))
     if t.recompute in order:
         out += [(f"training.recompute={r}", {}, {"recompute": r}) for r in order[order.index(t.recompute) + 1:]]
     if p.dp % 2 == 0 and sc.model.layers % (2 * p.pp * p.virtual_stages) == 0 and p.stage_layers is None:

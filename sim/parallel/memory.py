@@ -13,6 +13,7 @@ the BF16 weights, and saves FP8 linear-layer inputs (sim/model/transformer.py).
 from dataclasses import dataclass
 
 from ..engine.kinds import Category
+from ..input.choices import Recompute
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
@@ -70,7 +71,7 @@ def activations(ctx, stage: int) -> float:
         share = w_share(ctx.dims, ctx.shard.tokens, ctx.shard.tp, ctx.shard.sp, per_layer)
         flight = zb.held_peak(pl.schedule, pl.pp, ctx.micro_batches, stage, costs, share)
     total = per_layer * layers * flight
-    if t.recompute == "full":  # one layer's full activations live during its recompute
+    if t.recompute is Recompute.FULL:  # one layer's full activations live during its recompute
         total += activation_bytes_per_layer(ctx.dims, ctx.shard.tokens // t.micro_batch, t.micro_batch, pl.tp,
                                             pl.sequence_parallel, "none", t.flash_attention, ctx.shard.fp8)
     if last in chunks:  # fp32 logits of one micro-batch, and of each MTP depth

@@ -15,6 +15,7 @@ head (multi_token_prediction.py, MultiTokenPredictionLayer.forward).
 """
 
 from ..engine.kinds import Phase
+from ..input.choices import Recompute
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
 from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input,
@@ -95,10 +96,10 @@ class Pass:
             return
         self.x = (self.x, self.gather.before(layer))
         recompute = self.b.ctx.scenario.training.recompute
-        if recompute == "full" and is_block(self.b.ctx.dims, layer):
+        if recompute is Recompute.FULL and is_block(self.b.ctx.dims, layer):
             with self.b.phase_of(Phase.RECOMPUTE):
                 self.x = layer_forward(self.b, layer, self.mb, self.x, recompute=True)
-        elif recompute == "op" and is_block(self.b.ctx.dims, layer):
+        elif recompute is Recompute.OP and is_block(self.b.ctx.dims, layer):
             with self.b.phase_of(Phase.RECOMPUTE):
                 self.x = self.b.compute("op_recompute", op_recompute(self.b.ctx.dims, self.b.ctx.shard), self.x,
                                         layer, self.mb)
@@ -251,7 +252,7 @@ def _block_backward_pieces(b, layer: int, mb: int) -> tuple:
 def attention_backward(b, layer: int, mb: int, x):
     """Backward of :func:`attention_forward` (recomputing the core under selective recompute)."""
     x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
-    if b.ctx.scenario.training.recompute == "selective":
+    if b.ctx.scenario.training.recompute is Recompute.SELECTIVE:
         with b.phase_of(Phase.RECOMPUTE):
             x = cp.attention(b, layer, mb, x, FWD, "_recompute")  # recompute the attention core
     x = cp.attention(b, layer, mb, x, BWD)

@@ -34,6 +34,7 @@ import pandas as pd
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ..hardware.gpus import gpu_preset
+from ..input.choices import Recompute
 from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
 from ..model.layers import ELEM
@@ -133,7 +134,7 @@ class Estimator:
                                                 schedule="1f1b", ep=ep, expert_tp=None if etp == tp else etp,
                                                 sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3,
                                                 ep_comm_overlap=False))
-        training = s.training.model_copy(update=dict(micro_batch=mb, recompute=rec, global_batch=mb * dp))
+        training = s.training.model_copy(update=dict(micro_batch=mb, recompute=Recompute(rec), global_batch=mb * dp))
         candidate = s.model_copy(update={"parallel": par, "training": training})
         key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp)
         loads = self._loads(candidate) if self.d.experts else {}

@@ -20,6 +20,7 @@ the last 5% of HBM is rejected; ``--headroom`` changes the share.
 import numpy as np
 import pandas as pd
 
+from ..input.choices import Recompute
 from ..model.compute import quantized
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
@@ -67,14 +68,14 @@ def _activations(c: pd.DataFrame, stages, scenario) -> np.ndarray:
                   lambda tp, cp, mb, rec: layer_activations(stages.dims, scenario.training, tp, cp, mb, rec))
 
 
-def layer_activations(d, t, tp: int, cp: int, mb: int, rec: str) -> tuple[float, float, float, float]:
+def layer_activations(d, t, tp: int, cp: int, mb: int, rec: Recompute) -> tuple[float, float, float, float]:
     """:func:`_activations` of one (tp, cp, micro_batch, recompute) of model dims ``d`` and
     training section ``t`` (the last, ``w_share``, also keys the schedule replays :mod:`.budget` counts)."""
     fp8 = quantized(t.precision)
     tokens = mb * t.seq_len // cp
     layer = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, rec, t.flash_attention, fp8)
     whole = activation_bytes_per_layer(d, tokens // mb, mb, tp, tp > 1, "none", t.flash_attention, fp8) \
-        if rec == "full" else 0.0
+        if rec == Recompute.FULL else 0.0
     return layer, whole, 4 * tokens * d.v / tp, w_share(d, tokens, tp, tp > 1, layer)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.kinds import Category
+from ..input.choices import Recompute
 from ..model.transformer import dims, model_flops_per_token
 from .explain import estimated_limits, limit, simulated_losses
 from .space import COLUMNS
@@ -98,6 +99,6 @@ def _memory_bound(out: pd.DataFrame) -> np.ndarray:
     """Rows that recompute because they must: the same layout without recompute was
     rejected for memory (it is not among the evaluated ones)."""
     keys = [k for k in COLUMNS if k != "recompute"]
-    plain = out.loc[out["recompute"] == "none", keys].drop_duplicates().assign(_fits=True)
+    plain = out.loc[out["recompute"] == Recompute.NONE, keys].drop_duplicates().assign(_fits=True)
     found = out[keys].merge(plain, on=keys, how="left")["_fits"].notna().to_numpy()
-    return (out["recompute"] != "none").to_numpy() & ~found
+    return (out["recompute"] != Recompute.NONE).to_numpy() & ~found

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..input.choices import Recompute
 from ..input.scenario import ZERO_BUBBLE_SCHEDULES
 
 
@@ -94,7 +95,7 @@ def codes(c: pd.DataFrame, f: Fixed) -> np.ndarray:
         dual & ((micro < 2 * pp) | ((sched == "dualpipe") & (micro % 2 != 0))),
         np.where(folded, (tp * cp * dp) % ep != 0, (dp * cp) % ep != 0),
         folded & ((tp * cp * dp) % (ep * etp) != 0),
-        epov & (recompute == "full"),
+        epov & (recompute == Recompute.FULL),
         epov & (pp > 1) & (v == 1) & (sched != "dualpipe"),
         epov & (pp == 1) & (micro < 2),
     ]

@@ -32,12 +32,14 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from ..input.choices import Recompute
+
 MIN_CP_TOKENS = 1024  # a CP rank's sequence shard: below this the ring's K/V shifts outlast its attention chunks
 CP_VALUES = (1, 2, 4, 8, 16)
 VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 MICRO_BATCHES = (1, 2, 4)
 ZERO = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # Columns of a candidate table, in the order of the contract's layout keys.
 MESH = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "schedule")

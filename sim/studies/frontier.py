@@ -58,7 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
-from ..input.choices import Precision
+from ..input.choices import Precision, Recompute
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -88,8 +88,8 @@ def frontier_scenario(row: dict) -> dict:
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
         if p.get("cp", 1) > 1:  # PyTorch's experimental context parallelism (torchtitan/utils.py)
             p["cp_impl"] = "torch"
-        if t.get("recompute") == "selective":  # torchtitan's selective AC: per-op (selective_ac_option "op")
-            t["recompute"] = "op"
+        if t.get("recompute") == Recompute.SELECTIVE:  # torchtitan's selective AC: per-op (selective_ac_option "op")
+            t["recompute"] = Recompute.OP
         if t.get("precision") in (Precision.FP8, Precision.MXFP8):
             t["fp8_recipe"] = "torchao"
         p["moe_permute_fusion"] = True  # torchtitan's own token reordering, not Megatron's unfused one
