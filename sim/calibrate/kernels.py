@@ -10,6 +10,7 @@ is reproduced; with logs, the logs' fitted factor sets the level and the trace t
 
 import numpy as np
 
+from ..input.choices import AttentionBackend
 from ..model.compute import ATTENTION_KERNEL, GEMM_HALF_SIZE, GEMM_KERNEL, ComputeModel
 from .kineto import Trace, breakdown
 from ..engine.kinds import Category
@@ -94,7 +95,7 @@ def attention_changes(traces: list[Trace], peak: float, gpu_name: str, sustained
         found = fit_curve(pts, peak)
         if found is not None:
             top, half, residual = found
-            before = ATTENTION_KERNEL[gpu_name]["cudnn"][i]
+            before = ATTENTION_KERNEL[gpu_name][AttentionBackend.CUDNN][i]
             out[f"attention_{op}"] = {"after": [top / sustained, half], "before": list(before),
                                       "points": len(pts), "residual": residual}
     return out

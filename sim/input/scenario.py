@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, Distribution, ExpertRouting, Mlp, Precision, Recompute
+from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Mlp, Precision, Recompute
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -112,7 +112,7 @@ class Training(_Section):
     # The fused-attention kernels (sim/model/attention_rates.py ATTENTION_KERNEL): "cudnn", what
     # Transformer Engine runs on Hopper by default, or "flash2" (FlashAttention-2, TE with
     # NVTE_FUSED_ATTN=0). Needs flash_attention.
-    attention_backend: Literal["cudnn", "flash2"] | None = None
+    attention_backend: AttentionBackend | None = None
     # Alias of parallel.ddp_bucket_mb (the one definition), kept for older scenario files: the
     # loader moves it there (sim/input/load.py) and refuses both at once; None after loading.
     grad_bucket_mb: real(B.BUCKET_MB) | None = None

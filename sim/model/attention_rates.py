@@ -6,6 +6,9 @@ the measurements shipped in bench/measured/.
 """
 
 from ..hardware.gpus import GPUS
+from ..input.choices import AttentionBackend
+
+CUDNN, FLASH2 = AttentionBackend  # the keys of each GPU's curves (training.attention_backend)
 
 # Flash attention, kernel level: (share of the BF16 peak at long sequences, keys at which half
 # of it is reached) for the forward and the backward kernel; efficiency(L) = max * L / (L + half)
@@ -39,9 +42,9 @@ from ..hardware.gpus import GPUS
 # a100-80gb: FlashAttention-2 on A100 (Dao 2023, arXiv:2307.08691: forward up to 73% and
 #   backward up to 63% of peak; the sequence dependence taken from the H100 fit); no separate
 #   cuDNN measurement, so both backends take it.
-_HOPPER_ATTN = {"cudnn": ((0.61, 90.0), (0.53, 350.0)), "flash2": ((0.377, 105.0), (0.331, 272.0))}
+_HOPPER_ATTN = {CUDNN: ((0.61, 90.0), (0.53, 350.0)), FLASH2: ((0.377, 105.0), (0.331, 272.0))}
 FLASH2_H100 = ((0.345, 307.0), (0.301, 452.0))  # PyTorch SDPA's FA2, causal, measured on one H100 SXM
-_H100_ATTN = {**_HOPPER_ATTN, "flash2": FLASH2_H100}
+_H100_ATTN = {**_HOPPER_ATTN, FLASH2: FLASH2_H100}
 _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
 # - "flash2" on Blackwell (b200, gb200, b300, gb300 and the torchtitan rows' parts): FlashAttention-2's
 #   kernels are Ampere-style (mma.sync), which sm_100 runs no faster than Hopper: measured on B200,
@@ -60,7 +63,7 @@ def _fa2_at_hopper_rate(gpu: str) -> dict:
     """A Blackwell part's attention curves: cuDNN's as on Hopper, FlashAttention-2's at the H100's
     absolute rate (the shares scaled by the H100 SXM's peak over the part's)."""
     scale = GPUS["h100-sxm"].peak_flops / GPUS[gpu].peak_flops
-    return {"cudnn": _HOPPER_ATTN["cudnn"], "flash2": tuple((top * scale, half) for top, half in _HOPPER_ATTN["flash2"])}
+    return {CUDNN: _HOPPER_ATTN[CUDNN], FLASH2: tuple((top * scale, half) for top, half in _HOPPER_ATTN[FLASH2])}
 
 
 # - AMD CDNA3 (mi300x, mi325x; one die, 1,307.4 TFLOP/s dense BF16): Megatron on ROCm runs attention
@@ -76,7 +79,7 @@ def _fa2_at_hopper_rate(gpu: str) -> dict:
 AITER_MI300X_FWD = (472e12, 4096.0)  # FLOP/s, keys a query attends on average (causal 8,192)
 CDNA3_ATTENTION_RATIO = (AITER_MI300X_FWD[0] / GPUS["mi300x"].peak_flops) / (0.61 * AITER_MI300X_FWD[1] / (AITER_MI300X_FWD[1] + 90.0))
 _CDNA3_ATTN = {b: tuple((top * CDNA3_ATTENTION_RATIO, half) for top, half in c) for b, c in _HOPPER_ATTN.items()}
-ATTENTION_KERNEL = {"a100-80gb": {"cudnn": _A100_ATTN, "flash2": _A100_ATTN},
+ATTENTION_KERNEL = {"a100-80gb": {CUDNN: _A100_ATTN, FLASH2: _A100_ATTN},
                     **{g: _H100_ATTN for g in ("h100-sxm", "h100-500w", "h800")},
                     **{g: _HOPPER_ATTN for g in ("h200", "mi355x")},
                     **{g: _CDNA3_ATTN for g in ("mi300x", "mi325x")},

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from ..errors import InputError
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, GPUS, Precision, low_peak
+from ..input.choices import AttentionBackend
 from .attention_rates import ATTENTION_KERNEL
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
@@ -258,11 +259,11 @@ class ComputeModel:
     half size)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
-                 attention: str | None = None, calibration: Calibration | None = None,
+                 attention: AttentionBackend | None = None, calibration: Calibration | None = None,
                  precision: Precision = Precision.FP8):
         self.gpu = gpu
         kernel = GEMM_KERNEL[gpu.name]
-        curves = ATTENTION_KERNEL[gpu.name][attention or "cudnn"]
+        curves = ATTENTION_KERNEL[gpu.name][attention or AttentionBackend.CUDNN]
         self.half, self.hbm_efficiency = GEMM_HALF_SIZE, HBM_EFFICIENCY
         if calibration is not None:  # a measured profile (sim/hardware/calibration.py)
             kernel, curves, e_max = self._calibrated(calibration, kernel, curves, e_max)

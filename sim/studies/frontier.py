@@ -58,7 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
-from ..input.choices import Precision, Recompute
+from ..input.choices import AttentionBackend, Precision, Recompute
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -84,7 +84,7 @@ def frontier_scenario(row: dict) -> dict:
         p["sequence_parallel"] = True
         p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
     if row["id"].startswith("tt_"):
-        t["attention_backend"] = "flash2"
+        t["attention_backend"] = AttentionBackend.FLASH2
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
         if p.get("cp", 1) > 1:  # PyTorch's experimental context parallelism (torchtitan/utils.py)
             p["cp_impl"] = "torch"
