@@ -6,7 +6,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .choices import Attention, ExpertRouting, Precision, Recompute
+from .choices import Attention, ExpertRouting, Precision, Recipe, Recompute
 from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -97,20 +97,20 @@ def _check_precision(t, gpu) -> None:
 def _check_recipe(t) -> None:
     """``training.fp8_recipe`` names who quantizes the linears: only with a quantized precision,
     torchao only for the formats it trains in and as torchtitan runs it, compiled."""
-    if t.tp_only_amax_red and (t.precision is not Precision.FP8 or t.fp8_recipe != "te"):
+    if t.tp_only_amax_red and (t.precision is not Precision.FP8 or t.fp8_recipe is not Recipe.TE):
         raise InputError("training.tp_only_amax_red", f"chooses the group of Transformer Engine's delayed-scaling "
                                                       f"amax reduction, but precision is '{t.precision}' with "
-                                                      f"fp8_recipe {t.fp8_recipe!r} (no amax history is reduced): "
+                                                      f"fp8_recipe '{t.fp8_recipe}' (no amax history is reduced): "
                                                       f"drop it, or use precision 'fp8' with fp8_recipe 'te'")
     if "fp8_recipe" not in t.model_fields_set:
         return
     if t.precision not in _NEEDS:  # (the quantized formats)
         raise InputError("training.fp8_recipe", f"chooses how fp8/mxfp8 linears are quantized, but "
                                                 f"training.precision is '{t.precision}': drop it or quantize")
-    if t.fp8_recipe == "torchao" and t.precision is Precision.NVFP4:
+    if t.fp8_recipe is Recipe.TORCHAO and t.precision is Precision.NVFP4:
         raise InputError("training.fp8_recipe", "'torchao' trains in fp8 (Float8Linear) and mxfp8 (MXLinear); "
                                                 "nvfp4 is modelled as Transformer Engine's recipe: use 'te'")
-    if t.fp8_recipe == "torchao" and not t.compile:
+    if t.fp8_recipe is Recipe.TORCHAO and not t.compile:
         raise InputError("training.fp8_recipe", "'torchao' is modelled as torchtitan runs it, under torch.compile "
                                                 "(its eager casts take several more passes): set training.compile "
                                                 "= true")

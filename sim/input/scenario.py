@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Mlp, Precision, Recompute
+from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Mlp, Precision, Recipe, Recompute
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -122,11 +122,11 @@ class Training(_Section):
     # per micro-batch and direction (sim/model/host.py; sim/parallel/passes.py says which part)
     cuda_graphs: Flag = False
     compile: Flag = False  # torch.compile: elementwise chains fused into one kernel (sim/model/host.py)
-    # Which stack quantizes the linears under fp8 / mxfp8 (sim/model/quant.py, Recipe): "te",
+    # Which stack quantizes the linears under fp8 / mxfp8 (sim/model/quant.py): "te",
     # Transformer Engine (Megatron-Core, NeMo: casts fused with transposes and norms, FP8 weights
     # cached per step) or "torchao" (torchtitan's Float8Linear / MXLinear under torch.compile:
     # dynamic scales, x, w and the output gradient quantized every micro-batch).
-    fp8_recipe: Literal["te", "torchao"] = "te"
+    fp8_recipe: Recipe = Recipe.TE
     # Megatron-Core's --tp-only-amax-red: Transformer Engine's delayed-scaling amax reduction
     # (per model chunk, micro-batch and direction) over the tp x cp group instead of every rank
     # of the pipeline stage, tp x cp x dp (sim/parallel/amax.py). Only with precision "fp8" and

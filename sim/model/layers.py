@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from ..input.choices import Precision
+from ..input.choices import Precision, Recipe
 from .compute import LAUNCH_S, QUANTIZED, Kernel, elementwise, gemm
 from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
-from .quant import Recipe, fp8_cast, torchao_cast
+from .quant import fp8_cast, torchao_cast
 from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element

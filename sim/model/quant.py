@@ -28,27 +28,17 @@ is cast in every forward rather than once per step, and each tensor takes more p
 ``enable_fsdp_float8_all_gather``: weights cast on the shard and gathered in FP8), and the
 activations torchao saves in BF16 where TE keeps FP8 copies (memory).
 
-:class:`Recipe` names who quantizes, :class:`sim.hardware.gpus.Precision` the format; the scenario's
-strings (``training.fp8_recipe``, ``training.precision``) become them once, where a
-:class:`sim.model.layers.Shard` is made. :func:`sim.model.layers.linear` puts these casts
+:class:`sim.input.choices.Recipe` names who quantizes, :class:`sim.hardware.gpus.Precision` the
+format; the scenario holds them (``training.fp8_recipe``, ``training.precision``), and a
+:class:`sim.model.layers.Shard` carries them. :func:`sim.model.layers.linear` puts these casts
 beside each linear's GEMM.
 
 Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test_mx_precision.py
 tests/test_precision_kernels.py`` (docs/precision.md: the sources and what they changed)
 """
 
-from enum import StrEnum
-
-from ..input.choices import Precision
+from ..input.choices import Precision, Recipe
 from .compute import QUANTIZED, Kernel
-
-
-class Recipe(StrEnum):
-    """Who quantizes the linears (``training.fp8_recipe``; str-valued: equal to the scenario's
-    strings)."""
-
-    TE = "te"  # Transformer Engine (Megatron-Core, NeMo): casts fused with norms, weights once per step
-    TORCHAO = "torchao"  # torchao under torch.compile (torchtitan): :data:`TORCHAO_CAST_BYTES`
 
 
 # torchao (``training.fp8_recipe = "torchao"``, torchtitan's float8 and mxfp8 converters, run

@@ -31,9 +31,8 @@ Run ``clustersim run llama3.1-70b-fp8-h100 --trace t.json`` and look for ``fp8_a
 
 from ..collectives.kinds import ALL_REDUCE
 from ..engine.kinds import Category, StreamName
-from ..input.choices import Precision
+from ..input.choices import Precision, Recipe
 from ..model.delayed_scaling import amax_bytes, amax_kernels
-from ..model.quant import Recipe
 from .pp_zero_bubble import Kind
 
 AXIS = Category.DP  # the group spans the stage's data-parallel ranks: its time is reported as dp
@@ -44,7 +43,7 @@ NAMES = frozenset({CAT, SYNC, UPDATE})
 
 def applies(training) -> bool:
     """Whether the linears run Transformer Engine's delayed scaling (FP8, TE recipe)."""
-    return training.precision is Precision.FP8 and training.fp8_recipe == Recipe.TE
+    return training.precision is Precision.FP8 and training.fp8_recipe is Recipe.TE
 
 
 def enabled(ctx) -> bool:

@@ -27,7 +27,7 @@ look for ``grad_norm``, ``grad_norm_ar``, ``optimizer`` and ``loss_ar`` in ``--t
 from ..collectives.kinds import ALL_REDUCE
 from ..engine.kinds import Category, Phase, StreamName
 from ..model.optimizer import grad_norm, optimizer, zero_grad
-from ..model.quant import Recipe
+from ..input.choices import Recipe
 from .dp import AXIS, grad_bytes
 from .params import rank_params
 

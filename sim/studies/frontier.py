@@ -58,7 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
-from ..input.choices import AttentionBackend, Precision, Recompute
+from ..input.choices import AttentionBackend, Precision, Recipe, Recompute
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -91,7 +91,7 @@ def frontier_scenario(row: dict) -> dict:
         if t.get("recompute") == Recompute.SELECTIVE:  # torchtitan's selective AC: per-op (selective_ac_option "op")
             t["recompute"] = Recompute.OP
         if t.get("precision") in (Precision.FP8, Precision.MXFP8):
-            t["fp8_recipe"] = "torchao"
+            t["fp8_recipe"] = Recipe.TORCHAO
         p["moe_permute_fusion"] = True  # torchtitan's own token reordering, not Megatron's unfused one
     if row["id"].endswith("_interleaved"):
         p["virtual_stages"], p["schedule"] = 2, "interleaved"
