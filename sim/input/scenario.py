@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Mlp, Precision, Recipe, Recompute
+from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Kernels, Mlp, Precision, Recipe, Recompute
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -136,7 +136,7 @@ class Training(_Section):
     # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
     # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:
     # sim/model/eager.py EAGER_*); "pytorch" with compile = true is fused.
-    kernels: Literal["fused", "pytorch"] = "fused"
+    kernels: Kernels = Kernels.FUSED
 
 
 class Straggler(_Section):

@@ -30,7 +30,7 @@ from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
-from ..input.choices import ExpertRouting, Precision
+from ..input.choices import ExpertRouting, Kernels, Precision
 from ..input.scenario import Scenario
 
 
@@ -39,7 +39,7 @@ def shard_of(s: Scenario) -> Shard:
     p, t = s.parallel, s.training
     return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else Precision.FP8,
-                 recipe=t.fp8_recipe, eager=t.kernels == "pytorch" and not t.compile,
+                 recipe=t.fp8_recipe, eager=t.kernels is Kernels.PYTORCH and not t.compile,
                  fused_permute=p.moe_permute_fusion)
 
 
