@@ -21,6 +21,7 @@ from .engine.core import Engine, cycle_collector_paused
 from .engine.ops import RankProgram
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
+from .input.choices import JitterMode
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
@@ -157,6 +158,6 @@ def jitter_summary(ctx) -> dict:
     """Which jitter mode ran (sim/parallel/jitter.py): every rank exact, or a sample."""
     sample = ctx.folding.sample
     if sample is None:
-        return {"jitter_mode": "exact"}
-    return {"jitter_mode": "sampled", "jitter_sampled_replicas": sample["replicas"],
+        return {"jitter_mode": JitterMode.EXACT.value}  # (the summary holds plain values)
+    return {"jitter_mode": JitterMode.SAMPLED.value, "jitter_sampled_replicas": sample["replicas"],
             "jitter_replicas": sample["of"], "jitter_sampled_ranks": sample["ranks"]}

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, Kernels, Mlp, Precision, Recipe, Recompute
+from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -154,12 +154,12 @@ class Jitter(_Section):
     sigma: real(B.JITTER_SIGMA) = 0.0  # relative std dev per op
     distribution: Distribution = Distribution.LOGNORMAL
     floor: real(B.JITTER_FLOOR) = 1.0  # normal: multiplier never below this
-    mode: Literal["auto", "exact", "sampled"] = "auto"  # auto: exact up to 1,024 GPUs (sim/parallel/jitter.py)
+    mode: JitterMode = JitterMode.AUTO  # auto: exact up to 1,024 GPUs (sim/parallel/jitter.py)
     sample_ranks: count(B.JITTER_SAMPLE) = 512  # sampled mode: ranks simulated (whole replicas, at least 4)
 
     @model_validator(mode="after")
     def _sampled_only(self):
-        if self.mode == "exact" and "sample_ranks" in self.model_fields_set:
+        if self.mode is JitterMode.EXACT and "sample_ranks" in self.model_fields_set:
             raise ValueError("sample_ranks applies to sampled mode, but mode is 'exact'")
         return self
 

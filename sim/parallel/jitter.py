@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 
+from ..input.choices import JitterMode
 from .folding import Folding, fold, link_codes, scale_codes
 from .group_arrays import GroupTable, GroupType
 
@@ -54,11 +55,11 @@ MIN_REPLICAS = 4  # sampled clean replicas at least (the spread needs a few)
 GRADIENT_GROUPS = (GroupType.DP, GroupType.EDP, GroupType.DP_SHARD, GroupType.DP_REPLICA, GroupType.INST)
 
 
-def mode(s, world: int) -> str:
-    """"exact" or "sampled": what ``jitter.mode`` means for this many ranks."""
-    if s.jitter.mode != "auto":
+def mode(s, world: int) -> JitterMode:
+    """EXACT or SAMPLED: what ``jitter.mode`` means for this many ranks."""
+    if s.jitter.mode is not JitterMode.AUTO:
         return s.jitter.mode
-    return "exact" if world <= EXACT_MAX_GPUS else "sampled"
+    return JitterMode.EXACT if world <= EXACT_MAX_GPUS else JitterMode.SAMPLED
 
 
 def replicas(tables: dict[GroupType, GroupTable], world: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
-from ..input.choices import ExpertRouting, Kernels, Precision
+from ..input.choices import ExpertRouting, JitterMode, Kernels, Precision
 from ..input.scenario import Scenario
 
 
@@ -86,7 +86,7 @@ def folding(s: Scenario, layout: Layout, fabric: FatTreeSpec, domains, uneven: b
     if kept is not None and kept[0] == rest:
         return kept[1]  # (the work census of sim.work asked first, for an equal scenario)
     found = None
-    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) == "sampled":
+    if s.jitter.sigma > 0 and s.parallel.fold and jitter.mode(s, layout.world) is JitterMode.SAMPLED:
         found = jitter.sampled(s, layout, fabric, domains, uneven)  # None: too few replicas to sample
     elif can_fold(s, fabric):
         found = fold(s, layout, fabric, domains, uneven)
