@@ -100,6 +100,7 @@ class Schedule(StrEnum):
 # (sim/parallel/pp_zero_bubble.py), and those of them that run two chunks per rank in a V
 ZERO_BUBBLE_SCHEDULES = (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPEV)
 V_SCHEDULES = (Schedule.ZB_V, Schedule.DUALPIPEV)
+DUALPIPE_SCHEDULES = (Schedule.DUALPIPE, Schedule.DUALPIPEV)  # DeepSeek's, with paired F-B steps
 
 
 class Dispatcher(StrEnum):
@@ -163,6 +164,6 @@ class WeightSync(StrEnum):
     OVERLAPPED = "overlapped"
 
 
-__all__ = ["Algorithm", "Attention", "AttentionBackend", "CpImpl", "DP_ALGORITHMS", "Dispatcher", "Distribution",
+__all__ = ["Algorithm", "Attention", "AttentionBackend", "CpImpl", "DP_ALGORITHMS", "Dispatcher", "Distribution", "DUALPIPE_SCHEDULES",
            "ExpertRouting", "JitterMode", "Kernels", "Mlp", "Precision", "Recipe", "Recompute", "RLMode", "Schedule",
            "V_SCHEDULES", "WeightRoute", "WeightSync", "ZERO_BUBBLE_SCHEDULES"]

@@ -15,7 +15,7 @@ from .. import bounds
 from ..hardware import calibration, mesh, specs
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
-from .choices import Distribution
+from .choices import V_SCHEDULES, Distribution, Schedule
 from .scenario import Scenario
 
 
@@ -170,8 +170,8 @@ def check(s: Scenario) -> Scenario:
     m, p = s.model, s.parallel
     model = m.model_copy(update={"kv_heads": m.kv_heads or m.heads, "ffn_hidden": m.ffn_hidden or 4 * m.hidden})
     if p.schedule is None:  # Megatron: --num-layers-per-virtual-pipeline-stage alone means interleaved 1F1B
-        p = p.model_copy(update={"schedule": "interleaved" if p.virtual_stages > 1 else "1f1b"})
-    if p.schedule in ("zb-v", "dualpipev") and p.virtual_stages == 1:  # a V: two chunks per rank (zbpp_utils.py)
+        p = p.model_copy(update={"schedule": Schedule.INTERLEAVED if p.virtual_stages > 1 else Schedule.ONE_F_ONE_B})
+    if p.schedule in V_SCHEDULES and p.virtual_stages == 1:  # a V: two chunks per rank (zbpp_utils.py)
         p = p.model_copy(update={"virtual_stages": 2})
     t = s.training
     if t.grad_bucket_mb is not None:  # the old key: an alias of parallel.ddp_bucket_mb, the one definition

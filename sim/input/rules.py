@@ -6,8 +6,9 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 
 from .. import bounds
 from ..errors import InputError
-from .choices import Attention, ExpertRouting, Precision, Recipe, Recompute
-from .scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, MicroBatches, Scenario
+from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
+                      Attention, ExpertRouting, Precision, Recipe, Recompute, Schedule)
+from .scenario import MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
 
@@ -150,11 +151,11 @@ def _check_stages(m, p, t, whole: bool = True) -> None:
     chunks = p.pp * p.virtual_stages
     if p.schedule in ZERO_BUBBLE:
         _check_zero_bubble(p, t.global_batch // (p.dp * t.micro_batch), whole)
-    elif (p.schedule == "interleaved") != (p.virtual_stages > 1):
-        raise InputError("parallel.schedule", f"schedule = {p.schedule!r} with virtual_stages = {p.virtual_stages}: "
+    elif (p.schedule is Schedule.INTERLEAVED) != (p.virtual_stages > 1):
+        raise InputError("parallel.schedule", f"schedule = '{p.schedule}' with virtual_stages = {p.virtual_stages}: "
                                               "interleaved needs virtual_stages > 1 and vice versa")
     micro = t.global_batch // (p.dp * t.micro_batch)
-    if p.schedule == "interleaved" and micro % p.pp and whole:
+    if p.schedule is Schedule.INTERLEAVED and micro % p.pp and whole:
         raise InputError("parallel.virtual_stages", f"interleaved 1F1B needs micro-batches per step ({micro}) "
                                                     f"divisible by pp = {p.pp} (Megatron-LM's rule)")
     if p.stage_layers is None:
@@ -176,25 +177,25 @@ def _check_zero_bubble(p, micro: int, whole: bool) -> None:
     (deepseek-ai/DualPipe dualpipe.py, dualpipev.py ``step``)."""
     name = p.schedule
     if p.pp == 1:
-        raise InputError("parallel.pp", f"schedule = {name!r} is a pipeline schedule: it needs pp > 1")
+        raise InputError("parallel.pp", f"schedule = '{name}' is a pipeline schedule: it needs pp > 1")
     chunks = 2 if name in V_SHAPED else 1
     if p.virtual_stages != chunks:
-        raise InputError("parallel.virtual_stages", f"schedule = {name!r} runs {chunks} chunk(s) per rank"
+        raise InputError("parallel.virtual_stages", f"schedule = '{name}' runs {chunks} chunk(s) per rank"
                                                     f"{' (a V)' if chunks == 2 else ''}; got virtual_stages = "
                                                     f"{p.virtual_stages}")
-    if name == "dualpipe" and p.pp % 2:
+    if name is Schedule.DUALPIPE and p.pp % 2:
         raise InputError("parallel.pp", f"dualpipe feeds micro-batches from both ends: it needs an even pp, got {p.pp}")
     if p.zero >= 3:
-        raise InputError("parallel.zero", f"schedule = {name!r} defers weight gradients past the layer's backward; "
+        raise InputError("parallel.zero", f"schedule = '{name}' defers weight gradients past the layer's backward; "
                                           "FSDP (zero = 3) releasing the layer's gathered weights meanwhile is not "
                                           "modelled")
-    if p.ep_comm_overlap and not name.startswith("dualpipe"):
-        raise InputError("parallel.ep_comm_overlap", f"schedule = {name!r} has no paired forward-backward steps to "
+    if p.ep_comm_overlap and name not in DUALPIPE:
+        raise InputError("parallel.ep_comm_overlap", f"schedule = '{name}' has no paired forward-backward steps to "
                                                      "overlap (dualpipe and dualpipev do)")
-    if not whole or not name.startswith("dualpipe"):
+    if not whole or name not in DUALPIPE:
         return
-    if micro < 2 * p.pp or (name == "dualpipe" and micro % 2):
-        raise InputError("training.global_batch", f"{name} needs {'an even number of ' if name == 'dualpipe' else ''}"
+    if micro < 2 * p.pp or (name is Schedule.DUALPIPE and micro % 2):
+        raise InputError("training.global_batch", f"{name} needs {'an even number of ' if name is Schedule.DUALPIPE else ''}"
                                                   f"micro-batches per step of at least 2 * pp = {2 * p.pp} "
                                                   f"(DualPipe's assertion); global_batch / (dp * micro_batch) = {micro}")
 
@@ -264,10 +265,10 @@ def _check_overlap(m, p, t) -> None:
         raise InputError("parallel.ep_comm_overlap", "needs expert parallelism (ep > 1)")
     if t.recompute is Recompute.FULL:
         raise InputError("parallel.ep_comm_overlap", "does not work with training.recompute = 'full' (Megatron's rule)")
-    if p.pp > 1 and p.virtual_stages == 1 and p.schedule != "dualpipe":
+    if p.pp > 1 and p.virtual_stages == 1 and p.schedule is not Schedule.DUALPIPE:
         raise InputError("parallel.ep_comm_overlap", f"with pp = {p.pp} needs virtual_stages > 1 (interleaved 1F1B; "
                                                      "Megatron's rule)")
-    if p.schedule == "gpipe":
+    if p.schedule is Schedule.GPIPE:
         raise InputError("parallel.ep_comm_overlap", "runs a combined 1F1B schedule; schedule = 'gpipe' has none")
     if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
         raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "

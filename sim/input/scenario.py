@@ -20,14 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute
+from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
 from .fields import Flag, PathText, Text, count, real
 
 
-# pipeline schedules that split the backward into input- and weight-gradient passes
-# (sim/parallel/pp_zero_bubble.py), and those of them that run two chunks per rank in a V
-ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
-V_SCHEDULES = ("zb-v", "dualpipev")
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -208,7 +204,7 @@ class Parallel(_Section):
     ep: count(B.GPUS) = 1
     virtual_stages: count(B.LAYERS) = 1
     stage_layers: list[count(B.LAYERS._replace(lo=0))] | None = Field(None, max_length=B.LAYERS.hi)
-    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"] | None = None
+    schedule: Schedule | None = None
     # default: interleaved when virtual_stages > 1, else 1f1b; zb-v and dualpipev run two chunks per rank
     # (virtual_stages 1 means 2 there, as the zero-bubble repo sets it: megatron/core/zbpp_utils.py)
     zero: count(B.ZERO) = 0

@@ -21,7 +21,7 @@ import numpy as np
 from ..engine.ops import Collective, Op, RankProgram
 from ..hardware.faults import jitter_draws
 from .folding import dense, positions
-from ..input.scenario import ZERO_BUBBLE_SCHEDULES
+from ..input.choices import ZERO_BUBBLE_SCHEDULES
 from .ep import expert_kernels
 from .layout import Group
 from .program import RankBuilder, Varying, timed

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..collectives.kinds import CollectiveOp
 from ..hardware.gpus import gpu_preset
+from ..input.choices import Schedule
 from ..model import transformer as model_costs
 from ..model.compute import ComputeModel
 from .layout import Layout
@@ -338,7 +339,7 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     1F1B runs them in groups of pp, sim/input/rules.py). The census adds the other
     micro-batches from the layer programs."""
     p, m = s.parallel, s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
-    m0 = min(m, p.pp) if p.schedule == "interleaved" else 1
+    m0 = min(m, p.pp) if p.schedule is Schedule.INTERLEAVED else 1
     if p.schedule in pipeline.ZERO_BUBBLE:  # W passes and DualPipe's pairs differ by micro-batch: all of them
         m0 = m
     key = ("skeleton", stage, m0) + content_key(s, gpu_name, None)

@@ -10,6 +10,7 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 """
 
 from ..collectives.kinds import SEND_RECV
+from ..input.choices import Schedule
 from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
 from . import pp_zero_bubble as zb
 from .pp_zero_bubble import EQUAL, ZERO_BUBBLE, Kind, held_peak  # (re-exported: the planner reads schedules through pp)
@@ -46,11 +47,11 @@ def _even_counts(layers: int, chunks: int) -> list[int]:
     return counts
 
 
-def order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[tuple[Kind, int, int]]:
+def order(schedule: Schedule, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[tuple[Kind, int, int]]:
     """The (direction :attr:`Kind.F` | :attr:`Kind.B`, micro-batch, chunk) sequence stage ``stage`` executes.
     ``combined``: one more warm-up forward, so that each steady-state forward is
     independent of the backward it is paired with (EP all-to-all overlap, :func:`steps`)."""
-    if schedule == "gpipe":
+    if schedule == Schedule.GPIPE:
         return [(Kind.F, i, 0) for i in range(m)] + [(Kind.B, i, 0) for i in range(m)]
     total = m * v
     warmup = _warmup(schedule, p, v, m, stage, combined)
@@ -61,15 +62,15 @@ def order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = Fa
     return [(d, *_mb_chunk(d, k, p, v)) for d, k in seq]
 
 
-def _warmup(schedule: str, p: int, v: int, m: int, stage: int, combined: bool) -> int:
+def _warmup(schedule: Schedule, p: int, v: int, m: int, stage: int, combined: bool) -> int:
     """Forwards before the first backward (Megatron-LM schedules.py; +1 when combined, as
     its ``overlap_moe_expert_parallel_comm`` path does)."""
-    if schedule == "interleaved":
+    if schedule == Schedule.INTERLEAVED:
         return min((p - stage - 1) * 2 + (v - 1) * p + combined, m * v)
     return min(p - stage - 1 + combined, m)
 
 
-def steps(schedule: str, p: int, v: int, m: int, stage: int, combined: bool, costs: tuple = zb.EQUAL) -> list[tuple]:
+def steps(schedule: Schedule, p: int, v: int, m: int, stage: int, combined: bool, costs: tuple = zb.EQUAL) -> list[tuple]:
     """The schedule as steps of one (direction, micro-batch, chunk) each or, when
     ``combined``, steady-state pairs (forward, backward) that run as one step
     (Megatron-Core combined 1F1B, megatron/core/pipeline_parallel/combined_1f1b.py: with
@@ -95,13 +96,13 @@ def _mb_chunk(direction: Kind, k: int, p: int, v: int) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
-def peak_in_flight(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False,
+def peak_in_flight(schedule: Schedule, p: int, v: int, m: int, stage: int, combined: bool = False,
                    costs: tuple = zb.EQUAL) -> int:
     """``in_flight(order(...))`` without building the order: GPipe holds all m micro-batches;
     1F1B and interleaved 1F1B hold their warm-up forwards plus the one whose backward comes
     next, at most all m * v chunks (the memory of every pipeline stage, and the planner's
     thousands of layouts, need only this)."""
-    if schedule == "gpipe":
+    if schedule == Schedule.GPIPE:
         return m
     if schedule in zb.ZERO_BUBBLE:
         return zb.peaks(schedule, p, m, stage, costs)[0]
@@ -113,7 +114,7 @@ def pass_costs(ctx) -> tuple:
     relative to F, to two decimals: the times ZB-H2's and ZB-V's list schedules are built
     for (the zero-bubble runtime profiles them first: runtime.py ``avg_then_mid``; here the
     compute model times one dense layer's kernels). Equal times for the other schedules."""
-    if ctx.scenario.parallel.schedule not in ("zb-h2", "zb-v"):
+    if ctx.scenario.parallel.schedule not in (Schedule.ZB_H2, Schedule.ZB_V):
         return zb.EQUAL
     d, sh = ctx.dims, ctx.shard
     fwd = [*attention_pre(d, sh), attention_core(d, sh), *attention_post(d, sh), *mlp_block(d, sh)]
@@ -121,10 +122,10 @@ def pass_costs(ctx) -> tuple:
     return tuple(round(ctx.compute.time(k) / f, 2) for k in (fwd, dgrad, wgrad))
 
 
-def virtual_stages_of(schedule: str, p: int, v: int, stage: int) -> list[int]:
+def virtual_stages_of(schedule: Schedule, p: int, v: int, stage: int) -> list[int]:
     """The virtual stages (indices into the stage split) a rank at ``stage`` holds, chunk by
     chunk: c * p + stage (interleaved), a V's s and 2p-1-s, DualPipe's s and p-1-s."""
-    chunks = 2 if schedule == "dualpipe" else v
+    chunks = 2 if schedule == Schedule.DUALPIPE else v
     return [zb.virtual_stage(schedule, p, stage, c) for c in range(chunks)]
 
 

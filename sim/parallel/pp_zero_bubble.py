@@ -40,7 +40,7 @@ import heapq
 from enum import StrEnum
 from functools import lru_cache
 
-from ..input.scenario import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE
+from ..input.choices import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, Schedule
 
 
 class Kind(StrEnum):
@@ -59,36 +59,36 @@ EQUAL = (1.0, 1.0, 1.0)  # F, B, W times of the papers' handcrafted schedules
 __all__ = ["Kind", "V_SHAPED", "ZERO_BUBBLE", "stage_of", "steps", "virtual_stage"]
 
 
-def virtual_stage(schedule: str, p: int, stage: int, chunk: int) -> int:
+def virtual_stage(schedule: Schedule, p: int, stage: int, chunk: int) -> int:
     """Index (into the scenario's stage split) of the layers chunk ``chunk`` of ``stage`` runs."""
     if schedule in V_SHAPED:
         return stage if chunk == 0 else 2 * p - 1 - stage
-    if schedule == "dualpipe":
+    if schedule == Schedule.DUALPIPE:
         return stage if chunk == 0 else p - 1 - stage
     return chunk * p + stage
 
 
-def stage_of(schedule: str, p: int, vs: int, chunk: int) -> int:
+def stage_of(schedule: Schedule, p: int, vs: int, chunk: int) -> int:
     """The pipeline rank coordinate that runs virtual stage ``vs`` in ``chunk``'s pipeline."""
     if schedule in V_SHAPED:
         return vs if vs < p else 2 * p - 1 - vs
-    if schedule == "dualpipe":
+    if schedule == Schedule.DUALPIPE:
         return vs if chunk == 0 else p - 1 - vs
     return vs % p
 
 
 @lru_cache(maxsize=256)
-def steps(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple:
+def steps(schedule: Schedule, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple:
     """The rank's steps (tuples of one or two items), built once per (schedule, p, m, stage);
     ``costs``: the (F, B, W) times the list schedules of ZB-H2 and ZB-V are built for (the
     zero-bubble runtime builds them from profiled times, runtime.py ``avg_then_mid``)."""
-    if schedule == "zb-h1":
+    if schedule == Schedule.ZB_H1:
         return tuple((item,) for item in _zb_h1(p, m, stage))
-    if schedule == "zb-h2":
+    if schedule == Schedule.ZB_H2:
         return tuple((item,) for item in _list_schedule(p, m, 1, 2 * p - 1, costs)[stage])
-    if schedule == "zb-v":
+    if schedule == Schedule.ZB_V:
         return tuple((item,) for item in _list_schedule(p, m, 2, 2 * p, costs)[stage])
-    return tuple(_dualpipe(p, m, stage, schedule == "dualpipev"))
+    return tuple(_dualpipe(p, m, stage, schedule == Schedule.DUALPIPEV))
 
 
 def _zb_h1(p: int, m: int, s: int) -> list[tuple]:
@@ -114,7 +114,7 @@ def _list_schedule(p: int, m: int, chunks: int, limit: int, costs: tuple = EQUAL
     rank is free it starts a ready input-gradient pass, else a ready forward while fewer
     than ``limit`` chunk activations are held (forward done, W not yet), else its oldest
     pending W; among chunks, the later virtual stage first (it frees memory sooner)."""
-    shape = "zb-v" if chunks == 2 else "1f1b"
+    shape = Schedule.ZB_V if chunks == 2 else Schedule.ONE_F_ONE_B
     ends: dict = {}  # ("F" | "B", virtual stage, micro-batch) -> end time
     nxt = {kind: [[0] * chunks for _ in range(p)] for kind in "FB"}
     held, pending, orders, free = [0] * p, [[] for _ in range(p)], [[] for _ in range(p)], [0.0] * p
@@ -240,7 +240,7 @@ def _dualpipe(p: int, m: int, rank: int, v_shape: bool) -> list[tuple]:
 
 
 @lru_cache(maxsize=256)
-def peaks(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple[int, int]:
+def peaks(schedule: Schedule, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tuple[int, int]:
     """(most chunk activations held: forward done, weight gradient not yet; most chunks
     whose weight gradients are pending: input gradient done, W not yet) on the rank."""
     held = pending = top_held = top_pending = 0
@@ -252,7 +252,7 @@ def peaks(schedule: str, p: int, m: int, stage: int, costs: tuple = EQUAL) -> tu
 
 
 @lru_cache(maxsize=256)
-def held_peak(schedule: str, p: int, m: int, stage: int, costs: tuple, w_share: float) -> float:
+def held_peak(schedule: Schedule, p: int, m: int, stage: int, costs: tuple, w_share: float) -> float:
     """Most activation held at once, in chunk activations: a chunk counts 1 from its
     forward to its input-gradient pass (or whole backward), then ``w_share`` (what its W
     still reads, relative to the whole) until its W: the freeing that lets ZB-H1 keep

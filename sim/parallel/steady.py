@@ -26,7 +26,8 @@ Run: ``python -c "import sim; from sim.parallel import steady; print(steady.coun
 
 from dataclasses import dataclass
 
-from ..input.scenario import V_SCHEDULES, Scenario, Simulation
+from ..input.choices import V_SCHEDULES, Schedule
+from ..input.scenario import Scenario, Simulation
 
 COUNTS = 3  # the fewest counts that test linearity (a second difference) besides fitting it
 # At most this share of the step's micro-batches simulated by the steady runs: past it they save
@@ -76,14 +77,14 @@ def micro_batches(s: Scenario) -> int:
     return s.training.global_batch // (s.parallel.dp * s.training.micro_batch)
 
 
-def window(schedule: str, pp: int) -> tuple[tuple[int, ...], int]:
+def window(schedule: Schedule, pp: int) -> tuple[tuple[int, ...], int]:
     """The first counts a steady run of ``schedule`` on ``pp`` stages simulates, and their
     spacing (the module docstring's ``m0``, ``u``); the planner prices them too
     (sim/plan/cost.py)."""
-    step = pp if schedule == "interleaved" else 2 if schedule == "dualpipe" else 1
+    step = pp if schedule == Schedule.INTERLEAVED else 2 if schedule == Schedule.DUALPIPE else 1
     if pp == 1:
         first = 2
-    elif schedule in ("interleaved", "dualpipe") or schedule in V_SCHEDULES:
+    elif schedule in (Schedule.INTERLEAVED, Schedule.DUALPIPE) or schedule in V_SCHEDULES:
         first = 2 * pp
     else:
         first = pp

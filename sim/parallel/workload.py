@@ -30,7 +30,7 @@ from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
-from ..input.choices import ExpertRouting, JitterMode, Kernels, Precision
+from ..input.choices import ExpertRouting, JitterMode, Kernels, Precision, Schedule
 from ..input.scenario import Scenario
 
 
@@ -158,7 +158,7 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
         for sync in syncs.values():
             sync.after_backward(tuple(chunk_end.values()))
     final += [op for s in syncs.values() for op in s.issued]
-    if par.schedule == "dualpipe":  # the two copies of each stage add their gradients (both ranks in stage order)
+    if par.schedule is Schedule.DUALPIPE:  # the two copies of each stage add their gradients (both ranks in stage order)
         with b.phase_of(Phase.BACKWARD):
             final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued
                                         else chunk_end[c]) for c, vs in sorted(enumerate(vstages), key=lambda x: x[1])]

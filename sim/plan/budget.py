@@ -28,6 +28,7 @@ print(estimate(request('llama3-70b', 1024, 'dgx-h100', None, 8192, 8388608)).des
 
 from dataclasses import dataclass
 
+from ..input.choices import DUALPIPE_SCHEDULES, Schedule
 from ..model.transformer import dims
 from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S, cost_text, refuse_past_budget
 from .fit import layer_activations
@@ -35,7 +36,7 @@ from .space import MICRO_BATCHES, RECOMPUTE, Space, knobs, meshes
 
 LAYOUT_S, LAYOUT_BYTES = 160e-6, 3e3  # per candidate layout: enumerated, ruled, fitted, estimated
 STEP_S, STEP_BYTES = 5e-6, 400.0  # per schedule step replayed by the memory rule; bytes per step of a cached replay
-STEPS_PER_MICRO = {"zb-h1": 3, "dualpipe": 2, "dualpipev": 4}  # a stage's steps per micro-batch (F, B, W each)
+STEPS_PER_MICRO = {Schedule.ZB_H1: 3, Schedule.DUALPIPE: 2, Schedule.DUALPIPEV: 4}  # a stage's steps per micro-batch (F, B, W each)
 CACHED = 256  # replays kept at once (pp_zero_bubble.steps' lru_cache)
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ def count(req) -> tuple[int, list[tuple]]:
             continue
         for mb in MICRO_BATCHES:
             micro = batch // (dp * mb)
-            if batch % (dp * mb) or micro < 1 or (schedule.startswith("dualpipe") and (
-                    micro < 2 * pp or (schedule == "dualpipe" and micro % 2))):
+            if batch % (dp * mb) or micro < 1 or (schedule in DUALPIPE_SCHEDULES and (
+                    micro < 2 * pp or (schedule == Schedule.DUALPIPE and micro % 2))):
                 continue
             for rec in RECOMPUTE:  # w_share: what a chunk keeps until its W, by (tp, cp, mb, recompute)
                 if (tp, cp, mb, rec) not in share_of:

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..input.choices import Schedule
 from ..parallel import pp as pipeline
 from ..parallel.pp import Kind  # (pp re-exports the schedule items' kinds for the planner)
 
@@ -42,12 +43,12 @@ def passes(schedule: str, p: int, v: int, m: int, stage: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=4096)
-def _passes(schedule: str, p: int, v: int, m: int, stage: int) -> np.ndarray:
+def _passes(schedule: Schedule, p: int, v: int, m: int, stage: int) -> np.ndarray:
     items = [item for step in pipeline.steps(schedule, p, v, m, stage, False) for item in step]
     kinds = [Kind(k) for k, _, _ in items]
     weight_b = np.array([0.0 if k is Kind.F else 0.5 if k in HALF else 1.0 for k in kinds])
     weight_f = np.array([1.0 if k is Kind.F else 0.0 for k in kinds])
-    chunks = 2 if schedule == "dualpipe" else v
+    chunks = 2 if schedule == Schedule.DUALPIPE else v
     out = np.zeros((chunks, 4))
     for c in range(chunks):
         mine = [i for i, (_, _, chunk) in enumerate(items) if chunk == c]

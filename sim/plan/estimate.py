@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ..hardware.gpus import gpu_preset
-from ..input.choices import Recompute
+from ..input.choices import Recompute, Schedule
 from ..model.compute import ComputeModel, quantized
 from ..model import transformer as model_costs
 from ..model.layers import ELEM
@@ -59,7 +59,8 @@ def fill_factor(schedules: np.ndarray, pp: int) -> np.ndarray:
     for GPipe and (interleaved) 1F1B; 1/3 for ZB-H1 ((p-1)(F+B-W) of Qi et al. 2024 against
     1F1B's (p-1)(F+B+W)); DualPipe (p-2)/(3(p-1)) and DualPipeV 2/3 of the interleaved
     term it is divided by v = 2 in ((PP/2-1)(F&B+B-3W), DeepSeek-V3 report Table 2)."""
-    factor = {"zb-h1": 1 / 3, "dualpipe": (pp - 2) / (3 * (pp - 1)) if pp > 1 else 1.0, "dualpipev": 2 / 3}
+    factor = {Schedule.ZB_H1: 1 / 3, Schedule.DUALPIPE: (pp - 2) / (3 * (pp - 1)) if pp > 1 else 1.0,
+              Schedule.DUALPIPEV: 2 / 3}
     return np.array([factor.get(str(x), 1.0) for x in schedules])
 
 
@@ -131,7 +132,7 @@ class Estimator:
         dp = 2 * ep  # any dp whose groups hold the ep ranks; > 1 so FSDP gathers
         s = self.s
         par = s.parallel.model_copy(update=dict(tp=tp, cp=cp, dp=dp, pp=1, virtual_stages=1, stage_layers=None,
-                                                schedule="1f1b", ep=ep, expert_tp=None if etp == tp else etp,
+                                                schedule=Schedule.ONE_F_ONE_B, ep=ep, expert_tp=None if etp == tp else etp,
                                                 sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3,
                                                 ep_comm_overlap=False))
         training = s.training.model_copy(update=dict(micro_batch=mb, recompute=Recompute(rec), global_batch=mb * dp))

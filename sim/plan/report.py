@@ -6,6 +6,7 @@ import io
 import os
 from pathlib import Path
 
+from ..input.choices import Schedule
 from ..hardware.gpus import gpu_preset
 from ..outputs.paths import write_bytes
 from ..units import format_bytes, format_duration
@@ -116,12 +117,12 @@ def _notes(plan, gpu) -> list[str]:
 
 
 WHY = {  # what the planner says when its best layout runs one of the newer schedules
-    "zb-h1": "weight gradients deferred into the pipeline bubbles (Qi et al. 2024): bubble (p-1)(F+B-W), a third "
+    Schedule.ZB_H1: "weight gradients deferred into the pipeline bubbles (Qi et al. 2024): bubble (p-1)(F+B-W), a third "
              "of 1F1B's for equal passes, at 1F1B's activation memory",
-    "dualpipe": "micro-batches fed from both ends, forward and backward of two micro-batches overlapped "
+    Schedule.DUALPIPE: "micro-batches fed from both ends, forward and backward of two micro-batches overlapped "
                 "(DeepSeek-V3): bubble (PP/2-1)(F&B+B-3W) and the MoE all-to-alls under compute, for a second "
                 "copy of each stage's parameters and PP+1 micro-batches' activations",
-    "dualpipev": "DualPipe cut in half (a V, two chunks per GPU): its small bubble with one parameter copy",
+    Schedule.DUALPIPEV: "DualPipe cut in half (a V, two chunks per GPU): its small bubble with one parameter copy",
 }
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..input.choices import Recompute
-from ..input.scenario import ZERO_BUBBLE_SCHEDULES
+from ..input.choices import DUALPIPE_SCHEDULES, ZERO_BUBBLE_SCHEDULES, Recompute, Schedule
 
 
 @dataclass(frozen=True)
@@ -83,20 +82,20 @@ def codes(c: pd.DataFrame, f: Fixed) -> np.ndarray:
     recompute, epov = c["recompute"].to_numpy(), c["ep_comm_overlap"].to_numpy(dtype=bool)
     sched = c["schedule"].to_numpy().astype(str)
     zb = np.isin(sched, ZERO_BUBBLE_SCHEDULES)
-    dual = np.char.startswith(sched, "dualpipe")
+    dual = np.isin(sched, DUALPIPE_SCHEDULES)
     tests = [
         (f.heads % tp != 0) | (f.kv_heads % tp != 0),
         f.global_batch < per_step,
         f.global_batch % per_step != 0,
         f.seq_len % cp != 0,
-        (sched == "interleaved") & (micro % pp != 0),
+        (sched == Schedule.INTERLEAVED) & (micro % pp != 0),
         zb & (c["zero"].to_numpy() >= 3),
         zb & ~dual & epov,
-        dual & ((micro < 2 * pp) | ((sched == "dualpipe") & (micro % 2 != 0))),
+        dual & ((micro < 2 * pp) | ((sched == Schedule.DUALPIPE) & (micro % 2 != 0))),
         np.where(folded, (tp * cp * dp) % ep != 0, (dp * cp) % ep != 0),
         folded & ((tp * cp * dp) % (ep * etp) != 0),
         epov & (recompute == Recompute.FULL),
-        epov & (pp > 1) & (v == 1) & (sched != "dualpipe"),
+        epov & (pp > 1) & (v == 1) & (sched != Schedule.DUALPIPE),
         epov & (pp == 1) & (micro < 2),
     ]
     out = np.zeros(len(c), dtype=np.int16)

@@ -32,7 +32,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ..input.choices import Recompute
+from ..input.choices import Recompute, Schedule
 
 MIN_CP_TOKENS = 1024  # a CP rank's sequence shard: below this the ring's K/V shifts outlast its attention chunks
 CP_VALUES = (1, 2, 4, 8, 16)
@@ -40,7 +40,7 @@ VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 MICRO_BATCHES = (1, 2, 4)
 ZERO = (0, 1, 2, 3)
 RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
+SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.INTERLEAVED)
 # Columns of a candidate table, in the order of the contract's layout keys.
 MESH = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "schedule")
 MEMORY_KNOBS = ("zero", "recompute", "micro_batch")  # what trades memory for time (and a 2021 run chose too)
@@ -91,16 +91,16 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def schedules_of(pp: int, v: int) -> tuple[str, ...]:
+def schedules_of(pp: int, v: int) -> tuple[Schedule, ...]:
     """The schedules a pipeline shape can run: 1F1B and GPipe, ZB-H1 and (even pp) DualPipe
     with one chunk per rank; interleaved 1F1B and DualPipeV with two; interleaved beyond.
     (ZB-H2 and ZB-V are left out: their list schedules are built for the layer's pass times,
     which the per-layer estimate does not give the memory rule.)"""
     if pp == 1:
-        return ("1f1b",)
+        return (Schedule.ONE_F_ONE_B,)
     if v == 1:
-        return ("1f1b", "gpipe", "zb-h1") + (("dualpipe",) if pp % 2 == 0 else ())
-    return ("interleaved", "dualpipev") if v == 2 else ("interleaved",)
+        return (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZB_H1) + ((Schedule.DUALPIPE,) if pp % 2 == 0 else ())
+    return (Schedule.INTERLEAVED, Schedule.DUALPIPEV) if v == 2 else (Schedule.INTERLEAVED,)
 
 
 def meshes(space: Space) -> list[tuple]:

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..input.scenario import V_SCHEDULES
+from ..input.choices import V_SCHEDULES, Schedule
 from ..model import transformer as model_costs
 from ..parallel import pp as pipeline
 from ..parallel.layout import Layout
@@ -54,7 +54,7 @@ class Stages:
         return Context(self.scenario, self.dims, layout, None, None, [], frozenset(), 0,
                        pipeline.split_layers(self.dims.layers, pp * v, self.stage_layers))
 
-    def split(self, pp: int, v: int, schedule: str = "1f1b") -> Split:
+    def split(self, pp: int, v: int, schedule: Schedule = Schedule.ONE_F_ONE_B) -> Split:
         """Layer counts per stage under the simulator's default split (the virtual stages a
         rank holds as ``schedule`` places them: ``pp.virtual_stages_of``)."""
         ctx, d = self.context(1, pp, v), self.dims
@@ -70,7 +70,7 @@ class Stages:
         cols = np.array(rows, dtype=float).T
         return Split(*cols)
 
-    def params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str = "1f1b") \
+    def params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: Schedule = Schedule.ONE_F_ONE_B) \
             -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(dense, expert, biggest) parameters per stage on one rank: ``rank_params`` (the sum
         of ``layer_params`` over the stage's layers, in its order) and the largest layer
@@ -90,13 +90,13 @@ class Stages:
             biggest.append(big)
         return np.array(dense), np.array(expert), np.array(biggest)
 
-    def chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str = "1f1b") -> np.ndarray:
+    def chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: Schedule = Schedule.ONE_F_ONE_B) -> np.ndarray:
         """(dense, expert) parameters on one rank per stage and model chunk (2 x pp x chunks),
         the chunks in the order ``pp.virtual_stages_of`` gives them (the builder's chunk index)."""
-        placed = schedule if schedule in V_SCHEDULES or schedule == "dualpipe" else "1f1b"  # (else c * pp + s)
+        placed = schedule if schedule in V_SCHEDULES or schedule == Schedule.DUALPIPE else Schedule.ONE_F_ONE_B  # (else c * pp + s)
         return self._chunk_params(tp, etp, ep, pp, v, placed)
 
-    def _chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: str) -> np.ndarray:
+    def _chunk_params(self, tp: int, etp: int, ep: int, pp: int, v: int, schedule: Schedule) -> np.ndarray:
         per_layer, ctx = self.layer_params(tp, etp, ep), self.context(tp, pp, v, ep, etp)
         return np.array([[[sum(per_layer[l][k] for l in stage_layer_ids(ctx, vs))
                            for vs in pipeline.virtual_stages_of(schedule, pp, v, s)] for s in range(pp)]
@@ -108,7 +108,7 @@ class Stages:
         ids = [*range(EMBEDDING, self.dims.layers + 1), *mtp_ids(self.dims)]
         return {layer: layer_params(ctx, layer) for layer in ids}
 
-    def in_flight(self, schedule: str, pp: int, v: int, micro: int, combined: bool, w_share: float = 1.0) \
+    def in_flight(self, schedule: Schedule, pp: int, v: int, micro: int, combined: bool, w_share: float = 1.0) \
             -> np.ndarray:
         """Micro-batch chunks whose activations each stage holds at once, at its peak (the
         zero-bubble schedules: ``memory.activations``' count, a chunk counting ``w_share``

@@ -35,6 +35,7 @@ import math
 
 from ..collectives.kinds import BROADCAST, Algorithm
 from ..engine.kinds import Category, Phase, StreamName
+from ..input.choices import Schedule
 from ..input.scenario import Scenario
 from ..model.transformer import dims, model_flops_per_token
 from . import lengths as length_model
@@ -65,7 +66,7 @@ class Trainer:
     def granule(self) -> int:
         """Micro-batch counts come in multiples of this (pp for interleaved 1F1B)."""
         p = self.scenario.parallel
-        return p.pp if p.schedule == "interleaved" else 1
+        return p.pp if p.schedule is Schedule.INTERLEAVED else 1
 
     def micro_batches(self, tokens: int) -> int:
         """Micro-batches per data-parallel rank for a step of ``tokens`` packed tokens."""

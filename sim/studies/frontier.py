@@ -58,7 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
-from ..input.choices import AttentionBackend, Precision, Recipe, Recompute
+from ..input.choices import AttentionBackend, Precision, Recipe, Recompute, Schedule
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -94,7 +94,7 @@ def frontier_scenario(row: dict) -> dict:
             t["fp8_recipe"] = Recipe.TORCHAO
         p["moe_permute_fusion"] = True  # torchtitan's own token reordering, not Megatron's unfused one
     if row["id"].endswith("_interleaved"):
-        p["virtual_stages"], p["schedule"] = 2, "interleaved"
+        p["virtual_stages"], p["schedule"] = 2, Schedule.INTERLEAVED
     if p.get("pp", 1) > 1 and "micro_batch" not in t:
         t["micro_batch"] = t["global_batch"] // (p.get("dp", 1) * p["pp"])
     return data

@@ -24,12 +24,13 @@ core's backward has no weights), which the simulated points show.
 import numpy as np
 import pandas as pd
 
+from ..input.choices import ZERO_BUBBLE_SCHEDULES, Schedule
 from .base import text_table
 
 TITLE = "Pipeline bubbles: simulated idle fraction vs the closed forms (GPT-3 175B, p = 8)"
 STAGES = 8  # parallel.pp in the bundled scenario
 CHUNKS = 2  # virtual_stages for interleaved 1F1B
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+SCHEDULES = tuple(Schedule)  # gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev
 QUICK_NEW = ("zb-h1", "zb-v", "dualpipe")  # quick mode: these at m = 32 only (DualPipe needs m >= 2p)
 HBM_GB = 80 * 2**30 / 1e9  # H100 SXM, GB
 
@@ -51,17 +52,17 @@ def points(quick: bool) -> list[tuple[dict, dict]]:
             for s, m in grid]
 
 
-def closed_form(schedule: str, m, p: int = STAGES, v: int = CHUNKS):
+def closed_form(schedule: Schedule, m, p: int = STAGES, v: int = CHUNKS):
     """(p-1)/(m+p-1), or (p-1)/(v m+p-1) for interleaved; the zero-bubble schedules and
     DualPipe(V) with equal F, B, W (see the module docstring)."""
     m = np.asarray(m, dtype=float)
-    if schedule in ("zb-h1", "zb-h2", "dualpipev"):
+    if schedule in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV):
         return (p - 1) / (3 * m + p - 1)
-    if schedule == "zb-v":
+    if schedule == Schedule.ZB_V:
         return (p - 1) / (6 * m + p - 1)
-    if schedule == "dualpipe":
+    if schedule == Schedule.DUALPIPE:
         return (p - 2) / (3 * m + p - 2)
-    chunks = v if schedule == "interleaved" else 1
+    chunks = v if schedule == Schedule.INTERLEAVED else 1
     return (p - 1) / (chunks * m + p - 1)
 
 
@@ -95,7 +96,7 @@ def with_step_end(table: pd.DataFrame, p: int = STAGES, v: int = CHUNKS) -> pd.S
     for schedule, g in table[valid].groupby("schedule"):
         if g["micro_batches"].nunique() >= 2:
             t = np.polyfit(g["micro_batches"].astype(float), g["step_s"].astype(float), 1)[0]
-            chunks = CHUNKS if schedule == "interleaved" else 1
+            chunks = CHUNKS if schedule == Schedule.INTERLEAVED else 1
             out[g.index] = (p - 1) * t / chunks / g["step_s"]
     return out
 
@@ -110,13 +111,13 @@ def notes(table: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     out.append("Below the closed form at small m: the optimizer step (no bubble) lengthens the step; above it "
                "at large m: the last stage also runs the output layer, so the other stages wait a little every "
                "micro-batch (the closed form assumes equal stages).")
-    zero = table[table["schedule"].isin(["zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"]) & table["error"].isna()]
+    zero = table[table["schedule"].isin(ZERO_BUBBLE_SCHEDULES) & table["error"].isna()]
     if len(zero):
         out.append(f"Zero-bubble schedules and DualPipe: {zero['difference'].min():+.3f} to "
                    f"{zero['difference'].max():+.3f} from their equal-F-B-W forms: here a layer's input-gradient "
                    "pass B outlasts its weight-gradient pass W (the attention core's backward and the recomputed "
                    "attention have no weights), so less W is left to fill the bubbles.")
-    gpipe = table[(table["schedule"] == "gpipe") & table["error"].isna()]
+    gpipe = table[(table["schedule"] == Schedule.GPIPE) & table["error"].isna()]
     too_big = gpipe[~gpipe["fits_in_memory"].astype(bool)]
     if len(too_big):
         out.append(f"GPipe and 1F1B idle alike, but GPipe keeps all m micro-batches' activations: it stops fitting "
