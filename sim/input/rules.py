@@ -7,7 +7,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Attention, ExpertRouting, Precision, Recipe, Recompute, Schedule)
+                      Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule)
 from .scenario import MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -279,7 +279,7 @@ def _check_dispatcher(m, p) -> None:
     """DeepEP's exchange (sim/collectives/direct.py ``Dedup``) is modelled for what the published
     DeepEP runs did: expert parallelism, expert TP 1 and balanced routing (its deduplication is
     the expectation under uniform top-k draws)."""
-    if p.ep_dispatcher != "deepep":
+    if p.ep_dispatcher is not Dispatcher.DEEPEP:
         return
     if m.moe is None or p.ep == 1:
         raise InputError("parallel.ep_dispatcher", "'deepep' needs an MoE model with expert parallelism (ep > 1)")

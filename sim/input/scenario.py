@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
+from .choices import Attention, AttentionBackend, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -218,7 +218,7 @@ class Parallel(_Section):
     # NCCL all-to-all carrying every token-expert copy) or "deepep" (--moe-token-dispatcher-type flex
     # --moe-flex-dispatcher-backend deepep: DeepEP's kernels, each token sent once per rank and once
     # per node; sim/collectives/direct.py Dedup)
-    ep_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as

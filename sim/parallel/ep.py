@@ -49,14 +49,13 @@ ep > 1, Megatron's group is expert tp x ep; ep alone here), ``COUNT_BYTES`` per 
 """
 
 from dataclasses import replace
-from enum import StrEnum
 
 from ..collectives.direct import Dedup, hit
 from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 from ..model.layers import ELEM, Direction, backward, experts, router, routed_experts, unpermute
 from . import tp
 from ..engine.kinds import Category, StreamName
-from ..input.choices import ExpertRouting
+from ..input.choices import Dispatcher, ExpertRouting
 
 AXIS = Category.EP
 COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
@@ -210,18 +209,11 @@ def dispatch(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD,
                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights)
 
 
-class Dispatcher(StrEnum):
-    """``parallel.ep_dispatcher``: Megatron-Core's token dispatcher (its ``moe_token_dispatcher_type``)."""
-
-    ALLTOALL = "alltoall"  # NCCL all-to-all of every token-expert copy
-    DEEPEP = "deepep"  # flex dispatcher on DeepEP's kernels: each token once per rank and node
-
-
 def exchange(b, layer: int, combine: bool) -> tuple[float, tuple | None]:
     """The all-to-all's bytes and shares: Megatron's alltoall dispatcher, every token-expert copy
     (:func:`dispatch_bytes`, uneven :func:`shares`); DeepEP (``parallel.ep_dispatcher``), each
     token once (tokens x hidden x 2 bytes) with its :class:`~sim.collectives.direct.Dedup`."""
-    if b.ctx.scenario.parallel.ep_dispatcher != Dispatcher.DEEPEP:
+    if b.ctx.scenario.parallel.ep_dispatcher is not Dispatcher.DEEPEP:
         return dispatch_bytes(b, layer), shares(b, layer, combine)
     return ELEM * tokens(b) * b.ctx.dims.h, dedup(b)
 
