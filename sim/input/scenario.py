@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
+from .choices import Attention, AttentionBackend, CpImpl, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
 from .fields import Flag, PathText, Text, count, real
 
 
@@ -223,7 +223,7 @@ class Parallel(_Section):
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as
     # torchtitan runs it (sim/parallel/cp_torch.py).
-    cp_impl: Literal["ring", "torch"] = "ring"
+    cp_impl: CpImpl = CpImpl.RING
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
     fold: Flag = True  # simulate one rank per class of identical ranks

@@ -7,6 +7,7 @@ chunks. Backward circulates K/V and their gradients (twice the bytes). ``paralle
 "torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py).
 """
 
+from ..input.choices import CpImpl
 from ..collectives.kinds import RING_SHIFT
 from ..model.layers import ELEM, Direction, attention_core, backward
 from ..engine.kinds import Category
@@ -34,7 +35,7 @@ def attention(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD
     kernels = [core] if direction is Direction.FWD else backward([core])
     if cp == 1:
         return b.compute(f"attn_core_{direction}{tag}", kernels, deps, layer, mb)
-    if b.ctx.scenario.parallel.cp_impl == "torch":  # PyTorch's experimental CP (torchtitan)
+    if b.ctx.scenario.parallel.cp_impl is CpImpl.TORCH:  # PyTorch's experimental CP (torchtitan)
         run = cp_torch.forward if direction is Direction.FWD else cp_torch.backward
         return run(b, kernels, layer, mb, deps, f"{direction}{tag}")
     scale = 1 if direction is Direction.FWD else 2

@@ -58,7 +58,7 @@ plus ``topology``; fixed rules fill what the sources state in words, never tuned
 
 import re
 
-from ..input.choices import AttentionBackend, Precision, Recipe, Recompute, Schedule
+from ..input.choices import AttentionBackend, CpImpl, Precision, Recipe, Recompute, Schedule
 from ..input.load import parse_value
 from .rows import Row, fill_sections, read_table
 
@@ -87,7 +87,7 @@ def frontier_scenario(row: dict) -> dict:
         t["attention_backend"] = AttentionBackend.FLASH2
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
         if p.get("cp", 1) > 1:  # PyTorch's experimental context parallelism (torchtitan/utils.py)
-            p["cp_impl"] = "torch"
+            p["cp_impl"] = CpImpl.TORCH
         if t.get("recompute") == Recompute.SELECTIVE:  # torchtitan's selective AC: per-op (selective_ac_option "op")
             t["recompute"] = Recompute.OP
         if t.get("precision") in (Precision.FP8, Precision.MXFP8):
