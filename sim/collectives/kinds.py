@@ -15,6 +15,8 @@ Run: ``python -m pytest -q tests/test_collective_ops.py``
 
 from enum import StrEnum
 
+from ..input.choices import Algorithm  # (the scenario declares parallel.dp_algo with it; re-exported)
+
 
 class CollectiveOp(StrEnum):
     """One collective operation, named as NCCL's (and nccl-tests') ``ncclAllReduce`` etc."""
@@ -29,23 +31,3 @@ class CollectiveOp(StrEnum):
 
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, SEND_RECV, RING_SHIFT = CollectiveOp
-
-
-class Algorithm(StrEnum):
-    """A collective algorithm, as NCCL names them (``NCCL_ALGO``: Ring, Tree, NVLS, NVLSTree,
-    CollNet, PAT), plus the hierarchical and direct ones of :mod:`sim.collectives` and
-    ``auto`` (NCCL's tuner picks). A protocol, where one is named, is written after it
-    (``ring:ll``: :data:`sim.collectives.protocols.PROTOCOLS`); a call's ``algo`` then stays
-    that text. The scenario's ``parallel.dp_algo`` becomes a member where a builder reads it
-    (:meth:`sim.parallel.program.RankBuilder.collective`), the command line's ``--algo``
-    where it is checked."""
-
-    RING = "ring"
-    TREE = "tree"
-    NVLS = "nvls"
-    NVLS_TREE = "nvls_tree"
-    COLLNET = "collnet"
-    PAT = "pat"
-    HIERARCHICAL = "hierarchical"
-    DIRECT = "direct"
-    AUTO = "auto"

@@ -7,7 +7,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule)
+                      Algorithm, Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule)
 from .scenario import MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -42,10 +42,10 @@ def _check_dp_algo(p) -> None:
     """Trees (tree, nvls_tree) implement only all-reduce (DDP); ZeRO reduce-scatters
     and all-gathers. PAT implements only those two (NCCL has no PAT all-reduce). What the
     cluster can run (NVLS, SHARP, one GPU per node) is checked once the groups are known."""
-    if p.dp_algo in ("tree", "nvls_tree") and p.zero > 0:
-        raise InputError("parallel.dp_algo", f"{p.dp_algo!r} implements only all-reduce, but zero = {p.zero} "
+    if p.dp_algo in (Algorithm.TREE, Algorithm.NVLS_TREE) and p.zero > 0:
+        raise InputError("parallel.dp_algo", f"'{p.dp_algo}' implements only all-reduce, but zero = {p.zero} "
                                              "reduce-scatters and all-gathers; use ring, hierarchical, nvls, collnet, pat or auto")
-    if p.dp_algo == "pat" and p.zero == 0:
+    if p.dp_algo is Algorithm.PAT and p.zero == 0:
         raise InputError("parallel.dp_algo", "'pat' implements only all-gather and reduce-scatter (NCCL 2.23+), but "
                                              "zero = 0 all-reduces gradients; use zero >= 1 or another algorithm")
 

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import Attention, AttentionBackend, CpImpl, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
-from .fields import Flag, PathText, Text, count, real
+from .choices import DP_ALGORITHMS, Algorithm, Attention, AttentionBackend, CpImpl, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
+from .fields import Flag, PathText, Text, choice, count, real
 
 
 
@@ -225,7 +225,7 @@ class Parallel(_Section):
     # torchtitan runs it (sim/parallel/cp_torch.py).
     cp_impl: CpImpl = CpImpl.RING
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
-    dp_algo: Literal["auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet", "pat"] = "auto"
+    dp_algo: choice(Algorithm, DP_ALGORITHMS) = Algorithm.AUTO  # every Algorithm but direct
     fold: Flag = True  # simulate one rank per class of identical ranks
     # Data-parallel overlap knobs (Megatron-Core DistributedDataParallelConfig; PyTorch FSDP2;
     # torchtitan). None = the default the rules of sim/parallel/dp.py state (what NeMo's recipes run).

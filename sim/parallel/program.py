@@ -217,7 +217,7 @@ class RankBuilder:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
         of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
         ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`). ``algo``: a
-        member, or the scenario's ``parallel.dp_algo`` text, which becomes the member here."""
+        member (the scenario's ``parallel.dp_algo`` is one), or a member's text, which becomes it here."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
                           siblings, shares)
