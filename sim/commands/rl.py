@@ -10,6 +10,7 @@ import json
 import sys
 
 from ..errors import InputError
+from ..input.choices import RLMode
 from ..input.load import load_scenario
 
 
@@ -68,7 +69,7 @@ def _warn_underfull(result) -> None:
         print(f"warning: the trainer pool needs {s['trainer_memory_per_gpu_bytes'] / 1e9:.1f} GB per GPU, more than "
               "the GPU's HBM", file=sys.stderr)
     share = result.scenario.training.global_batch / s["engines"]
-    if s["mode"] == "sync" and share < s["slots_per_engine"]:
+    if s["mode"] == RLMode.SYNC and share < s["slots_per_engine"]:
         print(f"warning: each engine gets {share:.0f} of a step's sequences but holds {s['slots_per_engine']}: "
               "it never runs full (raise training.global_batch or lower rl.generator_gpus)", file=sys.stderr)
 

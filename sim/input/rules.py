@@ -7,7 +7,8 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Algorithm, Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule)
+                      Algorithm, Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, RLMode, Schedule, WeightRoute,
+                      WeightSync)
 from .scenario import MicroBatches, Scenario
 from ..hardware.gpus import low_peak
 
@@ -364,10 +365,10 @@ def _check_rl(s: Scenario, m, gpus: int) -> None:
     if m.heads % rl.generator_tp or (m.kv_heads % rl.generator_tp and rl.generator_tp % m.kv_heads):
         raise InputError("rl.generator_tp", f"generator_tp = {rl.generator_tp} must divide model.heads = {m.heads} "
                                             f"and divide or be a multiple of model.kv_heads = {m.kv_heads}")
-    if rl.mode == "sync" and rl.max_staleness not in (None, 0):
+    if rl.mode is RLMode.SYNC and rl.max_staleness not in (None, 0):
         raise InputError("rl.max_staleness", f"{rl.max_staleness} applies to the async and pipeline modes; sync "
                                              "trains each batch on the weights that generated it (staleness 0)")
-    if rl.weight_sync == "overlapped" and (rl.mode == "sync" or rl.weight_route != "broadcast"):
+    if rl.weight_sync is WeightSync.OVERLAPPED and (rl.mode is RLMode.SYNC or rl.weight_route is not WeightRoute.BROADCAST):
         raise InputError("rl.weight_sync", "overlapped needs mode async or pipeline (sync generates with the new "
                                            "weights, so nothing can overlap their transfer) and weight_route = "
                                            "broadcast")

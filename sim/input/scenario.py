@@ -14,13 +14,15 @@ exit 2 naming the key. Cross-field rules live in sim/input/load.py.
 """
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
-from .choices import DP_ALGORITHMS, Algorithm, Attention, AttentionBackend, CpImpl, Dispatcher, Distribution, ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, Schedule
+from .choices import (DP_ALGORITHMS, Algorithm, Attention, AttentionBackend, CpImpl, Dispatcher, Distribution,
+                      ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, RLMode, Schedule,
+                      WeightRoute, WeightSync)
 from .fields import Flag, PathText, Text, choice, count, real
 
 
@@ -257,7 +259,7 @@ class RL(_Section):
     """An RL loop on one cluster: generator GPUs (inference engines) and trainer GPUs (the
     ``[parallel]`` layout). ``clustersim rl SCENARIO``; see docs/rl.md."""
 
-    mode: Literal["sync", "async", "pipeline"] = "sync"
+    mode: RLMode = RLMode.SYNC
     generator_gpus: count(B.GPUS)
     trainer_gpus: count(B.GPUS)
     generator_tp: count(B.DOMAIN) = 1  # tensor parallel GPUs per inference engine
@@ -266,8 +268,8 @@ class RL(_Section):
     prompt_tokens: count(B.RL_TOKENS) = 512  # tokens per prompt (prefill)
     max_seqs: count(B.RL_SEQS) = 256  # sequences an engine runs at once, at most (vLLM max_num_seqs)
     memory_fraction: real(B.RL_MEMORY_FRACTION) = 0.9  # HBM share for weights + KV cache (vLLM gpu_memory_utilization)
-    weight_route: Literal["broadcast", "p2p"] = "broadcast"  # trainer -> generators (docs/rl.md)
-    weight_sync: Literal["blocking", "overlapped"] = "blocking"  # overlapped: the next step trains meanwhile
+    weight_route: WeightRoute = WeightRoute.BROADCAST  # trainer -> generators (docs/rl.md)
+    weight_sync: WeightSync = WeightSync.BLOCKING  # overlapped: the next step trains meanwhile
     lengths: RLLengths
 
 

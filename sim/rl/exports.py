@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.ops import SPAN_COLUMNS
+from ..input.choices import RLMode
 from ..engine.kinds import Category, Phase, StreamName
 from ..outputs.result import Result, StepFacts
 from .loop import Segment
@@ -74,7 +75,7 @@ def _engine_rows(g, wall: float, transfers: list[tuple]) -> list[dict]:
             if running < g.cost.slots:
                 tail.append((start, end, 0))
         elif kind is Segment.WEIGHTS:
-            weights.append((start, end, "pause" if g.mode == "pipeline" else "swap"))
+            weights.append((start, end, "pause" if g.mode is RLMode.PIPELINE else "swap"))
     rows = [_row(rank, StreamName.COMPUTE, "generate_fwd", Category.COMPUTE, a, b, v, Phase.FORWARD)
             for a, b, v in _merge(gen)]
     rows += [_row(rank, StreamName.TAIL, "underfull", Category.TAIL, a, b) for a, b, _ in _merge(tail)]
@@ -134,7 +135,7 @@ def sync_vs_pipeline(path: str, scenario: str = "scenarios/rl-llama3-8b-h100.tom
     from .run import simulate_rl
 
     runs = [simulate_rl(load_scenario(scenario, [f"rl.mode={mode}", f"rl.steps={steps}"]))
-            for mode in ("sync", "pipeline")]
+            for mode in (RLMode.SYNC, RLMode.PIPELINE)]
     results = [as_result(r) for r in runs]
     plot_panels([(res, title(r)) for r, res in zip(runs, results)], path,
                 ranks=sorted(results[0].spans["rank"].unique().tolist()))

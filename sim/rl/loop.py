@@ -36,6 +36,7 @@ from enum import StrEnum
 import numpy as np
 import simpy
 
+from ..input.choices import RLMode, WeightSync
 from . import lengths as length_model
 from .transfer import run as run_transfer
 
@@ -149,7 +150,7 @@ class Generator:
         while True:
             if self.pause_pending:
                 yield from self._pause()
-            if self.mode == "async" and not self.running and self.staged > self.version:
+            if self.mode is RLMode.ASYNC and not self.running and self.staged > self.version:
                 yield from self._swap()
             new = self._admit()
             if new:
@@ -193,9 +194,9 @@ class Generator:
         start = self.env.now
         seg = self._segment(Segment.GENERATE, start + self.cost.decode_span(b, context, k), b)
         timer = self.env.timeout(seg[1] - start)
-        fired = yield (timer | self.wake) if self.mode == "pipeline" else timer
+        fired = yield (timer | self.wake) if self.mode is RLMode.PIPELINE else timer
         n = k
-        if self.mode == "pipeline" and timer not in fired:  # a pause request: finish the step in flight
+        if self.mode is RLMode.PIPELINE and timer not in fired:  # a pause request: finish the step in flight
             self.wake = self.env.event()
             n = min(k, self.cost.steps_within(b, context, self.env.now - start, k) + 1)
             seg[1] = start + self.cost.decode_span(b, context, n)
@@ -268,7 +269,7 @@ class Loop:
         return self.env.now
 
     def _train(self):
-        overlapped = self.s.rl.weight_sync == "overlapped"
+        overlapped = self.s.rl.weight_sync is WeightSync.OVERLAPPED
         previous, joint = None, None
         for n in range(self.s.rl.steps):
             seqs = yield from self.prompts.for_step(n)
@@ -303,7 +304,7 @@ class Loop:
         """Send weights ``version``: on the network alone, or for ``seconds`` (overlapped
         with a training step, timed by the trainer's joint simulation)."""
         mode = self.s.rl.mode
-        if mode == "pipeline":  # every engine stops at a step boundary, then receives
+        if mode is RLMode.PIPELINE:  # every engine stops at a step boundary, then receives
             for g in self.generators:
                 g.pause_pending, g.paused, g.resume = True, self.env.event(), self.env.event()
                 if not g.wake.triggered:
@@ -316,13 +317,13 @@ class Loop:
             yield self.env.timeout(seconds)
         self.steps[version - 1].transfer = (start, self.env.now)
         for g in self.generators:
-            if mode == "pipeline":
+            if mode is RLMode.PIPELINE:
                 g.resume.succeed(version)
-            elif mode == "sync":
+            elif mode is RLMode.SYNC:
                 g.version = version
             else:
                 g.staged = version
-            if mode != "pipeline" and not g.wake.triggered:
+            if mode is not RLMode.PIPELINE and not g.wake.triggered:
                 g.wake.succeed()
 
 

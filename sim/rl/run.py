@@ -15,6 +15,7 @@ import simpy
 from ..engine.network import Network
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
+from ..input.choices import RLMode
 from ..input.scenario import Scenario
 from ..model.transformer import dims, total_params
 from ..step import build_topology
@@ -38,7 +39,7 @@ class RLResult:
 
 def staleness_bound(s: Scenario) -> int:
     """k of the staleness gate: 0 in sync, ``max_staleness`` (default 1) otherwise."""
-    if s.rl.mode == "sync":
+    if s.rl.mode is RLMode.SYNC:
         return 0
     return 1 if s.rl.max_staleness is None else s.rl.max_staleness
 
@@ -68,7 +69,7 @@ def build(s: Scenario, record_links: bool = False, costs=None):
     if record_links:
         net.log = []
     k = staleness_bound(s)
-    prompts = Prompts(env, s, s.training.global_batch, k, rl.mode == "pipeline", len(groups))
+    prompts = Prompts(env, s, s.training.global_batch, k, rl.mode is RLMode.PIPELINE, len(groups))
     gens = [Generator(env, i, g, c, prompts, rl.mode) for i, (g, c) in enumerate(zip(groups, costs))]
     weight_bytes = total_params(d, s.model.tied_embeddings) * ELEM
     receivers = tuple(x for g in groups for x in g)

@@ -22,12 +22,13 @@ import tomllib
 import pandas as pd
 
 from ..errors import InputError
+from ..input.choices import RLMode
 from ..input.load import scenario_from_dict
 from ..studies.base import scenario_path, text_table
 from . import lengths as length_model
 
 TITLE = "RL stragglers: generator utilization and staleness vs response-length spread (Llama 3 8B, 32 H100s)"
-MODES = ("sync", "async", "pipeline")
+MODES = tuple(RLMode)  # sync, async, pipeline
 COLUMNS = ("mode", "cv", "generator_utilization", "generating_utilization", "sync_closed_form",
            "trainer_utilization", "tokens_per_s", "long_tail_fraction", "mean_staleness_steps",
            "max_staleness_steps", "response_length_mean", "step_time_s")
@@ -38,14 +39,14 @@ def cvs(quick: bool) -> list[float]:
     return [0.0, 1.0, 2.0] if quick else [0.0, 0.25, 0.5, 1.0, 1.5, 2.0]
 
 
-def point_scenario(mode: str, cv: float, quick: bool):
+def point_scenario(mode: RLMode, cv: float, quick: bool):
     """The study's scenario at one point (sync has no staleness key)."""
     path = scenario_path("rl-stragglers")
     data = tomllib.loads(path.read_text())
     rl = data["rl"]
     rl["mode"] = mode
     rl["lengths"]["sigma"] = cv * rl["lengths"]["mean"]
-    if mode == "sync":
+    if mode is RLMode.SYNC:
         rl.pop("max_staleness", None)
     if quick:
         rl["steps"] = 6
@@ -144,12 +145,12 @@ def plot(table: pd.DataFrame, summary: pd.DataFrame, path) -> None:
     for mode in MODES:
         g = table[table["mode"] == mode].sort_values("cv")
         ax.plot(g["cv"], g["generator_utilization"], "o-", color=colors[mode], lw=2, label=f"{mode}: generator pool")
-        if mode == "sync":
+        if mode is RLMode.SYNC:
             ax.plot(g["cv"], g["generating_utilization"], "o:", color=colors[mode], lw=1.5,
                     label="sync: batch fullness while generating")
             ax.plot(g["cv"], g["sync_closed_form"], "--", color="black", lw=1.2,
                     label="closed form E[sum L] / (n E[max L])")
-        if mode != "sync":
+        if mode is not RLMode.SYNC:
             bx.plot(g["cv"], g["mean_staleness_steps"], "o-", color=colors[mode], lw=2, label=f"{mode}: mean per token")
             bx.plot(g["cv"], g["max_staleness_steps"], "s--", color=colors[mode], lw=1.2, label=f"{mode}: max")
     ax.set_ylim(0, 1.05)

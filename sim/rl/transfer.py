@@ -29,6 +29,7 @@ from ..collectives import schedule
 from ..collectives.kinds import BROADCAST
 from ..collectives.schedule import chains_phase
 from ..engine.kinds import Category
+from ..input.choices import WeightRoute
 from ..parallel.layout import Layout
 
 
@@ -42,7 +43,7 @@ def sources(s, trainer_gpus: int) -> tuple[int, ...]:
 
 def phases(s, topo, trainer_gpus: int, generators: tuple[int, ...], nbytes: float) -> tuple:
     """The phases of one transfer of ``nbytes`` (the whole model) to every generator GPU."""
-    if s.rl.weight_route == "broadcast":
+    if s.rl.weight_route is WeightRoute.BROADCAST:
         group = (0,) + tuple(generators)
         return schedule(BROADCAST, "ring", group, float(nbytes), tuple(int(topo.domains[g]) for g in group)).phases
     src = sources(s, trainer_gpus)
