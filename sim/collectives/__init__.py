@@ -68,23 +68,23 @@ def unsupported(op: CollectiveOp, algo: str, domains: tuple[int, ...], fabric: F
         return None
     f = fabric or DEFAULT_FABRIC
     c = tuner.comm_of(op, domains, f)
-    if base in ("nvls", "nvls_tree") and not f.nvls:
+    if base in (NVLS, NVLS_TREE) and not f.nvls:
         return (f"{base!r} needs NVSwitches that reduce (NVLink SHARP: Hopper or newer, topology nvls = true); "
                 "this cluster's cannot")
-    if base in ("nvls", "nvls_tree") and c.local < 2:
+    if base in (NVLS, NVLS_TREE) and c.local < 2:
         return f"{base!r} reduces inside NVLink domains, but the group has one GPU per domain"
-    if base == "nvls" and c.nodes > 1 and not (f.sharp and c.op is ALL_REDUCE):
+    if base == NVLS and c.nodes > 1 and not (f.sharp and c.op is ALL_REDUCE):
         return (f"'nvls' across {c.nodes} NVLink domains needs SHARP switches (topology sharp = true) and "
                 "all_reduce; use nvls_tree")
-    if base in ("nvls", "nvls_tree") and op != "all_reduce" and c.local > 32:
+    if base in (NVLS, NVLS_TREE) and op != ALL_REDUCE and c.local > 32:
         return f"NCCL runs {base!r} {op} only up to 32 GPUs per NVLink domain (NCCL_MAX_NVLS_ARITY); use ring"
-    if base == "nvls_tree" and c.nodes == 1:
+    if base == NVLS_TREE and c.nodes == 1:
         return "'nvls_tree' joins several NVLink domains; the group has one (use nvls)"
-    if base == "collnet" and not f.sharp:
+    if base == COLLNET and not f.sharp:
         return "'collnet' needs IB switches that reduce (SHARP: topology sharp = true); this cluster's cannot"
-    if base == "collnet" and c.nodes == 1:
+    if base == COLLNET and c.nodes == 1:
         return "'collnet' reduces across nodes in the IB switches; the group is inside one NVLink domain"
-    if base == "pat" and c.local > 1:
+    if base == PAT and c.local > 1:
         return (f"'pat' needs one GPU per node (NCCL 2.23+ refuses PAT otherwise); the group has {c.local} "
                 "GPUs in one node")
     return None
@@ -160,11 +160,11 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
         c = tuner.comm_of(op, domains, fabric or DEFAULT_FABRIC)
         scale = tuner.latency(c, base, proto) / tuner.latency(c, base, "simple")
         phases = protocols.apply(phases, protocols.bandwidth_fraction(base, proto, c.nodes == 1), scale)
-    if base == "tree" and fabric is not None:  # NCCL's per-channel tree cap, where it binds (tuner.tree_cap)
+    if base == TREE and fabric is not None:  # NCCL's per-channel tree cap, where it binds (tuner.tree_cap)
         cap = tuner.tree_cap(tuner.comm_of(op, domains, fabric))
         if cap < 1.0:
             phases = tuple(replace(p, wire=p.wire / cap) for p in phases)
-    if base == "nvls_tree" and fabric is not None:
+    if base == NVLS_TREE and fabric is not None:
         phases = _nvls_tree_capped(phases, group, domains, nbytes, fabric)
     return Schedule(op, algo, phases)
 

@@ -33,7 +33,7 @@ def bandwidth_fraction(algo: str, proto: str, one_node: bool) -> float:
     """Share of Simple's bandwidth the protocol reaches (tuning.cc refinements)."""
     if proto == "simple":
         return 1.0
-    if algo == "ring":
+    if algo == Algorithm.RING:
         return 0.5 if proto == "ll" else 0.92
     if proto == "ll":
         return 1 / 3.8

@@ -106,18 +106,18 @@ def enabled(c: Comm, algo: str, proto: str) -> bool:
     """NCCL's rules for which (algorithm, protocol) may run this collective here."""
     f, op = c.fabric, c.op
     if op is BROADCAST:
-        return algo == "ring"
-    if op in GATHERS and algo not in ("pat", "ring", "nvls", "collnet"):
+        return algo == Algorithm.RING
+    if op in GATHERS and algo not in (Algorithm.PAT, Algorithm.RING, Algorithm.NVLS, Algorithm.COLLNET):
         return False  # (CollNet's: the SHARP plugin's iallgather / ireducescatter, one NIC per GPU)
-    if (op is ALL_REDUCE and algo == "pat") or (algo not in ("ring", "tree") and proto != "simple"):
+    if (op is ALL_REDUCE and algo == Algorithm.PAT) or (algo not in (Algorithm.RING, Algorithm.TREE) and proto != "simple"):
         return False
-    if algo in ("nvls", "nvls_tree"):
-        multi_ok = c.nodes == 1 or (algo == "nvls_tree") or (f.sharp and op is ALL_REDUCE)
+    if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
+        multi_ok = c.nodes == 1 or (algo == Algorithm.NVLS_TREE) or (f.sharp and op is ALL_REDUCE)
         arity_ok = op is ALL_REDUCE or c.local <= 32  # enqueue.cc: NCCL_MAX_NVLS_ARITY local ranks
-        return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok and not (algo == "nvls_tree" and c.nodes == 1)
-    if algo == "collnet":
+        return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok and not (algo == Algorithm.NVLS_TREE and c.nodes == 1)
+    if algo == Algorithm.COLLNET:
         return f.sharp and c.nodes > 1 and f.nvlink_w > 0
-    if algo == "pat":
+    if algo == Algorithm.PAT:
         return c.nodes == c.ranks
     return True
 
@@ -126,26 +126,26 @@ def bus_bandwidth(c: Comm, algo: str, proto: str) -> float:
     """NCCL's bus bandwidth (bytes/s) of one (algorithm, protocol), before conversion."""
     f = c.fabric
     intra, inter = f.nvlink_w, c.local * f.nic_w
-    if algo in ("nvls", "nvls_tree"):
+    if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
         return _nvls_bus(c, algo, intra, inter)
-    if algo == "pat":
+    if algo == Algorithm.PAT:
         return inter * 0.75
-    if algo == "collnet" and c.op in GATHERS:
+    if algo == Algorithm.COLLNET and c.op in GATHERS:
         return c.local * min(intra / c.local, 0.9 * f.nic_w)  # ppn x min(bwIntra, 0.9 bwInter) per head
     one = c.nodes == 1
-    if algo == "ring":
+    if algo == Algorithm.RING:
         bw = intra if one else min(intra, inter)
-    elif algo == "collnet":
+    elif algo == Algorithm.COLLNET:
         bw = min(intra, 2 * inter) * (0.85 if c.arch >= 2 else 1.0)
     else:  # tree: two nodes may run the intra-node part at twice the network's speed
         bw = intra if one else min(intra, 2 * inter if c.nodes <= 2 else inter)
     ll_max = LL_MAX[c.arch if one else 0][c.index2] * GBS
     ch = N_CHANNELS * GBS
-    if algo == "ring" and proto == "ll":
+    if algo == Algorithm.RING and proto == "ll":
         bw = min(ll_max, bw * 0.5)
-    elif algo == "ring" and proto == "ll128":
+    elif algo == Algorithm.RING and proto == "ll128":
         bw = min(bw * 0.92, ch * RING_LL128[c.arch][c.index2])
-    elif algo == "tree":
+    elif algo == Algorithm.TREE:
         bw = min(bw * 0.92, ch * TREE[c.arch][c.index2])
         if proto == "ll":
             bw = min(bw / 3.8, ll_max)
@@ -195,23 +195,23 @@ def nvls_tree_cap(c: Comm) -> float:
 def _nvls_bus(c: Comm, algo: str, intra: float, inter: float) -> float:
     # NVLS_TREE: NCCL's nChannels is the NVLS graph's, its heads (tuning.cc reads graphs[a]->nChannels);
     # plain NVLS keeps the NVLS CTA count (transport/nvls.cc), a simplification of its (n-1)/n term
-    n_ch = nvls_heads(c) if algo == "nvls_tree" else NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
+    n_ch = nvls_heads(c) if algo == Algorithm.NVLS_TREE else NVLS_CHANNELS.get(c.fabric.arch, (16, 16))[c.nodes > 1]
     # (the fabric's NVLS efficiency: tuning.cc's nvlsEfficiency of NCCL's own NVLink figure,
     # sim.hardware.switching.fabric_of, the one the simulated NVLS hops run at)
     per_ch = intra / n_ch * c.fabric.nvls * (n_ch - 1) / n_ch
     per_ch *= 2 if c.op is ALL_REDUCE else (c.ppn - 1) / c.ppn
     limits = [per_ch]
     if c.nodes > 1:
-        limits.append(inter / n_ch * (2 if c.nodes <= 2 and algo == "nvls_tree" else 1))
-    return min(n_ch * min(limits), nvls_tree_cap(c) if algo == "nvls_tree" else math.inf)
+        limits.append(inter / n_ch * (2 if c.nodes <= 2 and algo == Algorithm.NVLS_TREE else 1))
+    return min(n_ch * min(limits), nvls_tree_cap(c) if algo == Algorithm.NVLS_TREE else math.inf)
 
 
 def algo_bandwidth(c: Comm, algo: str, proto: str) -> float:
     """Bus bandwidth converted to bytes of the collective per second (tuning.cc)."""
     bus = bus_bandwidth(c, algo, proto)
-    if algo != "ring" and c.op in GATHERS:
+    if algo != Algorithm.RING and c.op in GATHERS:
         return bus
-    return bus * (c.ranks / c.nsteps if algo in ("ring", "nvls", "nvls_tree") else 0.5)
+    return bus * (c.ranks / c.nsteps if algo in (Algorithm.RING, Algorithm.NVLS, Algorithm.NVLS_TREE) else 0.5)
 
 
 def latency(c: Comm, algo: str, proto: str) -> float:
@@ -220,19 +220,19 @@ def latency(c: Comm, algo: str, proto: str) -> float:
     intra = HW["nvlink"][algo][p]
     inter = HW["net"]["tree" if c.ppn == 1 else algo][p]
     base, log_nodes, local = BASE[algo][p], int(math.log2(c.nodes)), int(c.ranks // c.nodes)
-    if algo == "ring":
+    if algo == Algorithm.RING:
         if c.op is BROADCAST:
             return (base + HW["nvlink" if c.nodes == 1 else "net"]["ring"][p]) * US
         overhead = (3.0 if proto == "simple" else 1.0) if c.nodes > 1 else 0.0
         n_inter = 0 if c.nodes == 1 else (2 if c.op is ALL_REDUCE else 1) * (c.nodes - 1)
         return (base + (c.nsteps - n_inter) * max(intra, overhead) + n_inter * inter) * US
-    if algo == "tree":
+    if algo == Algorithm.TREE:
         return (base + 2 * ((local - 1) * intra + log_nodes * inter)) * US
-    if algo == "collnet":
+    if algo == Algorithm.COLLNET:
         return (base + 2 * (min(1, local - 1) * intra + (local - 1) * 0.4) + inter) * US
-    if algo == "nvls":
+    if algo == Algorithm.NVLS:
         return (intra + (inter if c.nodes > 1 else 0.0)) * US
-    if algo == "nvls_tree":
+    if algo == Algorithm.NVLS_TREE:
         return (base + intra + 2 * log_nodes * inter) * US
     return (base + log_nodes * inter / 3.5 + c.ranks * 2.8) * US  # pat
 
@@ -241,9 +241,9 @@ def predicted(c: Comm, algo: str, proto: str, nbytes: float) -> Candidate:
     """``ncclTopoGetAlgoTime``: latency + bytes / bandwidth, with NCCL's corrections."""
     bw, lat = algo_bandwidth(c, algo, proto), latency(c, algo, proto)
     log_size = int(math.log2(max(int(nbytes) >> 6, 1))) if int(nbytes) >> 6 else -1
-    if algo == "tree" and c.op is ALL_REDUCE and 0 <= log_size < 23:
+    if algo == Algorithm.TREE and c.op is ALL_REDUCE and 0 <= log_size < 23:
         bw *= TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
-    if algo == "ring" and proto == "simple" and c.nodes > 1 and c.op is ALL_REDUCE \
+    if algo == Algorithm.RING and proto == "simple" and c.nodes > 1 and c.op is ALL_REDUCE \
             and nbytes / (N_CHANNELS * c.ranks) >= 64:
         lat *= 1.9 if c.arch < 1 else 1.4  # "plateau effect of ring"
     return Candidate(algo, proto, lat, bw, lat + nbytes / bw)
