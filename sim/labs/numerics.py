@@ -34,9 +34,10 @@ import numpy as np
 
 from .. import bounds
 from ..errors import InputError
+from ..input.choices import Algorithm
 
 DTYPES = ("fp16", "bf16", "fp32")
-ALGOS = ("ring", "tree")
+ALGOS = (Algorithm.RING, Algorithm.TREE)
 
 
 # --- rounding ------------------------------------------------------------------------------
@@ -155,14 +156,14 @@ def reduce(ranks: int, dtype: str, algo: str, seed: int = 0, elements: int = 163
     if algo not in ALGOS:
         raise InputError("--algo", f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     rounder(dtype)  # validates
-    if kahan and algo != "ring":
+    if kahan and algo != Algorithm.RING:
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
     g = gradients(ranks, elements, seed, dtype)
     exact = g.sum(axis=0)  # float64 sum of the stored inputs: only accumulation error counts
     acc_dtype = accumulate or dtype
     if ranks == 1:
         got, lost = g[0], np.zeros(elements, dtype=np.int64)
-    elif algo == "ring":
+    elif algo == Algorithm.RING:
         got, lost = ring_sum(g, acc_dtype, kahan)
     else:
         got, lost = tree_sum(g, acc_dtype)
@@ -276,7 +277,7 @@ def validate(args) -> None:
         raise InputError("--accumulate", f"unknown dtype {args.accumulate!r}; known: {', '.join(DTYPES)}")
     if args.kahan and args.accumulate:
         raise InputError("--kahan", "choose --kahan or --accumulate, not both")
-    if args.kahan and args.algo != "ring":
+    if args.kahan and args.algo != Algorithm.RING:
         raise InputError("--kahan", "compensated summation applies to the ring's sequential sums")
     if args.plot is not None:
         from ..outputs.paths import output_file
