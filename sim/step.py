@@ -21,14 +21,14 @@ from .engine.core import Engine, cycle_collector_paused
 from .engine.ops import RankProgram
 from .errors import InputError, SimulationError
 from .hardware.gpus import gpu_preset
-from .input.choices import JitterMode
 from .parallel.memory import peak_memory
 from .outputs import invariants
 from .outputs.metrics import summarize
 from .outputs.result import Result, StepFacts, spans_frame
 from .hardware.faults import compute_scale, perturbed, straggler_slowdowns
 from .input.load import clean_copy, topology_spec
-from .input.scenario import MicroBatches, Scenario
+from .input.choices import JitterMode, MicroBatches
+from .input.scenario import Scenario
 from .parallel.steady import exact_copy
 from .parallel.program import Context
 

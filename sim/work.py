@@ -29,7 +29,7 @@ from . import bounds
 from .errors import InputError, SimulationError
 from .hardware.faults import perturbed
 from .input.load import clean_copy, topology_spec
-from .input.scenario import MicroBatches
+from .input.choices import MicroBatches
 from .parallel import census, steady
 from .parallel.layout import Layout
 

@@ -109,12 +109,14 @@ def enabled(c: Comm, algo: str, proto: str) -> bool:
         return algo == Algorithm.RING
     if op in GATHERS and algo not in (Algorithm.PAT, Algorithm.RING, Algorithm.NVLS, Algorithm.COLLNET):
         return False  # (CollNet's: the SHARP plugin's iallgather / ireducescatter, one NIC per GPU)
-    if (op is ALL_REDUCE and algo == Algorithm.PAT) or (algo not in (Algorithm.RING, Algorithm.TREE) and proto != "simple"):
+    if (op is ALL_REDUCE and algo == Algorithm.PAT) or (algo not in (Algorithm.RING, Algorithm.TREE)
+                                                         and proto != "simple"):
         return False
     if algo in (Algorithm.NVLS, Algorithm.NVLS_TREE):
         multi_ok = c.nodes == 1 or (algo == Algorithm.NVLS_TREE) or (f.sharp and op is ALL_REDUCE)
         arity_ok = op is ALL_REDUCE or c.local <= 32  # enqueue.cc: NCCL_MAX_NVLS_ARITY local ranks
-        return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok and not (algo == Algorithm.NVLS_TREE and c.nodes == 1)
+        return f.nvls > 0 and c.local >= 2 and multi_ok and arity_ok \
+            and not (algo == Algorithm.NVLS_TREE and c.nodes == 1)
     if algo == Algorithm.COLLNET:
         return f.sharp and c.nodes > 1 and f.nvlink_w > 0
     if algo == Algorithm.PAT:

@@ -26,7 +26,8 @@ from ..errors import InputError
 from ..hardware.faults import compute_scale, perturbed
 from ..input.load import clean_copy
 from ..hardware import specs
-from ..input.scenario import MicroBatches, Scenario
+from ..input.choices import MicroBatches
+from ..input.scenario import Scenario
 from ..outputs.metrics import summarize
 from ..parallel.memory import peak_memory
 from ..parallel.program import Context

@@ -142,6 +142,13 @@ DP_ALGORITHMS = (Algorithm.AUTO, Algorithm.RING, Algorithm.TREE, Algorithm.HIERA
                  Algorithm.NVLS_TREE, Algorithm.COLLNET, Algorithm.PAT)
 
 
+class MicroBatches(StrEnum):
+    """``simulation.micro_batches``: how many of a step's micro-batches the engine simulates."""
+
+    ALL = "all"  # every one: the exact step (the default)
+    STEADY = "steady"  # a few, the step extrapolated from them, checked linear (sim/steady.py)
+
+
 class RLMode(StrEnum):
     """``rl.mode``: how generation and training overlap (docs/rl.md)."""
 
@@ -164,6 +171,6 @@ class WeightSync(StrEnum):
     OVERLAPPED = "overlapped"
 
 
-__all__ = ["Algorithm", "Attention", "AttentionBackend", "CpImpl", "DP_ALGORITHMS", "Dispatcher", "Distribution", "DUALPIPE_SCHEDULES",
-           "ExpertRouting", "JitterMode", "Kernels", "Mlp", "Precision", "Recipe", "Recompute", "RLMode", "Schedule",
-           "V_SCHEDULES", "WeightRoute", "WeightSync", "ZERO_BUBBLE_SCHEDULES"]
+__all__ = ["Algorithm", "Attention", "AttentionBackend", "CpImpl", "DP_ALGORITHMS", "Dispatcher", "Distribution",
+           "DUALPIPE_SCHEDULES", "ExpertRouting", "JitterMode", "Kernels", "MicroBatches", "Mlp", "Precision", "Recipe",
+           "Recompute", "RLMode", "Schedule", "V_SCHEDULES", "WeightRoute", "WeightSync", "ZERO_BUBBLE_SCHEDULES"]

@@ -84,7 +84,8 @@ def mlp_kind(cfg: dict, origin: str) -> str:
         raise InputError(KEY, f"{origin}: hidden_act {act!r} is not one of {', '.join(sorted(_ACTS))}")
     kind = _ACTS[act]
     gated = cfg.get("model_type") in _GATED
-    return str(Mlp.GEGLU if gated and kind is Mlp.GELU else kind)  # (a plain value, as TOML's: the schema makes it a member)
+    # a plain value, as TOML gives: the schema makes it a member
+    return str(Mlp.GEGLU if gated and kind is Mlp.GELU else kind)
 
 
 def moe_fields(cfg: dict, origin: str) -> dict:

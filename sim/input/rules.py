@@ -7,9 +7,9 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Algorithm, Attention, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, RLMode, Schedule, WeightRoute,
-                      WeightSync)
-from .scenario import MicroBatches, Scenario
+                      Algorithm, Attention, Dispatcher, ExpertRouting, MicroBatches, Precision, Recipe, Recompute,
+                      RLMode, Schedule, WeightRoute, WeightSync)
+from .scenario import Scenario
 from ..hardware.gpus import low_peak
 
 

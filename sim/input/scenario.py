@@ -13,7 +13,6 @@ count, ``nan``/``inf`` never a number, and a value past physics or representabil
 exit 2 naming the key. Cross-field rules live in sim/input/load.py.
 """
 
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
 from .choices import (DP_ALGORITHMS, Algorithm, Attention, AttentionBackend, CpImpl, Dispatcher, Distribution,
-                      ExpertRouting, JitterMode, Kernels, Mlp, Precision, Recipe, Recompute, RLMode, Schedule,
+                      ExpertRouting, JitterMode, Kernels, MicroBatches, Mlp, Precision, Recipe, Recompute, RLMode, Schedule,
                       WeightRoute, WeightSync)
 from .fields import Flag, PathText, Text, choice, count, real
 
@@ -271,13 +270,6 @@ class RL(_Section):
     weight_route: WeightRoute = WeightRoute.BROADCAST  # trainer -> generators (docs/rl.md)
     weight_sync: WeightSync = WeightSync.BLOCKING  # overlapped: the next step trains meanwhile
     lengths: RLLengths
-
-
-class MicroBatches(StrEnum):
-    """How many of a step's micro-batches the engine simulates (``[simulation] micro_batches``)."""
-
-    ALL = "all"  # every one: the exact step (the default)
-    STEADY = "steady"  # a few, the step extrapolated from them, checked linear (sim/steady.py)
 
 
 class Simulation(_Section):

@@ -30,8 +30,7 @@ them; a simulation the predictor underrates stops at the planner's point time li
 
 import numpy as np
 
-from ..input.choices import ExpertRouting
-from ..input.scenario import MicroBatches
+from ..input.choices import ExpertRouting, MicroBatches
 from ..parallel import steady
 from .layers import KINDS
 
