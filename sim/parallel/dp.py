@@ -152,12 +152,15 @@ def embedding_grad_sync(b, deps) -> int | None:
     (megatron/core/parallel_state.py), once a step in ``reduce_model_grads`` (before the
     distributed optimizer's reduce-scatter there; Megatron-Core's ``finalize_model_grads``
     ``_allreduce_embedding_grads`` runs it after the data-parallel reduction, the order kept
-    here: both precede the optimizer, which waits for both)."""
+    here: both precede the optimizer, which waits for both). Of the DP category, as the step's
+    other gradient syncs (sim/parallel/step_end.py): a once-a-step reduction, not a pipeline
+    transfer (the census counts those per micro-batch: sim/parallel/layer_program.py
+    ``step_skeleton``)."""
     ctx = b.ctx
     layout, p = ctx.layout, ctx.layout.sizes[Category.PP]
     if not ctx.scenario.model.tied_embeddings or holds_one_embedding(ctx) or b.stage not in (0, p - 1):
         return None
     pair = lambda r: (layout.stage_rank(r, 0), layout.stage_rank(r, p - 1))
     nbytes = grad_bytes(ctx.scenario.parallel) * ctx.dims.v * ctx.dims.h / layout.sizes[Category.TP]
-    return b.collective(EMBEDDING_SYNC, Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP,
+    return b.collective(EMBEDDING_SYNC, AXIS, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP,
                         group_of=pair)
