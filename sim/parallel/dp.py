@@ -25,12 +25,17 @@ Megatron-Core forced it for bf16 (NVIDIA/Megatron-LM 285068c8, 2023-01-11, megat
 "bfloat16 requires gradient accumulation and all-reduce to be done in fp32":
 ``args.accumulate_allreduce_grads_in_fp32 = True`` whenever ``args.bf16``). Megatron buckets count
 parameters, so a bucket holds twice the bytes.
+
+Tied embeddings across a pipeline (``model.tied_embeddings`` with pp > 1): the first and the last
+stage each hold the word embeddings (:func:`sim.parallel.params.holds_one_embedding`), and every
+step all-reduces their gradient, the full ``vocab x hidden / tp`` matrix at :func:`grad_bytes`,
+over each such pair: :func:`embedding_grad_sync`.
 """
 
 import math
 
 from ..collectives.kinds import ALL_REDUCE
-from .params import layer_params, stage_layer_ids
+from .params import holds_one_embedding, layer_params, stage_layer_ids
 from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
@@ -129,4 +134,33 @@ def copy_grad_sync(b, vs: int, deps) -> int:
     pair = lambda r: tuple(sorted((r, layout.stage_rank(r, p - 1 - layout.coords(r)[Category.PP]))))
     nbytes = grad_bytes(b.ctx.scenario.parallel) * sum(sum(layer_params(b.ctx, l)) for l in stage_layer_ids(b.ctx, vs))
     return b.collective("copy_grad_ar", Category.PP, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP, tag=(vs,),
+                        group_of=pair)
+
+
+EMBEDDING_SYNC = "embedding_grad_ar"
+
+
+def embedding_grad_sync(b, deps) -> int | None:
+    """Tied embeddings on a pipeline: the first and the last stage all-reduce the gradient of
+    their two copies of the word embeddings (module docstring), after the rank's gradient
+    reductions, on their stream; None on any other rank.
+
+    Megatron-LM 285068c8 (2023-01-11) megatron/optimizer/optimizer.py
+    ``allreduce_word_embedding_grads``: ``torch.distributed.all_reduce(grad,
+    group=mpu.get_embedding_group())`` on ``word_embeddings_weight.main_grad`` (the gradient
+    buffer's dtype), the group ``[ranks[0], ranks[-1]]`` of every pipeline
+    (megatron/core/parallel_state.py), once a step in ``reduce_model_grads`` (before the
+    distributed optimizer's reduce-scatter there; Megatron-Core's ``finalize_model_grads``
+    ``_allreduce_embedding_grads`` runs it after the data-parallel reduction, the order kept
+    here: both precede the optimizer, which waits for both). Of the DP category, as the step's
+    other gradient syncs (sim/parallel/step_end.py): a once-a-step reduction, not a pipeline
+    transfer (the census counts those per micro-batch: sim/parallel/layer_program.py
+    ``step_skeleton``)."""
+    ctx = b.ctx
+    layout, p = ctx.layout, ctx.layout.sizes[Category.PP]
+    if not ctx.scenario.model.tied_embeddings or holds_one_embedding(ctx) or b.stage not in (0, p - 1):
+        return None
+    pair = lambda r: (layout.stage_rank(r, 0), layout.stage_rank(r, p - 1))
+    nbytes = grad_bytes(ctx.scenario.parallel) * ctx.dims.v * ctx.dims.h / layout.sizes[Category.TP]
+    return b.collective(EMBEDDING_SYNC, AXIS, ALL_REDUCE, pair(b.rank), nbytes, deps, stream=StreamName.DP,
                         group_of=pair)

@@ -11,6 +11,15 @@ from ..model.layer_ids import EMBEDDING, is_block, is_embedding, is_first_mtp, i
 from ..model.transformer import attention_params, attention_replicated_params, is_moe_layer, mlp_params
 
 
+def holds_one_embedding(ctx) -> bool:
+    """Whether the output layer reuses the embedding's matrix: tied embeddings
+    (``model.tied_embeddings``) on one pipeline stage. With pp > 1 Megatron gives the last
+    stage its own copy of the word embeddings, kept equal by an all-reduce of their gradients
+    with the first stage every step (NVIDIA/Megatron-LM 285068c8 megatron/model/module.py
+    ``initialize_word_embeddings``; :func:`sim.parallel.dp.embedding_grad_sync`)."""
+    return ctx.scenario.model.tied_embeddings and ctx.layout.sizes[Category.PP] == 1
+
+
 def moe_block_ids(d) -> list[int]:
     """Ids of every transformer layer with an MoE MLP (MTP depths included)."""
     return [l for l in [*range(d.layers), *mtp_ids(d)] if is_moe_layer(d, l)]
@@ -21,8 +30,8 @@ def layer_params(ctx, layer: int) -> tuple[float, float]:
     d, tp, ep, etp = ctx.dims, ctx.layout.sizes[Category.TP], ctx.layout.ep, ctx.layout.etp
     if is_embedding(layer):
         return d.v * d.h / tp, 0.0
-    if is_output(d, layer):
-        return (0.0 if ctx.scenario.model.tied_embeddings else d.v * d.h / tp) + d.h, 0.0
+    if is_output(d, layer):  # tied: one matrix, unless the pipeline puts the output on another stage
+        return (0.0 if holds_one_embedding(ctx) else d.v * d.h / tp) + d.h, 0.0
     whole = attention_replicated_params(d) * (1 - 1 / tp)  # MLA's down projections sit whole on every TP rank
     extra = 0.0
     if is_mtp(d, layer):  # an MTP depth: eh_proj (column parallel) and three norms; the first

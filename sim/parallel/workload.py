@@ -158,6 +158,9 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
         for sync in syncs.values():
             sync.after_backward(tuple(chunk_end.values()))
     final += [op for s in syncs.values() for op in s.issued]
+    with b.phase_of(Phase.BACKWARD):  # tied embeddings on a pipeline: the first and last stages' copies
+        tied = dp.embedding_grad_sync(b, tuple(final) or tuple(chunk_end.values()))
+    final += [tied] if tied is not None else []
     if par.schedule is Schedule.DUALPIPE:  # the two copies of each stage add their gradients (both ranks in stage order)
         with b.phase_of(Phase.BACKWARD):
             final += [dp.copy_grad_sync(b, vs, tuple(syncs[c].issued) if c in syncs and syncs[c].issued

@@ -43,7 +43,7 @@ def read_table(name: str) -> list[dict]:
 
 SECTIONS = {  # column -> (section, scenario key)
     **{k: ("model", k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
-                                  "mlp", "attention", "mtp_layers")},
+                                  "mlp", "attention", "mtp_layers", "tied_embeddings")},
     **{k: ("model.moe", k) for k in ("experts", "top_k", "shared_experts", "dense_layers", "capacity_factor",
                                       "routing", "router_kernels")},
     "expert_ffn": ("model.moe", "expert_ffn_hidden"),
