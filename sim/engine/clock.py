@@ -14,12 +14,13 @@ beside ordinary SimPy events and processes, and a Wake also fires under ``env.ru
 ``python bench/collectives.py`` measures the engine's events per second.
 """
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 import time
 
 import simpy
 
 NORMAL = 1  # SimPy's priority of timeouts and succeeded events (simpy.events.NORMAL)
+VOID = ()  # the callbacks of a superseded wake-up: it calls nothing (and :func:`compact` drops it)
 
 
 class Wake:
@@ -51,6 +52,17 @@ def trigger(env: simpy.Environment, wake: Wake) -> None:
     """Fire ``wake`` now, in the place ``event.succeed()`` would give it in the event order
     (the same ``(now, NORMAL, next eid)`` key; ``Engine.events`` counts the same)."""
     heappush(env._queue, (env._now, NORMAL, next(env._eid), wake))
+
+
+def compact(queue: list) -> None:
+    """Drop superseded wake-ups (callbacks :data:`VOID`) from SimPy's event queue, in place.
+    The rest pop in the same order: the keys ``(time, priority, eid)`` are distinct (eids
+    are), so every heap of them pops them in one order; ``Engine.events`` counts eids
+    handed out, not popped, so it stays too. A joint re-solve of the network re-plans every
+    transfer in flight and leaves each one's old wake-up in the queue until its time: in the
+    GPT 530B row of ``clustersim validate`` half the events popped were such (docs/scaling.md)."""
+    queue[:] = [entry for entry in queue if entry[3].callbacks is not VOID]
+    heapify(queue)
 
 
 def run_until_empty(env: simpy.Environment) -> None:

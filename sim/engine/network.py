@@ -21,11 +21,12 @@ collective that runs alone again costs two timeouts and no arithmetic on bytes.
 
 from dataclasses import dataclass
 from heapq import heappush
+from math import ulp
 
 import numpy as np
 import simpy
 
-from .clock import NORMAL, Wake, wake_after
+from .clock import NORMAL, VOID, Wake, compact, wake_after
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
@@ -37,6 +38,9 @@ _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
 _INF = float("inf")
+# Superseded wake-ups left in the event queue, at least, before they are dropped from it (then
+# at least half the queue: each entry is looked at O(1) times per wake-up superseded)
+COMPACT_MIN = 4096
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +56,7 @@ class _Plan:
     alone: tuple | None = None  # (rates, seconds until its first chain ends, whether all end then)
     #                              when on its links alone
     finished: int = 0  # transfers of it that ran to the end
+    residue: np.ndarray = None  # bytes per chain that count as rounding residue (see Network._finishing)
 
 
 @dataclass(eq=False, slots=True)
@@ -67,6 +72,7 @@ class _Active:
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
     wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
     solo: bool = False  # started on links no other transfer used (see _on_wake)
+    call: object = None  # what each of its wake-ups calls, made once (a superseded wake-up calls nothing)
 
 
 class Network:
@@ -89,6 +95,7 @@ class Network:
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
+        self._voided = 0  # wake-ups superseded since the queue was last compacted (see _void)
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
         self._position = np.zeros(len(topo.caps), dtype=np.int32)  # scratch of _max_min (entries' links: int32)
 
@@ -103,8 +110,9 @@ class Network:
             compiled = self._compiled.get(phase)
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             latency = phase.steps * compiled.step_latency * phase.latency_scale + phase.overhead
-            plan = self._plans[phase] = _Plan(compiled, phase.nbytes.astype(float), empty, _mask_key(phase.nbytes),
-                                              latency)
+            nbytes = phase.nbytes.astype(float)
+            plan = self._plans[phase] = _Plan(compiled, nbytes, empty, _mask_key(phase.nbytes), latency,
+                                              residue=np.maximum(1e-3, _REL_BYTES * nbytes))
         return plan
 
     @property
@@ -143,7 +151,9 @@ class Network:
             on_done()
             return
         compiled = plan.compiled
-        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env.now)
+        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
+        on_wake = self._on_wake  # (its wake-ups' callback, one per transfer, not one per wake-up: a
+        act.call = lambda _ev: on_wake(act, act.generation)  # superseded wake-up's callbacks are emptied)
         shared = self._sharing.add(compiled)
         self._active[act] = None
         if shared:
@@ -189,19 +199,20 @@ class Network:
         live mask, the rates of the acts sorted by (phase, mask), and the seconds until each
         one's first live chain ends (a phase whose bytes ran out while another's wake-up
         re-solved it finishes now), its wake-ups planned in that sorted order."""
-        now = self.env.now
-        remaining, rates, dts = [], [], []
+        now = self.env._now
+        remaining, rates, dts, sizes = [], [], [], []
         for act in acts:
             dt = now - act.updated
             act.updated = now
-            remaining.append(act.remaining)
+            left = act.remaining
+            remaining.append(left)
+            sizes.append(len(left))
             if dt > 0 and act.rates is not None:
                 rates.append(act.rates)
                 dts.append(dt)
             else:  # (x - 0 * x is x: bytes are finite)
-                rates.append(act.remaining)
+                rates.append(left)
                 dts.append(0.0)
-        sizes = [len(r) for r in remaining]
         bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=bounds[1:])
         starts = bounds[:-1]
@@ -209,11 +220,18 @@ class Network:
         live = left > 0
         every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
         all_live = bool(every.all())
-        every, ends = every.tolist(), bounds.tolist()
-        for k, act in enumerate(acts):
-            act.remaining = left[ends[k]:ends[k + 1]]
-            act.mask = b"" if every[k] else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
-        keys = [(act.phase.key, act.mask) for act in acts]
+        ends = bounds.tolist()
+        keys = []
+        if all_live:  # (the usual case: every mask b"")
+            for k, act in enumerate(acts):
+                act.remaining = left[ends[k]:ends[k + 1]]
+                act.mask = b""
+                keys.append((act.phase.key, b""))
+        else:
+            for k, (act, all_of) in enumerate(zip(acts, every.tolist())):
+                act.remaining = left[ends[k]:ends[k + 1]]
+                act.mask = mask = b"" if all_of else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
+                keys.append((act.phase.key, mask))
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -221,13 +239,14 @@ class Network:
         if found is None:
             found = self.components.solve([a.phase.links for a in order], key,
                                           lambda group: self._max_min([order[i] for i in group]),
-                                          tuple(k for k, _ in key))  # (a phase's key fixes its links)
+                                          tuple([k for k, _ in key]))  # (a phase's key fixes its links)
             self._rate_cache.put(key, found)
-        for act, r in zip(order, found):
-            act.rates = r
+        new = [None] * len(acts)  # the rates in the acts' own order
+        for i, act, r in zip(perm, order, found):
+            act.rates = new[i] = r
             act.generation += 1
         with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-            ratio = left / np.concatenate([act.rates for act in acts])
+            ratio = left / np.concatenate(new)
         if all_live:
             horizons = np.minimum.reduceat(ratio, starts).tolist()
         else:
@@ -243,15 +262,27 @@ class Network:
             for act, i in zip(order, perm):
                 self._wake_in(act, horizons[i])
             return
-        queue, eid, now, on_wake = self.env._queue, self.env._eid, self.env._now, self._on_wake
+        queue, eid, now, voided = self.env._queue, self.env._eid, self.env._now, 0
         for act, i in zip(order, perm):
             horizon = horizons[i]
             if not horizon < _INF:
                 self._wake_in(act, horizon)  # (raises)
             if act.wake is not None:
-                act.wake.callbacks = ()
-            act.wake = wake = Wake([lambda _ev, a=act, g=act.generation: on_wake(a, g)])
+                act.wake.callbacks = VOID
+                voided += 1
+            act.wake = wake = Wake([act.call])
             heappush(queue, (now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(eid), wake))
+        self._void(voided)
+
+    def _void(self, n: int) -> None:
+        """``n`` more wake-ups superseded (their callbacks :data:`~sim.engine.clock.VOID`):
+        past :data:`COMPACT_MIN` and half the queue, drop them from it (the same event order,
+        :func:`~sim.engine.clock.compact`), so the heap holds the events still to happen."""
+        self._voided += n
+        queue = self.env._queue
+        if self._voided > COMPACT_MIN and 2 * self._voided > len(queue):
+            compact(queue)
+            self._voided = 0
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -277,9 +308,10 @@ class Network:
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
         if act.wake is not None:  # a wake-up of an older generation: left in the queue, but calls nothing
-            act.wake.callbacks = ()
+            act.wake.callbacks = VOID
+            self._void(1)
         env = self.env  # (wake_after inlined; max(horizon, 0.0) spelled out: -0.0 stays -0.0 as there)
-        act.wake = wake = Wake([lambda _ev, on_wake=self._on_wake, a=act, g=act.generation: on_wake(a, g)])
+        act.wake = wake = Wake([act.call])
         heappush(env._queue, (env._now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(env._eid), wake))
         if self.log is not None:
             self._record(act, act.rates)
@@ -332,6 +364,7 @@ class Network:
                 return
         self._sharing.remove(act.phase)
         del self._active[act]
+        act.call = None  # (it held the act: a cycle the paused collector would keep to the end of the run)
         act.plan.finished += 1
         if self.log is not None:
             self._record(act, None)
@@ -345,8 +378,8 @@ class Network:
         only rounding residue of their bytes left (the first term alone keeps every
         scenario so far byte-identical; the others keep huge runs from re-solving forever
         at one instant)."""
-        tick = max(_PICOSECOND, _TICKS * float(np.spacing(self.env.now)))
-        return act.remaining <= act.rates * tick + np.maximum(1e-3, _REL_BYTES * act.plan.nbytes)
+        tick = max(_PICOSECOND, _TICKS * ulp(self.env._now))  # (math.ulp: np.spacing's float for times >= 0)
+        return act.remaining <= act.rates * tick + act.plan.residue  # (the residue: worked out once per plan)
 
     def _guard_progress(self, progressed: bool) -> None:
         """Count wake-ups in a row that neither moved bytes nor ended a chain; past
