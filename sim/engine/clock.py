@@ -65,6 +65,27 @@ def compact(queue: list) -> None:
     heapify(queue)
 
 
+COMPACT_MIN = 4096  # superseded wake-ups in the queue, at least, before :class:`Superseded` drops them
+
+
+class Superseded:
+    """Counts the wake-ups superseded in ``queue`` (their callbacks set to :data:`VOID`) and
+    drops them (:func:`compact`) once there are more than :data:`COMPACT_MIN` and than half
+    the queue: each entry is then looked at O(1) times per wake-up superseded."""
+
+    __slots__ = ("queue", "count")
+
+    def __init__(self, queue: list):
+        self.queue, self.count = queue, 0
+
+    def add(self, n: int) -> None:
+        """``n`` more wake-ups superseded."""
+        self.count += n
+        if self.count > COMPACT_MIN and 2 * self.count > len(self.queue):
+            compact(self.queue)
+            self.count = 0
+
+
 def run_until_empty(env: simpy.Environment) -> None:
     """``env.run()``: process events in order until none is left."""
     queue = env._queue

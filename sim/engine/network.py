@@ -26,7 +26,7 @@ from math import ulp
 import numpy as np
 import simpy
 
-from .clock import NORMAL, VOID, Wake, compact, wake_after
+from .clock import NORMAL, VOID, Superseded, Wake, wake_after
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
@@ -38,9 +38,6 @@ _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
 _INF = float("inf")
-# Superseded wake-ups left in the event queue, at least, before they are dropped from it (then
-# at least half the queue: each entry is looked at O(1) times per wake-up superseded)
-COMPACT_MIN = 4096
 
 
 @dataclass(eq=False, slots=True)
@@ -95,7 +92,7 @@ class Network:
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
-        self._voided = 0  # wake-ups superseded since the queue was last compacted (see _void)
+        self._superseded = Superseded(env._queue)  # old wake-ups of re-planned transfers, dropped in bulk
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
         self._position = np.zeros(len(topo.caps), dtype=np.int32)  # scratch of _max_min (entries' links: int32)
 
@@ -152,8 +149,7 @@ class Network:
             return
         compiled = plan.compiled
         act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
-        on_wake = self._on_wake  # (its wake-ups' callback, one per transfer, not one per wake-up: a
-        act.call = lambda _ev: on_wake(act, act.generation)  # superseded wake-up's callbacks are emptied)
+        act.call = lambda _ev, on_wake=self._on_wake: on_wake(act, act.generation)  # (its wake-ups' callback)
         shared = self._sharing.add(compiled)
         self._active[act] = None
         if shared:
@@ -192,46 +188,10 @@ class Network:
             self._wake_in(act, self._horizon(act))
 
     def _solve_many(self, acts: list[_Active]) -> None:
-        """:meth:`_solve` of several acts, their arithmetic done on all their chains at once
-        (elementwise, so the same floats as act by act: a joint solve re-plans every
-        transfer in flight, dozens at a time): each act's bytes brought up to now
-        (``remaining - rates * dt``; an act that has not moved, ``dt`` 0: the same bytes), its
-        live mask, the rates of the acts sorted by (phase, mask), and the seconds until each
-        one's first live chain ends (a phase whose bytes ran out while another's wake-up
-        re-solved it finishes now), its wake-ups planned in that sorted order."""
-        now = self.env._now
-        remaining, rates, dts, sizes = [], [], [], []
-        for act in acts:
-            dt = now - act.updated
-            act.updated = now
-            left = act.remaining
-            remaining.append(left)
-            sizes.append(len(left))
-            if dt > 0 and act.rates is not None:
-                rates.append(act.rates)
-                dts.append(dt)
-            else:  # (x - 0 * x is x: bytes are finite)
-                rates.append(left)
-                dts.append(0.0)
-        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=bounds[1:])
-        starts = bounds[:-1]
-        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
-        live = left > 0
-        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
-        all_live = bool(every.all())
-        ends = bounds.tolist()
-        keys = []
-        if all_live:  # (the usual case: every mask b"")
-            for k, act in enumerate(acts):
-                act.remaining = left[ends[k]:ends[k + 1]]
-                act.mask = b""
-                keys.append((act.phase.key, b""))
-        else:
-            for k, (act, all_of) in enumerate(zip(acts, every.tolist())):
-                act.remaining = left[ends[k]:ends[k + 1]]
-                act.mask = mask = b"" if all_of else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
-                keys.append((act.phase.key, mask))
+        """:meth:`_solve` of several acts on all their chains at once (elementwise: the same floats as act
+        by act): bytes up to now, live masks, rates of the acts sorted by (phase, mask), seconds until each
+        one's first live chain ends (0: its bytes ran out as another re-solved it), wake-ups in that order."""
+        left, live, starts, all_live, keys = self._bring_up_to_now(acts)
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -254,10 +214,40 @@ class Network:
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
         self._wake_all(order, perm, horizons)
 
+    def _bring_up_to_now(self, acts: list[_Active]) -> tuple:
+        """Acts' bytes up to now and live masks: (bytes left, live, acts' first chains, all live, keys)."""
+        now = self.env._now
+        remaining, rates, dts, sizes = [], [], [], []
+        for act in acts:
+            dt = now - act.updated
+            act.updated = now
+            left = act.remaining
+            remaining.append(left)
+            sizes.append(len(left))
+            if dt > 0 and act.rates is not None:
+                rates.append(act.rates)
+                dts.append(dt)
+            else:  # (x - 0 * x is x: bytes are finite)
+                rates.append(left)
+                dts.append(0.0)
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        starts = bounds[:-1]
+        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
+        live = left > 0
+        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
+        all_live = bool(every.all())
+        keys, every, ends = [], every.tolist(), bounds.tolist()
+        for k, act in enumerate(acts):
+            a, b = ends[k], ends[k + 1]
+            act.remaining = left[a:b]
+            act.mask = mask = b"" if every[k] else live[a:b].tobytes()  # (as _mask_key)
+            keys.append((act.phase.key, mask))
+        return left, live, starts, all_live, keys
+
     def _wake_all(self, order: list[_Active], perm: list[int], horizons: list[float]) -> None:
-        """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined,
-        the same checks, events and order: dozens of transfers are re-planned per joint
-        solve, 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
+        """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined, the same
+        events and order: 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
         if self.log is not None:
             for act, i in zip(order, perm):
                 self._wake_in(act, horizons[i])
@@ -272,17 +262,7 @@ class Network:
                 voided += 1
             act.wake = wake = Wake([act.call])
             heappush(queue, (now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(eid), wake))
-        self._void(voided)
-
-    def _void(self, n: int) -> None:
-        """``n`` more wake-ups superseded (their callbacks :data:`~sim.engine.clock.VOID`):
-        past :data:`COMPACT_MIN` and half the queue, drop them from it (the same event order,
-        :func:`~sim.engine.clock.compact`), so the heap holds the events still to happen."""
-        self._voided += n
-        queue = self.env._queue
-        if self._voided > COMPACT_MIN and 2 * self._voided > len(queue):
-            compact(queue)
-            self._voided = 0
+        self._superseded.add(voided)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -309,7 +289,7 @@ class Network:
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
         if act.wake is not None:  # a wake-up of an older generation: left in the queue, but calls nothing
             act.wake.callbacks = VOID
-            self._void(1)
+            self._superseded.add(1)
         env = self.env  # (wake_after inlined; max(horizon, 0.0) spelled out: -0.0 stays -0.0 as there)
         act.wake = wake = Wake([act.call])
         heappush(env._queue, (env._now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(env._eid), wake))
