@@ -11,6 +11,9 @@ schedules through two more calls). :func:`run_until_empty` is ``env.run()`` with
 ``until``: SimPy's ``Environment.step`` loop inlined (same pop, same callback order, the
 same crash on a failed event nobody defused), a method call fewer per event. Both work
 beside ordinary SimPy events and processes, and a Wake also fires under ``env.run()``.
+A superseded wake-up (the network re-plans a transfer) is voided, its callbacks
+:data:`VOID`, and :class:`Superseded` drops such entries from the queue in bulk
+(:func:`compact`: the same order for every other event).
 ``python bench/collectives.py`` measures the engine's events per second.
 """
 
