@@ -21,11 +21,12 @@ collective that runs alone again costs two timeouts and no arithmetic on bytes.
 
 from dataclasses import dataclass
 from heapq import heappush
+from math import ulp
 
 import numpy as np
 import simpy
 
-from .clock import NORMAL, Wake, wake_after
+from .clock import NORMAL, VOID, Superseded, Wake, wake_after
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
@@ -52,6 +53,7 @@ class _Plan:
     alone: tuple | None = None  # (rates, seconds until its first chain ends, whether all end then)
     #                              when on its links alone
     finished: int = 0  # transfers of it that ran to the end
+    residue: np.ndarray = None  # bytes per chain that count as rounding residue (see Network._finishing)
 
 
 @dataclass(eq=False, slots=True)
@@ -67,6 +69,7 @@ class _Active:
     mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
     wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
     solo: bool = False  # started on links no other transfer used (see _on_wake)
+    call: object = None  # what each of its wake-ups calls, made once (a superseded wake-up calls nothing)
 
 
 class Network:
@@ -89,6 +92,7 @@ class Network:
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
+        self._superseded = Superseded(env._queue)  # old wake-ups of re-planned transfers, dropped in bulk
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
         self._position = np.zeros(len(topo.caps), dtype=np.int32)  # scratch of _max_min (entries' links: int32)
 
@@ -103,8 +107,9 @@ class Network:
             compiled = self._compiled.get(phase)
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             latency = phase.steps * compiled.step_latency * phase.latency_scale + phase.overhead
-            plan = self._plans[phase] = _Plan(compiled, phase.nbytes.astype(float), empty, _mask_key(phase.nbytes),
-                                              latency)
+            nbytes = phase.nbytes.astype(float)
+            plan = self._plans[phase] = _Plan(compiled, nbytes, empty, _mask_key(phase.nbytes), latency,
+                                              residue=np.maximum(1e-3, _REL_BYTES * nbytes))
         return plan
 
     @property
@@ -143,7 +148,8 @@ class Network:
             on_done()
             return
         compiled = plan.compiled
-        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env.now)
+        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
+        act.call = lambda _ev, on_wake=self._on_wake: on_wake(act, act.generation)  # (its wake-ups' callback)
         shared = self._sharing.add(compiled)
         self._active[act] = None
         if shared:
@@ -182,38 +188,10 @@ class Network:
             self._wake_in(act, self._horizon(act))
 
     def _solve_many(self, acts: list[_Active]) -> None:
-        """:meth:`_solve` of several acts, their arithmetic done on all their chains at once
-        (elementwise, so the same floats as act by act: a joint solve re-plans every
-        transfer in flight, dozens at a time): each act's bytes brought up to now
-        (``remaining - rates * dt``; an act that has not moved, ``dt`` 0: the same bytes), its
-        live mask, the rates of the acts sorted by (phase, mask), and the seconds until each
-        one's first live chain ends (a phase whose bytes ran out while another's wake-up
-        re-solved it finishes now), its wake-ups planned in that sorted order."""
-        now = self.env.now
-        remaining, rates, dts = [], [], []
-        for act in acts:
-            dt = now - act.updated
-            act.updated = now
-            remaining.append(act.remaining)
-            if dt > 0 and act.rates is not None:
-                rates.append(act.rates)
-                dts.append(dt)
-            else:  # (x - 0 * x is x: bytes are finite)
-                rates.append(act.remaining)
-                dts.append(0.0)
-        sizes = [len(r) for r in remaining]
-        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=bounds[1:])
-        starts = bounds[:-1]
-        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
-        live = left > 0
-        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
-        all_live = bool(every.all())
-        every, ends = every.tolist(), bounds.tolist()
-        for k, act in enumerate(acts):
-            act.remaining = left[ends[k]:ends[k + 1]]
-            act.mask = b"" if every[k] else live[ends[k]:ends[k + 1]].tobytes()  # (as _mask_key)
-        keys = [(act.phase.key, act.mask) for act in acts]
+        """:meth:`_solve` of several acts on all their chains at once (elementwise: the same floats as act
+        by act): bytes up to now, live masks, rates of the acts sorted by (phase, mask), seconds until each
+        one's first live chain ends (0: its bytes ran out as another re-solved it), wake-ups in that order."""
+        left, live, starts, all_live, keys = self._bring_up_to_now(acts)
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -221,13 +199,14 @@ class Network:
         if found is None:
             found = self.components.solve([a.phase.links for a in order], key,
                                           lambda group: self._max_min([order[i] for i in group]),
-                                          tuple(k for k, _ in key))  # (a phase's key fixes its links)
+                                          tuple([k for k, _ in key]))  # (a phase's key fixes its links)
             self._rate_cache.put(key, found)
-        for act, r in zip(order, found):
-            act.rates = r
+        new = [None] * len(acts)  # the rates in the acts' own order
+        for i, act, r in zip(perm, order, found):
+            act.rates = new[i] = r
             act.generation += 1
         with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-            ratio = left / np.concatenate([act.rates for act in acts])
+            ratio = left / np.concatenate(new)
         if all_live:
             horizons = np.minimum.reduceat(ratio, starts).tolist()
         else:
@@ -235,23 +214,55 @@ class Network:
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
         self._wake_all(order, perm, horizons)
 
+    def _bring_up_to_now(self, acts: list[_Active]) -> tuple:
+        """Acts' bytes up to now and live masks: (bytes left, live, acts' first chains, all live, keys)."""
+        now = self.env._now
+        remaining, rates, dts, sizes = [], [], [], []
+        for act in acts:
+            dt = now - act.updated
+            act.updated = now
+            left = act.remaining
+            remaining.append(left)
+            sizes.append(len(left))
+            if dt > 0 and act.rates is not None:
+                rates.append(act.rates)
+                dts.append(dt)
+            else:  # (x - 0 * x is x: bytes are finite)
+                rates.append(left)
+                dts.append(0.0)
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        starts = bounds[:-1]
+        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
+        live = left > 0
+        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
+        all_live = bool(every.all())
+        keys, every, ends = [], every.tolist(), bounds.tolist()
+        for k, act in enumerate(acts):
+            a, b = ends[k], ends[k + 1]
+            act.remaining = left[a:b]
+            act.mask = mask = b"" if every[k] else live[a:b].tobytes()  # (as _mask_key)
+            keys.append((act.phase.key, mask))
+        return left, live, starts, all_live, keys
+
     def _wake_all(self, order: list[_Active], perm: list[int], horizons: list[float]) -> None:
-        """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined,
-        the same checks, events and order: dozens of transfers are re-planned per joint
-        solve, 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
+        """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined, the same
+        events and order: 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
         if self.log is not None:
             for act, i in zip(order, perm):
                 self._wake_in(act, horizons[i])
             return
-        queue, eid, now, on_wake = self.env._queue, self.env._eid, self.env._now, self._on_wake
+        queue, eid, now, voided = self.env._queue, self.env._eid, self.env._now, 0
         for act, i in zip(order, perm):
             horizon = horizons[i]
             if not horizon < _INF:
                 self._wake_in(act, horizon)  # (raises)
             if act.wake is not None:
-                act.wake.callbacks = ()
-            act.wake = wake = Wake([lambda _ev, a=act, g=act.generation: on_wake(a, g)])
+                act.wake.callbacks = VOID
+                voided += 1
+            act.wake = wake = Wake([act.call])
             heappush(queue, (now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(eid), wake))
+        self._superseded.add(voided)
 
     def _solve_all(self) -> None:
         self.joint_solves += 1
@@ -277,9 +288,10 @@ class Network:
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
         if act.wake is not None:  # a wake-up of an older generation: left in the queue, but calls nothing
-            act.wake.callbacks = ()
+            act.wake.callbacks = VOID
+            self._superseded.add(1)
         env = self.env  # (wake_after inlined; max(horizon, 0.0) spelled out: -0.0 stays -0.0 as there)
-        act.wake = wake = Wake([lambda _ev, on_wake=self._on_wake, a=act, g=act.generation: on_wake(a, g)])
+        act.wake = wake = Wake([act.call])
         heappush(env._queue, (env._now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(env._eid), wake))
         if self.log is not None:
             self._record(act, act.rates)
@@ -332,6 +344,7 @@ class Network:
                 return
         self._sharing.remove(act.phase)
         del self._active[act]
+        act.call = None  # (it held the act: a cycle the paused collector would keep to the end of the run)
         act.plan.finished += 1
         if self.log is not None:
             self._record(act, None)
@@ -345,8 +358,8 @@ class Network:
         only rounding residue of their bytes left (the first term alone keeps every
         scenario so far byte-identical; the others keep huge runs from re-solving forever
         at one instant)."""
-        tick = max(_PICOSECOND, _TICKS * float(np.spacing(self.env.now)))
-        return act.remaining <= act.rates * tick + np.maximum(1e-3, _REL_BYTES * act.plan.nbytes)
+        tick = max(_PICOSECOND, _TICKS * ulp(self.env._now))  # (math.ulp: np.spacing's float for times >= 0)
+        return act.remaining <= act.rates * tick + act.plan.residue  # (the residue: worked out once per plan)
 
     def _guard_progress(self, progressed: bool) -> None:
         """Count wake-ups in a row that neither moved bytes nor ended a chain; past
