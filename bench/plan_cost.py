@@ -51,8 +51,8 @@ from sim.plan.inputs import request  # noqa: E402
 from sim.plan.space import overrides  # noqa: E402
 from sim.plan.stages import Stages  # noqa: E402
 
-TERMS = ("gpus", "ops", "flows", "cp_flows", "a2a")  # cost.sim_cost's terms, flows with their crowd factor
-CONSTANTS = ("SECONDS_PER_GPU", "SECONDS_PER_OP", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A")
+TERMS = ("gpus", "ops", "flows", "cp_flows", "a2a_pairs")  # cost.sim_cost's terms, flows with their crowd factor
+CONSTANTS = ("SECONDS_PER_GPU", "SECONDS_PER_OP", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A_PAIR")
 
 
 def argv_request(argv: list[str]):
