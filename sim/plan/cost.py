@@ -35,10 +35,15 @@ ran past 90 s of CPU where 6.6 s was predicted). Per pair instead: tp 1 x dp 1,0
 ep 16 and ep 32 (928 all-to-alls across domains each, 2,048 ranks a stage) took 2.52 and 3.73 s,
 1.2 s apart for 3.0e7 more pairs: 4e-8 s a pair. The GPU term drops by the topology a planner
 worker now builds once per cluster (:func:`.explain.topology_of`): 0.15 s of a 2,048-GPU point,
-7e-5 s a GPU. EP overlap (combined 1F1B, sim/parallel/ep_overlap.py) costs far more per op
-than the layer programs' op counts (built without it) say: tp 2 x pp 8 (v 6) x dp 128, ep 8 in
-the domain, 9.6 s where 1.3 s was predicted; tp 4 x pp 2 (v 16) x dp 256, ep 32, 13.7 s where
-4.4 s: its ops are priced :data:`EP_OVERLAP_OPS` times (8.8x and 7.4x these two).
+7e-5 s a GPU. Candidates with EP overlap (combined 1F1B, sim/parallel/ep_overlap.py) cost far
+more than their layer programs' op counts (built without it) say: tp 2 x pp 8 (v 6) x dp 128,
+ep 8 in the domain, 9.6 s where 1.3 s was predicted; tp 4 x pp 2 (v 16) x dp 256, ep 32, 13.7 s
+where 4.4 s: their ops are priced :data:`EP_OVERLAP_OPS` times (8.8x and 7.4x these two). Only
+part of it is EP overlap's: the first layout without it took 5.79 s (0.96 s predicted), so
+interleaved pipelines of many micro-batches are underrated ~6x whatever their overlap, and
+in-domain layouts without a pipeline ~2x (tp 1 x dp 2,048, ep 8: 1.06 s where 0.51 s); the ep
+128-256 layouts with EP overlap are predicted 26-103 s (past 90 s measured before). Not refitted
+yet (docs/plan.md, issue 28).
 """
 
 import numpy as np
@@ -52,7 +57,7 @@ SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans
 SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
 SECONDS_PER_A2A_PAIR = 4e-8  # one pair of ranks of an all-to-all leaving the NVLink domain, copies included
 SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
-EP_OVERLAP_OPS = 8.0  # an op of a candidate with ep_comm_overlap costs this many ops (two points above)
+EP_OVERLAP_OPS = 8.0  # an op of a candidate with ep_comm_overlap costs this many (two points above; see there)
 CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
 COUNTS = ("ops", "dp", "cp", "ep")  # per layer kind and micro-batch: ops but FSDP's, FSDP gathers, K/V shifts, all-to-alls
 
