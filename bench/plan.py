@@ -25,6 +25,10 @@ load 2 to 10; gb200 at the H100 SXM's sustained factor 0.797; the H100 cases' fi
   Re-run 2026-11-27 after the mi355x factor's refit (0.5793 -> 0.6008; ``--only mi355x --workers 1``):
   the same counts and best layout, 3.420 s, MFU 45.8%; Spearman 0.93 (0.76 over the best-estimated);
   87 s wall on the loaded machine: OK.
+
+Issue 28 (2026-11-27, ``--only dsv3``, main 73694b6 then the branch, 2 workers, load 8-18 then
+13-25): 7 -> 71 layouts simulated (17 -> 33 stopped at the point limit), best 8.086 -> 7.926 s;
+1,349 -> 2,888 s wall, 163 -> 529 s CPU: the 300 s target MISSED by both (docs/plan.md).
 """
 
 import argparse

@@ -27,6 +27,11 @@ low for all-to-alls over 256 expert ranks. So the predictor underrates; refittin
 the predictions and the same budget then simulates fewer DeepSeek-V3 layouts, not more. Not
 refitted yet: the all-to-all term needs points that finish (and a price that grows with the
 group), and the GPU term points of other sizes.
+
+Issue 28 (2026-11-27, load 12-20): the all-to-all term is now per pair of ranks (``a2a_pairs``:
+all-to-alls x stage ranks x (ep - 1)), 4e-8 s, from two DeepSeek-V3 points 1.2 s apart (ep 16
+and 32, 2.52 and 3.73 s of CPU), and EP overlap's ops cost 8x (two points, 8.8x and 7.4x);
+sim/plan/cost.py's docstring lists the five points measured.
 """
 
 import argparse
@@ -51,8 +56,8 @@ from sim.plan.inputs import request  # noqa: E402
 from sim.plan.space import overrides  # noqa: E402
 from sim.plan.stages import Stages  # noqa: E402
 
-TERMS = ("gpus", "ops", "flows", "cp_flows", "a2a")  # cost.sim_cost's terms, flows with their crowd factor
-CONSTANTS = ("SECONDS_PER_GPU", "SECONDS_PER_OP", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A")
+TERMS = ("gpus", "ops", "flows", "cp_flows", "a2a_pairs")  # cost.sim_cost's terms, flows with their crowd factor
+CONSTANTS = ("SECONDS_PER_GPU", "SECONDS_PER_OP", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A_PAIR")
 
 
 def argv_request(argv: list[str]):

@@ -41,7 +41,8 @@ def build_topology(s: Scenario) -> topology.Topology:
 
 
 def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
-             record_links: bool = False, force: bool = False, estimate: "work.Work | None" = None) -> Result:
+             record_links: bool = False, force: bool = False, estimate: "work.Work | None" = None,
+             topo: topology.Topology | None = None) -> Result:
     """Simulate one optimizer step. When stragglers, jitter or faults are configured and
     ``baseline`` is true, also simulate without them for ``straggler_cost_s``.
     ``record_links`` keeps every rate change of every transfer (``facts.link_log``, see
@@ -52,19 +53,22 @@ def simulate(s: Scenario, baseline: bool = True, e_max: float | None = None,
     checked (:mod:`sim.outputs.invariants`) before it is returned: an impossible one, or
     a simulation that stops making progress, is a SimulationError naming the scenario.
     Under ``[simulation] micro_batches = "steady"`` the step is extrapolated from a few
-    micro-batch counts (:mod:`sim.steady`), or simulated exactly where it cannot be."""
+    micro-batch counts (:mod:`sim.steady`), or simulated exactly where it cannot be.
+    ``topo``: :func:`build_topology`'s graph of this scenario's cluster, built before (the
+    planner's workers reuse one across the candidates of a cluster: its caches of paths are
+    pure functions of it, as the clean baseline's reuse below relies on)."""
     if s.rl is not None:
         raise InputError("rl", "an [rl] scenario runs with `clustersim rl` (its [parallel] is the trainer pool)")
     limit = None if force else work.watchdog_seconds(estimate or work.check(s))  # (estimate: checked by the caller)
     if s.simulation.micro_batches is not MicroBatches.STEADY:
         with work.watchdog(s.name, limit):
-            return _simulate(s, baseline, e_max, record_links)
+            return _simulate(s, baseline, e_max, record_links, topo)
     from . import steady  # a few micro-batch counts, extrapolated; the exact step if not linear
 
     if limit is not None:  # (the exact step may run after the steady runs: the watchdog allows for both)
         limit += work.watchdog_seconds(work.estimate(exact_copy(s)))
     with work.watchdog(s.name, limit):
-        return steady.simulate(s, lambda each, clean: _simulate(each, clean, e_max, record_links), baseline,
+        return steady.simulate(s, lambda each, clean: _simulate(each, clean, e_max, record_links, topo), baseline,
                                None if force else work.check)
 
 

@@ -6,11 +6,12 @@ loads experts unevenly, sim/parallel/workload.py ``simulated_ranks``), so its wo
 ops of those ranks. But a collective whose group leaves its NVLink domain also carries the
 traffic of every folded copy of it (``Context.siblings``): all ranks of the stage put
 flows on the network, and the max-min fair solver re-rates them. An all-to-all leaving
-the domain costs about the same whatever its size (its flows are solved together). So
+the domain puts a flow on every pair of its ep ranks, in every folded copy: ``ranks x (ep -
+1)`` pairs. So
 
     seconds = SECONDS_PER_GPU * GPUs + SECONDS_PER_OP * ops
               + SECONDS_PER_FLOW * flows * max(1, ranks / CROWD_RANKS)^2
-              + SECONDS_PER_CP_FLOW * CP flows + SECONDS_PER_A2A * cross-domain all-to-alls
+              + SECONDS_PER_CP_FLOW * CP flows + SECONDS_PER_A2A_PAIR * cross-domain all-to-all pairs
 
 with ``flows`` the stage's ranks for every cross-domain gather, reduction and send, and
 ``CP flows`` those of the CP ring's K/V shifts across domains. A flow costs more as more
@@ -26,6 +27,23 @@ all-to-all. The constants are a least-squares fit (relative error) to the CPU se
 measured on the 2-core VM: predicted / measured 0.5-1.5x (docs/plan.md); the crowd and
 CP terms from the two 405B points above (the CP one a lower bound). Only the budget uses
 them; a simulation the predictor underrates stops at the planner's point time limit.
+
+Issue 28 (2026-11-27, ``python bench/plan_cost.py``-style points of the DeepSeek-V3 search on
+the 2-core VM at load ~12, CPU of a forked worker): the all-to-all term was one price per
+all-to-all (2.5e-3 s), which overrated small groups and underrated large ones (an ep 256 layout
+ran past 90 s of CPU where 6.6 s was predicted). Per pair instead: tp 1 x dp 1,024 x cp 2 with
+ep 16 and ep 32 (928 all-to-alls across domains each, 2,048 ranks a stage) took 2.52 and 3.73 s,
+1.2 s apart for 3.0e7 more pairs: 4e-8 s a pair. The GPU term drops by the topology a planner
+worker now builds once per cluster (:func:`.explain.topology_of`): 0.15 s of a 2,048-GPU point,
+7e-5 s a GPU. Candidates with EP overlap (combined 1F1B, sim/parallel/ep_overlap.py) cost far
+more than their layer programs' op counts (built without it) say: tp 2 x pp 8 (v 6) x dp 128,
+ep 8 in the domain, 9.6 s where 1.3 s was predicted; tp 4 x pp 2 (v 16) x dp 256, ep 32, 13.7 s
+where 4.4 s: their ops are priced :data:`EP_OVERLAP_OPS` times (8.8x and 7.4x these two). Only
+part of it is EP overlap's: the first layout without it took 5.79 s (0.96 s predicted), so
+interleaved pipelines of many micro-batches are underrated ~6x whatever their overlap, and
+in-domain layouts without a pipeline ~2x (tp 1 x dp 2,048, ep 8: 1.06 s where 0.51 s); the ep
+128-256 layouts with EP overlap are predicted 26-103 s (past 90 s measured before). Not refitted
+yet (docs/plan.md, issue 28).
 """
 
 import numpy as np
@@ -34,11 +52,12 @@ from ..input.choices import ExpertRouting, MicroBatches
 from ..parallel import steady
 from .layers import KINDS
 
-SECONDS_PER_GPU = 2.3e-4  # building the topology and the groups, per GPU (fit: 2.28e-4)
+SECONDS_PER_GPU = 1.6e-4  # the groups and routes, per GPU (fit: 2.28e-4, less 7e-5 for the topology now reused)
 SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
 SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
-SECONDS_PER_A2A = 2.5e-3  # one all-to-all leaving the NVLink domain (fit: 2.50e-3)
+SECONDS_PER_A2A_PAIR = 4e-8  # one pair of ranks of an all-to-all leaving the NVLink domain, copies included
 SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
+EP_OVERLAP_OPS = 8.0  # an op of a candidate with ep_comm_overlap costs this many (two points above; see there)
 CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
 COUNTS = ("ops", "dp", "cp", "ep")  # per layer kind and micro-batch: ops but FSDP's, FSDP gathers, K/V shifts, all-to-alls
 
@@ -50,7 +69,7 @@ def layer_counts(lp) -> tuple[int, int, int, int]:
 
 
 def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, ...]:
-    """(ops, flows, CP flows, cross-domain all-to-alls, GPUs per stage) of one step's
+    """(ops, flows, CP flows, cross-domain all-to-all pairs, GPUs per stage) of one step's
     simulation of every candidate of table ``c`` (with its ``micro`` column: micro-batches
     per step). ``layer``: n x kinds x :data:`COUNTS` of its layer programs
     (:meth:`.estimate.Estimator._layer_costs`); ``split``: the layers of each kind of the
@@ -67,9 +86,10 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     ops = micro * (ops_l + np.where(zero3, fsdp_l, 0))
     flows = (micro * fsdp_l * zero3 * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
     cp_flows = micro * shifts_l * cross_cp * ranks
-    a2a_out = micro * a2a_l * cross_ep  # cross-domain all-to-alls of the simulated rank
+    a2a_out = micro * a2a_l * cross_ep * ranks * (ep - 1)  # pairs of the simulated rank's cross-domain all-to-alls
     if uneven(s):
         ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
+    ops = ops * np.where(c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1), EP_OVERLAP_OPS, 1.0)
     return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
 
 
@@ -107,4 +127,4 @@ def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
     _, runs = simulated_micro_batches(c, s)  # (steady mode: each run builds the cluster)
     return (SECONDS_PER_GPU * s.cluster.gpus * runs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
-            + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A * a2a)
+            + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A_PAIR * a2a)

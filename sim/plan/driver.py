@@ -25,20 +25,18 @@ import pandas as pd
 from .. import work
 from ..errors import InputError
 from ..hardware.gpus import gpu_preset
-from ..input.load import scenario_from_dict
 from ..outputs.progress import status
-from ..sweeps.pool import one_line
 from ..sweeps.grid import point_key, sweep
 from . import fit, rank, rules, select
 from .estimate import Estimator
-from .explain import simulate_point
+from .explain import REFUSED, simulate_point
 from .space import Space, enumerate_layouts, overrides
 from .stages import Stages
 
 BUDGET_S = 240.0  # predicted seconds of full simulation on one core (2 workers: ~2 minutes)
 POINT_TIMEOUT_S = 60.0  # a simulation still running then stops and keeps its estimate (the predictor underrated it)
 TOP = 10
-FRONT = 16  # at most this many of the best estimates simulated in the first round
+FRONT = 16  # the first round's front takes this many of the best estimates, more as the budget grows (select.front_size)
 ROUNDS = 2  # rounds of contenders after the first
 
 
@@ -143,12 +141,10 @@ def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, kwargs: di
 
 def _run(req, ranked: pd.DataFrame, picks: list[int], plan: Plan, kwargs: dict) -> dict[int, dict]:
     """Simulate ``picks`` through the sweep machinery; position -> row (failures kept aside,
-    picks the work budget refuses counted in ``plan.refused`` and not run)."""
+    picks the work budget refuses counted in ``plan.refused``: the workers check each point
+    once, :func:`.explain.simulate_point`, so the checks run in parallel and the simulation
+    reuses the check's estimate)."""
     grid = [overrides(ranked.iloc[p]) for p in picks]
-    refused = _refused(req.data, grid)
-    plan.refused.update({picks[i]: why for i, why in refused.items()})
-    picks = [p for i, p in enumerate(picks) if i not in refused]
-    grid = [g for i, g in enumerate(grid) if i not in refused]
     if not grid:
         return {}
     stats: dict = {}
@@ -162,27 +158,12 @@ def _run(req, ranked: pd.DataFrame, picks: list[int], plan: Plan, kwargs: dict) 
     for row in frame.to_dict("records"):
         p = where[row["point"]]
         error = row.get("error")
-        if isinstance(error, str) and error:
+        if isinstance(error, str) and error.startswith(REFUSED):
+            plan.refused[p] = error[len(REFUSED):]
+        elif isinstance(error, str) and error:
             plan.failures[p] = error
         else:
             out[p] = row
-    return out
-
-
-def _refused(data: dict, grid: list[dict]) -> dict[int, str]:
-    """Index in ``grid`` -> why :func:`sim.work.check` refuses that point's simulation
-    (``simulate()`` would raise it in the worker; checked here so the refusal is a counted
-    rejection). A point the loader rejects is left to the sweep (a failed row)."""
-    out = {}
-    for i, point in enumerate(grid):
-        try:
-            s = scenario_from_dict(data, point)
-        except InputError:
-            continue
-        try:
-            work.check(s)
-        except InputError as exc:
-            out[i] = one_line(str(exc))
     return out
 
 

@@ -9,11 +9,17 @@ everything but forward and backward compute: idle ("bubble"), exposed TP / CP / 
 / DP communication, recomputation and the optimizer. The largest is what limits the
 layout; under :data:`COMPUTE_BOUND` of the step it is "compute".
 
-:func:`simulate_point` is what the sweep's workers run for the planner: the step, its
-summary and this breakdown as columns (``crit.*``), so nothing but numbers crosses
-between processes.
+:func:`simulate_point` is what the sweep's workers run for the planner: the work budget's
+check (:func:`sim.work.check`, once: its estimate is handed to the simulation, which would
+otherwise count the ops again), the step, its summary and this breakdown as columns
+(``crit.*``), so nothing but numbers crosses between processes. A point the work budget
+refuses is an error row starting with :data:`REFUSED` (the driver counts it as a rejection).
+A worker keeps the last cluster's topology (:func:`sim.step.build_topology`: every candidate
+of a search runs on the same cluster) and simulates the next point on it; its route caches
+are pure functions of the graph (tests/test_plan_speed.py: the same rows as a fresh build).
 """
 
+from .. import work
 from ..errors import InputError
 from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
 from ..sweeps.pool import flatten, one_line
@@ -22,16 +28,23 @@ COMPUTE_BOUND = 0.05  # a loss below this share of the step does not limit it
 LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP", "exposed_ep"),
           ("PP", "exposed_pp"), ("DP", "exposed_dp"), ("recompute", "compute_recompute"),
           ("optimizer", "compute_optimizer"))
+_TOPOLOGY: dict = {}  # the cluster section's JSON -> its topology (one entry: this worker's last cluster)
+REFUSED = "work budget: "  # an error row's prefix when sim.work.check refuses the point (not simulated)
 ESTIMATED = {"bubble": "est_bubble_s", "TP": "est_tp_s", "CP": "est_cp_s", "EP": "est_ep_s", "PP": "est_pp_s",
              "DP": "est_dp_s", "recompute": "est_recompute_s", "optimizer": "est_optimizer_s"}
 
 
 def simulate_point(scenario) -> tuple[dict | None, str | None]:
-    """Simulate one layout: (summary + ``crit.*`` breakdown columns, None) or (None, error)."""
+    """Simulate one layout: (summary + ``crit.*`` breakdown columns, None) or (None, error);
+    a refusal of the work budget is (None, :data:`REFUSED` + why)."""
     from .. import step
 
     try:
-        result = step.simulate(scenario)
+        estimate = work.check(scenario)
+    except InputError as exc:
+        return None, REFUSED + one_line(str(exc))
+    try:
+        result = step.simulate(scenario, estimate=estimate, topo=topology_of(scenario))
     except InputError as exc:
         return None, one_line(str(exc))
     except Exception as exc:  # a failed point is a row, not the end of the search
@@ -39,6 +52,17 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
     row = flatten(result.summary)
     row.update({f"crit.{k}": v for k, v in breakdown(result.spans, result.summary["step_time_s"]).items()})
     return row, None
+
+
+def topology_of(scenario):
+    """The topology of ``scenario``'s cluster, built once per worker and cluster."""
+    from .. import step
+
+    key = scenario.cluster.model_dump_json()
+    if key not in _TOPOLOGY:
+        _TOPOLOGY.clear()
+        _TOPOLOGY[key] = step.build_topology(scenario)
+    return _TOPOLOGY[key]
 
 
 def breakdown(spans, step: float) -> dict:

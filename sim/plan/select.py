@@ -5,8 +5,9 @@ The budget is in predicted seconds of simulation on one core (``sim_cost_s`` of
 on any machine and after any interruption. Three kinds of picks:
 
 - the front: the best candidates by estimate, in order, each if its predicted cost fits
-  what is left of :data:`FRONT_SHARE` of the budget (at most ``top_n``; a candidate too
-  costly to simulate is skipped, keeps its estimate, and is reported);
+  what is left of :data:`FRONT_SHARE` of the budget and is at most :data:`CHEAP` x the
+  cheapest simulation of the search (at most :func:`front_size` picks: more as the budget
+  grows; a candidate too costly to simulate is skipped, keeps its estimate, and is reported);
 - the spread: one candidate near each estimate quantile of :data:`QUANTILES` (the
   cheapest to simulate within a window), so that the rank correlation between estimate
   and simulation is measured over the whole range, not only among near-ties;
@@ -19,26 +20,40 @@ import numpy as np
 import pandas as pd
 
 FRONT_SHARE = 0.7
-LOOKAHEAD = 20
+# A front pick is predicted at most this many times the search's cheapest simulation: one
+# layout that costs as much as dozens of others (DeepSeek-V3's all-to-alls over 128-256
+# expert ranks across NVLink domains, tens of times its in-node ep 8 layouts) is left to its
+# estimate so that the budget simulates many of the next best instead (docs/plan.md).
+CHEAP = 8.0
+FRONT_PER_S = 0.4  # front picks per predicted second of budget (240 s: 96), never fewer than the caller's top_n
 QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 WINDOW = 0.01  # of the candidates, each side of a spread position
 
 
+def front_size(budget: float, top_n: int) -> int:
+    """How many front picks a budget allows: ``top_n``, or :data:`FRONT_PER_S` per second
+    of budget where that is more (a 240 s budget: 96; 40 s or less: ``top_n``)."""
+    return max(top_n, int(FRONT_PER_S * budget))
+
+
 def front(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], list[int]]:
     """Positions (in ``ranked``, best estimate first) of the front picks: the best estimates
-    whose predicted cost fits what is left of :data:`FRONT_SHARE` of the budget, at most
-    ``top_n``, looking at most :data:`LOOKAHEAD` x ``top_n`` deep; and the positions skipped
-    on the way as too costly to simulate."""
-    picked, skipped, spent = [], [], 0.0
-    for pos, cost in enumerate(ranked["sim_cost_s"].to_numpy()[:LOOKAHEAD * top_n]):
-        if len(picked) >= top_n:
+    whose predicted cost fits what is left of :data:`FRONT_SHARE` of the budget and is at
+    most :data:`CHEAP` x the cheapest candidate's, at most :func:`front_size` of them; and
+    the positions before the last pick skipped as too costly to simulate."""
+    size, cost = front_size(budget, top_n), ranked["sim_cost_s"].to_numpy()
+    if not len(cost):
+        return [], []
+    cheapest, limit = float(cost.min()), budget * FRONT_SHARE
+    picked, spent = [], 0.0
+    for pos in np.flatnonzero(cost <= CHEAP * cheapest):
+        if len(picked) >= size or spent + cheapest > limit:
             break
-        if spent + cost > budget * FRONT_SHARE:
-            skipped.append(pos)
-            continue
-        picked.append(pos)
-        spent += cost
-    return picked, skipped
+        if spent + cost[pos] <= limit:
+            picked.append(int(pos))
+            spent += cost[pos]
+    taken = set(picked)
+    return picked, [p for p in range(max(picked, default=-1)) if p not in taken]
 
 
 def spread(ranked: pd.DataFrame, budget: float, taken: set[int]) -> list[int]:
@@ -63,7 +78,8 @@ def spread(ranked: pd.DataFrame, budget: float, taken: set[int]) -> list[int]:
 
 def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float, top_n: int) -> list[int]:
     """Positions not yet simulated whose scaled estimate beats the ``top_n``-th best
-    simulated step time, best first, while the budget lasts (empty when none)."""
+    simulated step time, best first, each at most :data:`CHEAP` x the cheapest candidate's
+    predicted cost, while the budget lasts (empty when none)."""
     if not simulated:
         return []
     est = ranked["estimate_s"].to_numpy()
@@ -79,7 +95,7 @@ def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float,
             continue
         if len(picked) >= top_n:
             break
-        if spent + cost[p] > budget:
+        if spent + cost[p] > budget or cost[p] > CHEAP * cost.min():
             continue
         picked.append(p)
         spent += cost[p]
