@@ -54,9 +54,11 @@ class Stream:
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
-                 "queue", "eid")
+                 "queue", "eid", "ledger")
 
-    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array):
+    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array,
+                 ledger: "SmLedger | None" = None):
+        self.ledger = ledger  # the rank's SMs held by communication kernels (None: its kernels hold none)
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
@@ -109,8 +111,13 @@ class Stream:
         if comm is None:  # (wake_after inlined: the one event of most ops)
             scale_of = self.scale_of
             delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
-            heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
+            if self.ledger is None:
+                heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
+            else:
+                self.ledger.start(self, delay)
         else:
+            if comm.sms and self.ledger is not None:
+                self.ledger.hold(comm.sms)
             self.meeting = meeting = self.arrive(comm, self.rank, i)
             meeting.done.callbacks.append(self._end)
 
@@ -121,6 +128,8 @@ class Stream:
         comm = self.ops[pos].comm
         if comm is not None:
             meeting = self.meeting
+            if comm.sms and self.ledger is not None:
+                self.ledger.hold(-comm.sms)
             if comm.op is SEND_RECV:
                 self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
             self.sent[i] = meeting.sent.get(self.rank, 0.0)
@@ -133,6 +142,58 @@ class Stream:
                 heappush(self.queue, (now, NORMAL, next(self.eid), waiter))
         self.pos = pos + 1
         self.advance()
+
+
+class SmLedger:
+    """The SMs of one GPU that communication kernels hold while they run, and the compute
+    kernels that run beside them on the rest.
+
+    A kernel that moves data with SMs (DeepEP's normal dispatch and combine: ``Collective.sms``)
+    holds its share of the GPU's SMs from the moment its stream reaches it until it ends, and
+    a compute kernel running meanwhile on another stream of the same GPU gets only the other
+    SMs: it progresses at ``1 - held`` of its rate (DeepEP's maintainers: with two streams,
+    "computation and communication kernels share all the SMs (e.g. internode kernels using
+    20 SMs, and GEMM on the computation uses 132 - 20 = 112 SMs)", deepseek-ai/DeepEP issue
+    61). So a compute op of ``w`` seconds overlapped for ``t`` seconds by a kernel holding a
+    share ``s`` ends ``s * t`` later (closed form: tests/test_sm_share.py). Each running
+    compute op keeps its planned end and wake; when the held share changes, the work left is
+    rescaled to the new rate and a new wake replaces the old one (which then fires with no
+    callback). Only ranks whose program :attr:`~.ops.RankProgram.holds_sms` get a ledger: every
+    other rank's compute ops keep the one fixed wake of :meth:`Stream._advance`."""
+
+    __slots__ = ("env", "held", "running")
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.held = env, 0.0
+        self.running: dict[Stream, tuple[Wake, float]] = {}  # stream -> (its compute op's wake, planned end)
+
+    def start(self, stream: Stream, work: float) -> None:
+        """Run ``work`` seconds (at the full rate) of compute on ``stream`` from now."""
+        self._plan(stream, work / (1.0 - self.held))
+
+    def _plan(self, stream: Stream, delay: float) -> None:
+        env = self.env
+        due = env._now + delay
+        wake = Wake([lambda _ev, s=stream: self._finish(s)])
+        heappush(env._queue, (due, NORMAL, next(env._eid), wake))
+        self.running[stream] = (wake, due)
+
+    def _finish(self, stream: Stream) -> None:
+        del self.running[stream]
+        stream._ended(None)
+
+    def hold(self, share: float) -> None:
+        """Communication kernels take (``share`` > 0) or give back SMs now: every running
+        compute op's remaining work goes on at the new rate."""
+        old = 1.0 - self.held
+        self.held += share
+        if self.held < 1e-12:  # (float sums of +s and -s: back to exactly none held)
+            self.held = 0.0
+        new, now = 1.0 - self.held, self.env._now
+        for stream, (wake, due) in list(self.running.items()):
+            if due > now:
+                wake.callbacks.clear()  # (it fires later, calling nothing)
+                self._plan(stream, (due - now) * old / new)
 
 
 NOT_YET = -1.0  # OpTimes.start and .end of an op that has not started, ended (times are >= 0)
@@ -206,7 +267,8 @@ class Engine:
             # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
             # throughout the run, python bench/step.py --only 405b-1k)
             released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
-            streams += [Stream(self, prog, array("q", indices), released) for indices in by_name.values()]
+            ledger = SmLedger(self.env) if prog.holds_sms else None
+            streams += [Stream(self, prog, array("q", indices), released, ledger) for indices in by_name.values()]
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
