@@ -1,4 +1,4 @@
-"""SMs held by communication kernels (``Collective.sms``, :class:`sim.engine.core.SmLedger`):
+"""SMs held by communication kernels (``Collective.sms``, :class:`sim.engine.sms.SmLedger`):
 DeepEP's dispatch and combine run on ``DEEPEP_SMS`` of the GPU's SMs, and compute beside them
 runs on the rest (deepseek-ai/DeepEP issue 61: "132 - 20 = 112 SMs").
 

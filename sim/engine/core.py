@@ -36,6 +36,7 @@ from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
 from .ops import Collective, Op, RankProgram
+from .sms import SmLedger
 from .traffic import merged_schedule
 from ..hardware.topology import Topology
 
@@ -114,7 +115,7 @@ class Stream:
             if self.ledger is None:
                 heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
             else:
-                self.ledger.start(self, delay)
+                self.ledger.start(self, delay, self._end)
         else:
             if comm.sms and self.ledger is not None:
                 self.ledger.hold(comm.sms)
@@ -142,58 +143,6 @@ class Stream:
                 heappush(self.queue, (now, NORMAL, next(self.eid), waiter))
         self.pos = pos + 1
         self.advance()
-
-
-class SmLedger:
-    """The SMs of one GPU that communication kernels hold while they run, and the compute
-    kernels that run beside them on the rest.
-
-    A kernel that moves data with SMs (DeepEP's normal dispatch and combine: ``Collective.sms``)
-    holds its share of the GPU's SMs from the moment its stream reaches it until it ends, and
-    a compute kernel running meanwhile on another stream of the same GPU gets only the other
-    SMs: it progresses at ``1 - held`` of its rate (DeepEP's maintainers: with two streams,
-    "computation and communication kernels share all the SMs (e.g. internode kernels using
-    20 SMs, and GEMM on the computation uses 132 - 20 = 112 SMs)", deepseek-ai/DeepEP issue
-    61). So a compute op of ``w`` seconds overlapped for ``t`` seconds by a kernel holding a
-    share ``s`` ends ``s * t`` later (closed form: tests/test_sm_share.py). Each running
-    compute op keeps its planned end and wake; when the held share changes, the work left is
-    rescaled to the new rate and a new wake replaces the old one (which then fires with no
-    callback). Only ranks whose program :attr:`~.ops.RankProgram.holds_sms` get a ledger: every
-    other rank's compute ops keep the one fixed wake of :meth:`Stream._advance`."""
-
-    __slots__ = ("env", "held", "running")
-
-    def __init__(self, env: simpy.Environment):
-        self.env, self.held = env, 0.0
-        self.running: dict[Stream, tuple[Wake, float]] = {}  # stream -> (its compute op's wake, planned end)
-
-    def start(self, stream: Stream, work: float) -> None:
-        """Run ``work`` seconds (at the full rate) of compute on ``stream`` from now."""
-        self._plan(stream, work / (1.0 - self.held))
-
-    def _plan(self, stream: Stream, delay: float) -> None:
-        env = self.env
-        due = env._now + delay
-        wake = Wake([lambda _ev, s=stream: self._finish(s)])
-        heappush(env._queue, (due, NORMAL, next(env._eid), wake))
-        self.running[stream] = (wake, due)
-
-    def _finish(self, stream: Stream) -> None:
-        del self.running[stream]
-        stream._ended(None)
-
-    def hold(self, share: float) -> None:
-        """Communication kernels take (``share`` > 0) or give back SMs now: every running
-        compute op's remaining work goes on at the new rate."""
-        old = 1.0 - self.held
-        self.held += share
-        if self.held < 1e-12:  # (float sums of +s and -s: back to exactly none held)
-            self.held = 0.0
-        new, now = 1.0 - self.held, self.env._now
-        for stream, (wake, due) in list(self.running.items()):
-            if due > now:
-                wake.callbacks.clear()  # (it fires later, calling nothing)
-                self._plan(stream, (due - now) * old / new)
 
 
 NOT_YET = -1.0  # OpTimes.start and .end of an op that has not started, ended (times are >= 0)

@@ -65,7 +65,7 @@ class RankProgram:
     ops: list[Op] = field(default_factory=list)
     released: array | None = None
     holds_sms: bool = False  # some collective of it holds SMs (``Collective.sms``): the engine times its compute
-    #                          against them (:class:`sim.engine.core.SmLedger`)
+    #                          against them (:class:`sim.engine.sms.SmLedger`)
     _anchored: tuple | None = None  # (ops seen, :meth:`anchors`'s answer), kept
 
     def add(self, op: Op) -> int:

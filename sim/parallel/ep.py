@@ -230,7 +230,7 @@ class Dispatcher(StrEnum):
 
 def sm_share(parallel) -> float:
     """The share of a GPU's SMs the dispatcher's all-to-all kernels hold while they run
-    (``Collective.sms``; the engine slows the compute beside them, :class:`sim.engine.core.SmLedger`):
+    (``Collective.sms``; the engine slows the compute beside them, :class:`sim.engine.sms.SmLedger`):
     DeepEP's :data:`DEEPEP_SMS` of an H100's 132; none for NCCL's all-to-all (not modelled:
     its channels' SMs are not counted anywhere else either). The planner prices the same share
     (sim/plan/estimate.py ``_ep_exposed``, through :mod:`.layer_program`)."""

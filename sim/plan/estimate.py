@@ -209,7 +209,7 @@ class Estimator:
         or, where the all-to-all kernels hold a share ``s`` of the SMs (DeepEP), what they take
         from the compute beside them: paired compute of ``c`` seconds beside an all-to-all of
         ``a`` ends ``s a`` later, or with the all-to-all, so ``max(s a, a - c)`` is exposed
-        (sim/engine/core.py ``SmLedger``: the simulator's own rule, per kernel)."""
+        (sim/engine/sms.py ``SmLedger``: the simulator's own rule, per kernel)."""
         a2a, comp = layer[:, :, 5], layer[:, :, 0] + layer[:, :, 1]
         alone = 1.0 / micro if pp == 1 else np.minimum(1.0, ((pp - 1) * 2 + (v - 1) * pp + 1) / (micro * v))
         taken = layer_program.ep_sm_share(self.s.parallel) * a2a
