@@ -204,8 +204,6 @@ KNOWN_GAPS: dict[str, str] = {  # empty 2026-11-24 .. 2026-11-27; the new publis
     "l3-405-cp16-16384": "Llama 3 long-context stage at -29.6%: its published step comes from PaLM's FLOPs "
                          "convention, whose non-causal 12 l h s term counts twice the causal attention the "
                          "row runs (-1.4% with the causal 6 l h s; docs/strong_scaling.md)",
-    "mz-q235-tp2pp8ep32-ovl": "-23.2%: EP overlap hides DeepEP's exchange entirely; its 24 SMs taken from "
-                              "the compute it overlaps are not modelled",
     "mz-q235-tp2pp32ep8": "-22.5%: 96 one-layer chunks on 32 stages; per-chunk costs measured at 24.2 s "
                           "are not all modelled",
     "mz-q235-tp4pp8ep8": "-35.5%: tp 4 / ep 8 with 16 local experts, 256 micro-batches; not explained yet",
