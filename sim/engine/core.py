@@ -4,7 +4,7 @@ Each rank has streams like CUDA streams: ops on one stream run in program order,
 also waits for its ``deps`` (ops of the same rank on any stream) and for its rank's host to
 have issued it (:meth:`RankProgram.release`: the host issues the program in order, each op
 costing ``Op.issue`` seconds, :mod:`sim.model.host`), compute ops take their
-duration, and a collective starts once every *simulated* member of its group has reached
+duration (longer while a collective's kernels hold some of the GPU's SMs: :mod:`.sms`), and a collective starts once every *simulated* member of its group has reached
 it (a :class:`Meeting`), then runs its schedule's phases on the
 :class:`~sim.engine.network.Network`. Overlap of compute and communication is never computed by
 a formula: it emerges from the streams and dependencies.
