@@ -206,8 +206,6 @@ KNOWN_GAPS: dict[str, str] = {  # empty 2026-11-24 .. 2026-11-27; the new publis
                          "stated MFU (Chowdhery et al.: PaLM's 6N + 12 l h s), whose non-causal term counts "
                          "twice the causal attention the row runs (-1.4% with 6 l h s, a count the paper "
                          "does not state; docs/strong_scaling.md)",
-    "mz-q235-tp2pp8ep32-ovl": "-23.2%: EP overlap hides DeepEP's exchange entirely; its 24 SMs taken from "
-                              "the compute it overlaps are not modelled",
     "mz-q235-tp2pp32ep8": "-22.5%: 96 one-layer chunks on 32 stages; per-chunk costs measured at 24.2 s "
                           "are not all modelled",
     "mz-q235-tp4pp8ep8": "-35.5%: tp 4 / ep 8 with 16 local experts, 256 micro-batches; not explained yet",

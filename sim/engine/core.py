@@ -4,7 +4,7 @@ Each rank has streams like CUDA streams: ops on one stream run in program order,
 also waits for its ``deps`` (ops of the same rank on any stream) and for its rank's host to
 have issued it (:meth:`RankProgram.release`: the host issues the program in order, each op
 costing ``Op.issue`` seconds, :mod:`sim.model.host`), compute ops take their
-duration, and a collective starts once every *simulated* member of its group has reached
+duration (longer while a collective's kernels hold some of the GPU's SMs: :mod:`.sms`), and a collective starts once every *simulated* member of its group has reached
 it (a :class:`Meeting`), then runs its schedule's phases on the
 :class:`~sim.engine.network.Network`. Overlap of compute and communication is never computed by
 a formula: it emerges from the streams and dependencies.
@@ -36,6 +36,7 @@ from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
 from .ops import Collective, Op, RankProgram
+from .sms import SmLedger
 from .traffic import merged_schedule
 from ..hardware.topology import Topology
 
@@ -54,9 +55,11 @@ class Stream:
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
-                 "queue", "eid")
+                 "queue", "eid", "ledger")
 
-    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array):
+    def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array,
+                 ledger: "SmLedger | None" = None):
+        self.ledger = ledger  # the rank's SMs held by communication kernels (None: its kernels hold none)
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
@@ -109,8 +112,13 @@ class Stream:
         if comm is None:  # (wake_after inlined: the one event of most ops)
             scale_of = self.scale_of
             delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
-            heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
+            if self.ledger is None:
+                heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
+            else:
+                self.ledger.start(self, delay, self._end)
         else:
+            if comm.sms and self.ledger is not None:
+                self.ledger.hold(comm.sms)
             self.meeting = meeting = self.arrive(comm, self.rank, i)
             meeting.done.callbacks.append(self._end)
 
@@ -121,6 +129,8 @@ class Stream:
         comm = self.ops[pos].comm
         if comm is not None:
             meeting = self.meeting
+            if comm.sms and self.ledger is not None:
+                self.ledger.hold(-comm.sms)
             if comm.op is SEND_RECV:
                 self.starts[i] = meeting.start  # a posted recv waiting for its send is idle, not traffic
             self.sent[i] = meeting.sent.get(self.rank, 0.0)
@@ -206,7 +216,8 @@ class Engine:
             # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
             # throughout the run, python bench/step.py --only 405b-1k)
             released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
-            streams += [Stream(self, prog, array("q", indices), released) for indices in by_name.values()]
+            ledger = SmLedger(self.env) if prog.holds_sms else None
+            streams += [Stream(self, prog, array("q", indices), released, ledger) for indices in by_name.values()]
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()

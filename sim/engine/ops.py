@@ -30,6 +30,7 @@ class Collective:
     algo: Algorithm | str = Algorithm.AUTO  # or "algorithm:protocol" text (a benchmark's ring:ll)
     siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
+    sms: float = 0.0  # share of each member's SMs its kernels hold from arrival to end (DeepEP's: sim/parallel/ep.py)
 
 
 NO_LAYER = -1  # Op.layer of an op of no layer (the optimizer; as the embedding's id: the phase differs)
@@ -63,6 +64,8 @@ class RankProgram:
     rank: int
     ops: list[Op] = field(default_factory=list)
     released: array | None = None
+    holds_sms: bool = False  # some collective of it holds SMs (``Collective.sms``): the engine times its compute
+    #                          against them (:class:`sim.engine.sms.SmLedger`)
     _anchored: tuple | None = None  # (ops seen, :meth:`anchors`'s answer), kept
 
     def add(self, op: Op) -> int:

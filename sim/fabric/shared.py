@@ -175,10 +175,10 @@ def relabel(prog: RankProgram, gpus: list[int], job: int) -> RankProgram:
             if moved is None:
                 moved = calls[id(c)] = Collective(("job", job) + c.key, c.op, tuple(gpus[g] for g in c.group),
                                                   c.nbytes, c.algo, tuple(tuple(gpus[g] for g in s) for s in c.siblings),
-                                                  c.shares)
+                                                  c.shares, c.sms)
             op = op._replace(comm=moved)
         ops.append(op)
-    return RankProgram(gpus[prog.rank], ops)
+    return RankProgram(gpus[prog.rank], ops, holds_sms=prog.holds_sms)
 
 
 def _scale(jobs: list[Job], topo):

@@ -57,6 +57,11 @@ _register(GPU("a100-80gb", 312 * TFLOPS, 80 * GIB, 2039 * GB, 300 * GB, 25 * GB,
 # NVLink4 900 GB/s bidirectional = 450 per direction; DGX H100: 8x 400 Gb/s NDR
 # ConnectX-7 = 50 GB/s each; PCIe gen5 x16 ~ 64 GB/s per direction.
 # Dense FP8: 1,979 TFLOP/s (the datasheet's 3,958 is with 2:4 sparsity).
+# Streaming multiprocessors of an H100 SXM5: 132 (NVIDIA H100 Tensor Core GPU Architecture
+# whitepaper, "The full implementation of the GH100 GPU ... 144 SMs"; the H100 SXM5 has 132). What
+# communication kernels take from compute is counted against it on every GPU
+# (sim/parallel/tp_overlap.py COMM_SM_SHARE, sim/parallel/ep.py deepep_sm_share).
+H100_SMS = 132
 _register(GPU("h100-sxm", 989 * TFLOPS, 80 * GIB, 3350 * GB, 450 * GB, 50 * GB, 64 * GB, fp8_flops=1979 * TFLOPS, hbm_unit="GiB"))
 # Meta's Grand Teton H100 (torchtitan's published H100 benchmarks, pytorch/torchtitan
 # docs/performance.md: "H100 SXM 96GB ... @500W"): the H100 SXM's tensor cores and NVLink4

@@ -80,7 +80,7 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
     program has few groups and many ops.)"""
     calls: dict[int, Collective] = {}
     renamed: dict[tuple, tuple] = {}  # (id of a base group, category) -> (group, siblings)
-    prog = RankProgram(rank)
+    prog = RankProgram(rank, holds_sms=base.holds_sms)
     ops = base.ops
     if varying and ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank):
         ops = retimed_ops(ctx, ops, rank, varying)
@@ -99,7 +99,7 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
                 found = renamed[id(g), op.category] = (group, ctx.siblings(op.category, group, None), g)
             group, siblings, _g = found
             call = calls[id(c)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo, siblings,
-                                             c.shares)
+                                             c.shares, c.sms)
         out.append(make(Op, op[:4] + (call,) + op[5:]))  # (Op's own __new__ takes 3x as long)
     if ops is base.ops:  # the same issue costs and syncs in the same order
         prog.share_host(base)
@@ -137,7 +137,7 @@ def rename(folding, group: tuple, rank: int) -> tuple:
 def jittered(ctx, prog: RankProgram) -> RankProgram:
     """``prog`` with each compute op's duration multiplied by the rank's draw for that op."""
     draws = jitter_draws(ctx.scenario, prog.rank, len(prog.ops)).tolist()
-    out = RankProgram(prog.rank, released=prog.release())  # (jitter scales the GPU side only)
+    out = RankProgram(prog.rank, released=prog.release(), holds_sms=prog.holds_sms)  # (jitter: the GPU side only)
     out.ops = [op if op.comm is not None else
                Op(op.name, op.category, op.stream, op.duration * draws[i], None, op.deps, op.layer,
                   op.micro_batch, op.stage, op.phase, op.issue) for i, op in enumerate(prog.ops)]

@@ -56,9 +56,20 @@ from ..model.layers import ELEM, Direction, backward, experts, router, routed_ex
 from . import tp
 from ..engine.kinds import Category, StreamName
 from ..input.choices import Dispatcher, ExpertRouting
+from ..hardware.gpus import H100_SMS
 
 AXIS = Category.EP
 COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
+# SMs DeepEP's normal (training) dispatch and combine kernels run on: Megatron-Core's
+# --moe-deepep-num-sms, default 20 (NVIDIA/Megatron-LM 8333bd5b, 2025-06-16, which added it:
+# megatron/training/arguments.py, transformer_config.py ``moe_deepep_num_sms: int = 20``, passed to
+# DeepEP's ``Buffer.set_num_sms`` by fused_a2a.py ``set_deepep_num_sms``); DeepEP's own default
+# is the same (deepseek-ai/DeepEP e02e4d2 deep_ep/buffer.py ``num_sms: int = 20``), and
+# DeepSeek-V3 ran its all-to-alls on 20 SMs (arXiv 2412.19437 section 3.2.2). The Qwen3 rows'
+# launch script (Megatron-MoE-ModelZoo b0b92ff sbatch_benchmarking.sh) sets no count and, with
+# A2A_OVERLAP=1, NVTE_{FWD,BWD}_LAYERNORM_SM_MARGIN=20: Transformer Engine's norms leave those 20
+# SMs to DeepEP.
+DEEPEP_SMS = 20
 
 
 def _group(b):
@@ -206,7 +217,17 @@ def dispatch(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD,
         return deps
     nbytes, weights = exchange(b, layer, False)
     return b.collective(f"a2a_dispatch_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), nbytes,
-                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights)
+                        deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights,
+                        sms=sm_share(b.ctx.scenario.parallel))
+
+
+def sm_share(parallel) -> float:
+    """The share of a GPU's SMs the dispatcher's all-to-all kernels hold while they run
+    (``Collective.sms``; the engine slows the compute beside them, :class:`sim.engine.sms.SmLedger`):
+    DeepEP's :data:`DEEPEP_SMS` of an H100's 132; none for NCCL's all-to-all (not modelled:
+    its channels' SMs are not counted anywhere else either). The planner prices the same share
+    (sim/plan/estimate.py ``_ep_exposed``, through :mod:`.layer_program`)."""
+    return DEEPEP_SMS / H100_SMS if parallel.ep_dispatcher is Dispatcher.DEEPEP else 0.0
 
 
 def exchange(b, layer: int, combine: bool) -> tuple[float, tuple | None]:
@@ -239,7 +260,8 @@ def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, 
     if b.ctx.layout.ep > 1:
         nbytes, weights = exchange(b, layer, True)
         x = b.collective(f"a2a_combine_{direction}{tag}", AXIS, ALL_TO_ALL, _group(b), nbytes,
-                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights)
+                         deps, layer=layer, mb=mb, group_of=b.ctx.layout.ep_group, shares=weights,
+                         sms=sm_share(b.ctx.scenario.parallel))
     stream = AXIS if b.ctx.scenario.parallel.ep_comm_overlap else StreamName.COMPUTE
     return b.compute(f"unpermute_{direction}{tag}", _kernels(unpermute(b.ctx.dims, tokens(b), b.ctx.shard.fused_permute), direction), x,
                      layer, mb, stream=stream)

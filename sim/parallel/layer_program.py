@@ -42,7 +42,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import amax, dp, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, ep, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -357,6 +357,11 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
 # reductions (.amax; the planner reads them here, the builder's own definition): whether they
 # apply, the group's axes, the seconds of one chunk's forward and backward reductions.
 amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_pair_s
+
+# The share of a GPU's SMs the dispatcher's all-to-all kernels hold while they run (DeepEP's;
+# the builder's own definition, :func:`sim.parallel.ep.sm_share`): compute paired with them
+# under EP overlap runs on the rest.
+ep_sm_share = ep.sm_share
 
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
 

@@ -213,14 +213,18 @@ class RankBuilder:
 
     def collective(self, name: str, axis: Category, op: CollectiveOp, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: Algorithm | str = Algorithm.AUTO, layer=-1, mb=-1,
-                   group_of=None, tag=(), key: str | None = None, shares: tuple | None = None) -> int:
+                   group_of=None, tag=(), key: str | None = None, shares: tuple | None = None,
+                   sms: float = 0.0) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
         of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
         ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`). ``algo``: a
-        member (the scenario's ``parallel.dp_algo`` is one), or a member's text, which becomes it here."""
+        member (the scenario's ``parallel.dp_algo`` is one), or a member's text, which becomes it here.
+        ``sms``: the share of the GPU's SMs its kernels hold while they run (``Collective.sms``)."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
-                          siblings, shares)
+                          siblings, shares, sms)
+        if sms:
+            self.program.holds_sms = True
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
                                    self._phase(), self._issue(host.nccl_call_s(op))))
 

@@ -61,7 +61,8 @@ class _Template:
                 m += shift
                 if c is not None:
                     key = c.key
-                    c = Collective(key[:2] + (m,) + key[3:], c.op, c.group, c.nbytes, c.algo, c.siblings, c.shares)
+                    c = Collective(key[:2] + (m,) + key[3:], c.op, c.group, c.nbytes, c.algo, c.siblings, c.shares,
+                                   c.sms)
             append(make(Op, (op.name, op.category, op.stream, op.duration, c, deps, op.layer, m, op.stage,
                              op.phase, op.issue, op.sync)))
         return out

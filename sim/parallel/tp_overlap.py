@@ -47,13 +47,14 @@ from ..model.layers import Direction, backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
 from ..engine.kinds import Category
+from ..hardware.gpus import H100_SMS
 
 AXIS = Category.TP
 RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub default num_splits=4
 # SMs the pipelined reduce-scatter's kernels take from the GEMM: TE initialize_ub's default
 # num_sm=16 for "pipeline" (NeMo's H100 configs use 8-24), with set_sm_margin cuBLAS runs on
 # the rest; of the 132 SMs of an H100 SXM (NVIDIA H100 whitepaper). One constant for every GPU.
-COMM_SM_SHARE = 16 / 132
+COMM_SM_SHARE = 16 / H100_SMS
 
 
 def _group(b):
