@@ -17,6 +17,7 @@ from sim.collectives.kinds import ALL_TO_ALL
 from sim.engine.core import Engine
 from sim.engine.ops import Collective, Op, RankProgram
 from sim.hardware.gpus import H100_SMS
+from sim.input.choices import Dispatcher
 from sim.outputs.result import spans_frame
 from sim.parallel import ep
 
@@ -88,9 +89,9 @@ def test_no_share_is_byte_identical_to_no_ledger():
 
 def test_only_deepep_holds_sms():
     class P:
-        ep_dispatcher = "deepep"
+        ep_dispatcher = Dispatcher.DEEPEP  # a loaded scenario holds the member
     assert ep.sm_share(P) == ep.DEEPEP_SMS / H100_SMS == 20 / 132
-    P.ep_dispatcher = "alltoall"
+    P.ep_dispatcher = Dispatcher.ALLTOALL
     assert ep.sm_share(P) == 0.0
 
 
@@ -134,7 +135,7 @@ def test_every_simulated_compute_span_is_its_kernel_plus_share_times_overlap(ove
         assert sum(over) > 0
 
 
-@pytest.mark.parametrize("dispatcher", ["deepep", "alltoall"])
+@pytest.mark.parametrize("dispatcher", [Dispatcher.DEEPEP, Dispatcher.ALLTOALL])
 def test_planner_exposes_max_of_share_times_a2a_and_what_outlasts_compute(dispatcher):
     import numpy as np
     import pandas as pd
