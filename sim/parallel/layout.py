@@ -94,11 +94,11 @@ class Layout:
         found = self._groups.get(key)
         if found is None:
             base = rank - sum(self.coords(rank)[a] * self.strides[a] for a in axes)
-            members = [base]
-            for axis in axes:
-                stride = self.strides[axis]
-                members = [m + i * stride for i in range(self.sizes[axis]) for m in members]
-            found = self._groups[key] = Group(members)
+            members = np.array([base], dtype=np.int64)
+            for axis in axes:  # index i x len(members) + j holds members[j] + i x stride (first axis fastest)
+                members = (self.strides[axis] * np.arange(self.sizes[axis], dtype=np.int64)[:, None]
+                           + members[None, :]).ravel()
+            found = self._groups[key] = Group(members.tolist())
         return found
 
     @property
