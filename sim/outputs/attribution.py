@@ -89,7 +89,7 @@ def busiest_links(result, top: int = 5) -> list[tuple[str, float]]:
     step = result.summary["step_time_s"]
     util = used / (topo.caps * step) if step > 0 else used * 0
     names = topo.link_ends
-    order = np.argsort(-util)[:top]
+    order = np.argsort(-util, kind="stable")[:top]  # ties (equally busy ports) in link order
     return [(f"{_node(names[l][0])} -> {_node(names[l][1])} ({topo.kinds[l]})", float(util[l]))
             for l in order if util[l] > 0]
 
