@@ -84,15 +84,17 @@ class Work:
     seconds: float  # CPU seconds, estimated
     bytes: float  # peak memory, estimated
     driver: str  # the key that drives the larger share of the cost
+    counted: bool = True  # False: the ops were not counted (the rest alone is past the budget, :func:`check`)
 
     def describe(self) -> str:
         """One line: the estimate and its parts."""
-        return cost_text(self.seconds, self.bytes, f"{self.ranks:,} ranks x {self.ops // max(self.ranks, 1):,} ops, "
+        ops = f"{self.ops // max(self.ranks, 1):,} ops" if self.counted else "ops not counted"
+        return cost_text(self.seconds, self.bytes, f"{self.ranks:,} ranks x {ops}, "
                          f"{self.gpus:,} GPUs, {self.fabric_links:,} fabric links, {self.scores:,} router scores, "
                          f"{self.expert_kernels:,} expert kernels, {self.alltoalls:,} uneven all-to-alls")
 
 
-def estimate(s) -> Work:
+def estimate(s, count_ops: bool = True) -> Work:
     """The work of ``simulate(s)`` for a checked scenario (sim.load_scenario's result). In
     steady-state mode (``[simulation] micro_batches = "steady"``), what runs: the scenario at
     each of its few micro-batch counts (sim/parallel/steady.py), one after the other (CPU
@@ -101,17 +103,18 @@ def estimate(s) -> Work:
     if s.simulation.micro_batches is MicroBatches.STEADY:
         plan = steady.counts(s)
         if plan.eligible:
-            runs = [_estimate(steady.at(s, m)) for m in plan.simulated]
+            runs = [_estimate(steady.at(s, m), count_ops) for m in plan.simulated]
             last = runs[-1]
             return dataclasses.replace(last, ops=sum(w.ops for w in runs), events=sum(w.events for w in runs),
                                        seconds=sum(w.seconds for w in runs), bytes=max(w.bytes for w in runs))
-        return _estimate(steady.at(s, plan.real))
-    return _estimate(s)
+        return _estimate(steady.at(s, plan.real), count_ops)
+    return _estimate(s, count_ops)
 
 
-def _estimate(s) -> Work:
-    """:func:`estimate` of one exact step."""
-    ranks, per_rank = census.simulated_ranks(s), census.ops_per_rank(s)
+def _estimate(s, count_ops: bool = True) -> Work:
+    """:func:`estimate` of one exact step (``count_ops=False``: without the ops, whose count
+    builds a rank's program: what the other parts cost)."""
+    ranks, per_rank = census.simulated_ranks(s), census.ops_per_rank(s) if count_ops else 0
     ops = ranks * per_rank
     if perturbed(s):  # the clean baseline
         ops += census.simulated_ranks(clean_copy(s)) * per_rank
@@ -129,7 +132,7 @@ def _estimate(s) -> Work:
     nbytes = BASE_BYTES + sum(b for _, b in parts.values())
     share = {name: t / BUDGET_S + b / BUDGET_BYTES for name, (t, b) in parts.items()}
     return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, a2a, seconds, nbytes,
-                _driver(s, max(share, key=share.get), ranks))
+                _driver(s, max(share, key=share.get), ranks), count_ops)
 
 
 def alltoall_part(a2a: int, ranks: int) -> tuple[float, float]:
@@ -140,10 +143,15 @@ def alltoall_part(a2a: int, ranks: int) -> tuple[float, float]:
 
 def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -> Work:
     """The estimate, or InputError naming the key that drives the cost when it exceeds
-    the budget (default :data:`BUDGET_S`, :data:`BUDGET_BYTES`)."""
-    work = estimate(s)
+    the budget (default :data:`BUDGET_S`, :data:`BUDGET_BYTES`). The parts that need no
+    program built are estimated first: where they alone exceed the budget, the refusal comes
+    without counting the ops (counting them builds a rank's program, which for a million
+    tokens over 16k experts is itself seconds of CPU; tests/test_hostile.py)."""
     budget_s = BUDGET_S if budget_s is None else budget_s
     budget_bytes = BUDGET_BYTES if budget_bytes is None else budget_bytes
+    rest = estimate(s, count_ops=False)
+    refuse_past_budget(rest, "this scenario would need more than", rest.describe(), budget_s, budget_bytes)
+    work = estimate(s)
     refuse_past_budget(work, "this scenario would need", work.describe(), budget_s, budget_bytes)
     return work
 

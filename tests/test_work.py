@@ -149,6 +149,26 @@ def test_past_the_budget_is_an_input_error_naming_the_key_that_drives_the_cost(o
     assert info.value.key == key and "--force" in info.value.reason
 
 
+def test_a_refusal_the_other_parts_decide_counts_no_ops(monkeypatch):
+    """1M tokens over 16k experts: the router scores alone are ~2,800 s, so the ops (whose
+    count builds a rank's program of 3M expert kernels) are not counted; the same scenario
+    with a budget the rest fits in counts them and refuses on the whole."""
+    s = _load("llama3-8b-fsdp-h100", ["model.moe={experts = 16384, top_k = 2, routing = 'expert_choice'}",
+                                       "training.seq_len=1000000"])
+    rest = work.estimate(s, count_ops=False)
+    assert not rest.counted and rest.ops == 0 and rest.seconds > work.BUDGET_S
+    with monkeypatch.context() as m:
+        m.setattr(census, "ops_per_rank", lambda _s: pytest.fail("ops counted"))
+        with pytest.raises(InputError) as info:
+            work.check(s)
+    assert "ops not counted" in info.value.reason and info.value.key == "training.seq_len"
+    whole = work.estimate(s)
+    assert whole.counted and whole.ops > 0 and whole.seconds > rest.seconds
+    with pytest.raises(InputError) as info:  # the rest fits; with the ops it does not
+        work.check(s, budget_s=(rest.seconds + whole.seconds) / 2, budget_bytes=2 * whole.bytes)
+    assert f"x {whole.ops:,} ops" in info.value.reason
+
+
 def test_force_runs_past_the_budget(monkeypatch):
     s = _load("gallery/fsdp-prefetch")
     monkeypatch.setattr(work, "BUDGET_S", 1e-6)

@@ -142,8 +142,10 @@ def launches(kernels) -> int:
 
 
 def issue_s(kernels) -> float:
-    """Host seconds to issue ``kernels`` eagerly, one launch at a time."""
-    return sum(k.count * issue_cost(k) for k in kernels)
+    """Host seconds to issue ``kernels`` eagerly, one launch at a time (:func:`issue_cost`
+    inlined: a MoE layer's op issues thousands of expert kernels; the same sum, term by term)."""
+    gemm, kernel = GEMM_ISSUE_S, KERNEL_ISSUE_S
+    return sum(k.count * (kernel if not k.flops and not k.attn else gemm) for k in kernels)
 
 
 def _memory_bound(k: Kernel) -> bool:
