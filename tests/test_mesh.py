@@ -92,6 +92,40 @@ def test_ring_across_meshed_nodes_gives_each_channel_one_link_and_one_nic():
     assert time == pytest.approx(per_channel / min(nic, LINK), rel=0.01)
 
 
+def test_tree_in_one_meshed_node_matches_the_ring_closed_form():
+    """NCCL's tree in one node is channel c's chain along the in-node path its search found
+    (connect.cc ``treeIntra``): on the mesh the 8 chains follow the 8 Hamiltonian paths, so
+    each directed link carries 2 chains x B/16 = B/8 up and B/8 down:
+    T = 2 (B/8) / w_link = 2B/(N w_link), the ring's time (before: the rotated chains all
+    queued on the links i+1 -> i, about 7x slower)."""
+    from sim import collectives
+    t = topo()
+    sched = collectives.schedule("all_reduce", "tree", tuple(range(8)), GIB, (0,) * 8, fabric=t.fabric)
+    for phase in sched.phases:
+        per_link = {}
+        for s, d, c in zip(phase.src, phase.dst, phase.chain):
+            per_link[(s, d)] = per_link.get((s, d), 0.0) + phase.nbytes[c]
+        assert len(per_link) == 56 and max(per_link.values()) == pytest.approx(GIB / 8)
+    time = nccl_tests.time_collective(t, "all_reduce", "tree", tuple(range(8)), GIB)
+    assert time == pytest.approx(2 * GIB / (8 * LINK), rel=2e-3) and time > 2 * GIB / (8 * LINK)
+
+
+def test_tree_across_meshed_nodes_chains_on_disjoint_links():
+    """16 GPUs on 2 nodes: channel c's chain crosses each node on path c, so no xGMI link
+    carries more than its 2 chains (the two trees of one channel); the arrays and the lists
+    build the same hops."""
+    from sim.collectives import tree
+    members = [list(range(8)), list(range(8, 16))]
+    for phase in tree.all_reduce_lists(members, GIB, mesh=True):
+        hops = [(s, d) for s, d in zip(phase.src, phase.dst) if s // 8 == d // 8]
+        assert max(hops.count(h) for h in set(hops)) == 2 and len(set(hops)) == 2 * 56
+    import numpy as np
+    lists = tree.all_reduce_lists(members, GIB, mesh=True)
+    arrays = tree.all_reduce_arrays(np.array(members), GIB, mesh=True)
+    for a, b in zip(lists, arrays):
+        assert (a.src == b.src).all() and (a.dst == b.dst).all() and (a.chain == b.chain).all()
+
+
 def test_mesh_cli_busbw_and_wrong_vendor_exits_2():
     proc = clustersim("collective", "--op", "all_reduce", "--algo", "ring", "--gpus", "8", "--topology",
                       "amd-xgmi", "--gpu", "mi300x", "--sizes", "1G", "--json")

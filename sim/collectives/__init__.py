@@ -48,7 +48,7 @@ ALGORITHMS = {
     (RING_SHIFT, DIRECT): direct.ring_shift,
 }
 NEEDS_FABRIC = (NVLS, NVLS_TREE, COLLNET, PAT)  # take the fabric as a fourth argument
-MESH_AWARE = (RING, HIERARCHICAL)  # lay their rings over an xGMI mesh's links (fourth argument)
+MESH_AWARE = (RING, HIERARCHICAL, TREE)  # lay rings and chains over an xGMI mesh's links (fourth argument)
 # What a DGX H100 fabric looks like to the tuner when no topology is given (NVLS off).
 DEFAULT_FABRIC = Fabric("hopper", 370e9, 47.5e9, 0.0, False, 8, 256)
 
@@ -152,7 +152,7 @@ def schedule(op: CollectiveOp, algo: str, group: tuple[int, ...], nbytes: float,
         return Schedule(op, algo, tuple(fn(group, domains, nbytes, shares)))
     if base in NEEDS_FABRIC:
         phases = tuple(fn(group, domains, nbytes, fabric or DEFAULT_FABRIC))
-    elif base in MESH_AWARE and fabric is not None and fabric.mesh:  # rings over xGMI links
+    elif base in MESH_AWARE and fabric is not None and fabric.mesh:  # rings, chains over xGMI links
         phases = tuple(fn(group, domains, nbytes, True))
     else:
         phases = tuple(fn(group, domains, nbytes))

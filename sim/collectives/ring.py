@@ -121,13 +121,13 @@ def channel_orders(group: tuple[int, ...], domains: tuple[int, ...], mesh: bool 
     # serve several channels, sharing their links
     channels = max(len(members) for members in per_domain)
     if mesh:
-        return [[r for members in per_domain for r in _crossing(members, c, channels)] for c in range(channels)]
+        return [[r for members in per_domain for r in crossing(members, c, channels)] for c in range(channels)]
     return [[r for members in per_domain for r in rotated(members, c)] for c in range(channels)]
 
 
-def _crossing(members: list[int], c: int, channels: int) -> list[int]:
+def crossing(members: list[int], c: int, channels: int) -> list[int]:
     """Channel c's order through one meshed node: its Hamiltonian path when the node holds
-    a member per channel, else the rotated order."""
+    a member per channel, else the rotated order (the tree's in-node chains too, :mod:`.tree`)."""
     paths = mesh_paths(len(members)) if len(members) == channels else None
     return [members[i] for i in paths[c]] if paths else rotated(members, c)
 

@@ -7,13 +7,24 @@ broadcasting it back down, pipelined. Like NCCL's channels, there is one such st
 per member of a domain, each led by a different GPU (and so a different NIC), carrying
 1/k of the data. Every chain of hops moves at one common rate. Large messages take
 ~2B/W; latency grows with log2(domains) + k steps instead of the ring's 2(N-1).
+
+Channel c's chain through a domain is the in-node path NCCL's topology search found for
+that channel (NVIDIA/nccl src/graph/connect.cc ``ncclTopoPreset``: ``treeIntra =
+graphs[NCCL_ALGO_TREE]->intra + c*localRanks``; RCCL keeps the same code). Behind an
+NVSwitch any order is the same, so it is the rotated one. On a switchless xGMI mesh
+(``mesh``) a hop is one peer link, and the search (src/graph/search.cc) takes each
+channel's bandwidth off the links its path follows, so later channels take other links:
+channel c follows the node's Hamiltonian path entering at c (:func:`.ring.crossing`, the
+paths a ring's channels cross a node on; 8 paths on 8 GPUs use every directed link once),
+and its chain runs up that path. So on a full 8-GPU node the tree's links carry B/k each
+way like the ring's, instead of every channel's chain queueing on the same 7 links.
 """
 
 import math
 
 import numpy as np
 
-from .ring import domain_members, rotated
+from .ring import crossing, domain_members, mesh_paths, rotated
 from .schedule import Phase, chains_phase
 
 
@@ -22,20 +33,26 @@ def tree_edges(order: list[int]) -> list[tuple[int, int]]:
     return [(order[i], order[(i - 1) // 2]) for i in range(1, len(order))]
 
 
-def all_reduce(group, domains, nbytes):
-    """Chains to domain leaders, two binary trees over the leaders; reduce then broadcast."""
+def all_reduce(group, domains, nbytes, mesh: bool = False):
+    """Chains to domain leaders, two binary trees over the leaders; reduce then broadcast
+    (``mesh``: the domains are xGMI-meshed nodes, each channel's chain on its own path)."""
     per_domain = domain_members(group, domains)
     if all(len(m) == len(per_domain[0]) for m in per_domain):
-        return all_reduce_arrays(np.array(per_domain, dtype=np.int64), nbytes)
-    return all_reduce_lists(per_domain, nbytes)
+        return all_reduce_arrays(np.array(per_domain, dtype=np.int64), nbytes, mesh)
+    return all_reduce_lists(per_domain, nbytes, mesh)
 
 
-def all_reduce_lists(per_domain: list[list[int]], nbytes: float) -> tuple[Phase, Phase]:
+def _order(members: list[int], c: int, k: int, mesh: bool) -> list[int]:
+    """Channel c's chain order through one domain, its leader first."""
+    return crossing(members, c, k) if mesh else rotated(members, c)
+
+
+def all_reduce_lists(per_domain: list[list[int]], nbytes: float, mesh: bool = False) -> tuple[Phase, Phase]:
     """:func:`all_reduce` over the members of each domain (in order), any sizes."""
     k = max(len(m) for m in per_domain)  # channels; a partial domain's GPUs lead several
     up = []
     for c in range(k):
-        orders = [rotated(m, c) for m in per_domain]
+        orders = [_order(m, c, k, mesh) for m in per_domain]
         chains = [(r[i + 1], r[i]) for r in orders for i in range(len(r) - 1)]
         leaders = [r[0] for r in orders]
         up += [chains + tree_edges(leaders), chains + tree_edges(leaders[::-1])]
@@ -45,15 +62,16 @@ def all_reduce_lists(per_domain: list[list[int]], nbytes: float) -> tuple[Phase,
     return (chains_phase(up, share, steps, "tree reduce"), chains_phase(down, share, steps, "tree broadcast"))
 
 
-def all_reduce_arrays(members: np.ndarray, nbytes: float) -> tuple[Phase, Phase]:
+def all_reduce_arrays(members: np.ndarray, nbytes: float, mesh: bool = False) -> tuple[Phase, Phase]:
     """:func:`all_reduce_lists` of ``members`` (domains x k GPUs, every domain full) built
     as arrays: the same hops in the same order (a world-wide all-reduce at a 131,072-GPU
     step's end is 2M hops, ~3 s as Python lists); tests/test_collectives.py compares them."""
     n, k = members.shape
     child = np.arange(1, n)
+    paths = mesh_paths(k) if mesh else None
     up = []  # (src, dst) per chain: channel c's chains, then its tree (and the mirrored one)
     for c in range(k):
-        rot = members[:, (np.arange(k) + c) % k]
+        rot = members[:, list(paths[c]) if paths else (np.arange(k) + c) % k]
         src, dst = rot[:, 1:].reshape(-1), rot[:, :-1].reshape(-1)
         for leaders in (rot[:, 0], rot[::-1, 0]):
             up.append((np.concatenate([src, leaders[child]]), np.concatenate([dst, leaders[(child - 1) // 2]])))
