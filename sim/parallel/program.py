@@ -222,7 +222,7 @@ class RankBuilder:
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
                           siblings, shares)
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
-                                   self._phase(), self._issue(host.nccl_call_s(op))))
+                                   self._phase(), self._issue(host.collective_issue_s(op))))
 
 
 def _deps(deps) -> tuple[int, ...]:
