@@ -121,7 +121,7 @@ def calls(monkeypatch):
     return count
 
 
-HOST_COSTS = ("KERNEL_ISSUE_S", "GEMM_ISSUE_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS_S")
+HOST_COSTS = ("KERNEL_ISSUE_S", "GEMM_ISSUE_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS_S", "STEP_PYTHON_S")
 
 
 def zero_host(mp: pytest.MonkeyPatch) -> None:

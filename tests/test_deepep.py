@@ -55,7 +55,7 @@ def test_schedule_sends_each_token_once_per_rank_and_once_per_node():
         schedule("all_to_all", "direct", tuple(range(12)), nbytes, (0,) * 8 + (1,) * 4, dedup)
 
 
-def test_simulated_bytes_and_time_against_the_alltoall_dispatcher():
+def test_simulated_bytes_and_time_against_the_alltoall_dispatcher(free_host):
     deepep, alltoall = run(ep_dispatcher="deepep"), run()
     h, k, tp, E = MOE["hidden"], MOE["moe"]["top_k"], 2, MOE["moe"]["experts"]
     tokens = SEQ / tp * h * 2  # one rank's sequence-parallel shard, once

@@ -63,6 +63,11 @@ CASES = {
                        "stragglers": [{"ranks": [6], "slowdown": 1.25}]},
 }
 _runs: dict = {}
+# Run on a free host (conftest.py zero_host). failed-nic: with sim/model/host.py's STEP_PYTHON_S
+# (28.1 us a launch) one rank's folded timeline differs from its unfolded one by 20 us in one
+# transfer (17.2023 vs 17.1818 ms; 2 of 654 values), the summaries equal: a folding class that
+# the slower host's timing splits and folding does not; left for a fix (issue 28)
+FREE_HOST = {"failed-nic"}
 
 
 def scenario(name: str, fold: bool):
@@ -81,7 +86,10 @@ def scenario(name: str, fold: bool):
 def pair(name: str):
     """(folded, unfolded) results of a case, simulated once per session."""
     if name not in _runs:
-        _runs[name] = tuple(simulate(scenario(name, fold)) for fold in (True, False))
+        with pytest.MonkeyPatch.context() as mp:
+            if name in FREE_HOST:
+                zero_host(mp)
+            _runs[name] = tuple(simulate(scenario(name, fold)) for fold in (True, False))
     return _runs[name]
 
 
@@ -226,3 +234,15 @@ def test_expert_tables_shared_without_building_are_the_layouts_groups(sizes, ord
             np.testing.assert_array_equal(tables[name].rows, _table(name, fn, layout.world).rows)
         else:
             assert len(fn(0)) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="known folding gap (issue 28): with the host's per-launch Python "
+                   "(sim/model/host.py STEP_PYTHON_S) one rank of the failed-NIC case runs 20 us apart "
+                   "from its representative in one transfer; the summaries agree")
+def test_failed_nic_timelines_fold_exactly_with_the_real_host():
+    """The case the pair above runs on a free host, here with the host as modelled: strict, so
+    fixing the folding (or the class split) shows up as an unexpected pass."""
+    folded, full = (simulate(scenario("failed-nic", fold)) for fold in (True, False))
+    rep = folded.facts.folding.representative
+    for rank in range(full.summary["num_gpus"]):
+        np.testing.assert_allclose(timeline(folded, int(rep[rank])), timeline(full, rank), rtol=1e-9, atol=1e-15)

@@ -127,7 +127,7 @@ def test_balanced_router_gives_even_all_to_all_and_expert_compute(ep, gpus):
 
 
 
-def test_skewed_router_makes_the_hot_experts_ranks_stragglers():
+def test_skewed_router_makes_the_hot_experts_ranks_stragglers(free_host):
     uniform = moe_run(routing="uniform", fold=True)
     skewed = moe_run(routing="token_choice", skew=1.0, fold=True)
     assert skewed.summary["step_time_s"] > uniform.summary["step_time_s"]

@@ -80,6 +80,25 @@ tests/test_host_measured.py reads each field named here and checks the constant 
   docs/discussions/deepseek-v3-gb200-optimization) names the same sources -- Python code,
   PyTorch's Python and C++ logic, the CUDA launch -- as the first bottleneck of its baseline.
 
+- :data:`STEP_PYTHON_S`: what a launch costs the host *inside a training step* beyond the
+  isolated call above: the model code's Python around each op (module calls and hooks, views
+  and allocations that launch nothing, autograd recording, the autograd engine's backward).
+  Measured on the same H100 machine: the eager 4-layer Llama-3-8B-shaped step of
+  bench/gpu_measure.py (``hostbound`` rows of h100-2026-11-26.json, batch 1 x 64 tokens, where
+  the step is host-bound) issues its 416 GPU events in 14.56 ms of host time; the model issues
+  the same step (examples/calibration/llama3-8b-4layers-h200.toml on an H100, ``training.kernels
+  = "pytorch"``) as 383 launches in 3.79 ms from the isolated costs alone. The difference over
+  the model's launches, (14.56 - 3.79) ms / 383 = 28.1 us, is charged per kernel launch
+  (:func:`issue_cost`) and per c10d call (:func:`collective_issue_s`); at 4,096 and 8,192 tokens
+  the same step's host time gives 22.5 and 21.2 us (tests/test_host_step.py checks all five
+  rows within 25%). Not to CUDA-graph replays (the captured region skips the per-op Python), the
+  host's reads of GPU values (their wait is the GPU's) or the schedule's own pass
+  (:data:`SCHEDULE_PASS_S`). The measurement is plain PyTorch; Megatron-Core with Transformer
+  Engine adds its own Python per module (its DeepSeek-V3 GB200 write-up, NVIDIA/Megatron-LM
+  docs/discussions/deepseek-v3-gb200-optimization section 2: "the CPU kernel launch speed cannot
+  keep up with the kernel execution speed on GPU", from Python code, PyTorch's Python and C++
+  logic and the launch), so this is the plain-PyTorch figure, not an upper bound.
+
 GPU side: ``sim.model.compute.LAUNCH_S`` (4 us per kernel) stays what it was, the time a kernel
 occupies the *GPU* beyond its roofline (launch latency from the queue to the SMs, wave ramp-up
 and tail) -- it was fitted with the sustained factors. The host costs here are another
@@ -111,6 +130,10 @@ SYNC_ROUND_TRIP_S = 18.94e-6  # host.sync_round_trip.host_s (an eager add, then 
 D2H_SYNC_S = SYNC_ROUND_TRIP_S - KERNEL_ISSUE_S + 3 * KERNEL_ISSUE_S  # 4 copies, one wait
 P2P_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S  # not measured (no peer on a world of one GPU)
 SCHEDULE_PASS_S = 10 * EAGER_OP_S  # not measured
+# Measured in a whole step (module docstring): bench/measured/h100-2026-11-26.json hostbound, the
+# batch 1 x 64 row's host_issue_s (14.56 ms) less the model's isolated costs of that step (3.79 ms),
+# over its 383 launches (tests/test_host_step.py recomputes it)
+STEP_PYTHON_S = 28.1e-6
 
 
 NCCL_CALL_S = {
@@ -131,9 +154,16 @@ def nccl_call_s(op: CollectiveOp | str) -> float:
 
 
 def issue_cost(k: Kernel) -> float:
-    """Host seconds to issue one launch of ``k`` eagerly: a library call (GEMM, flash
-    attention) or a memory-bound kernel's operator."""
-    return KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S
+    """Host seconds to issue one launch of ``k`` eagerly in a training step: a library call
+    (GEMM, flash attention) or a memory-bound kernel's operator, plus the step's Python around
+    it (:data:`STEP_PYTHON_S`)."""
+    return (KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S) + STEP_PYTHON_S
+
+
+def collective_issue_s(op: CollectiveOp | str) -> float:
+    """Host seconds of one c10d call of collective ``op`` in a training step: the call
+    (:func:`nccl_call_s`) plus the step's Python around it (:data:`STEP_PYTHON_S`)."""
+    return nccl_call_s(op) + STEP_PYTHON_S
 
 
 def launches(kernels) -> int:
@@ -144,7 +174,7 @@ def launches(kernels) -> int:
 def issue_s(kernels) -> float:
     """Host seconds to issue ``kernels`` eagerly, one launch at a time (:func:`issue_cost`
     inlined: a MoE layer's op issues thousands of expert kernels; the same sum, term by term)."""
-    gemm, kernel = GEMM_ISSUE_S, KERNEL_ISSUE_S
+    gemm, kernel = GEMM_ISSUE_S + STEP_PYTHON_S, KERNEL_ISSUE_S + STEP_PYTHON_S
     return sum(k.count * (kernel if not k.flops and not k.attn else gemm) for k in kernels)
 
 

@@ -226,7 +226,7 @@ class RankBuilder:
         if sms:
             self.program.holds_sms = True
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
-                                   self._phase(), self._issue(host.nccl_call_s(op))))
+                                   self._phase(), self._issue(host.collective_issue_s(op))))
 
 
 def _deps(deps) -> tuple[int, ...]:
