@@ -49,7 +49,7 @@ from plan import CASES  # noqa: E402 -- bench/plan.py's searches
 from sim.input.load import scenario_from_dict  # noqa: E402
 from sim.plan import cost, driver, fit, select  # noqa: E402
 from sim.plan.cost import COUNTS  # noqa: E402
-from sim.plan.estimate import FIELDS, LAYER_KEY, Estimator  # noqa: E402
+from sim.plan.estimate import COUNTS_AT, LAYER_KEY, Estimator  # noqa: E402
 from sim.plan.explain import simulate_point  # noqa: E402
 from sim.plan.fit import lookup  # noqa: E402
 from sim.plan.inputs import request  # noqa: E402
@@ -82,7 +82,7 @@ def picks(req) -> tuple[pd.DataFrame, np.ndarray]:
     chosen = ranked.iloc[front + select.spread(ranked, driver.BUDGET_S, set(front))]
     c = chosen.assign(micro=est.micro_of(chosen).to_numpy())
     both = lookup(c, LAYER_KEY, est._layer_costs)
-    layer = both[:, :, len(FIELDS):len(FIELDS) + len(COUNTS)]
+    layer = both[:, :, COUNTS_AT:COUNTS_AT + len(COUNTS)]
     ops, flows, cp_flows, a2a, ranks = cost.counts(c, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
     crowd = np.maximum(1.0, ranks / cost.CROWD_RANKS) ** 2
     terms = np.stack([np.full(len(c), float(req.scenario.cluster.gpus)), ops, flows * crowd, cp_flows, a2a], axis=1)

@@ -126,12 +126,21 @@ HOST_COSTS = ("KERNEL_ISSUE_S", "GEMM_ISSUE_S", "GRAPH_LAUNCH_S", "SCHEDULE_PASS
 
 def zero_host(mp: pytest.MonkeyPatch) -> None:
     """Zero sim/model/host.py's issue costs through ``mp`` (see :func:`free_host`): the
-    per-kernel, graph and schedule costs and every kind's NCCL call."""
+    per-kernel, graph and schedule costs and every kind's NCCL call. The caches keyed by a
+    scenario's content (the RL trainer's steps, the planner's layer programs) get empty ones
+    while it lasts: what they hold was issued by the real host (a test of the RL loop on a free
+    host read the real host's trainer steps, cached by an earlier test of its file)."""
+    from collections import OrderedDict
+
     from sim.model import host
+    from sim.parallel import layer_program
+    from sim.rl import trainer
 
     for name in HOST_COSTS:
         mp.setattr(host, name, 0.0)
     mp.setattr(host, "NCCL_CALL_S", dict.fromkeys(host.NCCL_CALL_S, 0.0))
+    mp.setattr(trainer, "_simulate", lru_cache(maxsize=16)(trainer._simulate.__wrapped__))
+    mp.setattr(layer_program, "_CACHE", OrderedDict())
 
 
 @pytest.fixture

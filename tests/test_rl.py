@@ -120,10 +120,31 @@ def test_pipeline_lag_is_bounded_by_k_plus_the_updates_a_sequence_lived_through(
         assert all(q.trained_at - v <= k + (v_end - v) for v in q.versions)
 
 
-def test_pipeline_swaps_weights_inside_sequences(free_host):
-    # (a free host: with the step's Python per launch the toy trainer's step outlasts every
-    # sequence, and no weights arrive inside one; this checks the loop, not the host)
-    r = simulate_rl(tiny(mode="pipeline", max_staleness=1, lengths={"sigma": 300}))
+def test_the_toy_trainer_is_host_bound():
+    """Why the toy's step is ~4x its free-host step (0.86 -> 3.35 ms): every op of rank 0
+    starts the moment its host has issued it (sim/model/host.py's costs, summed in program
+    order: RankProgram.release), so the step is the host's issue time plus the last op."""
+    from sim.step import build, build_topology, simulate
+
+    s = pool_scenario(tiny(), 1, 8)
+    _ctx, programs = build(s, build_topology(s))
+    released = np.asarray(programs[0].release())
+    spans = simulate(s).spans
+    rank0 = spans[spans["rank"] == 0]
+    assert len(rank0) == len(released)
+    np.testing.assert_allclose(rank0["start_s"], released, rtol=1e-9, atol=1e-12)
+    assert rank0["end_s"].max() == pytest.approx(released[-1] + rank0["end_s"].iloc[-1] - rank0["start_s"].iloc[-1])
+
+
+def test_pipeline_swaps_weights_inside_sequences():
+    """Weights arrive inside a sequence only if a training step ends while it runs: the toy
+    trainer is host-bound (3.35 ms a step: test_the_toy_trainer_is_host_bound), the toy engine
+    decodes a token in ~3 us, so responses run up to 4,000 tokens (at most 1,024 were all
+    done within a step, and no weights arrived inside one)."""
+    r = simulate_rl(tiny(mode="pipeline", max_staleness=1, lengths={"mean": 1000, "sigma": 1500, "max": 4000}))
+    cost, longest = r.loop.generators[0].cost, max(q.length for q in trained(r))
+    # (the premise: the longest response, even decoded alone, outlasts the shortest step)
+    assert cost.decode_span(1, r.scenario.rl.prompt_tokens, longest) > min(st.end - st.start for st in r.loop.steps)
     assert any(len(q.versions) > 1 for q in trained(r))
     assert r.summary["max_staleness_steps"] > 1  # k = 1, plus the updates a long sequence lived through
 
@@ -187,11 +208,13 @@ def test_weights_move_on_the_route_asked():
     assert len(pairs.nbytes) == 1 * 4 and pairs.nbytes.sum() == pytest.approx(4 * 1e9)
 
 
-def test_an_overlapped_transfer_shares_links_with_the_training_step(free_host):
+def test_an_overlapped_transfer_shares_links_with_the_training_step():
     """The broadcast leaves rank 0 through its NVLink port, which the trainer's FSDP
-    all-gathers use too: run together, the step takes longer than alone. (A free host isolates
-    the links: with sim/model/host.py's issue costs this step comes out the same with and
-    without the transfer, its slowed gathers off the critical path.)"""
+    all-gathers use too: run together, the step takes longer than alone (24.7 ms of 32.6 s:
+    the step's first gathers, before any compute hides them). Rank 0's host issues the
+    broadcast first (sim/rl/trainer.py ``issued_first``); appended last, it left only once the
+    host had issued the whole step (0.73 s in), when the gathers it slows were hidden, and
+    the step came out the same with and without it."""
     from sim.rl.run import build
 
     s = scenario_from_dict(_bundled(), ["rl.trainer_gpus=8", "parallel.dp=8", "rl.generator_gpus=24",

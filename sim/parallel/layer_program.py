@@ -96,6 +96,7 @@ class LayerOp:
     collective: LayerCollective | None = None
     kernels: int = 0  # kernels timed (compute ops)
     issue: float = 0.0  # seconds of host time to issue it (the builder's Op.issue: sim/model/host.py)
+    sync: bool = False  # the host waits for its end before issuing more (the builder's Op.sync: a D2H read)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,8 @@ def _layer_op(op, index: int, backward: bool, kernels: int) -> LayerOp:
     coll = None
     if op.comm is not None:
         coll = LayerCollective(op.category, op.comm.op, op.comm.nbytes, tuple(op.comm.group), op.comm.shares)
-    return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels, op.issue)
+    return LayerOp(op.stream, op.category, op.duration, op.deps, _phase(op, backward), coll, kernels, op.issue,
+                   op.sync)
 
 
 def _phase(op, backward: bool) -> Phase:

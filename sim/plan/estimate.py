@@ -45,11 +45,13 @@ from . import dp_ends
 from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
 from .fit import lookup
-from .layers import KINDS, Pricer, costs as layer_costs
+from .layers import KINDS, PASS_FIELDS, Pricer, costs as layer_costs, stage_waits
 from ..engine.kinds import Category
 
 COMPONENTS = ("compute", "recompute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "host")
 FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp")  # per layer kind (:class:`.layers.Cost`)
+PASSES = len(FIELDS) + np.arange(len(PASS_FIELDS))  # where each kind's PASS_FIELDS follow them
+COUNTS_AT = len(FIELDS) + len(PASS_FIELDS)  # and where its COUNTS follow those
 PARAM_BYTES = 2  # bf16 parameters gathered (sim/parallel/zero.py); gradient bytes: sim.parallel.dp.grad_bytes
 LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
 
@@ -92,7 +94,7 @@ class Estimator:
                            dtype=float)
         c = c.assign(micro=self.micro_of(c).to_numpy())
         both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
-        f, n = len(FIELDS), len(FIELDS) + len(COUNTS)
+        f, n = COUNTS_AT, COUNTS_AT + len(COUNTS)
         layer, ops, gathered, gemms = both[:, :, :f], both[:, :, f:n], both[:, :, n], both[:, :, n + 1]
         for (pp, v), idx in c.groupby(["pp", "virtual_stages"], sort=False).indices.items():
             out.iloc[idx] = self._shape(c.iloc[idx], pp, v, layer[idx], gathered[idx], gemms[idx])
@@ -101,7 +103,7 @@ class Estimator:
 
     # ------------------------------------------------------------------ per layer kind
     def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
-        """KINDS x (FIELDS, COUNTS, FSDP bytes, FP8 GEMMs): each kind's :class:`.layers.Cost`, its op
+        """KINDS x (FIELDS, PASS_FIELDS, COUNTS, FSDP bytes, FP8 GEMMs): each kind's :class:`.layers.Cost`, its op
         counts, the bytes of its FSDP all-gather (sim/parallel/fsdp.py) and its forward's
         Transformer Engine FP8 GEMMs (whose amaxes a chunk reduces: sim/parallel/amax.py), from the
         builder's layer programs of this (tp, cp, micro-batch, recompute, TP overlap, ep,
@@ -113,7 +115,8 @@ class Estimator:
         gathers = {k.value: next((c.nbytes for c in lp.collectives(Category.DP) if c.op is ALL_GATHER), 0.0)
                    for k, lp in programs.items()}
         gemms = {k.value: lp.fp8_gemms for k, lp in programs.items()}
-        return np.array([[getattr(costs[k], f) for f in FIELDS] + list(counts.get(k, (0,) * len(COUNTS)))
+        return np.array([[getattr(costs[k], f) for f in FIELDS] + [costs[k].passes.get(f, 0.0) for f in PASS_FIELDS]
+                         + list(counts.get(k, (0,) * len(COUNTS)))
                          + [gathers.get(k, 0.0), gemms.get(k, gemms.get("dense", 0))] for k in KINDS])
 
     def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
@@ -168,6 +171,13 @@ class Estimator:
         # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
         stage[:, :, 6] = np.maximum(stage[:, :, 6], 0.0)  # the host waits only where a stage's issue outlasts it
+        synced = counts @ (layer[:, :, PASSES[PASS_FIELDS.index("fwd_sync")]]
+                           + layer[:, :, PASSES[PASS_FIELDS.index("bwd_sync")]]).T > 0  # stages x n
+        if synced.any():  # a sync op loses the host's lead: pass by pass (.layers.stage_waits)
+            rows = synced.any(axis=0)
+            parts = {name: layer[rows][:, :, i] for name, i in zip(PASS_FIELDS, PASSES)}
+            waits = stage_waits(counts, parts, zero3[rows].astype(float))
+            stage[rows, :, 6] = np.where(synced[:, rows].T, waits, stage[rows, :, 6])
         stage[:, :, 0] += self._amax(g, counts, gemms, v)  # (the compute stream waits for them)
         total = stage.sum(axis=2)
         crit = total.argmax(axis=1)

@@ -19,7 +19,9 @@ and their issue as ``host_dp``) are left to :mod:`.estimate` (they hide behind t
 layer, which a one-layer program cannot show); the MoE all-to-alls are reported as exposed here, and the schedule's EP overlap is applied by :mod:`.estimate`.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..collectives.kinds import ALL_TO_ALL, RING_SHIFT, SEND_RECV
 from ..parallel.layer_program import Kind, LayerProgram, Phase
@@ -42,6 +44,7 @@ class Cost:
     ep: float = 0.0
     host: float = 0.0  # issuing the layer less running it (< 0: the lead the host gains on it)
     host_dp: float = 0.0  # issuing its FSDP calls (axis dp: built for every candidate, run under ZeRO 3 only)
+    passes: dict = field(default_factory=dict)  # the host and the GPU pass by pass (:func:`passes`: PASS_FIELDS)
 
 
 class Pricer:
@@ -85,6 +88,59 @@ def schedule(lp: LayerProgram, price) -> tuple[list[float], list[int]]:
     return end, pred
 
 
+def _fsdp(op) -> bool:
+    return op.collective is not None and op.collective.axis == Category.DP
+
+
+def _walk(lp: LayerProgram, price, part: list[int], released: bool) -> tuple[float, float]:
+    """(when the GPU has run the ``part`` ops of ``lp``, when the last sync op among them ended;
+    0: none): each scheduled on its stream after its dependencies (ops outside ``part`` taken as
+    done at 0). ``released``: as the engine runs them with the host starting with them -- it
+    issues them in program order at their issue costs (FSDP's apart), none starts before it is
+    issued, and a sync op stops the host until its end (:meth:`sim.engine.ops.RankProgram.anchors`)."""
+    host, end, last_on, gpu, synced = 0.0, {}, {}, 0.0, 0.0
+    for i in part:
+        op = lp.ops[i]
+        host += 0.0 if _fsdp(op) else op.issue
+        before = last_on.get(op.stream)
+        start = max([host if released else 0.0, end[before] if before is not None else 0.0]
+                    + [end.get(j, 0.0) for j in op.deps])
+        end[i] = start + (op.duration if op.collective is None else price(op.collective))
+        gpu, last_on[op.stream] = max(gpu, end[i]), i
+        if op.sync:
+            synced = end[i]
+            host = max(host, end[i]) if released else host
+    return gpu, synced
+
+
+# Per pass (forward; backward with its recompute), split after its last sync op (pre: up to it;
+# post: the rest, or the whole pass without one): the host's issue seconds (I), when the GPU has
+# run the ops alone (M) and issued by a host starting with them (Q), the sync op's own M and Q,
+# whether it has one, and the FSDP calls' issue (ZeRO 3 only).
+PASS_PARTS = ("i_pre", "m_pre", "q_pre", "m_sync", "q_sync", "i_post", "m_post", "q_post", "sync", "dp")
+PASS_FIELDS = tuple(f"{d}_{p}" for d in ("fwd", "bwd") for p in PASS_PARTS)
+
+
+def passes(lp: LayerProgram, price) -> dict:
+    """:data:`PASS_FIELDS` of ``lp``: what :func:`stage_waits` needs to run the host beside the
+    GPU pass by pass. A sync op (the host reading GPU values: the MoE dispatcher's split sizes,
+    sim/parallel/ep.py) stops the host until the GPU gets there, so the lead the host had built
+    (a layer whose GPU time outlasts its issue: the output head) is lost there, which a sum of
+    per-layer excesses cannot show."""
+    out = {}
+    for name, backward in (("fwd", False), ("bwd", True)):
+        ops = [i for i, op in enumerate(lp.ops) if (op.phase is not Phase.FORWARD) == backward]
+        last = max((k for k, i in enumerate(ops) if lp.ops[i].sync), default=-1)
+        pre, post = ops[:last + 1], ops[last + 1:]
+        (m_pre, m_sync), (q_pre, q_sync) = _walk(lp, price, pre, False), _walk(lp, price, pre, True)
+        values = dict(i_pre=sum(lp.ops[i].issue for i in pre if not _fsdp(lp.ops[i])), m_pre=m_pre, q_pre=q_pre,
+                      m_sync=m_sync, q_sync=q_sync, i_post=sum(lp.ops[i].issue for i in post if not _fsdp(lp.ops[i])),
+                      m_post=_walk(lp, price, post, False)[0], q_post=_walk(lp, price, post, True)[0],
+                      sync=float(last >= 0), dp=sum(lp.ops[i].issue for i in ops if _fsdp(lp.ops[i])))
+        out.update({f"{name}_{k}": v for k, v in values.items()})
+    return out
+
+
 def cost(lp: LayerProgram, price) -> Cost:
     """Schedule ``lp``'s ops on their streams (:func:`schedule`); the exposed time
     (makespan less compute) split over the axes by their collectives' time on the critical
@@ -95,7 +151,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     # that runs longer than it takes to issue (the output layer's GEMM) gives the host a lead
     # that later layers' issue can use up. So the excess is kept signed here and summed over a
     # stage's layers before it is clamped at zero (sim/plan/estimate.py ``_shape``).
-    fsdp_issue = sum(op.issue for op in lp.ops if op.collective is not None and op.collective.axis == Category.DP)
+    fsdp_issue = sum(op.issue for op in lp.ops if _fsdp(op))
     issued = sum(op.issue for op in lp.ops) - fsdp_issue
     seconds = {p: lp.compute_s(p) for p in Phase}
     on_path = dict.fromkeys(EXPOSED_AXES, 0.0)
@@ -109,7 +165,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
     return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
-                host=issued - (max(end) if n else 0.0), host_dp=fsdp_issue)
+                host=issued - (max(end) if n else 0.0), host_dp=fsdp_issue, passes=passes(lp, price))
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:
@@ -119,4 +175,44 @@ def costs(programs: dict, price) -> dict[str, Cost]:
     out.setdefault(Kind.MOE.value, out.get(Kind.DENSE.value, Cost()))
     out.setdefault(Kind.DENSE.value, Cost())
     out.setdefault(Kind.MTP.value, Cost())
+    return out
+
+
+FORWARD_ORDER = tuple(KINDS.index(k.value) for k in (Kind.EMBEDDING, Kind.DENSE, Kind.MOE, Kind.MTP, Kind.OUTPUT))
+
+
+def _pass(v: dict, lead, zero3):
+    """One pass from a GPU ``lead`` (its queued work, in seconds past the host's clock): (the
+    GPU's advance, the lead after). Without a sync op the GPU ends at max(lead + M, Q); with one
+    the host waits at it until max(lead + M, Q) of the sync op, and the rest runs from there."""
+    shift = zero3 * v["dp"]  # (ZeRO 3: the host issues the layer's FSDP calls first)
+    sync = v["sync"] > 0
+    e_pre = np.maximum(lead + v["m_pre"], v["q_pre"] + shift)
+    host = np.where(sync, np.maximum(v["i_pre"] + shift, np.maximum(lead + v["m_sync"], v["q_sync"] + shift)), 0.0)
+    queued = np.where(sync, np.maximum(e_pre - host, 0.0), lead)
+    post_shift = np.where(sync, 0.0, shift)
+    end = host + np.maximum(queued + v["m_post"], v["q_post"] + post_shift)
+    return end - lead, end - host - v["i_post"] - post_shift
+
+
+def stage_waits(counts, parts: dict, zero3, cycles: int = 2):
+    """Seconds per micro-batch each stage's GPU waits for its host (n x stages): its passes in
+    the builder's order (embedding, dense, MoE, MTP, output forward; the reverse backward), each
+    layer's GPU run beside its host (:func:`_pass`) from the lead the one before left, less the
+    GPU's own time; the last of ``cycles`` micro-batches (a steady state: the lead the last
+    passes leave carries into the next micro-batch). ``parts``: :data:`PASS_FIELDS` -> n x KINDS."""
+    n = len(zero3)
+    order = [(k, "fwd") for k in FORWARD_ORDER] + [(k, "bwd") for k in reversed(FORWARD_ORDER)]
+    out = np.zeros((n, counts.shape[0]))
+    for s in range(counts.shape[0]):
+        steps = [(int(counts[s, k]), {p: parts[f"{d}_{p}"][:, k] for p in PASS_PARTS}) for k, d in order
+                 if counts[s, k] > 0]
+        lead = np.zeros(n)
+        for _cycle in range(cycles):
+            waits = np.zeros(n)
+            for c, v in steps:
+                for _layer in range(c):
+                    advance, lead = _pass(v, lead, zero3)
+                    waits += advance - v["m_pre"] - v["m_post"]
+        out[:, s] = waits
     return out

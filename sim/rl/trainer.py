@@ -37,6 +37,7 @@ from ..collectives.kinds import BROADCAST, Algorithm
 from ..engine.kinds import Category, Phase, StreamName
 from ..input.choices import Schedule
 from ..input.scenario import Scenario
+from ..model import host
 from ..model.transformer import dims, model_flops_per_token
 from . import lengths as length_model
 
@@ -151,18 +152,31 @@ def _simulate(scenario_json: str) -> Anchor:
     return Anchor(result.summary, phase_shares(result.spans))
 
 
+def issued_first(program, op):
+    """``program`` with ``op`` issued before its first op (a new program; every dependency
+    index moves up by one). The host issues a rank's ops in program order
+    (:meth:`sim.engine.ops.RankProgram.release`): an op appended last would leave only once
+    the host had issued the whole step, not with the step's first ops."""
+    from ..engine.ops import RankProgram
+
+    ops = [op] + [o._replace(deps=tuple(d + 1 for d in o.deps)) if o.deps else o for o in program.ops]
+    return RankProgram(program.rank, ops, holds_sms=program.holds_sms)
+
+
 def _step_with_transfer(s: Scenario, topo, group: tuple[int, ...], nbytes: float) -> tuple[float, float]:
     """One training step of ``s`` on ``topo`` (the whole cluster) with a ring broadcast of
-    ``nbytes`` from rank 0 to ``group`` starting with it: (step end, broadcast duration)."""
+    ``nbytes`` from rank 0 to ``group`` starting with it (rank 0's host issues the broadcast
+    first, a c10d call, then the step): (step end, broadcast duration)."""
     from ..engine.ops import Collective, Op
     from ..hardware.faults import compute_scale
     from ..step import build, execute
 
     ctx, programs = build(s, topo)
-    rank0 = next(p for p in programs if p.rank == 0)
-    rank0.add(Op("send_weights", Category.WEIGHTS, StreamName.WEIGHTS,
-                 comm=Collective(("rl-weights",), BROADCAST, group, float(nbytes), Algorithm.RING),
-                 phase=Phase.WEIGHT_SYNC))
+    i = next(i for i, p in enumerate(programs) if p.rank == 0)
+    send = Op("send_weights", Category.WEIGHTS, StreamName.WEIGHTS,
+              comm=Collective(("rl-weights",), BROADCAST, group, float(nbytes), Algorithm.RING),
+              phase=Phase.WEIGHT_SYNC, issue=host.collective_issue_s(BROADCAST))
+    programs[i] = issued_first(programs[i], send)
     _engine, spans, _wall = execute(s.name, topo, programs, compute_scale(s, topo), ctx.folding.arrivals)
     sent = spans["name"] == "send_weights"
     transfer = spans[sent].iloc[0]
