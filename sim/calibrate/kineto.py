@@ -18,7 +18,9 @@ and is left out: it belongs to no traced step and has no operator to give it a s
 
 The breakdown of a rank's GPU time over its traced steps: compute (the union of non-NCCL
 kernels), exposed communication (NCCL kernels not under compute), idle (the rest of the
-window from its first kernel to its last), each divided by the ProfilerStep count.
+window from its first kernel to its last), each divided by the ProfilerStep count; and of the
+idle, the compute stream's wait for its host (:func:`host_wait`: each kernel's launch call is
+kept with it, ``launched``).
 """
 
 from dataclasses import dataclass, replace
