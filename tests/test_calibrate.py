@@ -34,6 +34,11 @@ tp = {tp}
 dp = {dp}
 """
 
+# TINY is host-bound: at hidden 1024 each launch's issue cost (sim/model/host.py, with STEP_PYTHON_S)
+# exceeds its kernel, so its step does not move with the compute or fabric constants. The fits'
+# round trips run GPU-bound (every run's step elasticity in the sustained factor 0.67-0.74).
+GPU_BOUND = TINY.replace("hidden = 1024\nheads = 16", "hidden = 8192\nheads = 64")
+
 
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "sim", *map(str, args)], capture_output=True, text=True, cwd=cwd)
@@ -70,29 +75,59 @@ def test_round_trip_nccl_tests_recovers_a_modified_fabric(tmp_path):
     assert json.loads(check.stdout)["unchanged_inputs"] == [True, True]
 
 
-def test_round_trip_step_times_recover_the_sustained_factor(tmp_path):
+def _logs(tmp_path, truth: Calibration, runs) -> tuple[list[Path], list]:
+    """Megatron-style logs of the steps each (template, tp, dp) of ``runs`` simulates under
+    ``truth`` (the first iteration 1.5x: warm-up), and the ``--scenario`` arguments."""
     import sim
     from sim.calibrate.steps import Run, step_time
 
-    truth = Calibration(sustained=0.70)
-    scenarios, logs = [], []
-    for tp, dp in ((1, 8), (2, 4), (8, 1)):
-        path = tmp_path / f"tp{tp}.toml"
-        path.write_text(TINY.format(name=f"tiny-tp{tp}", tp=tp, dp=dp))
+    logs, args = [], []
+    for template, tp, dp in runs:
+        path = tmp_path / f"tp{tp}-{len(logs)}.toml"
+        path.write_text(template.format(name=f"tiny-tp{tp}", tp=tp, dp=dp))
         step = step_time(Run("x", sim.load_scenario(path), 0.0), truth)
-        log = tmp_path / f"tp{tp}.log"
+        log = tmp_path / f"tp{tp}-{len(logs)}.log"
         log.write_text("using world size: 8, data-parallel size: %d\n" % dp + "".join(
             f" iteration {i}/100 | elapsed time per iteration (ms): {step * 1e3 * (1.5 if i == 1 else 1):.4f} |\n"
             for i in range(1, 6)))
-        scenarios.append(path)
         logs.append(log)
+        args += ["--scenario", path]
+    return logs, args
+
+
+def test_round_trip_step_times_recover_the_sustained_factor(tmp_path):
+    logs, args = _logs(tmp_path, Calibration(sustained=0.70), [(GPU_BOUND, tp, dp) for tp, dp in ((1, 8), (2, 4), (8, 1))])
     out = tmp_path / "p.toml"
-    args = [a for s in scenarios for a in ("--scenario", s)]
     run = cli("calibrate", *logs, *args, "--out", out, "--json")
     assert run.returncode == 0, run.stderr
     assert tomllib.loads(out.read_text())["compute"]["sustained"] == pytest.approx(0.70, rel=0.02)
     assert SUSTAINED["h100-sxm"] != pytest.approx(0.70, rel=0.02)  # the fit moved it
     assert all(abs(r["error"]) < 0.02 for r in json.loads(run.stdout)["runs"])
+    assert all(r["in_fit"] and not r["host_bound"] for r in json.loads(run.stdout)["runs"])
+
+
+def test_host_bound_logs_are_named_and_leave_the_factor_alone(tmp_path):
+    """TINY's steps are host-bound at every factor from 0.7 up (the GPU waits for its host's
+    issue, sim/model/host.py): they carry no information on the factor. Calibrate says so per run
+    and keeps the preset, instead of reading the flat steps as any factor at all (before: 1.1,
+    past the GPU's peak, exit 2); beside GPU-bound runs it fits from those alone."""
+    truth = Calibration(sustained=0.70)
+    logs, args = _logs(tmp_path, truth, [(TINY, tp, dp) for tp, dp in ((1, 8), (2, 4), (8, 1))])
+    out = tmp_path / "p.toml"
+    run = cli("calibrate", *logs, *args, "--out", out, "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert all(r["host_bound"] and not r["in_fit"] and r["host_wait_s"] > 0 for r in report["runs"])
+    assert all(abs(r["error"]) < 0.02 for r in report["runs"])  # at the preset too: the steps do not move
+    assert "sustained" not in tomllib.loads(out.read_text()).get("compute", {})
+    (change,) = [c for c in report["changes"] if c["constant"] == "compute.sustained"]
+    assert change["after"] is None and change["points"] == 0 and "3 of them host-bound" in change["note"]
+    mixed, margs = _logs(tmp_path, truth, [(GPU_BOUND, 1, 8), (TINY, 2, 4), (GPU_BOUND, 2, 4)])
+    run = cli("calibrate", *mixed, *margs, "--out", out, "--json")
+    assert run.returncode == 0, run.stderr
+    assert tomllib.loads(out.read_text())["compute"]["sustained"] == pytest.approx(0.70, rel=0.02)
+    assert [(r["in_fit"], r["host_bound"]) for r in json.loads(run.stdout)["runs"]] == [
+        (True, False), (False, True), (True, False)]
 
 
 def test_published_gb200_table_is_reproduced_by_collective(tmp_path):
@@ -108,21 +143,24 @@ def test_published_gb200_table_is_reproduced_by_collective(tmp_path):
         assert row["time_us"] == pytest.approx(measured[row["bytes"]], rel=0.05)
 
 
-def _trace(path: Path, e_max: float, half: float, peak: float = 989e12, world: int = 8) -> None:
+def _trace(path: Path, e_max: float, half: float, peak: float = 989e12, world: int = 8, issue_us: float = 20.0) -> None:
     """A Kineto trace as PyTorch writes one: CPU operators on a thread, the launches inside
     them (cuda_runtime, with a correlation id) and the kernels (with the same id) on the GPU;
     BF16 GEMMs of six shapes at ``e_max * x / (x + half)`` of ``peak``, causal flash attention
-    forward at ``0.5 * keys / (keys + 100)``, an all-reduce of 64 MiB."""
+    forward at ``0.5 * keys / (keys + 100)``, an all-reduce of 64 MiB. The host issues a launch
+    every ``issue_us``; a kernel starts 5 us after the last one or 4 us after its launch call
+    returned, whichever is later (at 20 us the GPU, 1 ms behind, never waits for the host)."""
     events, corr, cpu, gpu = [], 1, 0.0, 1000.0
 
     def launch(op: str, args: dict, kernel: str, dur: float, cat: str = "cpu_op"):
         nonlocal corr, cpu, gpu
+        start = max(gpu, cpu + 2 + 3 + 4)
         events.append({"ph": "X", "cat": cat, "name": op, "pid": 1, "tid": 1, "ts": cpu, "dur": 10, "args": args})
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
                        "ts": cpu + 2, "dur": 3, "args": {"correlation": corr}})
-        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": gpu, "dur": dur,
+        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": start, "dur": dur,
                        "args": {"correlation": corr}})
-        corr, cpu, gpu = corr + 1, cpu + 20, gpu + dur + 5
+        corr, cpu, gpu = corr + 1, cpu + issue_us, start + dur + 5
 
     bf16 = ["c10::BFloat16"] * 3
     for rep in range(2):
@@ -162,8 +200,28 @@ def test_trace_fits_the_gemm_curve_and_compares_with_the_simulated_step(tmp_path
     assert classes["nccl:all_reduce 64.0 MiB"]["time_s"] == pytest.approx(300e-6)
     shapes = entry["gemm_shapes"]
     assert shapes[0]["min_dim"] == 4096 and shapes[0]["traced_eff"] == pytest.approx(shapes[0]["calibrated_eff"], rel=0.02)
-    assert set(entry["simulated"]) == {"compute_s", "exposed_comm_s", "idle_s", "step_s"}
+    assert set(entry["simulated"]) == {"compute_s", "exposed_comm_s", "idle_s", "host_wait_s", "step_s"}
     assert png.stat().st_size > 1000
+
+
+def test_a_host_bound_trace_fits_the_same_curves_and_names_its_wait(tmp_path):
+    """The fits read each kernel's GPU-side span only, so a trace whose host issues a launch every
+    2 ms (each kernel shorter: the GPU idles between, waiting for the host) fits exactly the
+    constants of the GPU-bound one; its breakdown counts every idle gap as waiting for the host
+    (HTA's host wait: the launch began after the previous kernel ended), the GPU-bound one none."""
+    fits = {}
+    for issue in (20.0, 2000.0):
+        trace, out = tmp_path / f"r{issue:.0f}.json.gz", tmp_path / f"p{issue:.0f}.toml"
+        _trace(trace, 0.6, 200.0, issue_us=issue)
+        run = cli("calibrate", trace, "--out", out, "--json")
+        assert run.returncode == 0, run.stderr
+        fits[issue] = tomllib.loads(out.read_text())["compute"], json.loads(run.stdout)["traces"][0]["traced"]
+    (free_fit, free), (bound_fit, bound) = fits[20.0], fits[2000.0]
+    assert bound_fit == free_fit and bound_fit["gemm_kernel"] * SUSTAINED["h100-sxm"] == pytest.approx(0.6, rel=0.02)
+    assert free["host_wait_s"] == 0.0 and free["idle_s"] > 0
+    # 22 kernels in 2 steps: 21 gaps, each 2 ms less the kernel before it plus its launch, 2 + 3 + 4 us
+    assert bound["host_wait_s"] == pytest.approx(bound["idle_s"], rel=1e-9)
+    assert bound["host_wait_s"] > 10 * (2000 - 300) * 1e-6 and bound["step_s"] > 10 * 2000e-6
 
 
 def test_real_hta_trace_is_read(tmp_path):
@@ -206,7 +264,7 @@ def test_bad_inputs_exit_2_naming_file_and_line(tmp_path, case):
 def test_profile_flows_through_scenario_key_and_flag_alike(tmp_path):
     (tmp_path / "slow.toml").write_text("[fabric.efficiency]\nnvlink = 0.4\nib = 0.5\n\n[fabric.latency_us]\nnvlink = 3.0\n"
                                         "\n[compute]\ngpu = \"h100-sxm\"\nsustained = 0.6\n")
-    plain = TINY.format(name="tiny", tp=2, dp=4)
+    plain = GPU_BOUND.format(name="tiny", tp=2, dp=4)  # TINY is host-bound: the constants would not show
     (tmp_path / "plain.toml").write_text(plain)
     (tmp_path / "keyed.toml").write_text(plain.replace('gpus = 8', 'gpus = 8\ncalibration = "slow.toml"'))
     steps = {}

@@ -12,6 +12,7 @@ import numpy as np
 from ..hardware.calibration import Calibration
 from ..hardware.gpus import gpu_preset
 from ..model.compute import SUSTAINED, ComputeModel
+from ..outputs.host import verdict
 from . import fabric, kernels, kineto, steps
 
 
@@ -128,19 +129,41 @@ def _attention(out: Fitted, traces, gpu: str) -> Calibration:
 
 def _sustained(out: Fitted, runs, gpu: str, fixed: Calibration | None) -> Calibration:
     if fixed is None:
-        preset, value, before, after = steps.fit_sustained(runs, out.cal, gpu)
-        cal = replace(out.cal, sustained=value)
-        res_b = [math.log(b / r.measured_s) for b, r in zip(before, runs)]
-        res_a = [math.log(a / r.measured_s) for a, r in zip(after, runs)]
-        out.changes.append({"constant": "compute.sustained", "before": preset, "after": value, "points": len(runs),
-                            "residual_before": _mean_abs(res_b), "residual_after": _mean_abs(res_a), "source": "logs"})
+        fit = steps.fit_sustained(runs, out.cal, gpu)
+        cal = replace(out.cal, sustained=fit.value) if fit.value is not None else out.cal
+        before, after, host = fit.before, fit.after, fit.host
+        out.changes.append(_sustained_change(fit, runs))
     else:
-        cal = fixed
+        cal, fit = fixed, None
         before = [steps.step_time(r, Calibration()) for r in runs]
-        after = [steps.step_time(r, fixed) for r in runs]
-    out.runs = [{"file": r.label, "scenario": r.scenario.name, "measured_s": r.measured_s, "preset_s": b,
-                 "calibrated_s": a, "error": a / r.measured_s - 1} for r, b, a in zip(runs, before, after)]
+        results = [steps.result_of(r, fixed) for r in runs]
+        after, host = [x.summary["step_time_s"] for x in results], [verdict(x) for x in results]
+    out.runs = []
+    for i, (r, b, a, h) in enumerate(zip(runs, before, after, host)):
+        entry = {"file": r.label, "scenario": r.scenario.name, "measured_s": r.measured_s, "preset_s": b,
+                 "calibrated_s": a, "error": a / r.measured_s - 1,
+                 "host_bound": bool(h and h["host_bound"]), "host_wait_s": h["wait_s"] if h else 0.0}
+        if fit is not None:
+            entry.update(elasticity=fit.elasticity[i], in_fit=fit.informs(i))
+        out.runs.append(entry)
     return cal
+
+
+def _sustained_change(fit, runs) -> dict:
+    used = [i for i in range(len(runs)) if fit.informs(i)]
+    res_b = [math.log(fit.before[i] / runs[i].measured_s) for i in used]
+    res_a = [math.log(fit.after[i] / runs[i].measured_s) for i in used]
+    change = {"constant": "compute.sustained", "before": fit.preset, "after": fit.value, "points": len(used),
+              "residual_before": _mean_abs(res_b) if used else None,
+              "residual_after": _mean_abs(res_a) if used else None, "source": "logs"}
+    left = len(runs) - len(used)
+    bound = sum(1 for i in range(len(runs)) if not fit.informs(i) and fit.host[i] and fit.host[i]["host_bound"])
+    if left:
+        why = (f"{left} of {len(runs)} runs' steps do not move with the factor (elasticity < "
+               f"{steps.MIN_ELASTICITY}), {bound} of them host-bound (the GPU waits for its host to issue "
+               "work), the rest set by communication or latency")
+        change["note"] = why + (": left out of the fit" if used else ": the preset stays")
+    return change
 
 
 def _compute_section(cal: Calibration, gpu: str) -> dict:

@@ -14,6 +14,7 @@ from ..input.choices import AttentionBackend
 from ..model.compute import ATTENTION_KERNEL, GEMM_HALF_SIZE, GEMM_KERNEL, ComputeModel
 from .kineto import Trace, breakdown
 from ..engine.kinds import Category
+from ..outputs import host
 
 MIN_POINTS = 3  # GEMM shapes needed for a curve (two parameters and one to spare)
 
@@ -122,12 +123,16 @@ def gemm_table(traces: list[Trace], preset: ComputeModel, calibrated: ComputeMod
 
 
 def simulated_breakdown(result, rank: int = 0) -> dict[str, float]:
-    """Compute, exposed communication and idle of one simulated rank's step."""
+    """Compute, exposed communication and idle of one simulated rank's step, and of its idle the
+    wait for its host (:func:`sim.outputs.host.waits`: the issue costs of sim/model/host.py)."""
     spans = result.spans
     mine = spans[spans["rank"] == (rank if rank in set(spans["rank"]) else spans["rank"].min())]
     comp = list(zip(mine.start_s[mine.category == Category.COMPUTE], mine.end_s[mine.category == Category.COMPUTE]))
     comm = list(zip(mine.start_s[mine.category != Category.COMPUTE], mine.end_s[mine.category != Category.COMPUTE]))
-    return breakdown(comp, comm, (0.0, result.summary["step_time_s"]))
+    programs = result.facts.programs if result.facts is not None else None
+    wait = host.waits(spans, programs) if programs else {}
+    return breakdown(comp, comm, (0.0, result.summary["step_time_s"])) | {
+        "host_wait_s": wait.get(int(mine["rank"].iloc[0]), 0.0) if len(mine) else 0.0}
 
 
 def picture(rows: list[dict], path: str, title: str) -> None:

@@ -18,10 +18,12 @@ and is left out: it belongs to no traced step and has no operator to give it a s
 
 The breakdown of a rank's GPU time over its traced steps: compute (the union of non-NCCL
 kernels), exposed communication (NCCL kernels not under compute), idle (the rest of the
-window from its first kernel to its last), each divided by the ProfilerStep count.
+window from its first kernel to its last), each divided by the ProfilerStep count; and of the
+idle, the compute stream's wait for its host (:func:`host_wait`: each kernel's launch call is
+kept with it, ``launched``).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import gzip
 import json
 from pathlib import Path
@@ -59,6 +61,8 @@ class Kernel:
     half: bool = False  # BF16/FP16 operands (what the simulator's GEMM curve is for)
     bytes: float = 0.0  # an NCCL kernel's message (its c10d call's tensor bytes; 0 when unknown)
     call: str = ""  # the operator call that launched it, where several kernels share its FLOPs (SDPA)
+    stream: int = 0  # the CUDA stream it ran on (the event's tid)
+    launched: float | None = None  # when its launch call (cuda_runtime / cuda_driver) began, s; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,10 @@ def parse(path: str | Path) -> Trace:
     device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"]
     first = min(launchers, default=None)
     traced = [e for e in device if not _before(e, first)]
-    kernels = [_kernel(e, launchers) for e in traced]
+    launch_ts = {(e.get("args") or {}).get("correlation"): float(e["ts"]) * 1e-6 for e in events
+                 if e.get("ph") == "X" and e.get("cat") in LAUNCHES}
+    kernels = [replace(_kernel(e, launchers), stream=_int(e.get("tid")),
+                       launched=launch_ts.get((e.get("args") or {}).get("correlation"))) for e in traced]
     if not any(k.cls != "memory" for k in kernels):
         raise InputError("INPUT", f"{path}:1: no GPU kernels (cat 'kernel'): a CPU-only trace, or not PyTorch's")
     steps = len({e.get("name") for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
@@ -179,6 +186,13 @@ def _kernel(e: dict, launchers: dict) -> Kernel:
         flops, min_dim, half = _gemm_shape(op) if op else (0.0, 0.0, False)
         return Kernel("gemm", name, start, dur, flops=flops, min_dim=min_dim, half=half)
     return Kernel("elementwise", name, start, dur)
+
+
+def _int(x) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _nccl_call(ancestors: list) -> tuple[str, float]:
@@ -305,7 +319,31 @@ def traced_breakdown(t: Trace) -> dict[str, float]:
     comp = [(k.start, k.start + k.dur) for k in t.kernels if k.cls not in ("nccl",)]
     comm = [(k.start, k.start + k.dur) for k in t.kernels if k.cls == "nccl"]
     window = (t.kernels[0].start, max(k.start + k.dur for k in t.kernels))
-    return {k: v / t.steps for k, v in breakdown(comp, comm, window).items()}
+    return {k: v / t.steps for k, v in breakdown(comp, comm, window).items()} | {"host_wait_s": host_wait(t)}
+
+
+def host_wait(t: Trace) -> float:
+    """Seconds per step the compute stream (the stream with the most non-NCCL kernel time) sat
+    idle because its host had not launched the next kernel yet: Holistic Trace Analysis's "host
+    wait" (facebookresearch/HolisticTraceAnalysis hta/analyzers/breakdown_analysis.py,
+    ``_analyze_idle_time_for_stream``, commit 0c2146a: the idle interval before a kernel whose
+    launch call began after the previous kernel on its stream ended). The simulated side is
+    :func:`sim.outputs.host.waits` of the compute stream, at the issue costs of sim/model/host.py."""
+    busy: dict[int, float] = {}
+    for k in t.kernels:
+        if k.cls != "nccl":
+            busy[k.stream] = busy.get(k.stream, 0.0) + k.dur
+    if not busy:
+        return 0.0
+    stream = max(busy, key=lambda s: (busy[s], -s))
+    wait, prev = 0.0, None
+    for k in t.kernels:
+        if k.stream != stream:
+            continue
+        if prev is not None and k.launched is not None and k.launched > prev and k.start > prev:
+            wait += k.start - prev
+        prev = k.start + k.dur if prev is None else max(prev, k.start + k.dur)
+    return wait / t.steps
 
 
 def class_table(t: Trace) -> list[dict]:

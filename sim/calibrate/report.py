@@ -12,16 +12,28 @@ def print_report(report: dict) -> None:
         _table(t)
     if report["runs"]:
         print("\nstep times (measured vs simulated)")
-        print(f"  {'file':40} {'scenario':24} {'measured_s':>10} {'preset_s':>10} {'calibrated_s':>12} {'error':>7}")
+        print(f"  {'file':40} {'scenario':24} {'measured_s':>10} {'preset_s':>10} {'calibrated_s':>12} {'error':>7} "
+              f"{'elast.':>6}  host")
         for r in report["runs"]:
             print(f"  {r['file'][-40:]:40} {r['scenario'][:24]:24} {r['measured_s']:>10.4f} {r['preset_s']:>10.4f} "
-                  f"{r['calibrated_s']:>12.4f} {r['error']:>+7.1%}")
+                  f"{r['calibrated_s']:>12.4f} {r['error']:>+7.1%} {_elasticity(r):>6}  {_host(r)}")
     for t in report["traces"]:
         _trace(t)
     if "unchanged_inputs" in report:
         same = sum(report["unchanged_inputs"])
         print(f"\ncheck: {same} of {len(report['unchanged_inputs'])} inputs still have the recorded SHA-256; "
               f"profile written by clustersim {report.get('clustersim_version')}, this is {report['version_now']}")
+
+
+def _elasticity(run: dict) -> str:
+    return f"{run['elasticity']:.2f}" if "elasticity" in run else "-"
+
+
+def _host(run: dict) -> str:
+    """Whether the simulated step is host-bound (its GPU's wait for the host) and whether the run
+    entered the sustained fit."""
+    verdict = f"host-bound, GPU waits {run['host_wait_s'] * 1e3:.2f} ms" if run["host_bound"] else "-"
+    return verdict + ("" if run.get("in_fit", True) else "; not in the fit (the step does not move with the factor)")
 
 
 def _changes(changes: list[dict]) -> None:
@@ -59,8 +71,9 @@ def _trace(t: dict) -> None:
                    f"{'-':>7} {'-':>7}  (not BF16/FP16)")
             print(f"  {'':20} {g['min_dim']:>8.0f} {g['gflop']:>9.3f} {g['launches']:>8} {g['time_s'] * 1e3:>9.3f} "
                   f"{g['traced_eff']:>7.1%} {sim}")
-    keys = ("compute_s", "exposed_comm_s", "idle_s", "step_s")
+    keys = ("compute_s", "exposed_comm_s", "idle_s", "host_wait_s", "step_s")
     sim = t.get("simulated")
     print(f"  {'per step (ms)':32} {'traced':>10}" + (f" {'simulated':>10}" if sim else ""))
     for k in keys:
-        print(f"  {k.removesuffix('_s'):32} {t['traced'][k] * 1e3:>10.3f}" + (f" {sim[k] * 1e3:>10.3f}" if sim else ""))
+        label = "  of it waiting for the host" if k == "host_wait_s" else k.removesuffix("_s")
+        print(f"  {label:32} {t['traced'][k] * 1e3:>10.3f}" + (f" {sim[k] * 1e3:>10.3f}" if sim else ""))

@@ -92,12 +92,13 @@ def waits(spans_table: pd.DataFrame, programs) -> dict[int, float]:
     return out
 
 
-def report_lines(result) -> list[str]:
-    """What ``--report`` says of the host: each simulated rank's wait for it, worst first,
-    and whether the step is host-bound (waits >= HOST_BOUND of the GPU's idle time)."""
+def verdict(result) -> dict | None:
+    """The rank whose GPU waited longest for its host, that wait, its GPU's idle time, the wait's
+    share of it and whether the step is host-bound (share >= HOST_BOUND); None without programs.
+    One definition, read by ``--report`` (:func:`report_lines`) and ``clustersim calibrate``."""
     programs = result.facts.programs if result.facts is not None else None
     if not programs:
-        return []
+        return None
     wait = waits(result.spans, programs)
     step = float(result.summary["step_time_s"])
     rank = max(wait, key=lambda r: (wait[r], -r))
@@ -105,7 +106,16 @@ def report_lines(result) -> list[str]:
     idle = max(step - float((mine.end_s - mine.start_s).sum()), 0.0)
     issued_at = issued(programs[[p.rank for p in programs].index(rank)], result.spans)
     share = wait[rank] / idle if idle > 0 else 0.0
-    verdict = "host-bound" if share >= HOST_BOUND else "not host-bound"
-    return [f"host: {verdict}: rank {rank}'s GPU waited {wait[rank] * 1e3:.2f} ms for its host to issue work, "
-            f"{share:.0%} of its {idle * 1e3:.2f} ms idle (the host issued the step in "
-            f"{(issued_at[-1] if issued_at else 0.0) * 1e3:.2f} ms)"]
+    return {"rank": rank, "wait_s": wait[rank], "idle_s": idle, "share": share, "host_bound": share >= HOST_BOUND,
+            "issued_s": issued_at[-1] if issued_at else 0.0}
+
+
+def report_lines(result) -> list[str]:
+    """What ``--report`` says of the host: each simulated rank's wait for it, worst first,
+    and whether the step is host-bound (waits >= HOST_BOUND of the GPU's idle time)."""
+    v = verdict(result)
+    if v is None:
+        return []
+    return [f"host: {'host-bound' if v['host_bound'] else 'not host-bound'}: rank {v['rank']}'s GPU waited "
+            f"{v['wait_s'] * 1e3:.2f} ms for its host to issue work, {v['share']:.0%} of its {v['idle_s'] * 1e3:.2f} ms "
+            f"idle (the host issued the step in {v['issued_s'] * 1e3:.2f} ms)"]
