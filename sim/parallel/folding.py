@@ -31,21 +31,12 @@ Labels (what the perturbations change):
   whose groups reach g's rail across domains. A failed NIC (factor 0) reroutes g's traffic
   over the other NICs of its server (:func:`sim.hardware.rails.failed_nic_reach`): every
   GPU of the server is labelled (the server's NIC factors, its own position), every
-  other GPU of its scalable unit by rail, and every GPU of the cluster by its rail too.
-  The detours are not sprayed: each pair's flow takes one of the graph's shortest paths
-  around the missing NIC link, through one spine, so it loads one uplink of the rail
-  leaf of g's peer (PXN leaves by the destination's rail: g's) in the peer's unit, and
-  one downlink into another rail's leaf of g's unit. A flow sharing that uplink is
-  slowed; the flows sharing links with it then get more or less under max-min, and an
-  NCCL ring channel (one chain, one rate, one rail through every server of its group)
-  carries that along its rail into every unit. Measured (tests/test_folding_perturbed.py,
-  the failed-nic cases): without the cluster-wide rail labels, ranks on the failed NIC's
-  rail in units 1 and 3 ran 20 us apart from their class mates on other rails once the
-  host's per-launch Python (sim/model/host.py STEP_PYTHON_S) put a pipeline send beside
-  a data-parallel reduce-scatter whose rail-1 channel crossed a detour. Units get no
-  label of their own: in the cases tested, ranks of one rail in different units that
-  route differently are already told apart by refinement (their groups differ). A spine fault scales the uplinks into one
-  spine from every leaf alike, so every cross-leaf flow sees it the same way: it labels no one;
+  other GPU of its scalable unit by rail, and every GPU of the cluster by rail too: a
+  detour takes one spine (not sprayed), loading one uplink of its peer's rail leaf in the
+  peer's unit, and max-min passes that on along NCCL's ring channels (one rate, one rail
+  through every server of a group) to flows of that rail in every unit (docs/scaling.md,
+  "Folding under a failed NIC"; tests/test_folding_perturbed.py's failed-nic cases). A
+  spine fault loads every leaf's uplink into it alike: it labels no one;
 - jitter draws every rank's op times on its own: each rank is its own class (``exact``
   jitter mode; see :mod:`sim.parallel.jitter` for the sampled mode).
 
@@ -354,12 +345,10 @@ def link_codes(s, tables: dict[GroupType, GroupTable], world: int, fabric, domai
     per = fabric.gpus_per_node
     factors = nic_factors(s.cluster.faults, per, world)  # GPU -> NIC bandwidth factor (< 1)
     found: dict[int, tuple] = {}
-    failed = False
     for server in sorted({g // per for g in factors}):
         gpus = range(server * per, min((server + 1) * per, world))
         vector = tuple(factors.get(g, 1.0) for g in gpus)
         if 0.0 in vector:
-            failed = True
             found.update(_failed_server(server, vector, world, fabric))
             continue
         for g in gpus:
@@ -367,9 +356,8 @@ def link_codes(s, tables: dict[GroupType, GroupTable], world: int, fabric, domai
             rails = tuple(sorted((h % per, factors[h]) for h in gpus if h in factors and h != g and h in nics))
             if g in factors or rails:
                 found.setdefault(g, ("degraded", factors.get(g, 1.0), rails))
-    codes = _codes(world, found)
-    # a failed NIC's detours reach every rail leaf through max-min and ring channels (module docstring)
-    return dense([codes, np.arange(world, dtype=np.int64) % per]) if failed else codes
+    codes = _codes(world, found)  # a failed NIC: every GPU by rail too (module docstring)
+    return dense([codes, np.arange(world, dtype=np.int64) % per]) if 0.0 in factors.values() else codes
 
 
 def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, tuple]:
