@@ -149,3 +149,12 @@ def free_host(monkeypatch):
     of one parallelism's own timing, which a host-bound toy model would otherwise hide behind
     waits for the host (the host's own closed forms: tests/test_host.py)."""
     zero_host(monkeypatch)
+
+
+def host_wait_share(result) -> float:
+    """The longest any simulated rank's GPU sat waiting for its host (sim/outputs/host.py
+    ``waits``, what ``--report``'s host line reads), as a share of the step: a toy that checks
+    a GPU-side mechanism with the host as modelled asserts this is small (not host-bound)."""
+    from sim.outputs.host import waits
+
+    return max(waits(result.spans, result.facts.programs).values()) / result.summary["step_time_s"]

@@ -15,7 +15,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from conftest import assert_input_error, clustersim
+from conftest import assert_input_error, clustersim, host_wait_share
 from sim.collectives import schedule
 from sim.collectives.direct import Dedup, hit
 from sim.hardware.specs import load_spec
@@ -28,9 +28,9 @@ MOE = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "vocab": 1024, "m
 SEQ = 1024
 
 
-def run(**parallel):
+def run(seq=SEQ, **parallel):
     return simulate(scenario_from_dict({
-        "model": MOE, "training": {"seq_len": SEQ, "global_batch": 16},
+        "model": MOE, "training": {"seq_len": seq, "global_batch": 16},
         "cluster": {"topology": "dgx-h100", "gpus": 32},
         "parallel": {"tp": 2, "dp": 16, "ep": 32, "expert_tp": 1, "sequence_parallel": True, **parallel}}))
 
@@ -55,10 +55,16 @@ def test_schedule_sends_each_token_once_per_rank_and_once_per_node():
         schedule("all_to_all", "direct", tuple(range(12)), nbytes, (0,) * 8 + (1,) * 4, dedup)
 
 
-def test_simulated_bytes_and_time_against_the_alltoall_dispatcher(free_host):
-    deepep, alltoall = run(ep_dispatcher="deepep"), run()
+# tokens per sequence long enough that the host as modelled (sim/model/host.py, STEP_PYTHON_S per
+# launch) issues ahead of the GPU: at SEQ both dispatchers' steps are the host's
+GPU_BOUND_SEQ = 16384
+
+
+def test_simulated_bytes_and_time_against_the_alltoall_dispatcher():
+    deepep, alltoall = run(GPU_BOUND_SEQ, ep_dispatcher="deepep"), run(GPU_BOUND_SEQ)
+    assert host_wait_share(deepep) < 0.05 and host_wait_share(alltoall) < 0.05  # (not host-bound)
     h, k, tp, E = MOE["hidden"], MOE["moe"]["top_k"], 2, MOE["moe"]["experts"]
-    tokens = SEQ / tp * h * 2  # one rank's sequence-parallel shard, once
+    tokens = GPU_BOUND_SEQ / tp * h * 2  # one rank's sequence-parallel shard, once
     per_call = 7 * 4 * tokens * hit(E, k, 4) + 3 * tokens * hit(E, k, 32)
     a2a = deepep.spans[deepep.spans.name.str.startswith("a2a_")]
     assert len(a2a) and np.allclose(a2a.bytes, per_call, rtol=1e-12)

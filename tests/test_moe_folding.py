@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import sim
-from conftest import assert_input_error, clustersim
+from conftest import assert_input_error, clustersim, host_wait_share
 from sim.input.load import scenario_from_dict
 from sim.input.scenario import Parallel
 from sim.parallel.layout import Layout
@@ -78,9 +78,9 @@ MOE = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 8, "vocab": 1024, "m
 SEQ = 1024
 
 
-def folded_run(**parallel):
+def folded_run(seq=SEQ, **parallel):
     return simulate(scenario_from_dict({
-        "model": MOE, "training": {"seq_len": SEQ, "global_batch": 16},
+        "model": MOE, "training": {"seq_len": seq, "global_batch": 16},
         "cluster": {"topology": "dgx-h100", "gpus": 32},
         "parallel": {"tp": 2, "dp": 16, "ep": 32, "expert_tp": 1, "sequence_parallel": True, **parallel}}))
 
@@ -116,14 +116,19 @@ def test_folded_expert_weights_and_gradients():
     assert "dp_ar_expert" in set(plain.spans.name) and "dp_ar_expert" not in set(folded.spans.name)
 
 
-def test_folded_skewed_routing_loads_the_hot_experts_ranks_across_tp(free_host):
-    # (a free host: with the step's Python per launch this toy is host-bound and the hot
-    # experts' extra GPU time hides under the host's)
-    result = folded_run()
+# tokens per sequence long enough that the host as modelled (sim/model/host.py, STEP_PYTHON_S per
+# launch) issues ahead of the GPU: at SEQ the uniform step is the host's (5.91 ms at 1024 and
+# 4096 tokens alike), so the hot experts' extra GPU time would hide under it
+GPU_BOUND_SEQ = 16384
+
+
+def test_folded_skewed_routing_loads_the_hot_experts_ranks_across_tp():
+    result = folded_run(seq=GPU_BOUND_SEQ)
     skewed = simulate(scenario_from_dict({
         "model": {**MOE, "moe": {**MOE["moe"], "routing": "token_choice", "skew": 1.0}},
-        "training": {"seq_len": SEQ, "global_batch": 16}, "cluster": {"topology": "dgx-h100", "gpus": 32},
+        "training": {"seq_len": GPU_BOUND_SEQ, "global_batch": 16}, "cluster": {"topology": "dgx-h100", "gpus": 32},
         "parallel": {"tp": 2, "dp": 16, "ep": 32, "expert_tp": 1, "sequence_parallel": True}}))
+    assert host_wait_share(result) < 0.05 and host_wait_share(skewed) < 0.05  # (not host-bound)
     assert sorted(skewed.facts.simulated_ranks) == list(range(32))  # the whole expert group
     e = skewed.spans[(skewed.spans.name == "experts_fwd") & (skewed.spans.layer == 0) & (skewed.spans.micro_batch == 0)]
     took = (e.end_s - e.start_s).to_numpy()

@@ -30,9 +30,13 @@ Labels (what the perturbations change):
   :func:`sim.hardware.rails.nics_carrying`); so g is labelled, and so is each server mate
   whose groups reach g's rail across domains. A failed NIC (factor 0) reroutes g's traffic
   over the other NICs of its server (:func:`sim.hardware.rails.failed_nic_reach`): every
-  GPU of the server is labelled (the server's NIC factors, its own position), and every
-  other GPU of its scalable unit by rail. A spine fault scales the uplinks into one spine from every leaf alike, so
-  every cross-leaf flow sees it the same way: it labels no one;
+  GPU of the server is labelled (the server's NIC factors, its own position), every
+  other GPU of its scalable unit by rail, and every GPU of the cluster by rail too: a
+  detour takes one spine (not sprayed), loading one uplink of its peer's rail leaf in the
+  peer's unit, and max-min passes that on along NCCL's ring channels (one rate, one rail
+  through every server of a group) to flows of that rail in every unit (docs/scaling.md,
+  "Folding under a failed NIC"; tests/test_folding_perturbed.py's failed-nic cases). A
+  spine fault loads every leaf's uplink into it alike: it labels no one;
 - jitter draws every rank's op times on its own: each rank is its own class (``exact``
   jitter mode; see :mod:`sim.parallel.jitter` for the sampled mode).
 
@@ -352,7 +356,8 @@ def link_codes(s, tables: dict[GroupType, GroupTable], world: int, fabric, domai
             rails = tuple(sorted((h % per, factors[h]) for h in gpus if h in factors and h != g and h in nics))
             if g in factors or rails:
                 found.setdefault(g, ("degraded", factors.get(g, 1.0), rails))
-    return _codes(world, found)
+    codes = _codes(world, found)  # a failed NIC: every GPU by rail too (module docstring)
+    return dense([codes, np.arange(world, dtype=np.int64) % per]) if 0.0 in factors.values() else codes
 
 
 def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, tuple]:
