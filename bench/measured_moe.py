@@ -98,14 +98,16 @@ def kind(k) -> str:
 
 def scenario(source, gpu: str, overrides: dict, **training) -> dict:
     """The row's (or the given) scenario on ``gpu`` with ``overrides`` (section -> keys),
-    recompute and TP-comm overlap off, the permutation fused, uniform routing unless padded to
-    a capacity."""
+    recompute and TP-comm overlap off, the permutation and RoPE fused, uniform routing unless
+    padded to a capacity."""
     data = next(r.scenario for r in modern_rows() if r.id == source) if isinstance(source, str) else source
     data = json.loads(json.dumps(data))
     for section, keys in overrides.items():
         data[section].update(keys)
     data["cluster"]["gpu"] = gpu
-    data["training"].update(recompute="none", **training)
+    # RoPE fused: the measured layers ran under torch.compile, whose Inductor fuses it (the row's
+    # own unfused Megatron-Core RoPE, training.rope_fusion = false, is no part of the measurement)
+    data["training"].update(recompute="none", rope_fusion=True, **training)
     data["parallel"]["tp_comm_overlap"] = False
     # The table splits the measured layers' own PyTorch scatter-adds out (``scatter``) and sets
     # the rest against the model's fused permutation; the unfused charge (the Grok-1 rows'

@@ -52,6 +52,10 @@ class Recompute(StrEnum):
     SELECTIVE = "selective"
     FULL = "full"
     OP = "op"  # torchtitan's per-op selective checkpointing (sim/model/layers.py op_recompute)
+    # Megatron-Core's --recompute-granularity selective --recompute-modules mla_up_proj: MLA's up
+    # projections, RoPE and q/k/v assembly rerun before the attention core's backward, the core not
+    # (sim/model/layers.py mla_up_recompute)
+    MLA_UP_PROJ = "mla_up_proj"
 
 
 class AttentionBackend(StrEnum):

@@ -7,8 +7,8 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Algorithm, Attention, Dispatcher, ExpertRouting, MicroBatches, Precision, Recipe, Recompute,
-                      RLMode, Schedule, WeightRoute, WeightSync)
+                      Algorithm, Attention, Dispatcher, ExpertRouting, Kernels, MicroBatches, Precision, Recipe,
+                      Recompute, RLMode, Schedule, WeightRoute, WeightSync)
 from .scenario import Scenario
 from ..hardware.gpus import low_peak
 
@@ -26,6 +26,7 @@ def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
     _check_moe(m, p)
     _check_overlap(m, p, t)
     _check_op_recompute(m, p, t)
+    _check_megatron_attention(m, t)
     _check_data_parallel(p)
     _check_ranks(s, gpus, per_node)
     if s.rl is not None:
@@ -304,6 +305,17 @@ def _check_op_recompute(m, p, t) -> None:
     if p.tp > 1:
         raise InputError("training.recompute", f"'op' (torchtitan's per-op checkpointing) is modelled for tp = 1, "
                                                f"got tp = {p.tp}")
+
+
+def _check_megatron_attention(m, t) -> None:
+    """Megatron-Core's MLA up-projection recompute needs MLA; its unfused RoPE is Megatron's
+    operators, not torchtitan's eager ones (sim/model/rope.py, sim/model/layers.py rope)."""
+    if t.recompute is Recompute.MLA_UP_PROJ and m.attention is not Attention.MLA:
+        raise InputError("training.recompute", f"'mla_up_proj' recomputes MLA's up projections: needs "
+                                               f"model.attention = 'mla' (got '{m.attention}')")
+    if not t.rope_fusion and t.kernels is Kernels.PYTORCH and not t.compile:
+        raise InputError("training.rope_fusion", "false is Megatron-Core's unfused RoPE; with training.kernels = "
+                                                 "'pytorch' the RoPE is torchtitan's eager one already")
 
 
 def _check_data_parallel(p) -> None:

@@ -134,6 +134,11 @@ class Training(_Section):
     # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:
     # sim/model/eager.py EAGER_*); "pytorch" with compile = true is fused.
     kernels: Kernels = Kernels.FUSED
+    # RoPE as one fused kernel (true: Transformer Engine's / Apex's, not counted apart) or as
+    # Megatron-Core's unfused PyTorch operators (false: TransformerConfig.apply_rope_fusion = False,
+    # which NeMo's DeepSeek-V3 config sets; with MLA also its q / k / v assembly copies):
+    # sim/model/rope.py. Not with kernels = "pytorch" (torchtitan's eager RoPE).
+    rope_fusion: Flag = True
 
 
 class Straggler(_Section):

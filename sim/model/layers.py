@@ -51,6 +51,7 @@ from ..input.choices import Precision, Recipe
 from .compute import LAUNCH_S, QUANTIZED, Kernel, elementwise, gemm
 from .eager import EAGER_RESIDUAL, EAGER_RMSNORM, EAGER_ROPE, EAGER_SWIGLU, eager
 from .quant import fp8_cast, torchao_cast
+from .rope import megatron_rope
 from .transformer import Dims
 
 ELEM = 2  # bytes per bf16 activation element
@@ -71,6 +72,7 @@ class Shard:
     recipe: Recipe = Recipe.TE  # who quantizes them (training.fp8_recipe; sim.model.quant)
     eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
     fused_permute: bool = True  # parallel.moe_permute_fusion: the token permutation's kernels (permute)
+    rope_fused: bool = True  # training.rope_fusion: False runs Megatron-Core's unfused RoPE (megatron_rope)
 
     def __post_init__(self):
         """Strings become :class:`Precision` and :class:`Recipe` here, once (an
@@ -109,10 +111,11 @@ def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
 
 
 def rope(d: Dims, sh: Shard) -> list[Kernel]:
-    """Rotary embedding of q and k as separate kernels (eager PyTorch only: the fused stacks
-    apply it inside other kernels, not counted); MLA rotates only its qk_rope part."""
+    """Rotary embedding of q and k as separate kernels: eager PyTorch's (torchtitan), or
+    Megatron-Core's unfused path (:func:`megatron_rope`, ``training.rope_fusion = false``); the
+    fused stacks apply it inside other kernels, not counted. MLA rotates only its qk_rope part."""
     if not sh.eager:
-        return []
+        return megatron_rope(d, sh.tokens, sh.tp) if not sh.rope_fused else []
     width = d.a * d.qk_rope + d.qk_rope if d.mla else (d.a + d.g) * d.dq
     return [eager(EAGER_ROPE, sh.tokens * width / sh.tp)._replace(count=2 * EAGER_ROPE[2])]
 
@@ -147,9 +150,25 @@ def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
     down = linear(nt, d.q_lora, d.h, sh) if d.q_lora else []
     down += linear(nt, d.kv_lora + d.qk_rope, d.h, sh)
     norms = [elementwise(3 * ELEM * nt * (d.q_lora + d.kv_lora))]  # q_a_layernorm, kv_a_layernorm
+    return down + norms + _mla_up(d, sh)
+
+
+def _mla_up(d: Dims, sh: Shard) -> list[Kernel]:
+    """MLA's TP-split up projections (q from its latent, or from hidden without one; k and v)."""
     up = linear(sh.tokens, d.a * d.dq / sh.tp, d.q_lora or d.h, sh, fused=bool(d.q_lora), tp=1)
-    up += linear(sh.tokens, d.a * (d.qk_nope + d.dv) / sh.tp, d.kv_lora, sh, fused=True, tp=1)
-    return down + norms + up
+    return up + linear(sh.tokens, d.a * (d.qk_nope + d.dv) / sh.tp, d.kv_lora, sh, fused=True, tp=1)
+
+
+@lru_cache(maxsize=1024)
+def mla_up_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
+    """What ``training.recompute = "mla_up_proj"`` reruns before the attention core's backward:
+    Megatron-Core's ``--recompute-modules mla_up_proj`` checkpoints ``qkv_up_proj_and_rope_apply``
+    with ``CheckpointWithoutOutput`` (megatron/core/transformer/multi_latent_attention.py at
+    7094270c): the up projections, the RoPE and the q / k / v assembly, whose outputs it discards
+    after the core's forward. Local kernels here (``tp`` role 0: the recompute is not chunked
+    under TP-comm overlap); the latents' all-gather it re-runs under sequence parallelism
+    (``entry_width`` elements a token, 17 MB on DeepSeek-V3 at tp 2) is not counted."""
+    return tuple(k._replace(tp=0) for k in _mla_up(d, sh) + rope(d, sh))
 
 
 @lru_cache(maxsize=1024)

@@ -214,6 +214,8 @@ def activation_bytes_per_layer(d: Dims, seq: int, micro: int, tp: int, sp: bool,
     if recompute == Recompute.SELECTIVE:
         scores = 0
     kept, split = _saved_units(d, fp8)
+    if recompute == Recompute.MLA_UP_PROJ:  # Q, K, V discarded after the core's forward (layers.py mla_up_recompute)
+        split -= _ratio(4 * d.a * d.dq + 2 * d.a * d.dv, d.h)
     if sp:
         return sbh * (kept + split + scores) / tp
     return sbh * (kept + (split + scores) / tp)

@@ -21,7 +21,7 @@ def candidates(sc) -> list[tuple[str, dict, dict]]:
     if p.tp > 1 and not p.sequence_parallel:
         out.append(("parallel.sequence_parallel=true", {"sequence_parallel": True}, {}))
     order = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    if t.recompute is Recompute.OP:  # torchtitan's per-op checkpointing: full keeps less
+    if t.recompute in (Recompute.OP, Recompute.MLA_UP_PROJ):  # per-op / per-module checkpointing: full keeps less
         out.append(("training.recompute=full", {}, {"recompute": Recompute.FULL}))
     if t.recompute in order:
         out += [(f"training.recompute={r}", {}, {"recompute": r}) for r in order[order.index(t.recompute) + 1:]]

@@ -18,8 +18,8 @@ from ..engine.kinds import Phase
 from ..input.choices import Recompute
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mlp_block, mtp_input,
-                            op_recompute)
+from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mla_up_recompute,
+                            mlp_block, mtp_input, op_recompute)
 from . import cp, ep, fsdp, tp, tp_overlap
 from .pp_zero_bubble import Kind
 
@@ -250,11 +250,16 @@ def _block_backward_pieces(b, layer: int, mb: int) -> tuple:
 
 
 def attention_backward(b, layer: int, mb: int, x):
-    """Backward of :func:`attention_forward` (recomputing the core under selective recompute)."""
+    """Backward of :func:`attention_forward` (recomputing the core under selective recompute, MLA's
+    up projections and RoPE under ``mla_up_proj``)."""
     x = _tp(b).backward_sublayer(b, "attn", "attn_post_bwd", attention_post, layer, mb, x, scattered=True)
-    if b.ctx.scenario.training.recompute is Recompute.SELECTIVE:
+    recompute = b.ctx.scenario.training.recompute
+    if recompute is Recompute.SELECTIVE:
         with b.phase_of(Phase.RECOMPUTE):
             x = cp.attention(b, layer, mb, x, FWD, "_recompute")  # recompute the attention core
+    elif recompute is Recompute.MLA_UP_PROJ:  # MLA's up projections, RoPE and assembly, not the core
+        with b.phase_of(Phase.RECOMPUTE):
+            x = b.compute("attn_up_fwd_recompute", mla_up_recompute(b.ctx.dims, b.ctx.shard), x, layer, mb)
     x = cp.attention(b, layer, mb, x, BWD)
     return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
 
