@@ -331,8 +331,7 @@ class Network:
         ends = [*offsets.tolist(), len(rates)]
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
 
-    def _on_wake(self, act: _Active, _event=None) -> None:
-        """A transfer's planned wake-up (a superseded one calls nothing: :data:`VOID`)."""
+    def _on_wake(self, act: _Active, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
         shared = not (act.solo and act.generation == 1) and self._sharing.others(act.phase)  # (_solo_since_start)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
