@@ -70,12 +70,13 @@ class Stream:
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
-        self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
-        self.release = array("d", map(released.__getitem__, indices))  # when the host has issued each
+        self.ops = list(map(prog.ops.__getitem__, indices))  # this stream's ops, in order
+        at = np.asarray(indices)  # (the gathers below in numpy: the same values, no float object per op)
+        self.release = _gathered(released, at)  # when the host has issued each
         self.held = -1  # the position whose op already waited for its release
         anchored = prog.anchors()  # (the host's waits on sync ops: None without any)
-        self.anchor = None if anchored is None else array("q", map(anchored[0].__getitem__, indices))
-        self.offset = None if anchored is None else array("d", map(anchored[1].__getitem__, indices))
+        self.anchor = None if anchored is None else _gathered(anchored[0], at)
+        self.offset = None if anchored is None else _gathered(anchored[1], at)
         times = engine.times[prog.rank]  # shared by the rank's streams
         self.starts, self.finish, self.sent = times.start, times.end, times.sent
         self.waiters = engine._waiters[prog.rank]
@@ -153,6 +154,13 @@ class Stream:
                 heappush(self.queue, (now, NORMAL, next(self.eid), waiter))
         self.pos = pos + 1
         self.advance()
+
+
+def _gathered(values: array, at: np.ndarray) -> array:
+    """``values[at]`` as an array of ``values``' type (the same items: numpy gathers them)."""
+    out = array(values.typecode)
+    out.frombytes(np.asarray(values)[at].tobytes())
+    return out
 
 
 NOT_YET = -1.0  # OpTimes.start and .end of an op that has not started, ended (times are >= 0)
