@@ -65,7 +65,7 @@ class ProcessEngine(Engine):
 class GeneralNetwork(Network):
     """The network without its shortcuts: every transfer solved and ended the general way."""
 
-    def _inject(self, plan, on_done) -> None:
+    def _inject(self, plan, on_done, _event=None) -> None:
         plan.alone = None  # forget the rates and wake-up of running alone
         super()._inject(plan, on_done)
 

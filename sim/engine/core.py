@@ -24,6 +24,7 @@ their traffic still loads the network (merged phase by phase: :mod:`sim.engine.t
 
 from array import array
 from contextlib import contextmanager
+from functools import partial
 import gc
 from heapq import heappush
 from typing import Callable
@@ -55,7 +56,13 @@ class Stream:
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
-                 "queue", "eid", "ledger")
+                 "queue", "eid", "ledger", "callbacks", "on_end", "on_release")
+    # A stream is itself the event of its op's end and of its host's release (what the event loop and
+    # SimPy's step read of an event: ``callbacks``, ``_ok``), so those wake-ups allocate no event: a
+    # stream has at most one such wake-up in the queue (it runs one op at a time, and waits for the
+    # host only with nothing running).
+    _ok = True
+    _value = None
 
     def __init__(self, engine: "Engine", prog: RankProgram, indices: array, released: array,
                  ledger: "SmLedger | None" = None):
@@ -63,17 +70,20 @@ class Stream:
         self.env, self.rank, self.arrive, self.scale_of = engine.env, prog.rank, engine.arrive, engine.compute_scale
         self.queue, self.eid = engine.env._queue, engine.env._eid  # (what wake_after pushes on, inlined)
         self.indices, self.count = indices, len(indices)
-        self.ops = [prog.ops[i] for i in indices]  # this stream's ops, in order
-        self.release = array("d", map(released.__getitem__, indices))  # when the host has issued each
+        self.ops = list(map(prog.ops.__getitem__, indices))  # this stream's ops, in order
+        at = np.asarray(indices)  # (the gathers below in numpy: the same values, no float object per op)
+        self.release = _gathered(released, at)  # when the host has issued each
         self.held = -1  # the position whose op already waited for its release
         anchored = prog.anchors()  # (the host's waits on sync ops: None without any)
-        self.anchor = None if anchored is None else array("q", map(anchored[0].__getitem__, indices))
-        self.offset = None if anchored is None else array("d", map(anchored[1].__getitem__, indices))
+        self.anchor = None if anchored is None else _gathered(anchored[0], at)
+        self.offset = None if anchored is None else _gathered(anchored[1], at)
         times = engine.times[prog.rank]  # shared by the rank's streams
         self.starts, self.finish, self.sent = times.start, times.end, times.sent
         self.waiters = engine._waiters[prog.rank]
         self.pos, self.meeting = 0, None
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
+        self.callbacks = None  # (as an event: what its pending wake-up calls; the loop empties it)
+        self.on_end, self.on_release = [self._end], [self.advance]  # (never changed: the loop only reads them)
 
     def _resume_after(self, i: int) -> None:
         """Advance again when op ``i`` of this rank ends (one event per op, shared by waiters)."""
@@ -104,7 +114,8 @@ class Stream:
             release = finish[a] + self.offset[pos]
         if release > now and self.held != pos:  # the host has not issued it yet
             self.held = pos
-            wake_after(self.env, release - now, self.advance)
+            self.callbacks = self.on_release  # (wake_after(release - now, self.advance), with itself as the event)
+            heappush(self.queue, (now + (release - now), NORMAL, next(self.eid), self))
             return
         i = self.indices[pos]
         self.starts[i] = now
@@ -113,14 +124,14 @@ class Stream:
             scale_of = self.scale_of
             delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
             if self.ledger is None:
-                heappush(self.queue, (now + delay, NORMAL, next(self.eid), Wake([self._end])))
+                self.callbacks = self.on_end
+                heappush(self.queue, (now + delay, NORMAL, next(self.eid), self))
             else:
                 self.ledger.start(self, delay, self._end)
         else:
             if comm.sms and self.ledger is not None:
                 self.ledger.hold(comm.sms)
-            self.meeting = meeting = self.arrive(comm, self.rank, i)
-            meeting.done.callbacks.append(self._end)
+            self.meeting = self.arrive(comm, self.rank, i, self)
 
     def _ended(self, _event) -> None:
         """The current op has ended: note when and what it sent, wake whoever waits on it, go on."""
@@ -145,6 +156,13 @@ class Stream:
         self.advance()
 
 
+def _gathered(values: array, at: np.ndarray) -> array:
+    """``values[at]`` as an array of ``values``' type (the same items: numpy gathers them)."""
+    out = array(values.typecode)
+    out.frombytes(np.asarray(values)[at].tobytes())
+    return out
+
+
 NOT_YET = -1.0  # OpTimes.start and .end of an op that has not started, ended (times are >= 0)
 
 
@@ -167,7 +185,7 @@ class Meeting:
 
     __slots__ = ("done", "sent", "expected", "members", "start")
 
-    def __init__(self, done: Wake, sent: dict, expected: int):
+    def __init__(self, done: "Wake | Stream", sent: dict, expected: int):
         self.done = done  # triggered when the collective's last phase ends (sim.engine.clock.trigger)
         self.sent = sent  # bytes each member sends
         self.expected = expected  # members that will arrive (the simulated ones)
@@ -224,7 +242,8 @@ class Engine:
             run_until_empty(self.env)
         unfinished = any(s.pos < s.count for s in streams)
         for stream in streams:  # (their bound methods made each a cycle: now reference counting frees them)
-            stream.advance = stream._end = None
+            stream.advance = stream._end = stream.on_end = stream.on_release = stream.callbacks = None
+            stream.meeting = None  # (a meeting of one member has the stream as its done event)
         if unfinished:
             self._report_deadlock()
 
@@ -239,18 +258,25 @@ class Engine:
         rank, i, name = stuck[0]
         raise RuntimeError(f"deadlock: {len(stuck)} ops never ran; first: rank {rank} op {i} {name}")
 
-    def arrive(self, call: Collective, rank: int, index: int) -> Meeting:
+    def arrive(self, call: Collective, rank: int, index: int, stream: Stream | None = None) -> Meeting:
         """Register one member's arrival; the last simulated member starts the collective.
         (A call with one simulated member, the usual one under folding, meets no one: it
         never enters the rendezvous, which saves hashing its key. What a call's shape gives,
         its members' bytes, how many are simulated and its schedule's phases, is looked up
-        once per shape: :meth:`_shape_of`.)"""
+        once per shape: :meth:`_shape_of`.) ``stream``: the member's, whose op then ends with
+        the meeting (its ``_ended`` hung on ``done``; with one member, ``done`` is the stream
+        itself); without it the caller waits on ``done``."""
         now = self.env._now
         sent, expected, phases = self._shape_of(call)
         if expected > 1:
             meeting = self._rendezvous.get(call.key)
             if meeting is None:
                 meeting = self._rendezvous[call.key] = Meeting(pending(), sent, expected)
+            if stream is not None:
+                meeting.done.callbacks.append(stream._end)
+        elif stream is not None:  # (the stream is the event of its op's end: Stream)
+            stream.callbacks = stream.on_end
+            meeting = Meeting(stream, sent, expected)
         else:
             meeting = Meeting(pending(), sent, expected)
         members = meeting.members
@@ -301,7 +327,7 @@ class Engine:
             self._end_meeting(meeting.members)
             trigger(self.env, meeting.done)
         else:
-            self.net.start(phases[i], lambda: self._run_phases(phases, i + 1, meeting))
+            self.net.start(phases[i], partial(self._run_phases, phases, i + 1, meeting))
 
     def _end_meeting(self, members: list) -> None:
         """Record who waited in a meeting that ended (``held_by``, ``arrived``): every member

@@ -20,13 +20,14 @@ collective that runs alone again costs two timeouts and no arithmetic on bytes.
 """
 
 from dataclasses import dataclass
+from functools import partial
 from heapq import heappush
 from math import ulp
 
 import numpy as np
 import simpy
 
-from .clock import NORMAL, VOID, Superseded, Wake, wake_after
+from .clock import NORMAL, VOID, Superseded, Wake
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
@@ -138,18 +139,19 @@ class Network:
         if plan is None:
             plan = self._plan(phase)
         latency = plan.latency  # (a Phase is frozen: the same float every call)
-        if latency > 0:
-            wake_after(self.env, latency, lambda _ev: self._inject(plan, on_done))
+        if latency > 0:  # (wake_after inlined; partial: no Python frame of its own when called)
+            env, wake = self.env, Wake([partial(self._inject, plan, on_done)])
+            heappush(env._queue, (env._now + latency, NORMAL, next(env._eid), wake))
         else:
             self._inject(plan, on_done)
 
-    def _inject(self, plan: _Plan, on_done) -> None:
+    def _inject(self, plan: _Plan, on_done, _event=None) -> None:
         if plan.empty:
             on_done()
             return
         compiled = plan.compiled
         act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
-        act.call = lambda _ev, on_wake=self._on_wake: on_wake(act, act.generation)  # (its wake-ups' callback)
+        act.call = partial(self._on_wake, act)  # (its wake-ups' callback: a superseded one calls nothing)
         shared = self._sharing.add(compiled)
         self._active[act] = None
         if shared:
@@ -329,10 +331,8 @@ class Network:
         ends = [*offsets.tolist(), len(rates)]
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
 
-    def _on_wake(self, act: _Active, generation: int) -> None:
-        if generation != act.generation:
-            return  # its rates changed since this wake-up was planned
-        shared = not _solo_since_start(act, generation) and self._sharing.others(act.phase)
+    def _on_wake(self, act: _Active, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
+        shared = not (act.solo and act.generation == 1) and self._sharing.others(act.phase)  # (_solo_since_start)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)

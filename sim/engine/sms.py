@@ -6,6 +6,7 @@ a collective holding SMs (``Collective.sms``) starts and ends on the rank.
 Run ``python -m pytest -q tests/test_sm_share.py``.
 """
 
+from functools import partial
 from heapq import heappush
 from typing import Callable
 
@@ -45,7 +46,7 @@ class SmLedger:
     def _plan(self, stream, delay: float, on_end: Callable) -> None:
         env = self.env
         due = env._now + delay
-        wake = Wake([lambda event: self._finish(stream, on_end, event)])
+        wake = Wake([partial(self._finish, stream, on_end)])  # (partial: no Python frame of its own)
         heappush(env._queue, (due, NORMAL, next(env._eid), wake))
         self.running[stream] = (wake, due, on_end)
 
