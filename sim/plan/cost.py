@@ -48,16 +48,20 @@ yet (docs/plan.md, issue 28).
 
 import numpy as np
 
+from .. import work
 from ..input.choices import ExpertRouting, MicroBatches
 from ..parallel import steady
 from .layers import KINDS
 
+WORK_SCALE = 2.0  # measured CPU / sim/work.py's estimate of a planner point (fitted below)
+PP_TRANSFERS = 4  # ops per micro-batch, chunk and stage: the forward's send and receive, the backward's
 SECONDS_PER_GPU = 1.6e-4  # the groups and routes, per GPU (fit: 2.28e-4, less 7e-5 for the topology now reused)
 SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
 SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
 SECONDS_PER_A2A_PAIR = 4e-8  # one pair of ranks of an all-to-all leaving the NVLink domain, copies included
 SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
-EP_OVERLAP_OPS = 8.0  # an op of a candidate with ep_comm_overlap costs this many (two points above; see there)
+EP_OVERLAP_OPS = 1.4  # an op of a candidate with ep_comm_overlap costs this many (measured; see above)
+EP_OVERLAP_PAIRS = 2.7  # and a pair of its cross-domain all-to-alls this many (measured; see above)
 CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
 COUNTS = ("ops", "dp", "cp", "ep")  # per layer kind and micro-batch: ops but FSDP's, FSDP gathers, K/V shifts, all-to-alls
 
@@ -83,14 +87,23 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     cross_ep = np.where(etp == tp, tp, etp) * ep > domain
     per_kind = np.array([float(getattr(split, k)[0]) for k in KINDS])  # layers of each kind, all stages
     ops_l, fsdp_l, shifts_l, a2a_l = (layer[:, :, i] @ per_kind for i in range(len(COUNTS)))
-    ops = micro * (ops_l + np.where(zero3, fsdp_l, 0))
+    ops = micro * (ops_l + np.where(zero3, fsdp_l, 0) + PP_TRANSFERS * v * pp * (pp > 1))
     flows = (micro * fsdp_l * zero3 * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
     cp_flows = micro * shifts_l * cross_cp * ranks
     a2a_out = micro * a2a_l * cross_ep * ranks * (ep - 1)  # pairs of the simulated rank's cross-domain all-to-alls
     if uneven(s):
         ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
-    ops = ops * np.where(c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1), EP_OVERLAP_OPS, 1.0)
+    overlap = c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1)
+    ops, a2a_out = ops * np.where(overlap, EP_OVERLAP_OPS, 1.0), a2a_out * np.where(overlap, EP_OVERLAP_PAIRS, 1.0)
     return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
+
+
+def simulated_ranks(c, s) -> np.ndarray:
+    """Ranks the simulation of each candidate runs: one per pipeline stage, whole expert
+    groups where routing loads experts unevenly (as sim.parallel.census.simulated_ranks
+    counts a clean step's; the planner plans no faults or stragglers)."""
+    pp, ep = c["pp"].to_numpy(), c["ep"].to_numpy()
+    return pp * np.where(uneven(s), ep, 1)
 
 
 def simulated_micro_batches(c, s) -> tuple[np.ndarray, np.ndarray]:
@@ -126,5 +139,6 @@ def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
     ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split)
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
     _, runs = simulated_micro_batches(c, s)  # (steady mode: each run builds the cluster)
-    return (SECONDS_PER_GPU * s.cluster.gpus * runs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
+    work_s = work.cluster_seconds(s) * runs + work.ops_seconds(ops, simulated_ranks(c, s))
+    return (WORK_SCALE * work_s + SECONDS_PER_FLOW * flows * crowd
             + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A_PAIR * a2a)
