@@ -29,6 +29,10 @@ load 2 to 10; gb200 at the H100 SXM's sustained factor 0.797; the H100 cases' fi
 Issue 28 (2026-11-27, ``--only dsv3``, main 73694b6 then the branch, 2 workers, load 8-18 then
 13-25): 7 -> 71 layouts simulated (17 -> 33 stopped at the point limit), best 8.086 -> 7.926 s;
 1,349 -> 2,888 s wall, 163 -> 529 s CPU: the 300 s target MISSED by both (docs/plan.md).
+Later that day, the predictor on the work estimate (main 5d928e2 and the branch side by side,
+load 5-15): 71 -> 82 simulated (33 -> 4 stopped), 541 -> 337 s CPU, best 8.086 s both; each
+simulated layout's predicted CPU against its worker's measured CPU is printed (0.63-2.84x,
+median 1.34).
 """
 
 import argparse
