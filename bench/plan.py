@@ -29,13 +29,23 @@ load 2 to 10; gb200 at the H100 SXM's sustained factor 0.797; the H100 cases' fi
 Issue 28 (2026-11-27, ``--only dsv3``, main 73694b6 then the branch, 2 workers, load 8-18 then
 13-25): 7 -> 71 layouts simulated (17 -> 33 stopped at the point limit), best 8.086 -> 7.926 s;
 1,349 -> 2,888 s wall, 163 -> 529 s CPU: the 300 s target MISSED by both (docs/plan.md).
+Later that day, the predictor on the work estimate (main 5d928e2 and the branch side by side,
+load 5-15): 71 -> 82 simulated (33 -> 4 stopped), 541 -> 337 s CPU, best 8.086 s both; each
+simulated layout's predicted CPU against its worker's measured CPU is printed (0.63-2.84x,
+median 1.34).
 """
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
+import tempfile
 import time
+
+import numpy as np
+import pandas as pd
 
 CASES = {
     "70b": ["llama3.1-70b", "--gpus", "1024", "--seq-len", "8192", "--global-batch-tokens", "8388608"],
@@ -51,13 +61,40 @@ TARGET_S, MIN_LAYOUTS = 300, 1000
 
 
 def run(name: str, extra: list[str]) -> dict:
-    """One search in a fresh interpreter: its JSON and its wall time."""
+    """One search in a fresh interpreter: its JSON, its wall and CPU time (the search's and its
+    workers', user + system) and its simulated rows (``--out``'s table)."""
     topology = [] if "--topology" in CASES[name] else ["--topology", "dgx-h100"]
-    argv = [sys.executable, "-m", "sim", "plan", *CASES[name], *topology, "--json", "--quiet", "--top", "5", *extra]
-    t0 = time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - t0
-    return {**json.loads(out.stdout), "wall_s": wall}
+    with tempfile.TemporaryDirectory() as tmp:
+        out_csv = os.path.join(tmp, "plan.csv")
+        argv = [sys.executable, "-m", "sim", "plan", *CASES[name], *topology, "--json", "--quiet", "--top", "5",
+                "--out", out_csv, *extra]
+        t0, c0 = time.perf_counter(), _children_cpu()
+        out = subprocess.run(argv, capture_output=True, text=True, check=True)
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+        table = pd.read_csv(out_csv)
+    return {**json.loads(out.stdout), "wall_s": wall, "cpu_s": cpu, "sims": table[table["simulated"]]}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def show_costs(r: dict) -> None:
+    """Each simulated layout's predicted CPU (sim/plan/cost.py) against its worker's measured CPU."""
+    sims = r["sims"].sort_values("sim_cost_s", kind="stable")
+    print("  predicted vs measured simulation CPU (s), cheapest predicted first:")
+    print("    tp pp   v schedule     dp cp  ep etp zero recompute  mb tpo epo  predicted  measured  ratio")
+    for _, x in sims.iterrows():
+        ratio = x["sim_cpu_s"] / x["sim_cost_s"]
+        print(f"    {x['tp']:>2} {x['pp']:>2} {x['virtual_stages']:>3} {x['schedule']:<11} {x['dp']:>5} {x['cp']:>2} "
+              f"{x['ep']:>3} {x['expert_tp']:>3} {x['zero']:>4} {x['recompute']:<9} {x['micro_batch']:>3} "
+              f"{int(x['tp_comm_overlap']):>3} {int(x['ep_comm_overlap']):>3} {x['sim_cost_s']:>10.2f} "
+              f"{x['sim_cpu_s']:>9.2f} {ratio:>6.2f}")
+    ratio = (sims["sim_cpu_s"] / sims["sim_cost_s"]).to_numpy()
+    if len(ratio):
+        print(f"  measured / predicted: {ratio.min():.2f}-{ratio.max():.2f}x, median {np.median(ratio):.2f} over "
+              f"{len(ratio)}; sum predicted {sims['sim_cost_s'].sum():.0f} s, measured {sims['sim_cpu_s'].sum():.0f} s")
 
 
 def show(name: str, r: dict) -> None:
@@ -68,7 +105,8 @@ def show(name: str, r: dict) -> None:
     front = "n/a" if r["rank_correlation_front"] is None else f"{r['rank_correlation_front']:.2f}"
     print(f"{name}: {r['candidates']:,} layouts, {sum(r['rejected'].values()):,} rejected "
           f"({', '.join(f'{k} {v:,}' for k, v in r['rejected'].items())}), {r['evaluated']:,} estimated, "
-          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall (rules {r['seconds']['rules']:.1f} s, estimate "
+          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall, "
+          f"{r['cpu_s']:.0f} s CPU (rules {r['seconds']['rules']:.1f} s, estimate "
           f"{r['seconds']['estimate']:.1f} s, simulations {r['seconds']['simulate']:.0f} s); target <= {TARGET_S} s, "
           f">= {MIN_LAYOUTS:,} layouts, all fit: {'OK' if ok else 'MISSED'}")
     print(f"  best: tp {best['tp']} pp {best['pp']} (v {best['virtual_stages']}, {best['schedule']}) dp {best['dp']} "
@@ -90,7 +128,9 @@ def main() -> None:
     args = parser.parse_args()
     steady = ["--set", "simulation.micro_batches=steady"] if args.steady else []
     for name in args.only or list(CASES):
-        show(name + (" (steady)" if args.steady else ""), run(name, ["--workers", args.workers, *steady]))
+        r = run(name, ["--workers", args.workers, *steady])
+        show(name + (" (steady)" if args.steady else ""), r)
+        show_costs(r)
 
 
 if __name__ == "__main__":

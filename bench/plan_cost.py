@@ -32,6 +32,10 @@ Issue 28 (2026-11-27, load 12-20): the all-to-all term is now per pair of ranks 
 all-to-alls x stage ranks x (ep - 1)), 4e-8 s, from two DeepSeek-V3 points 1.2 s apart (ep 16
 and 32, 2.52 and 3.73 s of CPU), and EP overlap's ops cost 8x (two points, 8.8x and 7.4x);
 sim/plan/cost.py's docstring lists the five points measured.
+
+Issue 28, later the same day: the GPU and op terms are the work estimate's own (sim/work.py's
+``cluster_seconds`` and ``ops_seconds`` of the census's op count), so the refit fits
+``WORK_SCALE`` (a planner point's CPU against that estimate) beside the flow, CP and pair terms.
 """
 
 import argparse
@@ -46,6 +50,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plan import CASES  # noqa: E402 -- bench/plan.py's searches
 
+from sim import work  # noqa: E402
 from sim.input.load import scenario_from_dict  # noqa: E402
 from sim.plan import cost, driver, fit, select  # noqa: E402
 from sim.plan.cost import COUNTS  # noqa: E402
@@ -56,8 +61,8 @@ from sim.plan.inputs import request  # noqa: E402
 from sim.plan.space import overrides  # noqa: E402
 from sim.plan.stages import Stages  # noqa: E402
 
-TERMS = ("gpus", "ops", "flows", "cp_flows", "a2a_pairs")  # cost.sim_cost's terms, flows with their crowd factor
-CONSTANTS = ("SECONDS_PER_GPU", "SECONDS_PER_OP", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A_PAIR")
+TERMS = ("work_s", "flows", "cp_flows", "a2a_pairs")  # cost.sim_cost's terms: the work estimate's, flows with their crowd factor
+CONSTANTS = ("WORK_SCALE", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A_PAIR")
 
 
 def argv_request(argv: list[str]):
@@ -85,7 +90,9 @@ def picks(req) -> tuple[pd.DataFrame, np.ndarray]:
     layer = both[:, :, COUNTS_AT:COUNTS_AT + len(COUNTS)]
     ops, flows, cp_flows, a2a, ranks = cost.counts(c, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
     crowd = np.maximum(1.0, ranks / cost.CROWD_RANKS) ** 2
-    terms = np.stack([np.full(len(c), float(req.scenario.cluster.gpus)), ops, flows * crowd, cp_flows, a2a], axis=1)
+    _, runs = cost.simulated_micro_batches(c, req.scenario)
+    work_s = work.cluster_seconds(req.scenario) * runs + work.ops_seconds(ops, cost.simulated_ranks(c, req.scenario))
+    terms = np.stack([work_s, flows * crowd, cp_flows, a2a], axis=1)
     return chosen, terms
 
 

@@ -25,6 +25,8 @@ import math
 import signal
 import threading
 
+import numpy as np
+
 from . import bounds
 from .errors import InputError, SimulationError
 from .hardware.faults import perturbed
@@ -118,13 +120,12 @@ def _estimate(s, count_ops: bool = True) -> Work:
     ops = ranks * per_rank
     if perturbed(s):  # the clean baseline
         ops += census.simulated_ranks(clean_copy(s)) * per_rank
-    gpus, links = s.cluster.gpus, _fabric_links(s)
+    gpus, links = s.cluster.gpus, fabric_links(s)
     scores, held = census.routed_scores(s)
     kernels = census.expert_kernels(s) * ranks
     a2a = census.alltoalls(s) * ranks if census.uneven_routing(s, Layout.from_parallel(s.parallel)) else 0
-    crowd = max(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
     draws = ranks * max(per_rank, 4096) * JITTER_DRAW_BYTES if s.jitter.sigma > 0 else 0.0
-    parts = {"ops": (ops * OP_S * crowd, ops * OP_BYTES + draws), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
+    parts = {"ops": (ops_seconds(ops, ranks), ops * OP_BYTES + draws), "gpus": (gpus * GPU_S, gpus * GPU_BYTES),
              "links": (links * LINK_S, links * LINK_BYTES), "scores": (scores * SCORE_S, held * SCORE_BYTES),
              "kernels": (kernels * KERNEL_S, 0.0),
              "alltoalls": alltoall_part(a2a, ranks)}
@@ -133,6 +134,21 @@ def _estimate(s, count_ops: bool = True) -> Work:
     share = {name: t / BUDGET_S + b / BUDGET_BYTES for name, (t, b) in parts.items()}
     return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, a2a, seconds, nbytes,
                 _driver(s, max(share, key=share.get), ranks), count_ops)
+
+
+def ops_seconds(ops, ranks):
+    """CPU seconds of ``ops`` ops of ``ranks`` simulated ranks: :data:`OP_S` each, more as more
+    ranks run at once (:data:`CROWD_RANKS`). Plain numbers or numpy arrays (the planner prices
+    every candidate with it, sim/plan/cost.py)."""
+    if isinstance(ranks, np.ndarray):
+        return ops * OP_S * np.maximum(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
+    return ops * OP_S * max(1.0, ranks / CROWD_RANKS) ** CROWD_EXP
+
+
+def cluster_seconds(s) -> float:
+    """CPU seconds of the cluster's own part of a step's simulation: its GPUs and fabric links
+    (what every layout of the cluster pays, sim/plan/cost.py)."""
+    return s.cluster.gpus * GPU_S + fabric_links(s) * LINK_S
 
 
 def alltoall_part(a2a: int, ranks: int) -> tuple[float, float]:
@@ -220,7 +236,7 @@ def check_gpus(key: str, gpus: int, runs: int = 1, force: bool = False, all_pair
                               f"past this machine's budget of {BUDGET_S:,.0f} s and {BUDGET_BYTES / 2**30:,.1f} GiB")
 
 
-def _fabric_links(s) -> int:
+def fabric_links(s) -> int:
     """Leaf-spine links of the fat tree (sim.hardware.topology.fat_tree builds them)."""
     spec = topology_spec(s)
     servers_per_su = spec.gpus_per_node * spec.nodes_per_su

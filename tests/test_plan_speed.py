@@ -66,7 +66,7 @@ def test_a_reused_topology_gives_the_same_rows(tmp_path):
     req = _request(tmp_path, SMALL_MOE)
     points = [{"parallel.dp": 8, "parallel.ep": 4}, {"parallel.tp": 2, "parallel.dp": 4, "parallel.sequence_parallel": True},
               {"parallel.pp": 2, "parallel.dp": 4}, {"parallel.dp": 8, "parallel.ep": 4}]
-    drop = ["sim_wall_s"]
+    drop = ["sim_wall_s", explain.CPU]  # (timings)
     fresh, reused = [], []
     for p in points:
         explain._TOPOLOGY.clear()  # a fresh build for every point
@@ -88,8 +88,9 @@ def test_small_case_ranking_is_the_old_selections_or_a_superset(tmp_path, monkey
     _, new = _plan(tmp_path, budget=budget)
     monkeypatch.setattr(select, "CHEAP", np.inf)
     monkeypatch.setattr(select, "FRONT_PER_S", 0.0)
+    monkeypatch.setattr(select, "WIDEN", 1)
     _, old = _plan(tmp_path, budget=budget)
-    cols = [k for k in new.table.columns if k not in ("sim_wall_s",)]
+    cols = [k for k in new.table.columns if k not in ("sim_wall_s", "sim_cpu_s")]
     sim_new = new.table[new.table.simulated].set_index("position")
     sim_old = old.table[old.table.simulated].set_index("position")
     assert set(sim_old.index) <= set(sim_new.index)

@@ -9,9 +9,24 @@ flows on the network, and the max-min fair solver re-rates them. An all-to-all l
 the domain puts a flow on every pair of its ep ranks, in every folded copy: ``ranks x (ep -
 1)`` pairs. So
 
-    seconds = SECONDS_PER_GPU * GPUs + SECONDS_PER_OP * ops
+    seconds = WORK_SCALE * (sim/work.py's cluster_seconds + ops_seconds(ops, simulated ranks))
               + SECONDS_PER_FLOW * flows * max(1, ranks / CROWD_RANKS)^2
               + SECONDS_PER_CP_FLOW * CP flows + SECONDS_PER_A2A_PAIR * cross-domain all-to-all pairs
+
+The first term is the work estimate's own (issue 28: one definition, no separate guess):
+``ops`` is the census's count (sim/parallel/census.py: the builder's layer programs per
+micro-batch plus each chunk's pipeline transfers, :data:`PP_TRANSFERS`; tests/test_plan_cost.py
+checks it against ``sim.work.estimate``'s ops, 0.65-1.03x on tiny models whose step's own ops
+weigh most, 0.93-0.97x on DeepSeek-V3 layouts on 2,048 GPUs), priced by sim/work.py's
+constants (``OP_S``, ``GPU_S``, ``LINK_S``). :data:`WORK_SCALE` is what a planner point costs
+against that estimate, measured: the worker also checks the work budget (the census builds
+a skeleton of each stage), keeps the spans and breaks the critical rank down; and this
+2-core VM is shared. Measured on six DeepSeek-V3 layouts (2026-11-27, load 4-5, each point
+forked as ``bench/plan_cost.py`` does, its topology built afresh): tp 2 x pp 8 x dp 128, ep 8
+(v 6 interleaved / v 2 DualPipeV / 1F1B) 5.77 / 6.17 / 4.49 s of CPU where the work
+estimate says 2.86 / 2.72 / 2.73 s; tp 1 x pp 4 (v 4) x dp 512, ep 8: 1.01 s (0.50); tp 1 x
+dp 2,048, ep 8: 0.79 s (0.34): 1.6-2.3x, so 2. The old per-op price (8e-6 s, fitted before
+the engine's later changes) underrated the pipelines 4-6x.
 
 with ``flows`` the stage's ranks for every cross-domain gather, reduction and send, and
 ``CP flows`` those of the CP ring's K/V shifts across domains. A flow costs more as more
@@ -29,35 +44,34 @@ CP terms from the two 405B points above (the CP one a lower bound). Only the bud
 them; a simulation the predictor underrates stops at the planner's point time limit.
 
 Issue 28 (2026-11-27, ``python bench/plan_cost.py``-style points of the DeepSeek-V3 search on
-the 2-core VM at load ~12, CPU of a forked worker): the all-to-all term was one price per
-all-to-all (2.5e-3 s), which overrated small groups and underrated large ones (an ep 256 layout
-ran past 90 s of CPU where 6.6 s was predicted). Per pair instead: tp 1 x dp 1,024 x cp 2 with
-ep 16 and ep 32 (928 all-to-alls across domains each, 2,048 ranks a stage) took 2.52 and 3.73 s,
-1.2 s apart for 3.0e7 more pairs: 4e-8 s a pair. The GPU term drops by the topology a planner
-worker now builds once per cluster (:func:`.explain.topology_of`): 0.15 s of a 2,048-GPU point,
-7e-5 s a GPU. Candidates with EP overlap (combined 1F1B, sim/parallel/ep_overlap.py) cost far
-more than their layer programs' op counts (built without it) say: tp 2 x pp 8 (v 6) x dp 128,
-ep 8 in the domain, 9.6 s where 1.3 s was predicted; tp 4 x pp 2 (v 16) x dp 256, ep 32, 13.7 s
-where 4.4 s: their ops are priced :data:`EP_OVERLAP_OPS` times (8.8x and 7.4x these two). Only
-part of it is EP overlap's: the first layout without it took 5.79 s (0.96 s predicted), so
-interleaved pipelines of many micro-batches are underrated ~6x whatever their overlap, and
-in-domain layouts without a pipeline ~2x (tp 1 x dp 2,048, ep 8: 1.06 s where 0.51 s); the ep
-128-256 layouts with EP overlap are predicted 26-103 s (past 90 s measured before). Not refitted
-yet (docs/plan.md, issue 28).
+the 2-core VM at load ~12, CPU of a forked worker): the all-to-all term is per pair of ranks
+it puts on the network (it was one price per all-to-all, which overrated small groups and
+underrated large ones: an ep 256 layout ran past 90 s of CPU where 6.6 s was predicted): tp 1
+x dp 1,024 x cp 2 with ep 16 and ep 32 (928 all-to-alls across domains each, 2,048 ranks a
+stage) took 2.52 and 3.73 s, 1.2 s apart for 3.0e7 more pairs: 4e-8 s a pair. EP overlap
+(combined 1F1B, sim/parallel/ep_overlap.py; its programs' op counts are those without it)
+costs more than its counts say, measured at load 4-5 on the same mesh with and without it:
+tp 2 x pp 8 (v 6) x dp 128, ep 8 in the domain, 7.90 s against 5.77 s (:data:`EP_OVERLAP_OPS`
+1.4); tp 4 x pp 2 (v 16) x dp 256, ep 32 across domains, 20.5 s where the ops and pairs
+without overlap price 10.6 s, the rest from its pairs (:data:`EP_OVERLAP_PAIRS` 2.7).
+``python bench/plan.py`` prints each simulated layout's prediction against its worker's
+measured CPU (docs/plan.md).
 """
 
 import numpy as np
 
+from .. import work
 from ..input.choices import ExpertRouting, MicroBatches
 from ..parallel import steady
 from .layers import KINDS
 
-SECONDS_PER_GPU = 1.6e-4  # the groups and routes, per GPU (fit: 2.28e-4, less 7e-5 for the topology now reused)
-SECONDS_PER_OP = 8e-6  # one op of a simulated rank: build, engine events, spans (fit: 7.9e-6)
+WORK_SCALE = 2.0  # a planner point's measured CPU / sim/work.py's estimate of its step (above: 1.6-2.3x)
+PP_TRANSFERS = 4  # ops per micro-batch, chunk and stage: the forward's send and receive, the backward's
 SECONDS_PER_FLOW = 1.6e-7  # one flow of a cross-domain collective, siblings included (fit: 1.58e-7)
 SECONDS_PER_A2A_PAIR = 4e-8  # one pair of ranks of an all-to-all leaving the NVLink domain, copies included
 SECONDS_PER_CP_FLOW = 5e-6  # one flow of a CP K/V shift across domains (> 240 s / 49.5M flows measured)
-EP_OVERLAP_OPS = 8.0  # an op of a candidate with ep_comm_overlap costs this many (two points above; see there)
+EP_OVERLAP_OPS = 1.4  # an op of a candidate with ep_comm_overlap costs this many (measured; see above)
+EP_OVERLAP_PAIRS = 2.7  # and a pair of its cross-domain all-to-alls this many (measured; see above)
 CROWD_RANKS = 1024  # flows of stages up to this many GPUs cost SECONDS_PER_FLOW each
 COUNTS = ("ops", "dp", "cp", "ep")  # per layer kind and micro-batch: ops but FSDP's, FSDP gathers, K/V shifts, all-to-alls
 
@@ -83,14 +97,23 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     cross_ep = np.where(etp == tp, tp, etp) * ep > domain
     per_kind = np.array([float(getattr(split, k)[0]) for k in KINDS])  # layers of each kind, all stages
     ops_l, fsdp_l, shifts_l, a2a_l = (layer[:, :, i] @ per_kind for i in range(len(COUNTS)))
-    ops = micro * (ops_l + np.where(zero3, fsdp_l, 0))
+    ops = micro * (ops_l + np.where(zero3, fsdp_l, 0) + PP_TRANSFERS * v * pp * (pp > 1))
     flows = (micro * fsdp_l * zero3 * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
     cp_flows = micro * shifts_l * cross_cp * ranks
     a2a_out = micro * a2a_l * cross_ep * ranks * (ep - 1)  # pairs of the simulated rank's cross-domain all-to-alls
     if uneven(s):
         ops, a2a_out = ops * ep, a2a_out * ep  # whole expert groups are simulated
-    ops = ops * np.where(c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1), EP_OVERLAP_OPS, 1.0)
+    overlap = c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1)
+    ops, a2a_out = ops * np.where(overlap, EP_OVERLAP_OPS, 1.0), a2a_out * np.where(overlap, EP_OVERLAP_PAIRS, 1.0)
     return ops.astype(float), flows.astype(float), cp_flows.astype(float), a2a_out.astype(float), ranks
+
+
+def simulated_ranks(c, s) -> np.ndarray:
+    """Ranks the simulation of each candidate runs: one per pipeline stage, whole expert
+    groups where routing loads experts unevenly (as sim.parallel.census.simulated_ranks
+    counts a clean step's; the planner plans no faults or stragglers)."""
+    pp, ep = c["pp"].to_numpy(), c["ep"].to_numpy()
+    return pp * np.where(uneven(s), ep, 1)
 
 
 def simulated_micro_batches(c, s) -> tuple[np.ndarray, np.ndarray]:
@@ -126,5 +149,6 @@ def sim_cost(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
     ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split)
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
     _, runs = simulated_micro_batches(c, s)  # (steady mode: each run builds the cluster)
-    return (SECONDS_PER_GPU * s.cluster.gpus * runs + SECONDS_PER_OP * ops + SECONDS_PER_FLOW * flows * crowd
+    work_s = work.cluster_seconds(s) * runs + work.ops_seconds(ops, simulated_ranks(c, s))
+    return (WORK_SCALE * work_s + SECONDS_PER_FLOW * flows * crowd
             + SECONDS_PER_CP_FLOW * cp_flows + SECONDS_PER_A2A_PAIR * a2a)

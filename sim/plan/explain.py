@@ -13,11 +13,15 @@ layout; under :data:`COMPUTE_BOUND` of the step it is "compute".
 check (:func:`sim.work.check`, once: its estimate is handed to the simulation, which would
 otherwise count the ops again), the step, its summary and this breakdown as columns
 (``crit.*``), so nothing but numbers crosses between processes. A point the work budget
-refuses is an error row starting with :data:`REFUSED` (the driver counts it as a rejection).
+refuses is an error row starting with :data:`REFUSED` (the driver counts it as a rejection); a
+simulated row carries the CPU seconds the worker spent on it (:data:`CPU`), which
+``clustersim plan --out``'s ``sim_cpu_s`` sets beside the predicted ``sim_cost_s``.
 A worker keeps the last cluster's topology (:func:`sim.step.build_topology`: every candidate
 of a search runs on the same cluster) and simulates the next point on it; its route caches
 are pure functions of the graph (tests/test_plan_speed.py: the same rows as a fresh build).
 """
+
+import time
 
 from .. import work
 from ..errors import InputError
@@ -29,6 +33,7 @@ LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP",
           ("PP", "exposed_pp"), ("DP", "exposed_dp"), ("recompute", "compute_recompute"),
           ("optimizer", "compute_optimizer"))
 _TOPOLOGY: dict = {}  # the cluster section's JSON -> its topology (one entry: this worker's last cluster)
+CPU = "plan.cpu_s"  # a simulated row's CPU seconds in its worker: the check, the step, this breakdown (what cost.py predicts)
 REFUSED = "work budget: "  # an error row's prefix when sim.work.check refuses the point (not simulated)
 ESTIMATED = {"bubble": "est_bubble_s", "TP": "est_tp_s", "CP": "est_cp_s", "EP": "est_ep_s", "PP": "est_pp_s",
              "DP": "est_dp_s", "recompute": "est_recompute_s", "optimizer": "est_optimizer_s"}
@@ -39,6 +44,7 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
     a refusal of the work budget is (None, :data:`REFUSED` + why)."""
     from .. import step
 
+    start = time.process_time()
     try:
         estimate = work.check(scenario)
     except InputError as exc:
@@ -51,6 +57,7 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
         return None, one_line(f"internal error: {type(exc).__name__}: {exc}")
     row = flatten(result.summary)
     row.update({f"crit.{k}": v for k, v in breakdown(result.spans, result.summary["step_time_s"]).items()})
+    row[CPU] = round(time.process_time() - start, 3)
     return row, None
 
 

@@ -15,13 +15,13 @@ import pandas as pd
 from ..engine.kinds import Category
 from ..input.choices import Recompute
 from ..model.transformer import dims, model_flops_per_token
-from .explain import estimated_limits, limit, simulated_losses
+from .explain import CPU, estimated_limits, limit, simulated_losses
 from .space import COLUMNS
 
 AXES = (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP)  # the exposed_<axis>_s columns, in order
 TABLE = (("rank",) + COLUMNS + ("step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated",
                                 "estimate_s", "bubble_fraction") + tuple(f"exposed_{a}_s" for a in AXES)
-         + ("limit", "sim_wall_s", "position"))
+         + ("limit", "sim_wall_s", "sim_cost_s", "sim_cpu_s", "position"))
 
 
 def spearman(a, b) -> float | None:
@@ -65,6 +65,8 @@ def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: flo
         out[f"exposed_{a}_s"] = ranked[f"est_{a}_s"].to_numpy() * ratio
     out["limit"] = estimated_limits(ranked)
     out["sim_wall_s"] = np.nan
+    out["sim_cost_s"] = ranked["sim_cost_s"].to_numpy()  # predicted CPU of its simulation (cost.py)
+    out["sim_cpu_s"] = np.nan  # measured, where simulated
     for p, sim in sorted(sims.items()):
         cols = _simulated(sim)
         out.loc[p, list(cols)] = list(cols.values())
@@ -91,6 +93,7 @@ def _simulated(sim: dict) -> dict:
     return {"simulated": True, "step_time_s": step, "mfu": float(sim["mfu"]),
             "memory_per_gpu_bytes": float(sim["memory_per_gpu_bytes"]), "fits_in_memory": bool(sim["fits_in_memory"]),
             "bubble_fraction": float(sim["bubble_fraction"]), "sim_wall_s": float(sim["sim_wall_s"]),
+            "sim_cpu_s": float(sim.get(CPU, np.nan)),
             "limit": limit(simulated_losses(sim), step),
             **{f"exposed_{a}_s": float(sim[f"crit.exposed_{a}"]) for a in AXES}}
 

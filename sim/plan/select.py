@@ -4,10 +4,12 @@ The budget is in predicted seconds of simulation on one core (``sim_cost_s`` of
 :mod:`.estimate`), never in measured time, so the same search simulates the same layouts
 on any machine and after any interruption. Three kinds of picks:
 
-- the front: the best candidates by estimate, in order, each if its predicted cost fits
-  what is left of :data:`FRONT_SHARE` of the budget and is at most :data:`CHEAP` x the
-  cheapest simulation of the search (at most :func:`front_size` picks: more as the budget
-  grows; a candidate too costly to simulate is skipped, keeps its estimate, and is reported);
+- the front: the caller's ``top_n`` best candidates by estimate predicted at most
+  :data:`CHEAP` x the cheapest simulation of the search, then, among the :data:`WIDEN` x
+  :func:`front_size` best under that cap, the cheapest to simulate first, until
+  :data:`FRONT_SHARE` of the budget is spent (at most :func:`front_size` picks: more as the
+  budget grows; a candidate too costly to simulate is skipped, keeps its estimate, and is
+  reported);
 - the spread: one candidate near each estimate quantile of :data:`QUANTILES` (the
   cheapest to simulate within a window), so that the rank correlation between estimate
   and simulation is measured over the whole range, not only among near-ties;
@@ -25,6 +27,11 @@ FRONT_SHARE = 0.7
 # expert ranks across NVLink domains, tens of times its in-node ep 8 layouts) is left to its
 # estimate so that the budget simulates many of the next best instead (docs/plan.md).
 CHEAP = 8.0
+# Past the caller's top_n best estimates, the front takes the cheapest to simulate of the WIDEN x
+# front_size best under the cap until the budget's front share is spent: the budget buys many
+# near-best layouts rather than a few costly ones (issue 28: DeepSeek-V3's pp 8 pipelines cost
+# 5x its pipeline-free layouts of about the same estimate, docs/plan.md).
+WIDEN = 3
 FRONT_PER_S = 0.4  # front picks per predicted second of budget (240 s: 96), never fewer than the caller's top_n
 QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 WINDOW = 0.01  # of the candidates, each side of a spread position
@@ -37,21 +44,31 @@ def front_size(budget: float, top_n: int) -> int:
 
 
 def front(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], list[int]]:
-    """Positions (in ``ranked``, best estimate first) of the front picks: the best estimates
-    whose predicted cost fits what is left of :data:`FRONT_SHARE` of the budget and is at
-    most :data:`CHEAP` x the cheapest candidate's, at most :func:`front_size` of them; and
-    the positions before the last pick skipped as too costly to simulate."""
+    """Positions (in ``ranked``, best estimate first) of the front picks, in that order: the
+    ``top_n`` best estimates predicted at most :data:`CHEAP` x the cheapest candidate's cost,
+    then, of the :data:`WIDEN` x :func:`front_size` best under that cap, the cheapest to
+    simulate (ties: the better estimate), all while they fit what is left of
+    :data:`FRONT_SHARE` of the budget, at most :func:`front_size` in all; and the positions
+    before the last pick left to their estimate (too costly, or priced out by cheaper ones)."""
     size, cost = front_size(budget, top_n), ranked["sim_cost_s"].to_numpy()
     if not len(cost):
         return [], []
     cheapest, limit = float(cost.min()), budget * FRONT_SHARE
+    eligible = np.flatnonzero(cost <= CHEAP * cheapest)
     picked, spent = [], 0.0
-    for pos in np.flatnonzero(cost <= CHEAP * cheapest):
-        if len(picked) >= size or spent + cheapest > limit:
+    for pos in eligible:  # the best estimates, in order
+        if len(picked) >= min(top_n, size) or spent + cheapest > limit:
             break
         if spent + cost[pos] <= limit:
             picked.append(int(pos))
             spent += cost[pos]
+    window = np.setdiff1d(eligible[:WIDEN * size], picked)
+    for pos in window[np.argsort(cost[window], kind="stable")]:  # then the cheapest to simulate
+        if len(picked) >= size or spent + cost[pos] > limit:
+            break
+        picked.append(int(pos))
+        spent += cost[pos]
+    picked.sort()
     taken = set(picked)
     return picked, [p for p in range(max(picked, default=-1)) if p not in taken]
 
