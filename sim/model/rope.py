@@ -6,8 +6,6 @@ from .compute import Kernel
 from .eager import eager
 from .transformer import Dims
 
-ELEM = 2  # bytes per bf16 element (sim/model/layers.py ELEM)
-
 
 # Megatron-Core's unfused RoPE (TransformerConfig.apply_rope_fusion = False, which NeMo's
 # DeepSeekConfig sets: NVIDIA/NeMo 7a8f1cc nemo/collections/llm/gpt/model/deepseek.py; NeMo 25.04
@@ -32,11 +30,11 @@ MEGATRON_ROPE_MLA = (2 * 14, 2 * 17, 13)
 # a * 2 (qk_nope + dv), and the expanded key's gradient summed over heads, a * qk_rope.
 # The later fused MLA RoPE (the "Yarn RoPE fusion" of Megatron-LM's DeepSeek-V3 GB200 write-up,
 # section 1) writes q and k in place of all three, so this runs with the unfused RoPE only.
-MLA_ASSEMBLY_LAUNCHES = 3
+MLA_ASSEMBLY = (2, 2, 3)  # as the eager specs, per element read or written: bf16, 2 bytes each way; 3 launches
 
 
 def mla_assembly_elements(d: Dims) -> int:
-    """Elements per token and head :data:`MLA_ASSEMBLY_LAUNCHES` read and write (forward and backward)."""
+    """Elements per token and head :data:`MLA_ASSEMBLY` reads and writes (forward and backward)."""
     return 4 * d.qk_nope + 3 * d.qk_rope + 2 * d.dv
 
 
@@ -47,5 +45,4 @@ def megatron_rope(d: Dims, tokens: float, tp: int) -> list[Kernel]:
     if not d.mla:
         return [eager(MEGATRON_ROPE, tokens * (heads + d.g / tp) * d.dq)._replace(count=2 * MEGATRON_ROPE[2])]
     rotary = eager(MEGATRON_ROPE_MLA, tokens * (heads + 1) * d.qk_rope)._replace(count=2 * MEGATRON_ROPE_MLA[2])
-    assembly = tokens * heads * mla_assembly_elements(d) * ELEM
-    return [rotary, Kernel(bytes=assembly, count=MLA_ASSEMBLY_LAUNCHES, bwd=1.0)]
+    return [rotary, eager(MLA_ASSEMBLY, tokens * heads * mla_assembly_elements(d))]
