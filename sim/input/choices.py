@@ -119,6 +119,7 @@ class CpImpl(StrEnum):
 
     RING = "ring"  # Megatron / Transformer Engine's ring of K/V shifts
     TORCH = "torch"  # PyTorch's experimental context parallelism (sim/parallel/cp_torch.py)
+    ALL_GATHER = "all_gather"  # K/V all-gathered, then local attention (Llama 3; sim/parallel/cp_all_gather.py)
 
 
 class Algorithm(StrEnum):

@@ -7,7 +7,7 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Algorithm, Attention, Dispatcher, ExpertRouting, Kernels, MicroBatches, Precision, Recipe,
+                      Algorithm, Attention, CpImpl, Dispatcher, ExpertRouting, Kernels, MicroBatches, Precision, Recipe,
                       Recompute, RLMode, Schedule, WeightRoute, WeightSync)
 from .scenario import Scenario
 from ..hardware.gpus import low_peak
@@ -147,6 +147,9 @@ def _check_batch(t, p, whole: bool = True) -> None:
         raise InputError("training.global_batch", f"{t.global_batch} is not divisible by dp * micro_batch = {per_step}")
     if t.seq_len % p.cp:
         raise InputError("training.seq_len", f"seq_len = {t.seq_len} is not divisible by cp = {p.cp}")
+    if p.cp_impl is CpImpl.ALL_GATHER and not t.flash_attention:
+        raise InputError("parallel.cp_impl", "'all_gather' runs flash (fused) attention on each query chunk "
+                                             "(Transformer Engine asserts it), but flash_attention is false")
 
 
 def _check_stages(m, p, t, whole: bool = True) -> None:

@@ -228,7 +228,9 @@ class Parallel(_Section):
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as
-    # torchtitan runs it (sim/parallel/cp_torch.py).
+    # torchtitan runs it (sim/parallel/cp_torch.py); "all_gather", K and V all-gathered, then each
+    # rank's two chunks of queries attend locally (Llama 3, Sec. 3.3.2; Transformer Engine's
+    # cp_comm_type "all_gather": sim/parallel/cp_all_gather.py).
     cp_impl: CpImpl = CpImpl.RING
     order: Text = "tp-cp-dp-pp"  # rank placement, innermost first (Megatron order)
     dp_algo: choice(Algorithm, DP_ALGORITHMS) = Algorithm.AUTO  # every Algorithm but direct

@@ -4,14 +4,15 @@ The sequence is split across cp ranks (load-balanced for causal masks); each ran
 computes attention of its queries against one K/V block at a time while the next block
 arrives from its ring neighbour, so cp-1 K/V shifts overlap cp-1 of the cp attention
 chunks. Backward circulates K/V and their gradients (twice the bytes). ``parallel.cp_impl =
-"torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py).
+"torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py);
+``"all_gather"``: K/V all-gathered, then local attention, as Llama 3 trained (sim/parallel/cp_all_gather.py).
 """
 
 from ..input.choices import CpImpl
 from ..collectives.kinds import RING_SHIFT
 from ..model.layers import ELEM, Direction, attention_core, backward
 from ..engine.kinds import Category
-from . import cp_torch
+from . import cp_all_gather, cp_torch
 
 AXIS = Category.CP
 
@@ -35,6 +36,8 @@ def attention(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD
     kernels = [core] if direction is Direction.FWD else backward([core])
     if cp == 1:
         return b.compute(f"attn_core_{direction}{tag}", kernels, deps, layer, mb)
+    if b.ctx.scenario.parallel.cp_impl is CpImpl.ALL_GATHER:  # Llama 3's (Transformer Engine's all_gather)
+        return cp_all_gather.attention(b, layer, mb, deps, direction, f"{direction}{tag}")
     if b.ctx.scenario.parallel.cp_impl is CpImpl.TORCH:  # PyTorch's experimental CP (torchtitan)
         run = cp_torch.forward if direction is Direction.FWD else cp_torch.backward
         return run(b, kernels, layer, mb, deps, f"{direction}{tag}")
