@@ -202,10 +202,6 @@ ALL_ROWS_MAPE = 0.08
 FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
 # a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
 KNOWN_GAPS: dict[str, str] = {  # empty 2026-11-24 .. 2026-11-27; the new published rows (README "Fidelity")
-    "l3-405-cp16-16384": "Llama 3 long-context stage at -29.6%: its published step comes from the paper's "
-                         "stated MFU (Chowdhery et al.: PaLM's 6N + 12 l h s), whose non-causal term counts "
-                         "twice the causal attention the row runs (-1.4% with 6 l h s, a count the paper "
-                         "does not state; docs/strong_scaling.md)",
     "mz-q235-tp2pp32ep8": "-22.5%: 96 one-layer chunks on 32 stages; per-chunk costs measured at 24.2 s "
                           "are not all modelled",
     "mz-q235-tp4pp8ep8": "-35.5%: tp 4 / ep 8 with 16 local experts, 256 micro-batches; not explained yet",
