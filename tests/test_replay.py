@@ -27,6 +27,8 @@ LAYOUTS = {
     "fsdp": (SMALL, {"dp": 32, "zero": 3}, {}, 1024),
     "cuda-graphs-compile": (SMALL, {"tp": 2, "pp": 2, "dp": 8}, {"cuda_graphs": True, "compile": True}, 256),
     "cp-torch": (SMALL, {"cp": 2, "pp": 2, "dp": 8, "cp_impl": "torch"}, {"recompute": "op"}, 256),
+    "cp-all-gather-fsdp": (SMALL, {"tp": 2, "cp": 2, "pp": 2, "dp": 4, "zero": 3, "cp_impl": "all_gather",
+                                   "virtual_stages": 2, "schedule": "interleaved"}, {}, 128),
     "moe-skew-overlap": (MOE, {"tp": 2, "pp": 2, "dp": 8, "ep": 8, "expert_tp": 1, "sequence_parallel": True,
                                "virtual_stages": 2, "schedule": "interleaved", "stage_layers": [0, 1, 1, 0],
                                "ep_comm_overlap": True}, {}, 256),
