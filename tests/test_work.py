@@ -27,6 +27,7 @@ SMALL = ["gallery/fsdp-prefetch", "gallery/pipeline", "gpt-1.7b-ptd-interleaved-
          "mixtral-small-ep-h100", "straggler-dp", "llama3-8b-cp-128k-h100"]
 VARIANTS = [[], ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=true"],
             ["training.recompute='selective'", "parallel.cp=4", "parallel.dp=16"],
+            ["parallel.cp=4", "parallel.dp=16", "parallel.cp_impl='all_gather'"],
             ["training.recompute='full'", "parallel.zero=1"], ["parallel.pp=4", "parallel.dp=16"],
             ["parallel.tp=2", "parallel.dp=32", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
             ["parallel.tp=8", "parallel.dp=8", "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
