@@ -6,6 +6,7 @@ sim/parallel/tp.py ``fp8_reduce_scatter``): closed forms read off the built prog
   collective (the gathers, the backward reductions) keeps its bytes;
 - the shipped rows carry it where NeMo's FP8 userbuffers config sets ``fp8_buf`` (the Llama 3.1
   FP8 rows), not on Grok-1 FP8 (NeMo 24.12's default config: BF16 reduce-scatter);
+- without ``tp_comm_overlap`` (NCCL's reduce-scatter) it changes nothing;
 - bad values exit 2 naming the key (CLI, through a subprocess).
 
 Run: ``python -m pytest -q tests/test_fp8_reduce_scatter.py``
@@ -56,9 +57,13 @@ def test_rows_carry_it_where_nemo_sets_fp8_buf():
     assert [k for k, p in rows.items() if p.get("tp_overlap_fp8_rs")] == ["dg-l70-fp8-64", "dg-l405-fp8-1024"]
 
 
+def test_inert_without_the_userbuffers_overlap():
+    """NCCL's reduce-scatter (no tp_comm_overlap) has no FP8 buffers: the same program's bytes."""
+    assert tp_bytes(scenario(tp_comm_overlap=False, tp_overlap_fp8_rs=True)) == \
+        tp_bytes(scenario(tp_comm_overlap=False))
+
+
 CLI_BAD = [(["parallel.tp_overlap_fp8_rs=true"], "parallel.tp_overlap_fp8_rs"),  # bf16
-           (["training.precision='fp8'", "parallel.tp_comm_overlap=false", "parallel.tp_overlap_fp8_rs=true"],
-            "parallel.tp_overlap_fp8_rs"),
            (["training.precision='fp8'", "parallel.tp_overlap_fp8_rs='yes'"], "parallel.tp_overlap_fp8_rs"),
            (["training.precision='fp8'", "training.fp8_recipe='torchao'", "training.compile=true",
              "parallel.tp_overlap_fp8_rs=true"], "parallel.tp_overlap_fp8_rs")]

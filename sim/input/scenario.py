@@ -217,7 +217,8 @@ class Parallel(_Section):
     sequence_parallel: Flag = False
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
     # TE userbuffers' pipelined forward reduce-scatter (proj_fprop, fc2_fprop) on FP8 buffers: NeMo's
-    # FP8 userbuffers configs set fp8_buf = True there; TE's default keeps them BF16 (sim/parallel/tp.py)
+    # FP8 userbuffers configs set fp8_buf = True there; TE's default keeps them BF16; inert without
+    # tp_comm_overlap (sim/parallel/tp.py fp8_reduce_scatter)
     tp_overlap_fp8_rs: Flag = False
     ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
     # Megatron-Core's TransformerConfig.moe_permute_fusion (default False): Transformer Engine's fused

@@ -114,9 +114,11 @@ def fp8_reduce_scatter(p) -> bool:
     for H100 set it: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py (NeMo
     d2b21556, the commit dgxc-benchmarking v25.04 llama3.1/setup.sh pins)
     ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`` and ``..._h16384_tp8_cp2_...``:
-    ``proj_fprop`` and ``fc2_fprop`` with ``fp8_buf=True``. The rules
-    (sim/input/rules.py) allow it only with tp_comm_overlap and TE's FP8."""
-    return p.tp_overlap_fp8_rs
+    ``proj_fprop`` and ``fc2_fprop`` with ``fp8_buf=True``. Only the userbuffers overlap has
+    such buffers: without ``tp_comm_overlap`` (NCCL's reduce-scatter, or a planner candidate
+    that turns the overlap off) the key changes nothing. The rules (sim/input/rules.py) allow
+    it only with Transformer Engine's FP8."""
+    return p.tp_overlap_fp8_rs and p.tp_comm_overlap
 
 
 def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
