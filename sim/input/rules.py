@@ -263,6 +263,10 @@ def _check_overlap(m, p, t) -> None:
     if p.tp_comm_overlap and (p.tp == 1 or not p.sequence_parallel):
         raise InputError("parallel.tp_comm_overlap", f"needs tp > 1 and sequence_parallel = true (got tp = {p.tp}, "
                                                      f"sequence_parallel = {str(p.sequence_parallel).lower()})")
+    if p.tp_overlap_fp8_rs and not (t.precision is Precision.FP8 and t.fp8_recipe is Recipe.TE):
+        raise InputError("parallel.tp_overlap_fp8_rs", f"puts Transformer Engine's userbuffers reduce-scatter on FP8 "
+                                                       f"buffers, but precision is '{t.precision}' with fp8_recipe "
+                                                       f"'{t.fp8_recipe}': use precision 'fp8' with fp8_recipe 'te'")
     _check_dispatcher(m, p)
     if not p.ep_comm_overlap:
         return

@@ -216,6 +216,10 @@ class Parallel(_Section):
     zero: count(B.ZERO) = 0
     sequence_parallel: Flag = False
     tp_comm_overlap: Flag = False  # Megatron --tp-comm-overlap: TP collectives pipelined with GEMM chunks
+    # TE userbuffers' pipelined forward reduce-scatter (proj_fprop, fc2_fprop) on FP8 buffers: NeMo's
+    # FP8 userbuffers configs set fp8_buf = True there; TE's default keeps them BF16; inert without
+    # tp_comm_overlap (sim/parallel/tp.py fp8_reduce_scatter)
+    tp_overlap_fp8_rs: Flag = False
     ep_comm_overlap: Flag = False  # MoE all-to-alls under another micro-batch's compute (combined 1F1B)
     # Megatron-Core's TransformerConfig.moe_permute_fusion (default False): Transformer Engine's fused
     # token permute/unpermute kernels; False runs moe_utils.py's PyTorch operators (sim/model/layers.py)

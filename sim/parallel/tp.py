@@ -97,10 +97,28 @@ def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
     its latents, :func:`sim.model.layers.entry_width`); the output side is hidden wide.
     Under FP8 an all-gather moves one byte per element: TE quantizes before gathering
     (transformer_engine/pytorch/module/layernorm_linear.py, ``gather_along_first_dim(...,
-    quantizer=...)``); reductions stay BF16."""
+    quantizer=...)``); reductions stay BF16, except the forward reduce-scatter under
+    ``parallel.tp_overlap_fp8_rs`` (:func:`fp8_reduce_scatter`)."""
     d = b.ctx.dims
     width = entry_width(d) if entry and sublayer == "attn" else d.h
-    return b.ctx.shard.tokens * width * (1 if gather and b.ctx.shard.fp8 else ELEM)
+    one = b.ctx.shard.fp8 and (gather or (not entry and fp8_reduce_scatter(b.ctx.scenario.parallel)))
+    return b.ctx.shard.tokens * width * (1 if one else ELEM)
+
+
+def fp8_reduce_scatter(p) -> bool:
+    """Whether the row-parallel forward reduce-scatter (proj_fprop, fc2_fprop) moves FP8:
+    Transformer Engine's pipelined userbuffers overlap writes the GEMM's partial sums into an
+    FP8 buffer and reduces them from it (``fp8_buf``: transformer_engine/pytorch/module/base.py
+    ``initialize_ub``, v1.13 and v2.0, takes it from the config for the "pipeline" layers; its
+    default is BF16 there, FP8 only for the all-gather layers). NeMo's FP8 userbuffers configs
+    for H100 set it: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py (NeMo
+    d2b21556, the commit dgxc-benchmarking v25.04 llama3.1/setup.sh pins)
+    ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`` and ``..._h16384_tp8_cp2_...``:
+    ``proj_fprop`` and ``fc2_fprop`` with ``fp8_buf=True``. Only the userbuffers overlap has
+    such buffers: without ``tp_comm_overlap`` (NCCL's reduce-scatter, or a planner candidate
+    that turns the overlap off) the key changes nothing. The rules (sim/input/rules.py) allow
+    it only with Transformer Engine's FP8."""
+    return p.tp_overlap_fp8_rs and p.tp_comm_overlap
 
 
 def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:

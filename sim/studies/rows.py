@@ -53,7 +53,8 @@ SECTIONS = {  # column -> (section, scenario key)
                                      "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap",
                                      "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_mb",
                                      "reshard_after_forward", "dp_shard", "moe_permute_fusion",
-                                     "grad_reduce_in_fp32", "ep_dispatcher", "cp_impl")},
+                                     "grad_reduce_in_fp32", "ep_dispatcher", "cp_impl",
+                                     "tp_overlap_fp8_rs")},
 }
 
 
