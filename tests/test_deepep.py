@@ -5,7 +5,8 @@ E experts with chance 1 - C(E-m, k)/C(E, k); a member sends, to each other membe
 NVLink domain, nodes x T x rank_hit (its own tokens and those it relays), and to its peer in
 each other domain T x node_hit, T one rank's tokens once (tokens x hidden x 2 bytes).
 The Qwen3-235B layout scaled down (ep 32 over tp 2 x dp 16 on 4 DGX H100, tests/test_moe_folding.py)
-checks the builder, the simulator and the planner against them.
+checks the builder, the simulator and the planner against them. Across nodes the exchange runs at
+DeepEP's measured RDMA rate (docs/legacy.md's EP 32 row, read as logical bytes), not NCCL's.
 
 Run: ``python -m pytest tests/test_deepep.py``
 """
@@ -17,7 +18,7 @@ import pytest
 
 from conftest import assert_input_error, clustersim, host_wait_share
 from sim.collectives import schedule
-from sim.collectives.direct import Dedup, hit
+from sim.collectives.direct import Dedup, dedup_wire, hit
 from sim.hardware.specs import load_spec
 from sim.input.load import scenario_from_dict
 from sim.plan.comm import P2P_LATENCY_S, Comm
@@ -75,13 +76,35 @@ def test_simulated_bytes_and_time_against_the_alltoall_dispatcher():
     assert deepep.summary["step_time_s"] < alltoall.summary["step_time_s"]
 
 
+# DeepEP's measured internode rate (deepseek-ai/DeepEP docs/legacy.md, normal kernels, EP 32 on H800 +
+# CX7): 58 GB/s of *logical* RDMA bytes, each token counted once per node it goes to, its own included
+# (tests/test_internode.py ``num_rdma_token_sent``)
+README_EP32_LOGICAL_RDMA = 58e9
+
+
+def test_internode_exchange_runs_at_deepeps_measured_logical_rdma_rate():
+    """The simulated all-to-all over 4 nodes lasts the README's logical bytes (4 nodes x T x node_hit,
+    own node included) over 58 GB/s, to the links' latencies; NCCL's 0.95 x 50 GB/s per NIC would
+    give the remote bytes (3 x T x node_hit) over 47.5 GB/s, 8% less."""
+    deepep = run(GPU_BOUND_SEQ, ep_dispatcher="deepep")
+    assert host_wait_share(deepep) < 0.05
+    tokens = GPU_BOUND_SEQ / 2 * MOE["hidden"] * 2
+    logical = 4 * tokens * hit(MOE["moe"]["experts"], MOE["moe"]["top_k"], 32)
+    a2a = deepep.spans[deepep.spans.name.str.startswith("a2a_")]
+    assert np.allclose(a2a.end_s - a2a.start_s, logical / README_EP32_LOGICAL_RDMA, rtol=0, atol=5e-6)
+    assert dedup_wire((0, 0, 1)) > 1.0 and dedup_wire((0,) * 8) == 1.0  # inside one node: the fabric's rates
+
+
 @pytest.mark.parametrize("rank_hit, node_hit", [(0.25, 0.75), (1.0, 0.01)])  # NIC-bound, NVLink-bound
 def test_planner_prices_the_same_sends(rank_hit, node_hit):
     comm = Comm(load_spec("dgx-h100"), "h100-sxm")
     nbytes, domains = 8e6, (0,) * 8 + (1,) * 8 + (2,) * 8 + (3,) * 8
     inside, outside = 7 * 4 * nbytes * rank_hit / comm.fabric.nvlink_w, 3 * nbytes * node_hit / comm.fabric.nic_w
     got = comm.all_to_all(nbytes, domains, Dedup(rank_hit, node_hit))
-    assert got == pytest.approx(P2P_LATENCY_S + max(inside, outside), rel=1e-12)
+    assert got == pytest.approx(P2P_LATENCY_S + max(inside, outside) * dedup_wire(domains), rel=1e-12)
+    one_node = (0,) * 8  # inside one NVLink domain: no stretch
+    inside = 7 * nbytes * rank_hit / comm.fabric.nvlink_w
+    assert comm.all_to_all(nbytes, one_node, Dedup(rank_hit, 1.0)) == pytest.approx(P2P_LATENCY_S + inside, rel=1e-12)
 
 
 @pytest.mark.parametrize("overrides", [

@@ -17,8 +17,18 @@ bandwidth forwarding ... from NVLink domain to RDMA domain"), which forwards it 
 the ranks of its node that hold its experts; inside the node once per rank. The combine is the
 same exchange backwards (each rank sums a token's expert outputs before sending). Measured on
 H800 + CX7 (docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding"): 153-158 GB/s
-NVLink intranode and 43-58 GB/s RDMA internode "bottleneck bandwidth", i.e. the links' rates
-(~160 and ~50 GB/s): the exchange runs at the fabric's link rates here, its bytes deduplicated.
+NVLink intranode (the H800's ~160 GB/s) and 43 / 58 / 51 GB/s RDMA "bottleneck bandwidth" at EP
+16 / 32 / 64. The RDMA figures are logical: the benchmark (tests/test_internode.py, e.g. DeepEP
+92fe2de) divides ``num_rdma_token_sent`` -- each token counted once per *node* it goes to, its
+own node included, whose share never leaves the node -- by the kernel's time (DeepEP's README
+says so of its V2 table: "the results are logical bandwidth ... contains local rank traffic").
+On N nodes a NIC carries (N - 1) / N of them: 58 x 3/4 = 43.5 GB/s at EP 32 (4 nodes), 51 x 7/8
+= 44.6 GB/s at EP 64 (8 nodes), of a 400 Gb/s CX7's 50 (at EP 16, 2 nodes, 21.5 GB/s: there the
+H800's NVLink leg is the bottleneck, 3.6x the RDMA bytes at 155 GB/s). So the internode
+exchange runs its NIC legs at :data:`DEEPEP_RDMA_EFFICIENCY` of the line rate, where NCCL's
+transfers get the fabric's ``ib`` share (0.95, sim/hardware/gpus.py): :func:`dedup_wire`
+stretches its bytes on the wire by the ratio (the NVLink legs too, which stay far from their
+bound at EP 32 / 64). Inside one node it runs at the fabric's rates.
 ``nbytes`` is then one rank's tokens once (tokens x hidden x 2 bytes), and member a sends:
 
 - to each member b of its own NVLink domain: ``nodes * nbytes * rank_hit`` (its own tokens for
@@ -31,12 +41,20 @@ on a given node. Members are matched by position within their domain; the group 
 same number in each (Megatron's EP groups on whole nodes do).
 """
 
+from dataclasses import replace
 from math import comb
 from typing import NamedTuple
 
 import numpy as np
 
+from ..hardware.gpus import FABRIC_EFFICIENCY
 from .schedule import chains_phase
+
+# Share of a 400 Gb/s NIC's line rate DeepEP's normal internode kernels move per NIC (module
+# docstring: docs/legacy.md's EP 32 row, 58 GB/s logical x 3/4 nodes remote = 43.5 of 50 GB/s;
+# its EP 64 row gives 44.6, 0.89). Measured with 24 SMs (test_internode.py ``num_sms = 24``);
+# Megatron-Core runs 20 (sim/parallel/ep.py DEEPEP_SMS).
+DEEPEP_RDMA_EFFICIENCY = 58 * 3 / 4 / 50
 
 
 def all_to_all(group, domains, nbytes, shares=None):
@@ -88,10 +106,20 @@ def dedup_pairs(group, domains, nbytes: float, dedup: Dedup) -> tuple[list, list
     return pairs, sizes
 
 
+def dedup_wire(domains) -> float:
+    """Bytes on the wire per byte of DeepEP's exchange over members in ``domains``: the fabric's
+    InfiniBand share over DeepEP's (:data:`DEEPEP_RDMA_EFFICIENCY`) when it spans several NVLink
+    domains, 1 inside one (module docstring)."""
+    return FABRIC_EFFICIENCY["ib"] / DEEPEP_RDMA_EFFICIENCY if len(set(domains)) > 1 else 1.0
+
+
 def dedup_all_to_all(group, domains, nbytes, dedup: Dedup):
-    """DeepEP's exchange as one phase of direct chains (:func:`dedup_pairs`)."""
+    """DeepEP's exchange as one phase of direct chains (:func:`dedup_pairs`), its bytes on the
+    wire :func:`dedup_wire`."""
     pairs, sizes = dedup_pairs(group, domains, nbytes, dedup)
-    return (chains_phase([[p] for p in pairs], np.array(sizes, dtype=float), 1, "deepep all_to_all"),)
+    phase = chains_phase([[p] for p in pairs], np.array(sizes, dtype=float), 1, "deepep all_to_all")
+    wire = dedup_wire(domains)
+    return (phase if wire == 1.0 else replace(phase, wire=wire),)
 
 
 def send_recv(group, domains, nbytes):

@@ -29,7 +29,11 @@ Megatron-Core's flex dispatcher with the DeepEP backend (``parallel.ep_dispatche
 token_dispatcher.py MoEFlexTokenDispatcher) sends each token once per rank and once per node
 holding its experts instead of once per expert (:func:`exchange`, sim/collectives/direct.py);
 its CPU also waits for the received counts (DeepEP docs/legacy.md: "the CPU will wait for GPU's
-signal to arrive"), so :func:`split_sizes` holds for it too.
+signal to arrive"), so :func:`split_sizes` holds for it too. (Megatron-Core waits inside DeepEP's
+dispatch, fused_a2a.py ``FusedDispatch.forward``, i.e. in the dispatch node; here the wait is in the
+router, one piece earlier. The same without EP overlap; under ``ep_comm_overlap`` the host then
+issues the other micro-batch's expert backward after the wait, not before it: a what-if moving it
+takes the overlapped Qwen3 row 15.43 -> 13.96 s, docs/moe_costs.md "DeepEP across nodes".)
 
 The host reads the split sizes (:func:`split_sizes`). The dispatcher's all-to-alls take
 their split sizes, and the grouped GEMM its tokens per expert, as host values: Megatron-Core

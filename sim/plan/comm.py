@@ -17,7 +17,7 @@ every other group mirrors.
 from functools import cached_property, lru_cache
 
 from ..collectives import tuner
-from ..collectives.direct import Dedup, dedup_pairs
+from ..collectives.direct import Dedup, dedup_pairs, dedup_wire
 from ..collectives.kinds import CollectiveOp
 from ..engine.kinds import Category
 from ..hardware import topology
@@ -59,7 +59,8 @@ class Comm:
         """Each member sends ``nbytes`` spread evenly over the group: the share for its own
         NVLink domain over NVLink, the rest through its NIC. DeepEP's exchange (``shares`` a
         :class:`~sim.collectives.direct.Dedup`): the first member's sends of
-        :func:`~sim.collectives.direct.dedup_pairs`, the simulator's own, split the same way."""
+        :func:`~sim.collectives.direct.dedup_pairs`, the simulator's own, split the same way, its bytes
+        on the wire :func:`~sim.collectives.direct.dedup_wire` as there."""
         n = len(domains)
         if n < 2 or nbytes <= 0:
             return 0.0
@@ -68,7 +69,7 @@ class Comm:
             sent = [(dst, size) for (src, dst), size in zip(pairs, sizes) if src == 0]
             inside = sum(size for dst, size in sent if domains[dst] == domains[0]) / self.fabric.nvlink_w
             outside = sum(size for dst, size in sent if domains[dst] != domains[0]) / self.fabric.nic_w
-            return P2P_LATENCY_S + max(inside, outside)
+            return P2P_LATENCY_S + max(inside, outside) * dedup_wire(domains)
         local = domains.count(domains[0])
         inside = nbytes * (local - 1) / n / self.fabric.nvlink_w
         outside = nbytes * (n - local) / n / self.fabric.nic_w
