@@ -278,3 +278,26 @@ def test_work_budget_refusals_are_counted_rejections(tmp_path, monkeypatch):
     assert not set(refused.table.position) & set(refused.refused)
     assert refused.evaluated + sum(refused.rejected.values()) == refused.candidates
     assert all(why.startswith(("training.", "model.", "parallel.", "cluster.")) for why in refused.refused.values())
+
+
+# issue 29: the planner on each new GPU and topology (bench/plan.py runs the large GB200 and MI355X searches)
+NEW_PARTS = [("dgx-b200", "b200"), ("dgx-b200", "b300"), ("gb200-nvl72", "gb200"), ("gb300-nvl72", "gb300"),
+             ("dgx-h800", "h800"), ("amd-xgmi", "mi300x"), ("amd-xgmi", "mi325x"), ("amd-xgmi", "mi355x")]
+
+
+def test_plan_runs_on_every_new_gpu_and_topology():
+    """Each search exits 0 with a simulated best layout that fits its GPU's memory, and its MFU is
+    against that GPU's own peak: MFU x peak x step is the step's model FLOPs per GPU, which is the
+    same on every part (same model, tokens and GPU count), so it must agree across the eight."""
+    flops = {}
+    for topology, gpu in NEW_PARTS:
+        proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", topology, "--gpu", gpu,
+                          "--seq-len", "4096", "--global-batch-tokens", "131072", "--top", "1", "--budget", "1",
+                          "--workers", "1", "--json", "--quiet")
+        assert proc.returncode == 0, (topology, gpu, proc.stderr)
+        best = json.loads(proc.stdout)["layouts"][0]
+        assert best["simulated"] and best["fits_in_memory"], (topology, gpu, best)
+        assert best["memory_per_gpu_bytes"] <= gpu_preset(gpu).hbm_bytes
+        assert 0 < best["mfu"] < 1
+        flops[gpu] = best["mfu"] * gpu_preset(gpu).peak_flops * best["step_time_s"]
+    assert max(flops.values()) == pytest.approx(min(flops.values()), rel=1e-9), flops
