@@ -201,11 +201,7 @@ ALL_ROWS_MAPE = 0.08
 # rows that simulate in a few seconds each (CPU measured with validation.compare); the rest are slow
 FAST_MODERN = {"dg-l8-128", "dg-n15-64", "dg-n340-256", "dg-n340-2048", "dg-l70-64", "dg-l70-fp8-64"}
 # a gap documented in README ("Fidelity"), not tuned away: strict, so closing it shows up here
-KNOWN_GAPS: dict[str, str] = {  # empty 2026-11-24 .. 2026-11-27; the new published rows (README "Fidelity")
-    "mz-q235-tp2pp32ep8": "-22.5%: 96 one-layer chunks on 32 stages; per-chunk costs measured at 24.2 s "
-                          "are not all modelled",
-    "mz-q235-tp4pp8ep8": "-35.5%: tp 4 / ep 8 with 16 local experts, 256 micro-batches; not explained yet",
-}
+KNOWN_GAPS: dict[str, str] = {}  # empty since 2026-11-27: the Qwen3 rows (-6.4%, +3.7%) and Llama 3's 131k row (-2.7%) closed
 
 
 def _modern_param(r):
