@@ -89,34 +89,18 @@ class Superseded:
             self.count = 0
 
 
-def run_until_empty(env: simpy.Environment, moment=None) -> None:
-    """``env.run()``: process events in order until none is left. ``moment``: an object
-    whose ``current`` is set to each event's eid before its callbacks run (the engine's
-    merges ask which event runs now: sim/engine/chains.py)."""
+def run_until_empty(env: simpy.Environment) -> None:
+    """``env.run()``: process events in order until none is left."""
     queue = env._queue
-    if moment is not None:
-        while queue:
-            env._now, _, moment.current, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:
-                callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                _crash(event)
-        return
     while queue:
         env._now, _, _, event = heappop(queue)
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):  # (as Environment.step: a failure crashes the run)
-            _crash(event)
-
-
-def _crash(event) -> None:
-    """Raise a failed event's exception nobody defused, as SimPy's ``Environment.step`` does."""
-    exc = type(event._value)(*event._value.args)
-    exc.__cause__ = event._value
-    raise exc
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
 
 
 def bare_simpy_rate(n: int = 200_000) -> float:

@@ -34,7 +34,6 @@ import simpy
 
 from ..collectives.kinds import SEND_RECV
 from ..collectives.schedule import Schedule
-from .chains import Chains
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
 from .ops import Collective, Op, RankProgram
@@ -57,8 +56,7 @@ class Stream:
 
     __slots__ = ("env", "rank", "ops", "indices", "count", "starts", "finish", "sent", "waiters", "pos",
                  "meeting", "arrive", "scale_of", "advance", "_end", "release", "held", "anchor", "offset",
-                 "queue", "eid", "ledger", "callbacks", "on_end", "on_release", "merging", "chains",
-                 "merged", "firsts", "on_merged", "first_end", "merge_end", "merge_eid", "merge_next", "fired")
+                 "queue", "eid", "ledger", "callbacks", "on_end", "on_release")
     # A stream is itself the event of its op's end and of its host's release (what the event loop and
     # SimPy's step read of an event: ``callbacks``, ``_ok``), so those wake-ups allocate no event: a
     # stream has at most one such wake-up in the queue (it runs one op at a time, and waits for the
@@ -86,13 +84,6 @@ class Stream:
         self.advance, self._end = self._advance, self._ended  # bound once: they are hung on many events
         self.callbacks = None  # (as an event: what its pending wake-up calls; the loop empties it)
         self.on_end, self.on_release = [self._end], [self.advance]  # (never changed: the loop only reads them)
-        # two compute ops run as one event (sim/engine/chains.py): whether this stream may, the engine's
-        # pending merges by the time they fire, the rank's by their first op's index
-        self.merging = engine.merging and ledger is None
-        self.chains, self.merged, self.firsts = engine.chains, engine.chains.pending, engine.firsts[prog.rank]
-        self.on_merged = [self._merged_end]
-        self.first_end, self.merge_end, self.merge_eid, self.merge_next = 0.0, 0.0, -1, None  # (while pending)
-        self.fired = 0  # merges of this stream that fired
 
     def _resume_after(self, i: int) -> None:
         """Advance again when op ``i`` of this rank ends (one event per op, shared by waiters)."""
@@ -109,8 +100,7 @@ class Stream:
         op = self.ops[pos]
         finish = self.finish
         for d in op.deps:
-            # (NOT_YET: it has not ended, unless it is the first of two merged ops and ended already)
-            if finish[d] < 0.0 and not (d in self.firsts and self.chains.first_ended(self.firsts[d], d)):
+            if finish[d] < 0.0:  # (NOT_YET: it has not ended)
                 self._resume_after(d)
                 return
         now = self.env._now  # (SimPy's Environment.now, without the property call)
@@ -125,10 +115,7 @@ class Stream:
         if release > now and self.held != pos:  # the host has not issued it yet
             self.held = pos
             self.callbacks = self.on_release  # (wake_after(release - now, self.advance), with itself as the event)
-            due = now + (release - now)
-            if due in self.merged:
-                self.chains.clash(due)
-            heappush(self.queue, (due, NORMAL, next(self.eid), self))
+            heappush(self.queue, (now + (release - now), NORMAL, next(self.eid), self))
             return
         i = self.indices[pos]
         self.starts[i] = now
@@ -137,75 +124,14 @@ class Stream:
             scale_of = self.scale_of
             delay = op.duration * scale_of(self.rank, now) if scale_of else op.duration
             if self.ledger is None:
-                due = now + delay
-                if self.merging and pos + 1 < self.count and not op.sync and self._merge(pos, i, due):
-                    return
-                if due in self.merged:
-                    self.chains.clash(due)
                 self.callbacks = self.on_end
-                heappush(self.queue, (due, NORMAL, next(self.eid), self))
+                heappush(self.queue, (now + delay, NORMAL, next(self.eid), self))
             else:
                 self.ledger.start(self, delay, self._end)
         else:
             if comm.sms and self.ledger is not None:
                 self.ledger.hold(comm.sms)
             self.meeting = self.arrive(comm, self.rank, i, self)
-
-    def _merge(self, pos: int, i: int, first_end: float) -> bool:
-        """Run compute op ``pos`` (index ``i``, ending at ``first_end``) and the next as one
-        event, if the next is compute and could start the moment it ends and no one waits for
-        this one yet (sim/engine/chains.py): its other deps done, the host has issued it. The
-        next op's end is computed as its own event would (its delay at ``first_end``)."""
-        nxt = pos + 1
-        op = self.ops[nxt]
-        if op.comm is not None or i in self.waiters:
-            return False
-        finish = self.finish
-        for d in op.deps:
-            if d != i and finish[d] < 0.0:
-                return False
-        release = self.release[nxt]
-        anchor = self.anchor
-        if anchor is not None and anchor[nxt] >= 0:
-            a = anchor[nxt]
-            if finish[a] < 0.0:
-                return False
-            release = finish[a] + self.offset[nxt]
-        if release > first_end:
-            return False
-        scale_of = self.scale_of
-        end = first_end + (op.duration * scale_of(self.rank, first_end) if scale_of else op.duration)
-        merged = self.merged
-        if not end > first_end or first_end in merged:
-            return False
-        other = merged.get(end)
-        if other is not None and not self.chains.queued_before(other, first_end):
-            return False
-        self.first_end, self.merge_end, self.merge_next = first_end, end, other
-        self.merge_eid = eid = next(self.eid)  # (the first op's event's eid: sim/engine/chains.py)
-        merged[end] = self
-        self.firsts[i] = self
-        self.callbacks = self.on_merged
-        heappush(self.queue, (end, NORMAL, eid, self))
-        return True
-
-    def _merged_end(self, event) -> None:
-        """Two ops run as one event (:meth:`_merge`) have ended: note when the first ended and
-        the second began, then end the second."""
-        merged, now = self.merged, self.env._now
-        if merged[now] is self and self.merge_next is None:
-            del merged[now]
-        else:
-            self.chains.unlink(self, now)
-        self.fired += 1
-        pos = self.pos
-        first_end, indices = self.first_end, self.indices
-        i = indices[pos]
-        del self.firsts[i]
-        self.finish[i] = first_end
-        self.starts[indices[pos + 1]] = first_end
-        self.pos = pos + 1
-        self._ended(event)
 
     def _ended(self, _event) -> None:
         """The current op has ended: note when and what it sent, wake whoever waits on it, go on."""
@@ -272,8 +198,7 @@ class Engine:
 
     def __init__(self, topo: Topology, programs: list[RankProgram],
                  compute_scale: Callable[[int, float], float] | None = None,
-                 folded_arrival: Callable[[Collective, list, Callable], float | None] | None = None,
-                 merging: bool = True):
+                 folded_arrival: Callable[[Collective, list, Callable], float | None] | None = None):
         self.env = simpy.Environment()
         self.topo = topo
         self.net = Network(self.env, topo)
@@ -297,9 +222,6 @@ class Engine:
         self._schedules: dict[tuple, Schedule] = {}
         self._shapes: dict[tuple, tuple] = {}  # a call's fields but its key -> _shape_of's answer
         self.collectives_run = 0
-        self.chains = Chains(self.env)  # compute ops run back to back as one event (sim/engine/chains.py)
-        self.merging = merging
-        self.firsts: dict[int, dict] = {p.rank: {} for p in programs}  # rank -> first op of a merge -> its stream
 
     def run(self) -> None:
         """Simulate until every program has finished (``times`` then says when each op ran;
@@ -312,18 +234,15 @@ class Engine:
             # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
             # throughout the run, python bench/step.py --only 405b-1k)
             released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
-            ledger = SmLedger(self.env, self.chains) if prog.holds_sms else None
+            ledger = SmLedger(self.env) if prog.holds_sms else None
             streams += [Stream(self, prog, array("q", indices), released, ledger) for indices in by_name.values()]
-        self.net.merged, self.net.clash = self.chains.pending, self.chains.clash  # (the network's wake-ups)
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()
-            run_until_empty(self.env, self.chains)
+            run_until_empty(self.env)
         unfinished = any(s.pos < s.count for s in streams)
-        self.chains.fired = sum(s.fired for s in streams)
         for stream in streams:  # (their bound methods made each a cycle: now reference counting frees them)
             stream.advance = stream._end = stream.on_end = stream.on_release = stream.callbacks = None
-            stream.on_merged = stream.merge_next = None
             stream.meeting = None  # (a meeting of one member has the stream as its done event)
         if unfinished:
             self._report_deadlock()
@@ -331,8 +250,7 @@ class Engine:
     @property
     def events(self) -> int:
         """SimPy events scheduled so far (the engine's unit of work)."""
-        # (SimPy numbers events with itertools.count; each merge that fired saved one: sim/engine/chains.py)
-        return int(repr(self.env._eid)[6:-1]) + self.chains.fired
+        return int(repr(self.env._eid)[6:-1])  # SimPy numbers events with itertools.count
 
     def _report_deadlock(self) -> None:
         stuck = [(p.rank, i, op.name) for p in self.programs
@@ -368,8 +286,6 @@ class Engine:
                 del self._rendezvous[call.key]
             late = self.folded_arrival(call, members, self.ready) if self.folded_arrival is not None else None
             if late is not None and late > now:  # folded members still on their way
-                if now + (late - now) in self.chains.pending:  # (the time wake_after queues it at)
-                    self.chains.clash(now + (late - now))
                 wake_after(self.env, late - now, lambda _ev: self._begin(call, meeting))
             else:  # (_begin inlined)
                 meeting.start = now

@@ -96,10 +96,6 @@ class Network:
         self._superseded = Superseded(env._queue)  # old wake-ups of re-planned transfers, dropped in bulk
         self._used = np.zeros(len(topo.caps), dtype=bool)  # scratch of _max_min, left all False
         self._position = np.zeros(len(topo.caps), dtype=np.int32)  # scratch of _max_min (entries' links: int32)
-        # the engine's pending merges by end time, and what splits them (sim/engine/chains.py: every
-        # wake-up queued at such a time asks)
-        self.merged: dict = {}
-        self.clash = None
 
     def compile(self, phase) -> CompiledPhase:
         """Route every hop of ``phase`` (cached by its structure, and by the object itself:
@@ -145,10 +141,7 @@ class Network:
         latency = plan.latency  # (a Phase is frozen: the same float every call)
         if latency > 0:  # (wake_after inlined; partial: no Python frame of its own when called)
             env, wake = self.env, Wake([partial(self._inject, plan, on_done)])
-            due = env._now + latency
-            if due in self.merged:
-                self.clash(due)
-            heappush(env._queue, (due, NORMAL, next(env._eid), wake))
+            heappush(env._queue, (env._now + latency, NORMAL, next(env._eid), wake))
         else:
             self._inject(plan, on_done)
 
@@ -261,7 +254,7 @@ class Network:
             for act, i in zip(order, perm):
                 self._wake_in(act, horizons[i])
             return
-        queue, eid, now, voided, merged = self.env._queue, self.env._eid, self.env._now, 0, self.merged
+        queue, eid, now, voided = self.env._queue, self.env._eid, self.env._now, 0
         for act, i in zip(order, perm):
             horizon = horizons[i]
             if not horizon < _INF:
@@ -270,10 +263,7 @@ class Network:
                 act.wake.callbacks = VOID
                 voided += 1
             act.wake = wake = Wake([act.call])
-            due = now + (0.0 if horizon < 0.0 else horizon)
-            if due in merged:
-                self.clash(due)
-            heappush(queue, (due, NORMAL, next(eid), wake))
+            heappush(queue, (now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(eid), wake))
         self._superseded.add(voided)
 
     def _solve_all(self) -> None:
@@ -304,10 +294,7 @@ class Network:
             self._superseded.add(1)
         env = self.env  # (wake_after inlined; max(horizon, 0.0) spelled out: -0.0 stays -0.0 as there)
         act.wake = wake = Wake([act.call])
-        due = env._now + (0.0 if horizon < 0.0 else horizon)
-        if due in self.merged:
-            self.clash(due)
-        heappush(env._queue, (due, NORMAL, next(env._eid), wake))
+        heappush(env._queue, (env._now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(env._eid), wake))
         if self.log is not None:
             self._record(act, act.rates)
 

@@ -32,11 +32,10 @@ class SmLedger:
     callback). Only ranks whose program :attr:`~.ops.RankProgram.holds_sms` get a ledger: every
     other rank's compute ops keep the one fixed wake of :meth:`.core.Stream._advance`."""
 
-    __slots__ = ("env", "held", "running", "chains")
+    __slots__ = ("env", "held", "running")
 
-    def __init__(self, env: simpy.Environment, chains=None):
+    def __init__(self, env: simpy.Environment):
         self.env, self.held = env, 0.0
-        self.chains = chains  # the engine's pending merges (sim/engine/chains.py), which a wake-up may split
         self.running: dict = {}  # stream -> (its compute op's wake, planned end, what to call at the end)
 
     def start(self, stream, work: float, on_end: Callable) -> None:
@@ -47,8 +46,6 @@ class SmLedger:
     def _plan(self, stream, delay: float, on_end: Callable) -> None:
         env = self.env
         due = env._now + delay
-        if self.chains is not None and due in self.chains.pending:
-            self.chains.clash(due)
         wake = Wake([partial(self._finish, stream, on_end)])  # (partial: no Python frame of its own)
         heappush(env._queue, (due, NORMAL, next(env._eid), wake))
         self.running[stream] = (wake, due, on_end)
