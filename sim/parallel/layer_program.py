@@ -366,6 +366,15 @@ def schedule_host_s(schedule: Schedule, p: int, v: int, m: int, stage: int) -> f
     return (passes * host.SCHEDULE_PASS_S + calls * host.collective_issue_s(SEND_RECV)) / m
 
 
+def schedule_host_bound_s(p: int, v: int) -> float:
+    """At least :func:`schedule_host_s` of any schedule of ``p`` stages and ``v`` chunks: a
+    micro-batch visits at most max(v, 2) chunks of a rank (DualPipe's two at v = 1), each in
+    at most 3 passes (a zero-bubble F, I and W) and 4 transfers (a receive and a send each way;
+    tests/test_plan_accuracy.py checks it bounds every schedule's count)."""
+    chunks = max(v, 2) if p > 1 else 1
+    return chunks * (3 * host.SCHEDULE_PASS_S + 4 * host.collective_issue_s(SEND_RECV))
+
+
 # What a chunk adds per micro-batch beside its layers under FP8 delayed scaling, its amax
 # reductions (.amax; the planner reads them here, the builder's own definition): whether they
 # apply, the group's axes, the seconds of one chunk's forward and backward reductions.

@@ -149,6 +149,10 @@ def issued(schedule: Schedule, p: int, v: int, m: int, stage: int) -> tuple[int,
     call per transfer; the planner reads these counts
     (:func:`sim.parallel.layer_program.schedule_host_s`)."""
     last = p * v - 1  # (the stage split holds p * v virtual stages: DualPipe's v is 1, DualPipeV's 2)
+    if schedule not in zb.ZERO_BUBBLE:  # :func:`order`: one forward and one backward per micro-batch and chunk
+        calls = sum(sum(neighbours(kind, zb.virtual_stage(schedule, p, stage, chunk), last))
+                    for chunk in range(v) for kind in (Kind.F, Kind.B))
+        return 2 * v * m, calls * m
     items = [item for step in steps(schedule, p, v, m, stage, False) for item in step]
     calls = sum(sum(neighbours(Kind.F if kind is Kind.F else Kind.B, zb.virtual_stage(schedule, p, stage, chunk),
                                last)) for kind, _, chunk in items if kind is not Kind.W)

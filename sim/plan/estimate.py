@@ -170,10 +170,10 @@ class Estimator:
                              fsdp, layer[:, :, 6] + zero3[:, None] * layer[:, :, 7]], axis=2)
         # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
-        beside = self._schedule_host(g, pp, v)  # the schedule's Python and the pipeline's calls: host only
-        stage[:, :, 6] = np.maximum(stage[:, :, 6] + beside, 0.0)  # the host waits only where a stage's issue outlasts it
         synced = counts @ (layer[:, :, PASSES[PASS_FIELDS.index("fwd_sync")]]
                            + layer[:, :, PASSES[PASS_FIELDS.index("bwd_sync")]]).T > 0  # stages x n
+        beside = self._schedule_host(g, pp, v, stage[:, :, 6], synced.any(axis=0))  # host only: the schedule's work
+        stage[:, :, 6] = np.maximum(stage[:, :, 6] + beside, 0.0)  # the host waits only where a stage's issue outlasts it
         if synced.any():  # a sync op loses the host's lead: pass by pass (.layers.stage_waits)
             rows = synced.any(axis=0)
             parts = {name: layer[rows][:, :, i] for name, i in zip(PASS_FIELDS, PASSES)}
@@ -200,13 +200,22 @@ class Estimator:
         return np.column_stack([step, parts[:, 0], parts[:, 1], pipe - micro * t_crit, parts[:, 2], parts[:, 3],
                                 parts[:, 4], pp_s, parts[:, 5] + dp_s, opt, parts[:, 6]])
 
-    def _schedule_host(self, g, pp: int, v: int) -> np.ndarray:
+    def _schedule_host(self, g, pp: int, v: int, issue: np.ndarray, synced: np.ndarray) -> np.ndarray:
         """n x stages: host seconds per micro-batch each stage spends beside its layers' ops (the
         schedule's Python per pass, a c10d call per pipeline transfer:
         ``layer_program.schedule_host_s``, the builder's), counted on a schedule of
-        ``dp_ends.short_m`` micro-batches (the same warm-up and cool-down)."""
-        return lookup(g, ["schedule", "micro"], lambda sched, m: np.array([layer_program.schedule_host_s(
-            Schedule(sched), pp, v, dp_ends.short_m(sched, pp, m), s) for s in range(pp)]))
+        ``dp_ends.short_m`` micro-batches (the same warm-up and cool-down). Only where it can
+        count: a stage with a sync op (:func:`.layers.stage_waits` reads it), or whose issue less
+        its GPU time (``issue``, n x stages) is within ``layer_program.schedule_host_bound_s`` of
+        zero; elsewhere the GPU's lead hides it and the clamped host term is 0 either way (the
+        zero-bubble and DualPipe schedules take milliseconds to count per stage)."""
+        out = np.zeros(issue.shape)
+        need = synced | (issue.max(axis=1) + layer_program.schedule_host_bound_s(pp, v) > 0)
+        if need.any():
+            out[need] = lookup(g[need], ["schedule", "micro"], lambda sched, m: np.array([
+                layer_program.schedule_host_s(Schedule(sched), pp, v, dp_ends.short_m(sched, pp, m), s)
+                for s in range(pp)]))
+        return out
 
     def _amax(self, g, counts: np.ndarray, gemms: np.ndarray, v: int) -> np.ndarray:
         """n x stages: seconds the FP8 amax reductions add to one micro-batch of each stage --
