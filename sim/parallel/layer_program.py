@@ -356,12 +356,10 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
 
 
 def schedule_host_s(schedule: Schedule, p: int, v: int, m: int, stage: int) -> float:
-    """Host seconds per micro-batch the rank at pipeline ``stage`` spends beside its layers'
-    ops in a step of ``m`` micro-batches, as the builder charges them: the schedule's Python once
-    per pass (:data:`sim.model.host.SCHEDULE_PASS_S`, :func:`sim.parallel.workload.open_pass`)
-    and a c10d call per pipeline send or receive (:func:`sim.model.host.collective_issue_s`),
-    counted by :func:`sim.parallel.pp.issued`. No GPU time: it delays the GPU only where the
-    host is behind it."""
+    """Host seconds per micro-batch the rank at pipeline ``stage`` spends beside its layers' ops
+    in a step of ``m`` micro-batches, as the builder charges them (:func:`sim.parallel.pp.issued`'s
+    counts): the schedule's Python per pass (:data:`sim.model.host.SCHEDULE_PASS_S`) and a c10d
+    call per pipeline send or receive (:func:`sim.model.host.collective_issue_s`). No GPU time."""
     passes, calls = pipeline.issued(schedule, p, v, m, stage)
     return (passes * host.SCHEDULE_PASS_S + calls * host.collective_issue_s(SEND_RECV)) / m
 
