@@ -1,6 +1,6 @@
 """The planner's estimate against the simulator: its per-layer compute is the builder's
 (sim/parallel/layer_program.py) and equals that layer's spans in a one-rank simulation,
-and on a handful of small layouts its step time is within 15% of the simulated one and
+and on a handful of small layouts its step time is within 3% of the simulated one and
 ranks them in the simulation's order.
 
 Run: ``python -m pytest tests/test_plan_accuracy.py``
@@ -97,6 +97,15 @@ MOE_LAYOUTS = [(1, 1, 8, 2, 4, 1, 1, "selective", 2, False, True), (4, 1, 4, 1, 
                (1, 2, 4, 2, 2, 1, 2, "none", 4, False, False), (4, 2, 2, 1, 1, 4, 2, "none", 1, True, False),
                (4, 2, 1, 2, 2, 4, 3, "full", 2, False, False)]
 TOLERANCE = 0.15
+# The sixteen layouts above were within 1.3% of their simulation after the estimate charged the
+# schedule's host work (issue 27, 2026-11-27: -1.3..+0.1% dense, -1.1..+0.4% MoE); 15% was the
+# bound before the estimate read the layer programs
+STEP_TOLERANCE = 0.03
+# Host-bound interleaved pipelines of the dense model, (tp, pp, dp, cp, v, zero, recompute,
+# micro_batch): the schedule's Python per pass and the send/recv calls are 3-6% of their
+# simulated step each; without them the estimate was 5.3% and 10.9% low
+HOST_BOUND_KEYS = ["tp", "pp", "dp", "cp", "virtual_stages", "zero", "recompute", "micro_batch"]
+HOST_BOUND = [(4, 2, 1, 1, 2, 1, "none", 1), (1, 2, 1, 4, 4, 2, "selective", 1)]
 
 
 def _request(tmp_path, text: str):
@@ -129,8 +138,9 @@ def test_planner_layer_compute_equals_the_layers_spans_on_one_rank(tmp_path, rec
 @pytest.mark.parametrize("text, keys, layouts", [(DENSE, DENSE_KEYS, DENSE_LAYOUTS),
                                                   (MOE_MTP, MOE_KEYS, MOE_LAYOUTS)], ids=["dense", "moe-mtp"])
 def test_planner_estimate_is_within_15_percent_and_ranks_as_the_simulation(tmp_path, text, keys, layouts):
-    """Small layouts on 8 and 16 GPUs. Fails if a cost is lost or inflated: e.g. recompute
-    x 9 in sim/plan/layers.py ``cost`` (full-recompute layouts 2.4-2.6x the simulated step)."""
+    """Small layouts on 8 and 16 GPUs, within :data:`STEP_TOLERANCE`. Fails if a cost is lost or
+    inflated: e.g. recompute x 9 in sim/plan/layers.py ``cost`` (full-recompute layouts 2.4-2.6x
+    the simulated step)."""
     req = _request(tmp_path, text)
     stages = Stages(req.scenario)
     c = space.enumerate_layouts(space.Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
@@ -144,8 +154,26 @@ def test_planner_estimate_is_within_15_percent_and_ranks_as_the_simulation(tmp_p
     simulated = np.array([sim.simulate(scenario_from_dict(req.data, space.overrides(row))).summary["step_time_s"]
                           for row in pick.to_dict("records")])
     error = estimate / simulated - 1
-    assert np.abs(error).max() <= TOLERANCE, dict(zip(layouts, error.round(3)))
+    assert np.abs(error).max() <= STEP_TOLERANCE, dict(zip(layouts, error.round(3)))
     assert list(np.argsort(estimate)) == list(np.argsort(simulated)), (estimate, simulated)
+
+
+def test_host_bound_pipelines_pay_the_schedules_host_work(tmp_path):
+    """Interleaved pipelines whose hosts are behind their GPUs: the estimate charges each
+    stage's host the schedule's Python per pass and the pipeline's send/recv calls
+    (``layer_program.schedule_host_s``) and is within 3% of the simulation; leaving them out
+    (``Estimator._schedule_host`` returning zeros) puts it 5-11% low."""
+    req = _request(tmp_path, DENSE)
+    stages = Stages(req.scenario)
+    c = space.enumerate_layouts(space.Space.of(req, stages.dims))
+    c = c[(rules.codes(c, rules.fixed_of(req.scenario)) == 0) & (c.schedule == "interleaved") & ~c.tp_comm_overlap]
+    pick = c.set_index(HOST_BOUND_KEYS).loc[HOST_BOUND].reset_index()
+    frame = Estimator(req.scenario, stages, req.spec, req.gpu).frame(pick)
+    simulated = np.array([sim.simulate(scenario_from_dict(req.data, space.overrides(row))).summary["step_time_s"]
+                          for row in pick.to_dict("records")])
+    assert (frame["est_host_s"].to_numpy() > 0.1 * simulated).all()  # host-bound
+    error = frame["estimate_s"].to_numpy() / simulated - 1
+    assert np.abs(error).max() <= STEP_TOLERANCE, error
 
 
 def test_layers_without_experts_build_the_same_program_without_the_expert_mesh(tmp_path):
@@ -253,3 +281,39 @@ def test_a_sync_op_costs_the_host_its_lead_as_in_the_engine():
     assert simulated == pytest.approx(145 * us, rel=1e-9) and planned == pytest.approx(simulated, rel=1e-9)
     simulated, planned = _host_cycle(sync=False)
     assert simulated == pytest.approx(110 * us, rel=1e-9) and planned == pytest.approx(simulated, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule, v", [("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("zb-h1", 1), ("dualpipe", 1),
+                                         ("dualpipev", 2)])
+def test_the_schedules_host_work_the_planner_reads_is_the_builders(tmp_path, monkeypatch, schedule, v):
+    """``layer_program.schedule_host_s`` (what the estimate charges each stage's host per
+    micro-batch beside its layers) counts the passes and pipeline calls the builder issues on
+    every stage of pp 4: the send/recv ops of each stage's built program, each issued at a c10d
+    call (DualPipe's once-a-step gradient all-reduce of its two copies is left out), and one
+    SCHEDULE_PASS_S per pass (set to 1 s here, so the program's issue grows by 1 s
+    a pass)."""
+    from sim.collectives.kinds import SEND_RECV
+    from sim.engine.kinds import Category
+    from sim.model import host
+    from sim.parallel import pp as pipeline, workload
+
+    (tmp_path / "base.toml").write_text(DENSE + f'[parallel]\npp = 4\ndp = 2\nschedule = "{schedule}"\n'
+                                                f"virtual_stages = {v}\n")
+    s = sim.load_scenario(tmp_path / "base.toml")
+    m = s.training.global_batch // s.parallel.dp
+
+    def built(stage: int, pass_s: float):
+        monkeypatch.setattr(host, "SCHEDULE_PASS_S", pass_s)
+        ctx = layer_program.context(s, "h100-sxm")
+        return workload.build_rank(ctx, ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)).program.ops
+
+    for stage in range(4):
+        plain, marked = built(stage, 0.0), built(stage, 1.0)
+        passes = round(sum(op.issue for op in marked) - sum(op.issue for op in plain))
+        sends = [op for op in plain if op.category == Category.PP and op.name.startswith(("send_", "recv_"))]
+        assert all(op.issue == host.collective_issue_s(SEND_RECV) for op in sends)
+        assert pipeline.issued(s.parallel.schedule, 4, v, m, stage) == (passes, len(sends)), stage
+        monkeypatch.setattr(host, "SCHEDULE_PASS_S", 80e-6)
+        seconds = layer_program.schedule_host_s(s.parallel.schedule, 4, v, m, stage)
+        assert seconds * m == pytest.approx(passes * 80e-6 + len(sends) * host.collective_issue_s(SEND_RECV), rel=1e-12)
+        assert seconds <= layer_program.schedule_host_bound_s(4, v)  # (the estimate skips stages it cannot reach)

@@ -20,8 +20,7 @@ DENSE_8B = {"model": {"preset": "llama3-8b"}, "training": {"seq_len": 4096, "glo
 def _replays(req) -> tuple[int, set]:
     """(layouts enumerated, the (schedule, pp, micro-batches, w_share) replays the memory rule made)."""
     stages = Stages(req.scenario)
-    c = space.enumerate_layouts(space.Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
-                                            req.scenario.training.seq_len, stages.dims.experts))
+    c = space.enumerate_layouts(space.Space.of(req, stages.dims))
     made = set()
     real = pipeline.held_peak
 
@@ -55,6 +54,31 @@ def test_a_dense_model_on_a_node_replays_what_it_counts():
     layouts, made = _replays(req)
     counted, keys = budget.count(req)
     assert (counted, set(keys)) == (layouts, made) and made
+
+
+MLA_8 = {"model": {"layers": 4, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, "vocab": 32000, "attention": "mla",
+                   "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+                   "v_head_dim": 64},
+          "training": {"seq_len": 1024, "global_batch": 16}, "cluster": {"topology": "dgx-h100"}}
+
+
+def test_mla_models_also_search_mla_up_proj_and_the_budget_counts_it():
+    """An MLA model's space has recompute = "mla_up_proj" (NeMo's DeepSeek-V3 recipe) beside
+    none / selective / full, a quarter of its layouts, counted by the budget; a model
+    without MLA has none; and the loader takes every such layout the rules pass."""
+    from sim.input.choices import Recompute
+    from sim.input.load import scenario_from_dict
+
+    req = inputs.request_of(MLA_8, gpus=8)
+    stages = Stages(req.scenario)
+    c = space.enumerate_layouts(space.Space.of(req, stages.dims))
+    assert budget.count(req)[0] == len(c) and (c.recompute == Recompute.MLA_UP_PROJ).mean() == 0.25
+    valid = c[(rules.codes(c, rules.fixed_of(req.scenario)) == 0) & (c.recompute == Recompute.MLA_UP_PROJ)]
+    for row in valid.iloc[::max(1, len(valid) // 8)].to_dict("records"):
+        assert scenario_from_dict(req.data, space.overrides(row)).training.recompute is Recompute.MLA_UP_PROJ
+    dense = inputs.request_of(DENSE_8B, gpus=16)
+    assert Recompute.MLA_UP_PROJ not in set(space.enumerate_layouts(
+        space.Space.of(dense, Stages(dense.scenario).dims)).recompute)
 
 
 def test_a_search_past_the_budget_names_the_flag_that_drives_it():

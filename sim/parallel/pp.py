@@ -9,6 +9,8 @@ point-to-point transfers; with Megatron's scatter/gather optimization each tp ra
 1/tp of the b*s*h activation (Narayanan et al. 2021, section 4.1).
 """
 
+from functools import lru_cache
+
 from ..collectives.kinds import SEND_RECV
 from ..input.choices import Schedule
 from ..model.layers import ELEM, attention_core, attention_post, attention_pre, backward, mlp_block
@@ -127,6 +129,34 @@ def virtual_stages_of(schedule: Schedule, p: int, v: int, stage: int) -> list[in
     chunk: c * p + stage (interleaved), a V's s and 2p-1-s, DualPipe's s and p-1-s."""
     chunks = 2 if schedule == Schedule.DUALPIPE else v
     return [zb.virtual_stage(schedule, p, stage, c) for c in range(chunks)]
+
+
+def neighbours(direction: Kind, vs: int, last: int) -> tuple[bool, bool]:
+    """(receives, sends): whether a pass of ``direction`` (:attr:`Kind.F`, or a backward) on
+    virtual stage ``vs`` of ``0..last`` receives its input from a neighbouring virtual stage and
+    sends its output to one: a forward from vs - 1 and to vs + 1, a backward the other way
+    (:mod:`.workload`'s ``open_pass`` and ``close_pass``)."""
+    before, after = vs > 0, vs < last
+    return (before, after) if direction is Kind.F else (after, before)
+
+
+@lru_cache(maxsize=4096)
+def issued(schedule: Schedule, p: int, v: int, m: int, stage: int) -> tuple[int, int]:
+    """(passes, send/recv calls) the rank at ``stage`` issues in a step of ``m`` micro-batches
+    beside its layers' ops: every item of its :func:`steps` is a pass (a zero-bubble W too),
+    and each pass but a W receives and sends as :func:`neighbours` says. The builder charges
+    the host the schedule's Python per pass (sim/model/host.py ``SCHEDULE_PASS_S``) and a c10d
+    call per transfer; the planner reads these counts
+    (:func:`sim.parallel.layer_program.schedule_host_s`)."""
+    last = p * v - 1  # (the stage split holds p * v virtual stages: DualPipe's v is 1, DualPipeV's 2)
+    if schedule not in zb.ZERO_BUBBLE:  # :func:`order`: one forward and one backward per micro-batch and chunk
+        calls = sum(sum(neighbours(kind, zb.virtual_stage(schedule, p, stage, chunk), last))
+                    for chunk in range(v) for kind in (Kind.F, Kind.B))
+        return 2 * v * m, calls * m
+    items = [item for step in steps(schedule, p, v, m, stage, False) for item in step]
+    calls = sum(sum(neighbours(Kind.F if kind is Kind.F else Kind.B, zb.virtual_stage(schedule, p, stage, chunk),
+                               last)) for kind, _, chunk in items if kind is not Kind.W)
+    return len(items), calls
 
 
 def in_flight(seq: list[tuple[Kind, int, int]]) -> int:

@@ -209,9 +209,11 @@ def _open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, i
     kind, mb, chunk = item
     vs, last_vs = vstages[chunk], len(b.ctx.stage_layers) - 1
     if kind is Kind.F:
-        deps = pp.transfer(b, Kind.F, mb, vs - 1, vs, (), sending=False, chunk=chunk) if vs > 0 else ()
+        receives = pp.neighbours(Kind.F, vs, last_vs)[0]
+        deps = pp.transfer(b, Kind.F, mb, vs - 1, vs, (), sending=False, chunk=chunk) if receives else ()
         return Pass(b, chunks[chunk], mb, deps, Kind.F, param_waits=param_waits)
-    deps = pp.transfer(b, Kind.B, mb, vs + 1, vs, (), sending=False, chunk=chunk) if vs < last_vs else ()
+    receives = pp.neighbours(Kind.B, vs, last_vs)[0]
+    deps = pp.transfer(b, Kind.B, mb, vs + 1, vs, (), sending=False, chunk=chunk) if receives else ()
     final = mb == last[chunk]
     return Pass(b, chunks[chunk], mb, deps, Kind.B, sync=syncs.get(chunk) if final else None, last_mb=final,
                 defer=kind is Kind.I)
@@ -220,13 +222,14 @@ def _open_pass(b, chunks: dict, vstages: list, syncs: dict, param_waits: dict, i
 def close_pass(b, ps: Pass, vs: int, chunk: int = 0) -> list[int]:
     """Close a chunk's FP8 autocast region (its amax reduction, :mod:`.amax`), send its output
     on; returns the FSDP reduce-scatters the optimizer waits for."""
+    sends = pp.neighbours(ps.direction, vs, len(b.ctx.stage_layers) - 1)[1]
     if ps.direction is Kind.F:
         amax.reduce(b, ps, chunk)
-        if vs < len(b.ctx.stage_layers) - 1:
+        if sends:
             pp.transfer(b, Kind.F, ps.mb, vs, vs + 1, ps.x, sending=True, chunk=chunk)
         return []
     amax.reduce(b, ps, chunk)  # (in the backward of the region's first FP8 module: before the last bucket)
     ps.finish()
-    if vs > 0:
+    if sends:
         pp.transfer(b, Kind.B, ps.mb, vs, vs - 1, ps.x, sending=True, chunk=chunk)
     return ps.rs_ops

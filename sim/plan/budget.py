@@ -32,7 +32,7 @@ from ..input.choices import DUALPIPE_SCHEDULES, Schedule
 from ..model.transformer import dims
 from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S, cost_text, refuse_past_budget
 from .fit import layer_activations
-from .space import MICRO_BATCHES, RECOMPUTE, Space, knobs, meshes
+from .space import MICRO_BATCHES, Space, knobs, meshes
 
 LAYOUT_S, LAYOUT_BYTES = 160e-6, 3e3  # per candidate layout: enumerated, ruled, fitted, estimated
 STEP_S, STEP_BYTES = 5e-6, 400.0  # per schedule step replayed by the memory rule; bytes per step of a cached replay
@@ -75,10 +75,10 @@ def count(req) -> tuple[int, list[tuple]]:
     s = req.scenario
     d, t = dims(s.model), s.training
     heads, kv, batch = s.model.heads, s.model.kv_heads or s.model.heads, t.global_batch
-    space = Space(req.gpus, req.spec.gpus_per_domain, d.layers, t.seq_len, d.experts)  # as the driver's
+    space = Space.of(req, d)  # as the driver's
     layouts, keys, share_of = 0, set(), {}
     for tp, pp, dp, cp, ep, _etp, _v, schedule in meshes(space):
-        layouts += len(knobs(tp > 1, ep > 1))
+        layouts += len(knobs(tp > 1, ep > 1, space.recompute_values()))
         if schedule not in STEPS_PER_MICRO or heads % tp or kv % tp or t.seq_len % cp:
             continue
         for mb in MICRO_BATCHES:
@@ -86,7 +86,7 @@ def count(req) -> tuple[int, list[tuple]]:
             if batch % (dp * mb) or micro < 1 or (schedule in DUALPIPE_SCHEDULES and (
                     micro < 2 * pp or (schedule == Schedule.DUALPIPE and micro % 2))):
                 continue
-            for rec in RECOMPUTE:  # w_share: what a chunk keeps until its W, by (tp, cp, mb, recompute)
+            for rec in space.recompute_values():  # w_share: what a chunk keeps until its W, by (tp, cp, mb, recompute)
                 if (tp, cp, mb, rec) not in share_of:
                     share_of[tp, cp, mb, rec] = layer_activations(d, t, tp, cp, mb, rec)[3]
                 keys.add((schedule, pp, micro, share_of[tp, cp, mb, rec]))

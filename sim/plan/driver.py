@@ -107,8 +107,7 @@ def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.
 
 def _valid(req, stages, headroom: float) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """Every candidate, the rejection counts, and the valid ones that fit (with ``memory_bytes``)."""
-    candidates = enumerate_layouts(Space(req.gpus, req.spec.gpus_per_domain, stages.dims.layers,
-                                         req.scenario.training.seq_len, stages.dims.experts))
+    candidates = enumerate_layouts(Space.of(req, stages.dims))
     code = rules.codes(candidates, rules.fixed_of(req.scenario))
     rejected = rules.counts(code)
     valid = candidates[code == 0]  # the index is the enumeration order: ties break on it

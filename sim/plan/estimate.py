@@ -170,20 +170,23 @@ class Estimator:
                              fsdp, layer[:, :, 6] + zero3[:, None] * layer[:, :, 7]], axis=2)
         # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
-        stage[:, :, 6] = np.maximum(stage[:, :, 6], 0.0)  # the host waits only where a stage's issue outlasts it
         synced = counts @ (layer[:, :, PASSES[PASS_FIELDS.index("fwd_sync")]]
                            + layer[:, :, PASSES[PASS_FIELDS.index("bwd_sync")]]).T > 0  # stages x n
+        beside = self._schedule_host(g, pp, v, stage[:, :, 6], synced.any(axis=0))  # host only: the schedule's work
+        stage[:, :, 6] = np.maximum(stage[:, :, 6] + beside, 0.0)  # the host waits only where a stage's issue outlasts it
         if synced.any():  # a sync op loses the host's lead: pass by pass (.layers.stage_waits)
             rows = synced.any(axis=0)
             parts = {name: layer[rows][:, :, i] for name, i in zip(PASS_FIELDS, PASSES)}
-            waits = stage_waits(counts, parts, zero3[rows].astype(float))
+            waits = stage_waits(counts, parts, zero3[rows].astype(float), beside[rows])
             stage[rows, :, 6] = np.where(synced[:, rows].T, waits, stage[rows, :, 6])
         stage[:, :, 0] += self._amax(g, counts, gemms, v)  # (the compute stream waits for them)
         total = stage.sum(axis=2)
         crit = total.argmax(axis=1)
         rows = np.arange(len(g))
         t_crit = total[rows, crit]
-        pipe = micro * t_crit + (total.sum(axis=1) - t_crit) / v * fill_factor(g["schedule"].to_numpy(), pp)
+        gpu = total - stage[:, :, 6]  # the fill and drain are the GPUs' (a host behind its GPU issues the first
+        #   micro-batches while the stage waits for its input)
+        pipe = micro * t_crit + (gpu.sum(axis=1) - gpu[rows, crit]) / v * fill_factor(g["schedule"].to_numpy(), pp)
         parts = micro[:, None] * stage[rows, crit]
         fwd = counts @ layer[:, :, 0].T  # stages x n
         bwd = counts @ (layer[:, :, 1] + layer[:, :, 2]).T
@@ -196,6 +199,23 @@ class Estimator:
         step = pipe + pp_s + dp_s + opt
         return np.column_stack([step, parts[:, 0], parts[:, 1], pipe - micro * t_crit, parts[:, 2], parts[:, 3],
                                 parts[:, 4], pp_s, parts[:, 5] + dp_s, opt, parts[:, 6]])
+
+    def _schedule_host(self, g, pp: int, v: int, issue: np.ndarray, synced: np.ndarray) -> np.ndarray:
+        """n x stages: host seconds per micro-batch each stage spends beside its layers' ops (the
+        schedule's Python per pass, a c10d call per pipeline transfer:
+        ``layer_program.schedule_host_s``, the builder's), counted on a schedule of
+        ``dp_ends.short_m`` micro-batches (the same warm-up and cool-down). Only where it can
+        count: a stage with a sync op (:func:`.layers.stage_waits` reads it), or whose issue less
+        its GPU time (``issue``, n x stages) is within ``layer_program.schedule_host_bound_s`` of
+        zero; elsewhere the GPU's lead hides it and the clamped host term is 0 either way (the
+        zero-bubble and DualPipe schedules take milliseconds to count per stage)."""
+        out = np.zeros(issue.shape)
+        need = synced | (issue.max(axis=1) + layer_program.schedule_host_bound_s(pp, v) > 0)
+        if need.any():
+            out[need] = lookup(g[need], ["schedule", "micro"], lambda sched, m: np.array([
+                layer_program.schedule_host_s(Schedule(sched), pp, v, dp_ends.short_m(sched, pp, m), s)
+                for s in range(pp)]))
+        return out
 
     def _amax(self, g, counts: np.ndarray, gemms: np.ndarray, v: int) -> np.ndarray:
         """n x stages: seconds the FP8 amax reductions add to one micro-batch of each stage --

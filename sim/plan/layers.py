@@ -70,22 +70,30 @@ class Pricer:
         return found
 
 
-def schedule(lp: LayerProgram, price) -> tuple[list[float], list[int]]:
-    """When each of ``lp``'s ops ends, scheduled on its stream in program order after its
-    dependencies, and the op each waited for last (-1: none)."""
-    n = len(lp.ops)
-    end, pred, last_on = [0.0] * n, [-1] * n, {}
-    for i, op in enumerate(lp.ops):
-        start, before = 0.0, last_on.get(op.stream, -1)
-        if before >= 0:
-            start = end[before]
+def schedule(lp: LayerProgram, price, part=None, released: bool = False) -> tuple[dict, dict, float]:
+    """``lp``'s ops (or those of ``part``, indices in program order; ops outside it taken as done
+    at 0) as the engine runs them: each on its stream in program order after its dependencies.
+    Returns when each ends, the op each waited for last (-1: none, or its host), and when the
+    last sync op among them ended (0: none). ``released``: the host starts with them and issues
+    them in program order at their issue costs (FSDP's apart), none starts before it is issued,
+    and a sync op stops the host until its end (:meth:`sim.engine.ops.RankProgram.anchors`)."""
+    end, pred, last_on, host, synced = {}, {}, {}, 0.0, 0.0
+    for i in range(len(lp.ops)) if part is None else part:
+        op = lp.ops[i]
+        before = last_on.get(op.stream, -1)
+        start = end[before] if before >= 0 else 0.0
+        if released:
+            host += 0.0 if _fsdp(op) else op.issue
+            start, before = (host, -1) if host > start else (start, before)
         for j in op.deps:
-            if end[j] > start:
+            if end.get(j, 0.0) > start:
                 start, before = end[j], j
-        pred[i] = before
-        end[i] = start + (op.duration if op.collective is None else price(op.collective))
+        pred[i], end[i] = before, start + (op.duration if op.collective is None else price(op.collective))
         last_on[op.stream] = i
-    return end, pred
+        if op.sync:
+            synced = end[i]
+            host = max(host, end[i]) if released else host
+    return end, pred, synced
 
 
 def _fsdp(op) -> bool:
@@ -94,23 +102,9 @@ def _fsdp(op) -> bool:
 
 def _walk(lp: LayerProgram, price, part: list[int], released: bool) -> tuple[float, float]:
     """(when the GPU has run the ``part`` ops of ``lp``, when the last sync op among them ended;
-    0: none): each scheduled on its stream after its dependencies (ops outside ``part`` taken as
-    done at 0). ``released``: as the engine runs them with the host starting with them -- it
-    issues them in program order at their issue costs (FSDP's apart), none starts before it is
-    issued, and a sync op stops the host until its end (:meth:`sim.engine.ops.RankProgram.anchors`)."""
-    host, end, last_on, gpu, synced = 0.0, {}, {}, 0.0, 0.0
-    for i in part:
-        op = lp.ops[i]
-        host += 0.0 if _fsdp(op) else op.issue
-        before = last_on.get(op.stream)
-        start = max([host if released else 0.0, end[before] if before is not None else 0.0]
-                    + [end.get(j, 0.0) for j in op.deps])
-        end[i] = start + (op.duration if op.collective is None else price(op.collective))
-        gpu, last_on[op.stream] = max(gpu, end[i]), i
-        if op.sync:
-            synced = end[i]
-            host = max(host, end[i]) if released else host
-    return gpu, synced
+    0: none): :func:`schedule` of them."""
+    end, _, synced = schedule(lp, price, part, released)
+    return max(end.values(), default=0.0), synced
 
 
 # Per pass (forward; backward with its recompute), split after its last sync op (pre: up to it;
@@ -146,7 +140,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     (makespan less compute) split over the axes by their collectives' time on the critical
     path, and how much longer issuing the layer takes than running it (signed)."""
     n = len(lp.ops)
-    end, pred = schedule(lp, price)
+    end, pred, _ = schedule(lp, price)
     # The host runs ahead of the GPU across layers (it never blocks inside a step): a layer
     # that runs longer than it takes to issue (the output layer's GEMM) gives the host a lead
     # that later layers' issue can use up. So the excess is kept signed here and summed over a
@@ -161,11 +155,11 @@ def cost(lp: LayerProgram, price) -> Cost:
         if c is not None and c.axis in on_path:
             on_path[c.axis] += price(c)
         i = pred[i]
-    exposed = max(0.0, (max(end) if n else 0.0) - sum(seconds.values()))
+    exposed = max(0.0, (max(end.values()) if n else 0.0) - sum(seconds.values()))
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
     return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
-                host=issued - (max(end) if n else 0.0), host_dp=fsdp_issue, passes=passes(lp, price))
+                host=issued - (max(end.values()) if n else 0.0), host_dp=fsdp_issue, passes=passes(lp, price))
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:
@@ -195,18 +189,31 @@ def _pass(v: dict, lead, zero3):
     return end - lead, end - host - v["i_post"] - post_shift
 
 
-def stage_waits(counts, parts: dict, zero3, cycles: int = 2):
+def _host_only(seconds) -> dict:
+    """:data:`PASS_PARTS` of host work that issues no GPU op (the schedule's Python, the
+    pipeline's send/recv calls): the next op cannot start before it is done."""
+    zero = np.zeros_like(seconds)
+    return dict.fromkeys(PASS_PARTS, zero) | dict(i_post=seconds, q_post=seconds)
+
+
+def stage_waits(counts, parts: dict, zero3, beside=None, cycles: int = 2):
     """Seconds per micro-batch each stage's GPU waits for its host (n x stages): its passes in
     the builder's order (embedding, dense, MoE, MTP, output forward; the reverse backward), each
     layer's GPU run beside its host (:func:`_pass`) from the lead the one before left, less the
     GPU's own time; the last of ``cycles`` micro-batches (a steady state: the lead the last
-    passes leave carries into the next micro-batch). ``parts``: :data:`PASS_FIELDS` -> n x KINDS."""
+    passes leave carries into the next micro-batch). ``parts``: :data:`PASS_FIELDS` -> n x KINDS;
+    ``beside``: each stage's host seconds per micro-batch outside its layers (n x stages:
+    ``layer_program.schedule_host_s``), half before the forward layers, half before the backward."""
     n = len(zero3)
     order = [(k, "fwd") for k in FORWARD_ORDER] + [(k, "bwd") for k in reversed(FORWARD_ORDER)]
     out = np.zeros((n, counts.shape[0]))
     for s in range(counts.shape[0]):
         steps = [(int(counts[s, k]), {p: parts[f"{d}_{p}"][:, k] for p in PASS_PARTS}) for k, d in order
                  if counts[s, k] > 0]
+        if beside is not None:
+            half = (1, _host_only(beside[:, s] / 2))
+            forwards = sum(counts[s, k] > 0 for k in FORWARD_ORDER)
+            steps = [half] + steps[:forwards] + [half] + steps[forwards:]
         lead = np.zeros(n)
         for _cycle in range(cycles):
             waits = np.zeros(n)

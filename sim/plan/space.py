@@ -19,8 +19,9 @@ layout is *valid* is the loader's (sim/plan/rules.py):
   1f1b or gpipe when v = 1 and pp > 1, interleaved when v > 1;
 - MoE: ep over the powers of two dividing the expert count, up to the ranks of a stage;
   expert_tp = tp (Megatron's default) or 1 (MoE parallel folding, DeepSeek-V3's layout);
-- knobs: ZeRO 0-3, recompute none / selective / full, micro-batch :data:`MICRO_BATCHES`,
-  tp_comm_overlap when tp > 1, ep_comm_overlap when ep > 1.
+- knobs: ZeRO 0-3, recompute none / selective / full (and, for MLA models, ``mla_up_proj``:
+  Megatron-Core's ``--recompute-modules mla_up_proj``, which NeMo's DeepSeek-V3 recipe runs),
+  micro-batch :data:`MICRO_BATCHES`, tp_comm_overlap when tp > 1, ep_comm_overlap when ep > 1.
 
 Run ``clustersim plan llama3.1-70b --gpus 1024 --topology dgx-h100 --seq-len 8192
 --global-batch-tokens 8388608``.
@@ -40,6 +41,11 @@ VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 MICRO_BATCHES = (1, 2, 4)
 ZERO = (0, 1, 2, 3)
 RECOMPUTE = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+# MLA models also search Megatron-Core's ``--recompute-modules mla_up_proj`` (the up projections,
+# RoPE and the q/k/v assembly rerun, the attention core not: sim/model/layers.py mla_up_recompute);
+# NeMo's DeepSeek-V3 pretraining recipe runs it (``recompute_modules=["mla_up_proj"]``), so the
+# published layout has peers with its knobs (bench/plan_published.py)
+MLA_RECOMPUTE = RECOMPUTE + (Recompute.MLA_UP_PROJ,)
 SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.INTERLEAVED)
 # Columns of a candidate table, in the order of the contract's layout keys.
 MESH = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "schedule")
@@ -57,6 +63,15 @@ class Space:
     layers: int
     seq_len: int
     experts: int = 0  # 0: a dense model
+    mla: bool = False  # multi-head latent attention: recompute also takes ``mla_up_proj``
+
+    @classmethod
+    def of(cls, req, d) -> "Space":
+        """The space of a planner request (:class:`.inputs.Request`) for model dims ``d``."""
+        return cls(req.gpus, req.spec.gpus_per_domain, d.layers, req.scenario.training.seq_len, d.experts, d.mla)
+
+    def recompute_values(self) -> tuple[Recompute, ...]:
+        return MLA_RECOMPUTE if self.mla else RECOMPUTE
 
     def tp_values(self) -> list[int]:
         return [d for d in divisors(self.gpus) if d <= self.domain]
@@ -118,9 +133,9 @@ def meshes(space: Space) -> list[tuple]:
     return out
 
 
-def knobs(tp_overlap: bool, ep_overlap: bool) -> list[tuple]:
+def knobs(tp_overlap: bool, ep_overlap: bool, recompute: tuple = RECOMPUTE) -> list[tuple]:
     """Every (zero, recompute, micro_batch, tp_comm_overlap, ep_comm_overlap) of a mesh."""
-    return list(itertools.product(ZERO, RECOMPUTE, MICRO_BATCHES, (False, True) if tp_overlap else (False,),
+    return list(itertools.product(ZERO, recompute, MICRO_BATCHES, (False, True) if tp_overlap else (False,),
                                   (False, True) if ep_overlap else (False,)))
 
 
@@ -130,7 +145,7 @@ def enumerate_layouts(space: Space) -> pd.DataFrame:
     mesh = pd.DataFrame(meshes(space), columns=list(MESH))
     parts = []
     for (tp_on, ep_on), group in mesh.groupby([mesh.tp > 1, mesh.ep > 1], sort=True):
-        k = pd.DataFrame(knobs(tp_on, ep_on), columns=list(KNOBS))
+        k = pd.DataFrame(knobs(tp_on, ep_on, space.recompute_values()), columns=list(KNOBS))
         which = np.repeat(group.index.to_numpy(), len(k))
         part = pd.concat([mesh.loc[which].reset_index(drop=True), pd.concat([k] * len(group), ignore_index=True)],
                          axis=1)
