@@ -55,11 +55,8 @@ import pandas as pd
 CASES = {
     "70b": ["llama3.1-70b", "--gpus", "1024", "--seq-len", "8192", "--global-batch-tokens", "8388608"],
     "405b": ["llama3.1-405b", "--gpus", "16384", "--seq-len", "8192", "--global-batch-tokens", "16777216"],
-    # (--force: with mla_up_proj in its recompute space, 1,503,216 layouts, which sim/plan/budget.py
-    # prices at 3 KB each, 4.4 GiB, past the 4 GiB budget; measured: 1,127,412 peaked at 0.9 GB, and
-    # the 1,424,592 of dg-dsv3-1024's search at 1.5 GB, docs/plan.md)
     "dsv3": ["deepseek-v3", "--gpus", "2048", "--seq-len", "4096", "--global-batch-tokens", "16777216",
-             "--set", "model.moe.routing=uniform", "--force"],
+             "--set", "model.moe.routing=uniform"],
     "gb200": ["llama3.1-70b", "--gpus", "1152", "--seq-len", "8192", "--global-batch-tokens", "8388608",
               "--topology", "gb200-nvl72", "--gpu", "gb200"],
     "mi355x": ["llama3.1-70b", "--gpus", "1024", "--seq-len", "8192", "--global-batch-tokens", "8388608",

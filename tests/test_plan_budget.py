@@ -97,3 +97,11 @@ def test_the_watchdog_stops_an_analytic_phase_past_its_limit():
     req = inputs.request_of(DENSE_8B, gpus=16)
     with pytest.raises(SimulationError, match="still simulating after 0 s of CPU"):
         search(req, budget=0, quiet=True, watchdog_s=0.05)
+
+
+def test_deepseek_v3s_published_scale_search_is_not_refused():
+    """bench/plan.py's DeepSeek-V3 case (2,048 GPUs, mla_up_proj in the space: 1.5 M layouts)
+    peaked at 1.5 GB measured (docs/plan.md); the estimate must let it run without --force."""
+    req = inputs.request("deepseek-v3", 2048, "dgx-h100", None, 4096, 16777216)
+    w = budget.check(req)
+    assert w.layouts > 1_400_000 and w.bytes < work.BUDGET_BYTES

@@ -18,7 +18,12 @@ layouts, 1.7 M replayed steps) 6.3 s, 211 MB [18 s, 0.2 GiB]; on 8 GPUs, 65,536 
 (7,560 layouts, 15 M steps) ~40 s, 1.3 GB [76 s, 1.4 GiB]; on 720,720 GPUs, 2,882,880
 sequences (401,724 layouts, 23 M steps) ~130 s, 2.3 GB [180 s, 1.3 GiB]; deepseek-v3
 on 2,048 GPUs (1,127,412 layouts) 180 s, 0.9 GB [200 s, 3.5 GiB]. A replayed step took
-2-7 us (``held_peak`` over 3 M steps: 21 s, 1.2 GB: ~400 B a cached step).
+2-7 us. Those bracketed estimates priced 3 KB a layout and 400 B a step of the 256 largest
+replays only, 3.9x high on DeepSeek-V3 and 1.8x low at 720,720 GPUs: the peaks follow all the
+replayed steps and the layouts, and 1 KB a layout plus 80 B a replayed step (fitted to these
+four peaks over 0.15 GB of base, 2026-11-27) gives 0.34 / 1.36 / 2.4 / <= 1.4 GB for the four
+(measured 0.21 / 1.3 / 2.3 / 0.9 GB), and 1.8 GB for DeepSeek-V3's space with ``mla_up_proj``
+(1,503,216 layouts, 2.2 M steps; its 1,024-GPU search of 1,424,592 peaked at 1.5 GB).
 :func:`check` refuses a search past :data:`sim.work.BUDGET_S` / :data:`sim.work.BUDGET_BYTES`
 in one line naming the flag that drives the cost (``--force`` runs it).
 
@@ -34,10 +39,9 @@ from ..work import BASE_BYTES, BUDGET_BYTES, BUDGET_S, cost_text, refuse_past_bu
 from .fit import layer_activations
 from .space import MICRO_BATCHES, Space, knobs, meshes
 
-LAYOUT_S, LAYOUT_BYTES = 160e-6, 3e3  # per candidate layout: enumerated, ruled, fitted, estimated
-STEP_S, STEP_BYTES = 5e-6, 400.0  # per schedule step replayed by the memory rule; bytes per step of a cached replay
+LAYOUT_S, LAYOUT_BYTES = 160e-6, 1e3  # per candidate layout: enumerated, ruled, fitted, estimated
+STEP_S, STEP_BYTES = 5e-6, 80.0  # per schedule step replayed by the memory rule (bytes: over all replays, see above)
 STEPS_PER_MICRO = {Schedule.ZB_H1: 3, Schedule.DUALPIPE: 2, Schedule.DUALPIPEV: 4}  # a stage's steps per micro-batch (F, B, W each)
-CACHED = 256  # replays kept at once (pp_zero_bubble.steps' lru_cache)
 
 @dataclass(frozen=True)
 class PlanWork:
@@ -60,9 +64,8 @@ def estimate(req) -> PlanWork:
     layouts, keys = count(req)
     stage = [STEPS_PER_MICRO[sched] * micro + 2 * pp for sched, pp, micro, _ in keys]  # one stage's steps
     steps = sum(key[1] * n for key, n in zip(keys, stage))
-    held = sum(sorted(stage)[-CACHED:]) * STEP_BYTES
     parts = {"--gpus": (layouts * LAYOUT_S, layouts * LAYOUT_BYTES),
-             "--global-batch-tokens": (steps * STEP_S, held)}
+             "--global-batch-tokens": (steps * STEP_S, steps * STEP_BYTES)}
     share = {k: sec / BUDGET_S + b / BUDGET_BYTES for k, (sec, b) in parts.items()}
     return PlanWork(layouts, steps, sum(sec for sec, _ in parts.values()),
                     BASE_BYTES + sum(b for _, b in parts.values()), max(share, key=share.get))
