@@ -148,8 +148,7 @@ def _check_batch(t, p, whole: bool = True) -> None:
     if t.seq_len % p.cp:
         raise InputError("training.seq_len", f"seq_len = {t.seq_len} is not divisible by cp = {p.cp}")
     if p.cp_impl is CpImpl.ALL_GATHER and not t.flash_attention:
-        raise InputError("parallel.cp_impl", "'all_gather' runs flash (fused) attention on each query chunk "
-                                             "(Transformer Engine asserts it), but flash_attention is false")
+        raise InputError("parallel.cp_impl", "'all_gather' runs flash attention per query chunk: flash_attention is false")
 
 
 def _check_stages(m, p, t, whole: bool = True) -> None:
@@ -264,9 +263,8 @@ def _check_overlap(m, p, t) -> None:
         raise InputError("parallel.tp_comm_overlap", f"needs tp > 1 and sequence_parallel = true (got tp = {p.tp}, "
                                                      f"sequence_parallel = {str(p.sequence_parallel).lower()})")
     if p.tp_overlap_fp8_rs and not (t.precision is Precision.FP8 and t.fp8_recipe is Recipe.TE):
-        raise InputError("parallel.tp_overlap_fp8_rs", f"puts Transformer Engine's userbuffers reduce-scatter on FP8 "
-                                                       f"buffers, but precision is '{t.precision}' with fp8_recipe "
-                                                       f"'{t.fp8_recipe}': use precision 'fp8' with fp8_recipe 'te'")
+        raise InputError("parallel.tp_overlap_fp8_rs", f"needs precision 'fp8' with fp8_recipe 'te' (Transformer "
+                                                       f"Engine's FP8 buffers); got '{t.precision}', '{t.fp8_recipe}'")
     _check_dispatcher(m, p)
     if not p.ep_comm_overlap:
         return
