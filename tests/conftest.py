@@ -92,6 +92,13 @@ def assert_input_error(proc: subprocess.CompletedProcess, key: str) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1 and key in proc.stderr and "Traceback" not in proc.stderr
 
 
+def fp8_flag_refusals(key: str) -> list:
+    """The three refusals of an FP8-only flag ``key``: set under BF16, a non-boolean value under FP8,
+    and set under torchao's FP8 recipe (no Transformer Engine)."""
+    return [([f"{key}=true"], key), (["training.precision='fp8'", f"{key}='yes'"], key),
+            (["training.precision='fp8'", "training.fp8_recipe='torchao'", "training.compile=true", f"{key}=true"], key)]
+
+
 def assert_refusals(path, cases) -> None:
     """``clustersim run PATH --set ...`` for each ``(sets, key)`` of ``cases``, all in forked children
     of one process (tests/forked_cli.py): each exits 2 with one line naming its key, no traceback."""

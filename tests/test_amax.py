@@ -21,7 +21,7 @@ from sim.parallel import layer_program, workload
 from sim.model.delayed_scaling import AMAX_HISTORY_LEN, amax_bytes, amax_kernels
 from sim.step import simulate
 
-from conftest import assert_refusals
+from conftest import assert_refusals, fp8_flag_refusals
 
 MODEL = {"layers": 2, "hidden": 4096, "heads": 32, "vocab": 32768}
 GEMMS_PER_LAYER = 4  # QKV, output projection, FC1, FC2: each a TE FP8 GEMM
@@ -88,10 +88,7 @@ def test_no_reduction_without_delayed_scaling(training):
     assert not result.spans.name.str.startswith("fp8_amax").any()
 
 
-CLI_BAD = [(["training.tp_only_amax_red=true"], "training.tp_only_amax_red"),  # bf16: nothing to reduce
-           (["training.precision='fp8'", "training.tp_only_amax_red='yes'"], "training.tp_only_amax_red"),
-           (["training.precision='fp8'", "training.fp8_recipe='torchao'", "training.compile=true",
-             "training.tp_only_amax_red=true"], "training.tp_only_amax_red")]
+CLI_BAD = fp8_flag_refusals("training.tp_only_amax_red")
 
 
 def test_bad_values_exit_2_naming_the_key(tmp_path):

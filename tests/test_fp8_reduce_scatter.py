@@ -17,7 +17,7 @@ from sim.parallel import layer_program, workload
 from sim.parallel.tp_overlap import RS_SPLITS
 from sim.studies.validation import load_rows
 
-from conftest import assert_refusals
+from conftest import assert_refusals, fp8_flag_refusals
 
 HIDDEN, SEQ, TP = 2048, 4096, 4
 
@@ -63,10 +63,7 @@ def test_inert_without_the_userbuffers_overlap():
         tp_bytes(scenario(tp_comm_overlap=False))
 
 
-CLI_BAD = [(["parallel.tp_overlap_fp8_rs=true"], "parallel.tp_overlap_fp8_rs"),  # bf16
-           (["training.precision='fp8'", "parallel.tp_overlap_fp8_rs='yes'"], "parallel.tp_overlap_fp8_rs"),
-           (["training.precision='fp8'", "training.fp8_recipe='torchao'", "training.compile=true",
-             "parallel.tp_overlap_fp8_rs=true"], "parallel.tp_overlap_fp8_rs")]
+CLI_BAD = fp8_flag_refusals("parallel.tp_overlap_fp8_rs")
 
 
 def test_bad_values_exit_2_naming_the_key(tmp_path):
