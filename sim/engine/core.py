@@ -215,7 +215,7 @@ class Engine:
         # kept as every meeting's member list and rebuilt per read: 0.17 GB less peak RSS at
         # ``python bench/step.py --only 405b-1k`` (see _end_meeting); as arrays, not two dicts
         # of tuples: ~310 bytes less per wait (sim/engine/waits.py)
-        self.waits = WaitLog({p.rank: len(p.ops) for p in programs})  # (arrays: sim/engine/waits.py)
+        self.waits = WaitLog()  # (arrays: sim/engine/waits.py)
         self.held_by, self.arrived = self.waits.held_by, self.waits.arrived
         self._expected: dict[tuple, int] = {}
         self._waiters: dict[int, dict[int, Wake]] = {p.rank: {} for p in programs}  # rank -> op -> event

@@ -6,8 +6,8 @@ Every member of a meeting but the last to arrive waited for that last one: the e
 read-only mappings (:class:`HeldBy`, :class:`Arrived`: ``in``, ``[]``, ``get``, ``items()``
 in the order recorded, equal to the dicts they replace) by the critical path
 (sim/outputs/attribution.py), the spans table's step-end synchronizations and the
-timeline's waits. Held as five arrays in the order recorded plus one int32 slot per op of a
-rank that waited at least once: ~28 bytes per wait against ~340 as two dicts of tuples
+timeline's waits. Held as five arrays in the order recorded (int32 ranks and op indices,
+float64 times): 24 bytes per wait against ~340 as two dicts of tuples
 (Qwen3-235B reduced to 128 GPUs, ``python bench/step.py --only qwen --set
 training.global_batch=64 --set model.layers=32 --set cluster.gpus=128 --set parallel.dp=8
 --set parallel.ep=16``: 44,372 waits, 15.3 MB as dicts; docs/scaling.md).
@@ -18,30 +18,23 @@ Run: ``python -m pytest -q tests/test_engine.py``
 from array import array
 from collections.abc import Mapping
 
+import numpy as np
+
 
 class WaitLog:
-    """The waits of one run: :meth:`record` appends one; :attr:`held_by`, :attr:`arrived` read them."""
+    """The waits of one run: :meth:`record` appends one; :attr:`held_by`, :attr:`arrived` read them.
+    Each (rank, op) is recorded at most once (an op arrives at one meeting, once)."""
 
-    __slots__ = ("sizes", "slots", "rank", "op", "last_rank", "last_op", "time", "held_by", "arrived")
+    __slots__ = ("rank", "op", "last_rank", "last_op", "time", "held_by", "arrived", "_index")
 
-    def __init__(self, sizes: dict[int, int]):
-        self.sizes = sizes  # rank -> ops in its program
-        self.slots: dict[int, array] = {}  # rank -> per op, its wait's position in the arrays below (-1: none)
-        self.rank, self.op, self.last_rank, self.last_op = array("q"), array("q"), array("q"), array("q")
+    def __init__(self):
+        self.rank, self.op, self.last_rank, self.last_op = array("i"), array("i"), array("i"), array("i")
         self.time = array("d")
         self.held_by, self.arrived = HeldBy(self), Arrived(self)
+        self._index: tuple | None = None  # (sorted rank << 32 | op, their positions), made at the first read
 
     def record(self, rank: int, op: int, last_rank: int, last_op: int, t: float) -> None:
-        """(rank, op) waited for (last_rank, last_op), from ``t`` (a later record of the same
-        member replaces its value in place, as a dict's assignment would)."""
-        slots = self.slots.get(rank)
-        if slots is None:
-            slots = self.slots[rank] = array("i", [-1]) * self.sizes[rank]
-        at = slots[op]
-        if at >= 0:
-            self.last_rank[at], self.last_op[at], self.time[at] = last_rank, last_op, t
-            return
-        slots[op] = len(self.time)
+        """(rank, op) waited for (last_rank, last_op), from ``t``."""
         self.rank.append(rank)
         self.op.append(op)
         self.last_rank.append(last_rank)
@@ -49,13 +42,20 @@ class WaitLog:
         self.time.append(t)
 
     def position(self, key) -> int:
-        """Where ``key`` = (rank, op) sits in the arrays, -1 if it never waited."""
+        """Where ``key`` = (rank, op) sits in the arrays, -1 if it never waited (a binary search
+        of the waits sorted once by rank and op: 16 bytes per wait, made when first read)."""
         try:
-            rank, op = key
-            slots = self.slots.get(rank)
-            return -1 if slots is None or not 0 <= op < len(slots) else slots[op]
+            rank, op = (int(k) for k in key)
         except (TypeError, ValueError):
             return -1
+        if self._index is None or len(self._index[0]) != len(self.time):
+            flat = np.frombuffer(self.rank, np.int32).astype(np.int64) << 32 | np.frombuffer(self.op, np.int32)
+            order = np.argsort(flat, kind="stable")
+            self._index = (flat[order], order)
+        keys, order = self._index
+        want = rank << 32 | op
+        i = int(np.searchsorted(keys, want))
+        return int(order[i]) if i < len(keys) and keys[i] == want and op >= 0 else -1
 
 
 class _View(Mapping):
