@@ -34,6 +34,9 @@ def programs(ctx, build) -> list[RankProgram]:
     signature = signatures(ctx)
     bases: dict[int, RankBuilder | None] = {}  # signature -> the builder copies come from (None: build each)
     shared: dict = {}  # what copies of one base share (:func:`copy_program`), for this call only
+    mates: dict[int, set] = {}  # signature -> its ranks (who may copy a call alike)
+    for rank in ctx.simulated:
+        mates.setdefault(signature[rank], set()).add(rank)
     out = []
     for rank in sorted(ctx.simulated):
         base = bases.get(signature[rank], False)
@@ -44,7 +47,7 @@ def programs(ctx, build) -> list[RankProgram]:
                 ok = copyable(ctx, prog) and (built.varying is not None or not retimed(ctx))
                 bases[signature[rank]] = built if ok else None
         else:
-            prog = copy_program(ctx, base.program, rank, base.varying, shared)
+            prog = copy_program(ctx, base.program, rank, base.varying, shared, mates[signature[rank]])
         out.append(jittered(ctx, prog) if ctx.scenario.jitter.sigma > 0 else prog)
     return out
 
@@ -74,7 +77,7 @@ def copyable(ctx, base: RankProgram) -> bool:
 
 
 def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | None = None,
-                 shared: dict | None = None) -> RankProgram:
+                 shared: dict | None = None, mates: set | None = None) -> RankProgram:
     """``base`` as rank ``rank`` runs it: each group renamed to ``rank``'s group of the same
     type at the same positions, with that group's siblings; the ``varying`` ops (its local
     experts', :attr:`.program.RankBuilder.varying`) timed for ``rank``'s own expert slice.
@@ -83,9 +86,11 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
     (:func:`programs`), in which equal renamed groups are one object and the copies of
     ``base``'s collective op with the same renamed group one ``Collective`` and one ``Op``
     (the members of one group, an expert group's 32 ranks, copy each of its calls alike:
-    equal values, so what the engine reads is unchanged; ~250 bytes less per op shared)."""
-    shared = {} if shared is None else shared
-    renamed: dict[tuple, tuple] = {}  # (id of a base group, category) -> (group, siblings, base group)
+    equal values, so what the engine reads is unchanged; ~250 bytes less per op shared), where
+    the renamed group has another of ``mates`` (the ranks of ``base``'s signature) than
+    ``base``'s rank and ``rank``: only they copy it alike (a pipeline send is one rank's)."""
+    calls: dict[int, Collective] = {}  # id of a base call -> this copy's (its calls not shared)
+    renamed: dict[tuple, tuple] = {}  # (id of a base group, category) -> (group, siblings, base group, shared)
     prog = RankProgram(rank, holds_sms=base.holds_sms)
     ops = base.ops
     if varying and ctx.layout.ep_index(rank) != ctx.layout.ep_index(base.rank):
@@ -100,9 +105,18 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
         found = renamed.get((id(g), op.category))
         if found is None:
             group = rename(folding, g, rank)
-            group = shared.setdefault(("group", group), group)  # (one object per value: ids below)
-            found = renamed[id(g), op.category] = (group, ctx.siblings(op.category, group, None), g)
-        group, siblings, _g = found
+            alike = shared is not None and sum(1 for r in group if r in mates and r != base.rank) > 1
+            if alike:
+                group = shared.setdefault(("group", group), group)  # (one object per value: ids below)
+            found = renamed[id(g), op.category] = (group, ctx.siblings(op.category, group, None), g, alike)
+        group, siblings, _g, alike = found
+        if not alike:
+            call = calls.get(id(c))
+            if call is None:
+                call = calls[id(c)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo,
+                                                 siblings, c.shares, c.sms)
+            out.append(make(Op, op[:4] + (call,) + op[5:]))  # (Op's own __new__ takes 3x as long)
+            continue
         key = (id(op), id(group))  # (base's op and the group live as long as ``shared``: their ids are theirs)
         copied = shared.get(key) if op is own else None  # (a retimed op is this copy's own)
         if copied is None:
@@ -110,7 +124,7 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
             if call is None:
                 call = shared[id(c), id(group)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes,
                                                              c.algo, siblings, c.shares, c.sms)
-            copied = make(Op, op[:4] + (call,) + op[5:])  # (Op's own __new__ takes 3x as long)
+            copied = make(Op, op[:4] + (call,) + op[5:])
             if op is own:
                 shared[key] = copied
         out.append(copied)
