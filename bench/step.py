@@ -36,7 +36,11 @@ Building the MoE programs (one per stage, copies retime their experts; CPU secon
 average 6-12): ``qwen`` 263.6 s -> 58.9 s (15,173,728 ops, unchanged); DeepSeek-V3 at 512
 sequences 27.4 s -> 8.3 s. The ``qwen`` case is still refused by the work estimate, now ~2,059 s
 and 24.9 GiB with its uneven all-to-alls priced (``python bench/work.py --case qwen-128``: 257 s
-CPU, 2.02 GB at 128 sequences, load 11-13; docs/scaling.md), and was not timed whole. ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
+CPU, 2.02 GB at 128 sequences, load 11-13; docs/scaling.md), and was not timed whole; ~14.3 GiB since
+the all-to-alls' memory is capped at the bounded rate memos (0.744 GB measured at 128 sequences against
+1.29 GB estimated). Memory per op shared by copies and the engine's waits as arrays (main 9e986e0 -> i28-moe,
+docs/scaling.md): ``dsv3`` on 128 GPUs at 64 sequences 0.375 -> 0.333 GB, ``qwen`` on 128 GPUs 0.282 -> 0.262 GB,
+``qwen`` at 128 sequences 0.744 -> 0.648 GB (145.7 -> 135.5 s CPU). ``gpt-530b`` simulates 315 ranks, the exact fold (docs/scaling.md).
 The engine's per-event cost (docs/scaling.md, CPU seconds before -> after, load average 5-13):
 ``gpt-530b`` at ``training.global_batch=315`` 103.4 s -> 85.1 s (engine 88.5 -> 74.2 s,
 3,584,333 events); ``405b-straggler-v4`` 16.9 s -> 14.9 s; 405B 16k 6.1-6.7 s -> 5.9 s;

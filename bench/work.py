@@ -63,6 +63,10 @@ CASES = {
     **{f"mixtral-e32-ep{ep}": ("scenarios/mixtral-8x7b-ep-h100.toml",  # expert groups of 8 to 32 ranks
                                ["model.moe.routing='token_choice'", "model.moe.experts=32", f"parallel.ep={ep}"])
        for ep in (8, 16, 32)},
+    # MoE cases on 128 GPUs (issue 28, i28-moe: est vs measured memory after the memos were bounded)
+    **{f"qwen-128gpu-{n}": ("qwen", [f"training.global_batch={n}", "model.layers=32", "cluster.gpus=128",
+                                     "parallel.dp=8", "parallel.ep=16"]) for n in (64, 128)},
+    "dsv3-128gpu-64": ("dsv3", ["cluster.gpus=128", "parallel.dp=8", "parallel.ep=16", "training.global_batch=64"]),
     "qwen-128": ("qwen", ["training.global_batch=128"]),
     "qwen-256": ("qwen", ["training.global_batch=256"]),
     "dsv3-512": ("dsv3", ["training.global_batch=512"]),

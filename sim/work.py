@@ -34,6 +34,7 @@ from .input.load import clean_copy, topology_spec
 from .input.choices import MicroBatches
 from .parallel import census, steady
 from .parallel.layout import Layout
+from .engine.maxmin import MEMO_BYTES
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
 # probe isolating each; estimate / measured for it in brackets after the change):
@@ -64,6 +65,13 @@ KERNEL_S = 170e-9  # per expert kernel timed: the compute-time memo hashes each 
 A2A_RANKS = 8
 A2A_S, A2A_EXP = 1.3e-4, 0.6
 A2A_BYTES, A2A_BYTES_EXP = 900.0, 0.6
+# The bytes were fitted while the network's rate memos grew without bound; they are least
+# recently used memos of MEMO_BYTES each now (sim/engine/maxmin.py: the network's, and the
+# component solver's two), so the all-to-alls' memory is at most theirs. Measured (i28-moe,
+# `python bench/work.py --case NAME`, docs/scaling.md): `qwen-128` 0.744 GB peak RSS where
+# the estimate said 2.07 GB (0.71 GB of it this term), `qwen-128gpu-64` 0.28 GB against 0.53,
+# `dsv3-128gpu-64` 0.375 GB against 0.96.
+A2A_BYTES_MAX = 3 * MEMO_BYTES
 BASE_BYTES = 150e6  # the interpreter with numpy, pandas, networkx, simpy and pydantic loaded (124 MiB)
 
 BUDGET_S = 300.0  # five minutes of CPU: past it, say so and let --force decide
@@ -130,7 +138,10 @@ def _estimate(s, count_ops: bool = True) -> Work:
              "kernels": (kernels * KERNEL_S, 0.0),
              "alltoalls": alltoall_part(a2a, ranks)}
     seconds = sum(t for t, _ in parts.values())
-    nbytes = BASE_BYTES + sum(b for _, b in parts.values())
+    # the router scores are held while the context is made, before any program is built, and
+    # freed then: a peak of their own, not on top of the run's (build-phase peak RSS 0.19 and
+    # 0.28 GB against 0.28 and 0.74 GB at the spans table, `qwen-128gpu-64`, `qwen-128`)
+    nbytes = BASE_BYTES + max(parts["scores"][1], sum(b for name, (_, b) in parts.items() if name != "scores"))
     share = {name: t / BUDGET_S + b / BUDGET_BYTES for name, (t, b) in parts.items()}
     return Work(ranks, ops, 3 * ops, gpus, links, scores, kernels, a2a, seconds, nbytes,
                 _driver(s, max(share, key=share.get), ranks), count_ops)
@@ -154,7 +165,7 @@ def cluster_seconds(s) -> float:
 def alltoall_part(a2a: int, ranks: int) -> tuple[float, float]:
     """(CPU s, bytes) of ``a2a`` uneven all-to-alls among ``ranks`` simulated ranks."""
     crowd = max(1.0, ranks / A2A_RANKS)
-    return a2a * A2A_S * crowd ** A2A_EXP, a2a * A2A_BYTES * crowd ** A2A_BYTES_EXP
+    return a2a * A2A_S * crowd ** A2A_EXP, min(a2a * A2A_BYTES * crowd ** A2A_BYTES_EXP, A2A_BYTES_MAX)
 
 
 def check(s, budget_s: float | None = None, budget_bytes: float | None = None) -> Work:

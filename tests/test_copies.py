@@ -102,3 +102,23 @@ def test_jitter_scales_each_rank_by_its_own_draws():
     assert len({progs[r].ops[first].duration for r in stage0}) == len(stage0) == 16  # every rank its own draws
     mean = np.mean([progs[r].ops[first].duration for r in stage0])
     np.testing.assert_allclose(mean / plain.ops[first].duration, 1, atol=0.1)
+
+
+@pytest.mark.parametrize("name", ["moe-skew-folded-overlap", "ptd-sp-zero1"])
+def test_the_members_of_a_group_share_its_copied_calls(name):
+    """Copies of one call for the same renamed group are one Collective and one Op
+    (sim/parallel/copies.py ``shared``): per instance (key) and pipeline stage, at most two
+    objects, the stage's base rank's own and its copies' (a pipeline send and its receive,
+    the step's gradient-norm all-reduce: those of each stage); without the sharing an expert
+    group's or a DP group's every copy holds its own."""
+    ctx = context(name, False)
+    progs = copies.programs(ctx, lambda r: build_rank(ctx, r))
+    objects, members = {}, {}
+    for prog in progs:
+        stage = ctx.layout.coords(prog.rank)["pp"]
+        for i, op in enumerate(prog.ops):  # (i: a program may issue two calls of one key, a bucket's)
+            if op.comm is not None:
+                objects.setdefault((op.comm.key, stage, i), set()).add(id(op.comm))
+                members[op.comm.key, stage, i] = members.get((op.comm.key, stage, i), 0) + 1
+    assert max(len(ids) for ids in objects.values()) <= 2
+    assert max(members.values()) > 2  # (groups of more than two members in a stage were copied)

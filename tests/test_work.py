@@ -16,7 +16,7 @@ from conftest import REPO, spec_topology
 from forked_cli import run_cli
 from sim import work
 from sim.collectives.schedule import chains_phase
-from sim.engine import network
+from sim.engine import maxmin, network
 from sim.errors import InputError, SimulationError
 from sim.studies import gallery
 from sim.outputs import invariants
@@ -168,6 +168,22 @@ def test_a_refusal_the_other_parts_decide_counts_no_ops(monkeypatch):
     with pytest.raises(InputError) as info:  # the rest fits; with the ops it does not
         work.check(s, budget_s=(rest.seconds + whole.seconds) / 2, budget_bytes=2 * whole.bytes)
     assert f"x {whole.ops:,} ops" in info.value.reason
+
+
+def test_the_all_to_alls_memory_is_the_bounded_rate_memos_and_the_router_scores_a_peak_apart(monkeypatch):
+    """Uneven all-to-alls cost CPU each, but their memory is the network's least recently used
+    rate memos (sim/engine/maxmin.py), at most three of MEMO_BYTES; the router scores are held
+    while the context is made, before the programs: the larger of the two peaks, not the sum."""
+    few, many = work.alltoall_part(1_000, 256), work.alltoall_part(10_000_000, 256)
+    assert many[0] == pytest.approx(10_000 * few[0]) and few[1] < many[1] == 3 * maxmin.MEMO_BYTES
+    s = _load("mixtral-8x7b-ep-h100", ["model.moe.routing='token_choice'", "model.moe.experts=32",
+                                        "parallel.ep=32"])
+    assert census.routed_scores(s)[1] > 0 and census.alltoalls(s) > 0
+    rest = work.estimate(s).bytes - work.BASE_BYTES  # the scores' peak is the smaller one here
+    monkeypatch.setattr(work, "SCORE_BYTES", 0.0)
+    assert work.estimate(s).bytes - work.BASE_BYTES == rest
+    monkeypatch.setattr(work, "SCORE_BYTES", 10 * rest / census.routed_scores(s)[1])
+    assert work.estimate(s).bytes - work.BASE_BYTES == pytest.approx(10 * rest)
 
 
 def test_force_runs_past_the_budget(monkeypatch):

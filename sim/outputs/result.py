@@ -1,6 +1,7 @@
 """The result of one simulated step: the summary dict, the spans DataFrame and the step's
 facts (:class:`StepFacts`: what traces, timelines and reports read besides the spans)."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from operator import itemgetter
@@ -30,8 +31,9 @@ class StepFacts:
     gpu: str | None = None  # the GPU preset's name
     micro_batches: int = 0  # per pipeline, per step
     link_bytes: np.ndarray | None = None  # bytes carried per directed link (Network.bytes_by_link)
-    held_by: dict = field(default_factory=dict)  # (rank, op) that waited -> (rank, op) it waited for
-    arrived: dict = field(default_factory=dict)  # (rank, op) that waited -> when it arrived, s
+    held_by: Mapping = field(default_factory=dict)  # (rank, op) that waited -> (rank, op) it waited for
+    arrived: Mapping = field(default_factory=dict)  # (rank, op) that waited -> when it arrived, s
+    #                                                 (the engine's: sim/engine/waits.py, arrays)
     link_log: list | None = None  # every rate change of every transfer, when recorded (Network.log)
 
     @property
