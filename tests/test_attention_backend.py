@@ -88,10 +88,12 @@ def test_the_step_follows_the_backend():
     assert step("flash2") > step("cudnn")
 
 
-def test_grok_rows_run_flash_attention_2():
-    """grok1/configure.sh (dgxc-benchmarking v25.04) exports NVTE_FUSED_ATTN=0."""
+def test_grok_and_llama3_rows_run_flash_attention_2():
+    """grok1/configure.sh (dgxc-benchmarking v25.04) exports NVTE_FUSED_ATTN=0; Llama 3's 2024 run was
+    plain PyTorch, before cuDNN attention (PyTorch 2.5) and FlashAttention-3 (docs/context_parallel.md)."""
     rows = {r.id: r.scenario["training"].get("attention_backend") for r in modern_rows()}
-    assert {k for k, v in rows.items() if v == "flash2"} == {"dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048"}
+    assert {k for k, v in rows.items() if v == "flash2"} == {"dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048",
+                                                             "l3-405-8192", "l3-405-16384", "l3-405-cp16-16384"}
 
 
 @pytest.mark.parametrize("extra", ['attention_backend = "flash2"\nflash_attention = false',

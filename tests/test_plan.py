@@ -272,8 +272,13 @@ def test_work_budget_refusals_are_counted_rejections(tmp_path, monkeypatch):
     table, never simulated, never a crash; the counts still add up to every candidate."""
     from sim import work
 
+    from sim.sweeps import pool
+
     _, whole = _plan(tmp_path)
     monkeypatch.setattr(work, "BUDGET_S", 1e-9)  # every simulation is past it
+    # the workers must see the patch: forked, not spawned (the pool spawns when another thread is
+    # alive, which a test run earlier in this process may have left; CI of stop 45 hit it)
+    monkeypatch.setattr(pool.threading, "active_count", lambda: 1)
     _, refused = _plan(tmp_path)
     assert refused.simulated == 0 and refused.rejected["work_budget"] == len(refused.refused) >= 5
     assert set(refused.refused) >= set(whole.table.position[whole.table.simulated].head(5))
