@@ -145,3 +145,17 @@ def test_all_gather_without_flash_attention_exits_2_naming_the_key():
                    "--set", "training.flash_attention=false"])
     assert out.code == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "parallel.cp_impl" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_cp_implementation_without_cp_is_refused_and_the_planner_drops_it():
+    """cp_impl names how context parallelism runs: at cp = 1 it would do nothing, so it is refused
+    (exit 2 naming it); the planner's cp = 1 candidates of a base that sets it run the default."""
+    from sim.plan.space import overrides
+
+    for impl in ("torch", "all_gather"):
+        out = run_cli(["run", str(REPO / "scenarios/llama3-8b-fsdp-h100.toml"), "--set", f"parallel.cp_impl={impl}"])
+        assert out.code == 2 and "parallel.cp_impl" in out.stderr and "Traceback" not in out.stderr
+    row = dict(tp=1, pp=1, dp=8, cp=1, ep=1, expert_tp=1, virtual_stages=1, schedule="1f1b", zero=1,
+               recompute="none", micro_batch=1, tp_comm_overlap=False, ep_comm_overlap=False)
+    assert overrides(row)["parallel.cp_impl"] == "ring"
+    assert "parallel.cp_impl" not in overrides({**row, "cp": 2, "dp": 4})

@@ -147,6 +147,8 @@ def _check_batch(t, p, whole: bool = True) -> None:
         raise InputError("training.global_batch", f"{t.global_batch} is not divisible by dp * micro_batch = {per_step}")
     if t.seq_len % p.cp:
         raise InputError("training.seq_len", f"seq_len = {t.seq_len} is not divisible by cp = {p.cp}")
+    if p.cp_impl is not CpImpl.RING and p.cp == 1:
+        raise InputError("parallel.cp_impl", f"'{p.cp_impl}' is how context parallelism runs, but cp = 1: set cp > 1 or drop it")
     if p.cp_impl is CpImpl.ALL_GATHER and not t.flash_attention:
         raise InputError("parallel.cp_impl", "'all_gather' runs flash attention per query chunk: flash_attention is false")
 

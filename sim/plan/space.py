@@ -178,4 +178,6 @@ def overrides(row) -> dict:
                 "training.micro_batch": int(row["micro_batch"]), "training.recompute": str(row["recompute"])})
     if int(row["expert_tp"]) != tp:
         out["parallel.expert_tp"] = int(row["expert_tp"])
+    if int(row["cp"]) == 1:  # no context parallelism to implement: a base row's cp_impl does not carry over
+        out["parallel.cp_impl"] = "ring"
     return out
