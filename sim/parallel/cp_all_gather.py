@@ -58,17 +58,19 @@ def calls(b) -> Kernel:
     return core._replace(count=CALLS)
 
 
-def _gather(b, name: str, deps, layer: int, mb: int) -> int:
+def _gathered(b, name: str, op, deps, layer: int, mb: int) -> int:
+    """A collective of the gathered K/V's size over the CP group: the forward's and backward's
+    all-gather of K and V, the backward's reduce-scatter of dK and dV."""
     kv, _, _ = sizes(b)
     cp = b.ctx.layout.sizes[Category.CP]
-    return b.collective(f"cp_kv_allgather_{name}", AXIS, ALL_GATHER, _group(b), cp * ELEM * kv, deps,
-                        layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, Category.CP))
+    return b.collective(name, AXIS, op, _group(b), cp * ELEM * kv, deps, layer=layer, mb=mb,
+                        group_of=lambda r: b.ctx.layout.group(r, Category.CP))
 
 
 def forward(b, layer: int, mb: int, deps, name: str) -> int:
     """All-gather K/V, copy each chunk's keys out, two causal calls, their outputs copied back."""
     _, prefixes, nq = sizes(b)
-    gather = _gather(b, name, deps, layer, mb)
+    gather = _gathered(b, f"cp_kv_allgather_{name}", ALL_GATHER, deps, layer, mb)
     copy = b.compute(f"cp_kv_copy_{name}", [elementwise(2 * ELEM * prefixes, CALLS)], (gather,), layer, mb)
     core = b.compute(f"attn_core_{name}", [calls(b)], (copy,), layer, mb)
     return b.compute(f"cp_out_copy_{name}", [elementwise(2 * ELEM * nq, CALLS)], (core,), layer, mb)
@@ -79,15 +81,14 @@ def backward_pass(b, layer: int, mb: int, deps, name: str) -> int:
     reduce-scattered."""
     kv, prefixes, nq = sizes(b)
     cp = b.ctx.layout.sizes[Category.CP]
-    gather = _gather(b, name, deps, layer, mb)
+    gather = _gathered(b, f"cp_kv_allgather_{name}", ALL_GATHER, deps, layer, mb)
     zero = b.compute(f"cp_dkv_zero_{name}", [elementwise(ELEM * cp * kv, 2)], deps, layer, mb)
     copy = b.compute(f"cp_kv_copy_{name}", [elementwise(2 * ELEM * prefixes, CALLS)], (gather,), layer, mb)
     core = b.compute(f"attn_core_{name}", list(backward([calls(b)])), (copy, zero), layer, mb)
     # dq copied into dq (read, write), dk and dv added into the buffers (read both, write)
     add = b.compute(f"cp_dkv_add_{name}", [elementwise(2 * ELEM * nq, CALLS), elementwise(3 * ELEM * prefixes, 2 * CALLS)],
                     (core,), layer, mb)
-    return b.collective(f"cp_dkv_reducescatter_{name}", AXIS, REDUCE_SCATTER, _group(b), cp * ELEM * kv, (add,),
-                        layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, Category.CP))
+    return _gathered(b, f"cp_dkv_reducescatter_{name}", REDUCE_SCATTER, (add,), layer, mb)
 
 
 def attention(b, layer: int, mb: int, deps, direction: Direction, name: str) -> int:
