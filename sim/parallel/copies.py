@@ -76,6 +76,11 @@ def copyable(ctx, base: RankProgram) -> bool:
     return all(ctx.folding.locate(g) is not None for g in {op.comm.group for op in base.ops if op.comm})
 
 
+def renamed_call(c: Collective, g: tuple, group: tuple, siblings) -> Collective:
+    """Collective ``c`` of base group ``g`` as its copy runs it on ``group`` with ``siblings``."""
+    return Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo, siblings, c.shares, c.sms)
+
+
 def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | None = None,
                  shared: dict | None = None, mates: set | None = None) -> RankProgram:
     """``base`` as rank ``rank`` runs it: each group renamed to ``rank``'s group of the same
@@ -113,8 +118,7 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
         if not alike:
             call = calls.get(id(c))
             if call is None:
-                call = calls[id(c)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo,
-                                                 siblings, c.shares, c.sms)
+                call = calls[id(c)] = renamed_call(c, g, group, siblings)
             out.append(make(Op, op[:4] + (call,) + op[5:]))  # (Op's own __new__ takes 3x as long)
             continue
         key = (id(op), id(group))  # (base's op and the group live as long as ``shared``: their ids are theirs)
@@ -122,8 +126,7 @@ def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | Non
         if copied is None:
             call = shared.get((id(c), id(group)))
             if call is None:
-                call = shared[id(c), id(group)] = Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes,
-                                                             c.algo, siblings, c.shares, c.sms)
+                call = shared[id(c), id(group)] = renamed_call(c, g, group, siblings)
             copied = make(Op, op[:4] + (call,) + op[5:])
             if op is own:
                 shared[key] = copied
