@@ -17,10 +17,6 @@ from . import cp_all_gather, cp_torch
 AXIS = Category.CP
 
 
-def _group(b):
-    return b.ctx.layout.group(b.rank, Category.CP)
-
-
 def kv_bytes(b) -> float:
     """K and V of this rank's sequence chunk (its tp share of the kv heads; MLA: the
     up-projected per-head keys and values)."""
@@ -45,7 +41,7 @@ def attention(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD
     shift, last = None, deps
     for step in range(cp):
         if step < cp - 1:
-            nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, RING_SHIFT, _group(b), kv_bytes(b) * scale,
+            nxt = b.collective(f"kv_shift_{direction}{tag}", AXIS, RING_SHIFT, b.group(AXIS), kv_bytes(b) * scale,
                                deps if shift is None else shift, layer=layer, mb=mb, tag=(step,),
                                group_of=lambda r: b.ctx.layout.group(r, Category.CP))
         step_deps = (last,) if shift is None else (last, shift)

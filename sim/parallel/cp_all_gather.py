@@ -38,10 +38,6 @@ AXIS = Category.CP
 CALLS = 2  # query chunks per rank (r and 2cp - 1 - r), one attention call each
 
 
-def _group(b):
-    return b.ctx.layout.group(b.rank, Category.CP)
-
-
 def sizes(b) -> tuple[float, float, float]:
     """(K/V elements of this rank's tokens, K/V elements the two calls copy out of the gathered
     ones, query-headed elements of q or out) on this rank, at its tp share of the heads."""
@@ -63,7 +59,7 @@ def _gathered(b, name: str, op, deps, layer: int, mb: int) -> int:
     all-gather of K and V, the backward's reduce-scatter of dK and dV."""
     kv, _, _ = sizes(b)
     cp = b.ctx.layout.sizes[Category.CP]
-    return b.collective(name, AXIS, op, _group(b), cp * ELEM * kv, deps, layer=layer, mb=mb,
+    return b.collective(name, AXIS, op, b.group(AXIS), cp * ELEM * kv, deps, layer=layer, mb=mb,
                         group_of=lambda r: b.ctx.layout.group(r, Category.CP))
 
 

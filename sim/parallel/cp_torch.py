@@ -56,10 +56,6 @@ def sizes(b) -> tuple[float, float, float]:
     return sh.tokens * d.a * d.dq / sh.tp, sh.tokens * d.a * d.dv / sh.tp, sh.tokens * d.a / sh.tp
 
 
-def _group(b):
-    return b.ctx.layout.group(b.rank, Category.CP)
-
-
 def _cat(b, name, deps, layer, mb) -> int:
     """K and V copied into one buffer (``torch.cat([key.flatten(), value.flatten()])``)."""
     nq, nv, _ = sizes(b)
@@ -71,7 +67,7 @@ def _gather(b, name, deps, layer, mb):
     nq, nv, _ = sizes(b)
     cp = b.ctx.layout.sizes[Category.CP]
     cat = _cat(b, name, deps, layer, mb)
-    return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, ALL_GATHER, _group(b), cp * ELEM * (nq + nv), (cat,),
+    return cat, b.collective(f"cp_kv_allgather_{name}", AXIS, ALL_GATHER, b.group(AXIS), cp * ELEM * (nq + nv), (cat,),
                              layer=layer, mb=mb, group_of=lambda r: b.ctx.layout.group(r, Category.CP))
 
 
@@ -120,7 +116,7 @@ def backward(b, kernels, layer, mb, deps, name):
         last = b.compute(f"attn_core_{name}", kernels, (last,) if step == 0 else (last, gather), layer, mb)
         last = b.compute(f"cp_grad_acc_{name}", accumulate_kernels(b, step == 0),
                          (last,) if shift is None else (last, shift), layer, mb)
-        shift = b.collective(f"cp_dkv_shift_{name}", AXIS, RING_SHIFT, _group(b), F32 * (nq + nv), (last,),
+        shift = b.collective(f"cp_dkv_shift_{name}", AXIS, RING_SHIFT, b.group(AXIS), F32 * (nq + nv), (last,),
                              layer=layer, mb=mb, tag=(step,), group_of=lambda r: b.ctx.layout.group(r, Category.CP))
     return b.compute(f"cp_grad_acc_{name}", [elementwise(CAST * (2 * nq + nv), 1 if not b.ctx.shard.eager else 3)],
                      (last, shift), layer, mb)

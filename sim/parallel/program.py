@@ -128,6 +128,15 @@ class RankBuilder:
         self.fp8_gemms = 0  # FP8 GEMMs built in forward passes so far (sim/parallel/amax.py counts a chunk's)
         self.amax_gemms: dict[int, int] = {}  # model chunk -> its FP8 GEMMs (set by its first forward)
 
+    def group(self, *axes: str) -> tuple[int, ...]:
+        """This rank's group along ``axes`` (:meth:`.layout.Layout.group`)."""
+        return self.ctx.layout.group(self.rank, *axes)
+
+    def group_of(self, *axes: str):
+        """Any rank's group along ``axes``: a collective's ``group_of``."""
+        layout = self.ctx.layout
+        return lambda r: layout.group(r, *axes)
+
     def host(self, seconds: float) -> None:
         """The host spends ``seconds`` before it issues the next op (the schedule loop)."""
         self.pending += seconds

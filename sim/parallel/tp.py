@@ -77,14 +77,6 @@ def compute_op(b, name, kernels, deps, layer, mb, weights: bool = True):
     return b.compute(name, kernels, deps, layer, mb, weights=weights) if kernels else deps
 
 
-def _group(b):
-    return b.ctx.layout.group(b.rank, Category.TP)
-
-
-def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, Category.TP)
-
-
 def activation_bytes(b) -> float:
     """Bytes of one micro-batch's activations on this rank: tokens * hidden * 2."""
     return b.ctx.shard.tokens * b.ctx.dims.h * ELEM
@@ -126,8 +118,8 @@ def enter(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | N
     default :func:`activation_bytes`)."""
     if b.ctx.layout.sizes[Category.TP] == 1 or not b.ctx.scenario.parallel.sequence_parallel:
         return deps
-    return b.collective(f"{sublayer}_ag", AXIS, ALL_GATHER, _group(b), nbytes or activation_bytes(b), deps,
-                        layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
+    return b.collective(f"{sublayer}_ag", AXIS, ALL_GATHER, b.group(AXIS), nbytes or activation_bytes(b), deps,
+                        layer=layer, mb=mb, tag=tag, group_of=b.group_of(AXIS))
 
 
 def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | None = None) -> int | tuple:
@@ -136,8 +128,8 @@ def exit(b, sublayer: str, layer: int, mb: int, deps, tag=(), nbytes: float | No
         return deps
     op = REDUCE_SCATTER if b.ctx.scenario.parallel.sequence_parallel else ALL_REDUCE
     name = "rs" if op is REDUCE_SCATTER else "ar"
-    return b.collective(f"{sublayer}_{name}", AXIS, op, _group(b), nbytes or activation_bytes(b), deps,
-                        layer=layer, mb=mb, tag=tag, group_of=_group_of(b))
+    return b.collective(f"{sublayer}_{name}", AXIS, op, b.group(AXIS), nbytes or activation_bytes(b), deps,
+                        layer=layer, mb=mb, tag=tag, group_of=b.group_of(AXIS))
 
 
 def enter_backward(b, sublayer: str, layer: int, mb: int, deps, nbytes: float | None = None) -> int | tuple:
@@ -187,8 +179,8 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
         return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
     gather = None
     if b.ctx.scenario.parallel.sequence_parallel:
-        gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, _group(b), sublayer_bytes(b, sub, True, True),
-                              x, layer=layer, mb=mb, tag=(Direction.BWD, "input"), group_of=_group_of(b))
+        gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, b.group(AXIS), sublayer_bytes(b, sub, True, True),
+                              x, layer=layer, mb=mb, tag=(Direction.BWD, "input"), group_of=b.group_of(AXIS))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
     wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)

@@ -57,14 +57,6 @@ RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub def
 COMM_SM_SHARE = 16 / H100_SMS
 
 
-def _group(b):
-    return b.ctx.layout.group(b.rank, Category.TP)
-
-
-def _group_of(b):
-    return lambda r: b.ctx.layout.group(r, Category.TP)
-
-
 def _chunk(kernel, chunks: int):
     """One of ``chunks`` token chunks of a GEMM (see the module docstring)."""
     return kernel._replace(flops=kernel.flops / chunks, bytes=kernel.bytes / chunks)
@@ -79,8 +71,8 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
     for i in range(tp):
         nxt = None
         if i < tp - 1:
-            nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, _group(b), nbytes, deps if shift is None else shift,
-                               layer=layer, mb=mb, tag=tag + ("ring", i), group_of=_group_of(b))
+            nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, b.group(AXIS), nbytes, deps if shift is None else shift,
+                               layer=layer, mb=mb, tag=tag + ("ring", i), group_of=b.group_of(AXIS))
         x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights,
                       linears=i == 0)
         shift = nxt
@@ -94,8 +86,8 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, ta
     nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
         x = b.compute(name, slowed, x, layer, mb, linears=i == 0)
-        done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, _group(b), nbytes, x, layer=layer, mb=mb,
-                                 tag=tag + ("pipe", i), group_of=_group_of(b)))
+        done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, b.group(AXIS), nbytes, x, layer=layer, mb=mb,
+                                 tag=tag + ("pipe", i), group_of=b.group_of(AXIS)))
     return tuple(done)
 
 
