@@ -1,7 +1,8 @@
 """Low-precision kernel rates on Blackwell: what OpenXLA's sm_100 cuBLAS table says an FP8 GEMM
 keeps of the BF16 share (sim.model.compute.XLA_SM100, BLACKWELL_FP8_RATIO), and torchao's MX
 casts at their measured B200 bandwidths (sim.model.quant.MX_CAST_SHARE), kept apart from
-Inductor's fused elementwise runs (sim.model.host.fused).
+Inductor's fused elementwise runs (sim.model.host.fused); and the FP8 / BF16 GEMM ratio of one
+layer against Transformer Engine's own H200 and B300 timings (the B300 one a recorded gap).
 
 Run: ``python -m pytest -q tests/test_precision_kernels.py``
 """
@@ -103,3 +104,38 @@ def test_cdna3_attention_reproduces_aiters_measured_forward_rate():
         assert ratio == pytest.approx((0.53 * 4096 / (4096 + 350)) / (0.61 * 4096 / (4096 + 90)), rel=1e-12)
     mi355x = ComputeModel(gpu_preset("mi355x"), e_max=0.806, attention="cudnn")
     assert mi355x.attention_efficiency(1, 4096.0) == pytest.approx(0.61 * 4096 / (4096 + 90), rel=1e-12)
+
+
+# Transformer Engine's GEMM profiling tutorial (NVIDIA/TransformerEngine
+# docs/examples/gemm_profiling/gemm_profiling.rst, commit 1609c890, benchmarks/gemm/benchmark_gemm.py
+# ``compute_gemm_shapes``): the 12 GEMMs of one layer (hidden 4,096, intermediate 16,384, M = 31 x 512
+# = 15,872 tokens; forward (M, K, N), dgrad (M, N, K), wgrad (K, M, N)), inputs quantized before the
+# timed loop, per-layer totals in ms: BF16 and FP8 (current scaling, tensor-wise).
+TE_TUTORIAL_PREQUANTIZED_MS = {"h200": (31.968, 16.785), "b300": (13.102, 6.812)}
+
+
+def te_tutorial_layer_ratio(gpu: str) -> float:
+    """The model's BF16 / FP8 time of the tutorial's 12 GEMMs at kernel level (sustained factor 1)."""
+    cm = ComputeModel(gpu_preset(gpu), e_max=GEMM_KERNEL[gpu]["bf16"], precision="fp8")
+    h, i, m = 4096, 16384, 31 * 512
+    fwd = [(m, h, 3 * h), (m, h, h), (m, h, i), (m, i, h)]
+    shapes = fwd + [(a, n, k) for a, k, n in fwd] + [(k, a, n) for a, k, n in fwd]
+    bf16 = sum(cm.time([gemm(a, n, k)]) for a, k, n in shapes)
+    return bf16 / sum(cm.time([gemm(a, n, k, fp8=True)]) for a, k, n in shapes)
+
+
+def test_hopper_fp8_share_reproduces_transformer_engines_gemm_tutorial():
+    """On the H200 (an H200 NVL in the tutorial) the layer's pre-quantized GEMMs run 31.968 / 16.785
+    = 1.905x faster in FP8; the model's shares (0.793 / 0.806, measured on our own H200 with
+    torch._scaled_mm) and curves give 1.907x: an independent check of the Hopper FP8 share at
+    training-sized GEMMs (docs/precision.md, "What the Grok-1 FP8 pair is not")."""
+    bf16, fp8 = TE_TUTORIAL_PREQUANTIZED_MS["h200"]
+    assert te_tutorial_layer_ratio("h200") == pytest.approx(bf16 / fp8, rel=0.01)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (docs/precision.md): BLACKWELL_FP8_RATIO is the median of "
+                                       "XLA's small sm_100 shapes; TE's B300 layer keeps 0.99 of the BF16 share")
+def test_blackwell_fp8_share_reproduces_transformer_engines_gemm_tutorial():
+    """The same layer on a B300: 13.102 / 6.812 = 1.923x measured; the model gives 1.741x."""
+    bf16, fp8 = TE_TUTORIAL_PREQUANTIZED_MS["b300"]
+    assert te_tutorial_layer_ratio("b300") == pytest.approx(bf16 / fp8, rel=0.02)
