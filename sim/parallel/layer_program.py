@@ -42,7 +42,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import amax, dp, ep, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, ep, fsdp, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -382,6 +382,9 @@ amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_p
 # the builder's own definition, :func:`sim.parallel.ep.sm_share`): compute paired with them
 # under EP overlap runs on the rest.
 ep_sm_share = ep.sm_share
+
+# FSDP's gradient width and fp32 accumulation (``parallel.grad_reduce_in_fp32``; .fsdp's own), for the planner.
+fsdp_grad_bytes, fsdp_param_bytes, fsdp_accumulation_s = fsdp.grad_bytes, fsdp.PARAM_BYTES, fsdp.accumulation_s
 
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
 
