@@ -100,6 +100,8 @@ def test_strong_scaling_rows_keep_their_batch_and_layout_and_convert_their_figur
                and r.scenario["parallel"]["grad_reduce_in_fp32"] and r.scenario["parallel"]["overlap_grad_reduce"]
                is False and r.scenario["model"]["tied_embeddings"] for r in ms)  # (285068c8's GPT shares them)
     assert not any("tied_embeddings" in rows[i].scenario["model"] for i in rows if i.startswith("l3-405"))
+    assert all(rows[i].scenario["parallel"]["grad_reduce_in_fp32"] and rows[i].scenario["parallel"]["zero"] == 3
+               for i in rows if i.startswith("l3-405"))  # Sec. 3.3.2: FP32 accumulation and reduce-scatter in FSDP
     for rid, gpus, s, seqs, tflops in (("l3-405-8192", 8192, 8192, 2048, 430), ("l3-405-16384", 16384, 8192, 2048, 400),
                                        ("l3-405-cp16-16384", 16384, 131072, 128, 380)):
         flops = (6 * 405e9 + 12 * 126 * 16384 * s) * s * seqs

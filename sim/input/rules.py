@@ -338,9 +338,9 @@ def _check_data_parallel(p) -> None:
         why = ("FSDP (zero = 3) gathers and reduces layer by layer, without buckets" if p.zero == 3 else
                "overlap_grad_reduce = false reduces all gradients in one bucket after the backward (Megatron)")
         raise InputError("parallel.ddp_bucket_mb", f"(or its alias training.grad_bucket_mb) does nothing here: {why}")
-    if p.grad_reduce_in_fp32 and p.zero == 3:
-        raise InputError("parallel.grad_reduce_in_fp32", "is Megatron's fp32 gradient buffer (zero 0, 1 or 2); FSDP "
-                                                         "(zero = 3) reduce-scatters bf16 gradients layer by layer")
+    if p.grad_reduce_in_fp32 and p.zero == 3 and p.dp * p.cp == 1:
+        raise InputError("parallel.grad_reduce_in_fp32", "with zero = 3 is FSDP's fp32 reduce-scatter and accumulation, "
+                                                         "but dp * cp = 1 leaves FSDP no group to reduce over")
     if p.reshard_after_forward is not None and p.zero != 3:
         raise InputError("parallel.reshard_after_forward", f"is FSDP's (zero = 3) choice of freeing gathered "
                                                            f"parameters after the forward, got zero = {p.zero}")

@@ -246,7 +246,7 @@ class Parallel(_Section):
     ddp_bucket_mb: real(B.BUCKET_MB) | None = None  # MiB of gradients per bucket (default Megatron's rule)
     reshard_after_forward: Flag | None = None  # zero 3: free gathered parameters after the forward (default true)
     dp_shard: count(B.GPUS) | None = None  # HSDP: ranks a ZeRO/FSDP shard spans (divides dp; default dp)
-    grad_reduce_in_fp32: Flag = False  # zero 0-2: gradients accumulated and reduced in fp32 (sim/parallel/dp.py)
+    grad_reduce_in_fp32: Flag = False  # gradients accumulated and reduced in fp32 (zero 0-2: sim/parallel/dp.py; 3: fsdp.py)
 
     @field_validator("order")
     @classmethod

@@ -24,7 +24,7 @@ fp32 gradient buffer, 4 bytes per parameter on the wire and in the buffer. Megat
 Megatron-Core forced it for bf16 (NVIDIA/Megatron-LM 285068c8, 2023-01-11, megatron/arguments.py:
 "bfloat16 requires gradient accumulation and all-reduce to be done in fp32":
 ``args.accumulate_allreduce_grads_in_fp32 = True`` whenever ``args.bf16``). Megatron buckets count
-parameters, so a bucket holds twice the bytes.
+parameters, so a bucket holds twice the bytes. (With zero 3 the key is FSDP's: sim/parallel/fsdp.py.)
 
 Tied embeddings across a pipeline (``model.tied_embeddings`` with pp > 1): the first and the last
 stage each hold the word embeddings (:func:`sim.parallel.params.holds_one_embedding`), and every

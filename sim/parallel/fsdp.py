@@ -24,15 +24,40 @@ HSDP (``parallel.dp_shard`` < dp; torchtitan ``data_parallel_shard_degree`` with
 the rank's shard group, and each reduce-scattered shard (1/dp_shard of the layer's
 gradients) is then all-reduced across the dp / dp_shard replicas (FSDP2 on a 2-D mesh:
 reduce-scatter over the shard dim, all-reduce over the replicate dim).
+
+``parallel.grad_reduce_in_fp32`` (FSDP2 ``MixedPrecisionPolicy(param_dtype=bfloat16,
+reduce_dtype=float32)``, as the Llama 3 paper states Meta ran it: Sec. 3.3.2 "Numerical
+stability", "FP32 gradient accumulation during backward computation over multiple micro-batches
+and also reduce-scatter gradients in FP32 across data parallel workers in FSDP"): the
+reduce-scatter (and HSDP's all-reduce) moves fp32 gradients, :data:`FP32_GRAD_BYTES` a
+parameter; and with several micro-batches the unsharded gradients are accumulated in fp32 by
+kernels of their own, after each layer's backward on the compute stream (pytorch/pytorch
+002a76fb, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py ``post_backward``;
+_fsdp_param.py ``to_accumulated_grad_if_needed``, ``accumulate_unsharded_grad_if_needed``; added
+by PR #125191, 2024-04-29, "for microbatching use cases (e.g. PP) ... accumulate the unsharded
+gradients in fp32 across microbatches until reduce-scattering in fp32 upon the last
+microbatch"): autograd writes each micro-batch's bf16 weight gradient; on the first micro-batch
+it is cast to a new fp32 buffer (:data:`CAST_BYTES` a parameter), on every later one added to it
+(:data:`ADD_BYTES`: read fp32 and bf16, write fp32). Plain PyTorch's weight-gradient GEMM cannot
+write into an fp32 buffer (Megatron's ``gradient_accumulation_fusion`` does, through APEX's
+``fused_weight_gradient_mlp_cuda`` or Transformer Engine's ``fuse_wgrad_accumulation``, which
+the zero 0-2 path assumes: no kernel of its own), so these are memory-bound kernels, one per
+parameter tensor (:func:`accumulation`). With one micro-batch nothing is accumulated.
 """
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ..model.compute import elementwise
+from ..model.layer_ids import is_block
 from ..model.layers import Direction
 from .params import layer_params
 from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
 PARAM_BYTES = 2  # bf16 weights and gradients on the wire
+FP32_GRAD_BYTES = 4  # parallel.grad_reduce_in_fp32: FSDP2 reduce_dtype = float32 (module docstring)
+CAST_BYTES = PARAM_BYTES + FP32_GRAD_BYTES  # first micro-batch: bf16 gradient read, fp32 copy written
+ADD_BYTES = FP32_GRAD_BYTES + PARAM_BYTES + FP32_GRAD_BYTES  # later ones: fp32 += bf16, in place
+BLOCK_NORMS, ATTENTION_MATRICES = 2, 4  # a block's tensors (torchtitan Llama: attention_norm, ffn_norm; wq wk wv wo)
 
 
 def enabled(b) -> bool:
@@ -54,11 +79,16 @@ def reshards(p) -> bool:
     return p.reshard_after_forward if p.reshard_after_forward is not None else p.pp == 1
 
 
-def layer_bytes(b, layer: int) -> float:
-    """Bytes of one layer's (tp-sharded) parameters in bf16; layer -1 is the embedding,
-    layer ``layers`` the output layer."""
+def grad_bytes(p) -> int:
+    """Bytes per gradient element on the reduce-scatter's wire under parallel settings ``p``."""
+    return FP32_GRAD_BYTES if p.grad_reduce_in_fp32 else PARAM_BYTES
+
+
+def layer_bytes(b, layer: int, width: int = PARAM_BYTES) -> float:
+    """Bytes of one layer's (tp-sharded) parameters at ``width`` bytes each (bf16 by default);
+    layer -1 is the embedding, layer ``layers`` the output layer."""
     dense, expert = layer_params(b.ctx, layer)
-    return (dense + expert) * PARAM_BYTES
+    return (dense + expert) * width
 
 
 class Gatherer:
@@ -106,11 +136,42 @@ def reduce_scatter(b, layer: int, mb: int, deps) -> int | None:
     """Reduce-scatter a layer's gradients after its backward (last micro-batch only)."""
     if not enabled(b):
         return None
-    group, algo = grad_group(b), b.ctx.scenario.parallel.dp_algo
-    op = b.collective("fsdp_rs", AXIS, REDUCE_SCATTER, group, layer_bytes(b, layer), deps,
+    p = b.ctx.scenario.parallel
+    group, algo, nbytes = grad_group(b), p.dp_algo, layer_bytes(b, layer, grad_bytes(p))
+    op = b.collective("fsdp_rs", AXIS, REDUCE_SCATTER, group, nbytes, deps,
                       stream=StreamName.DP_RS, layer=layer, mb=mb, algo=algo, group_of=_group_of(b))
     replicas = b.ctx.layout.replica_group(b.rank)
     if len(replicas) == 1:
         return op
-    return b.collective("hsdp_ar", AXIS, ALL_REDUCE, replicas, layer_bytes(b, layer) / len(group), op,
+    return b.collective("hsdp_ar", AXIS, ALL_REDUCE, replicas, nbytes / len(group), op,
                         stream=StreamName.DP_RS, layer=layer, mb=mb, algo=algo, group_of=b.ctx.layout.replica_group)
+
+
+def accumulation(d, layer: int, params: float, first: bool) -> list:
+    """The kernels accumulating ``layer``'s unsharded gradients (``params`` of them) in fp32
+    after one micro-batch's backward (module docstring): the cast on the ``first`` micro-batch,
+    the add on later ones; one launch per parameter tensor (FSDP2 casts and adds parameter by
+    parameter): a block's norms, attention matrices and MLP matrices, the embedding's or the
+    output layer's one matrix."""
+    tensors = BLOCK_NORMS + ATTENTION_MATRICES + d.mats if is_block(d, layer) else 1
+    return [elementwise((CAST_BYTES if first else ADD_BYTES) * params, tensors)]
+
+
+def accumulate(b, layer: int, mb: int, deps) -> int | None:
+    """Accumulate ``layer``'s gradients of micro-batch ``mb`` in fp32 (FSDP2 ``reduce_dtype =
+    float32`` with several micro-batches; None otherwise); the reduce-scatter reads the sum."""
+    if not (enabled(b) and b.ctx.scenario.parallel.grad_reduce_in_fp32 and b.ctx.micro_batches > 1):
+        return None
+    dense, expert = layer_params(b.ctx, layer)
+    return b.compute("fsdp_grad_acc", accumulation(b.ctx.dims, layer, dense + expert, mb == 0), deps, layer, mb)
+
+
+def accumulation_s(compute, p, d, layer: int, params: float, micro: int) -> float:
+    """Seconds a micro-batch spends, averaged over ``micro`` of them, accumulating the
+    gradients of ``layer`` (``params`` of them) under parallel settings ``p``: the kernels
+    :func:`accumulate` issues (the cast once, the add on the others), timed by ``compute``; 0
+    without fp32 gradients or with one micro-batch. The planner's estimate reads it."""
+    if not p.grad_reduce_in_fp32 or micro <= 1:
+        return 0.0
+    cast, add = (compute.time(accumulation(d, layer, params, first)) for first in (True, False))
+    return (cast + (micro - 1) * add) / micro

@@ -42,7 +42,7 @@ from ..model.layer_ids import EMBEDDING, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import amax, dp, ep, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, ep, fsdp, pp as pipeline, pp_zero_bubble as zb
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -383,13 +383,12 @@ amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_p
 # under EP overlap runs on the rest.
 ep_sm_share = ep.sm_share
 
+# Bytes per gradient element the builder reduces (``parallel.grad_reduce_in_fp32``: .dp's under zero 0-2,
+# .fsdp's under zero 3, whose bf16 parameters the gathers move) and FSDP's fp32 accumulation, for the planner.
+grad_bytes, fsdp_grad_bytes, fsdp_param_bytes = dp.grad_bytes, fsdp.grad_bytes, fsdp.PARAM_BYTES
+fsdp_accumulation_s = fsdp.accumulation_s
+
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients
-
-
-def grad_bytes(parallel) -> int:
-    """Bytes per gradient element the builder reduces (:func:`sim.parallel.dp.grad_bytes`:
-    ``parallel.grad_reduce_in_fp32``), for the planner's estimate."""
-    return dp.grad_bytes(parallel)
 
 
 def grad_bucket_bytes(parallel, dp_cp: int, stage: int, chunk: int) -> float:

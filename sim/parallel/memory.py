@@ -18,7 +18,7 @@ from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
 from .dp import grad_bytes
-from .fsdp import reshards
+from .fsdp import grad_bytes as fsdp_grad_bytes, reshards
 from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
@@ -108,16 +108,19 @@ def gathered(ctx, stage: int) -> float:
     forward (``parallel.reshard_after_forward = false``, sim/parallel/fsdp.py) every layer the
     rank holds stays gathered from its forward to its backward (weights and FP8 copies of all
     of them), and under PP the unsharded gradients of all of them too (accumulated until the
-    last micro-batch's backward); without PP two layers' gradients, as above."""
+    last micro-batch's backward); without PP two layers' gradients, as above. With
+    ``parallel.grad_reduce_in_fp32`` the gradients kept are fp32 (sim/parallel/fsdp.py), plus
+    the bf16 one autograd writes for the layer in its backward."""
     p = ctx.scenario.parallel
     if p.zero < 3:
         return 0.0
     ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
     sizes = [sum(layer_params(ctx, l)) for l in ids]
-    weight = ELEM + (2 if ctx.shard.fp8 else 0)
+    weight, grad = ELEM + (2 if ctx.shard.fp8 else 0), fsdp_grad_bytes(p)
+    fresh = max(sizes) * ELEM if grad != ELEM else 0.0  # (fp32: the bf16 gradient before its add)
     if reshards(p):
-        return 2 * max(sizes) * (weight + ELEM)
-    return sum(sizes) * weight + (sum(sizes) if p.pp > 1 else 2 * max(sizes)) * ELEM
+        return 2 * max(sizes) * (weight + grad) + fresh
+    return sum(sizes) * weight + (sum(sizes) if p.pp > 1 else 2 * max(sizes)) * grad + fresh
 
 
 def peak_memory(ctx) -> Memory:

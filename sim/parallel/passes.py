@@ -111,6 +111,8 @@ class Pass:
         if self.wgrads is not None:  # gradients are ready after the W pass
             self.layer_end[layer] = self.x
             return
+        acc = fsdp.accumulate(self.b, layer, self.mb, self.x)
+        self.x = self.x if acc is None else acc
         if self.last_mb:
             rs = fsdp.reduce_scatter(self.b, layer, self.mb, self.x)
             self.rs_ops += [rs] if rs is not None else []

@@ -164,10 +164,11 @@ class Estimator:
         counts = np.column_stack([getattr(split, k) for k in KINDS])  # stages x KINDS
         micro = g["micro"].to_numpy().astype(float)
         ep = self._ep_exposed(g, layer, micro, pp, v)
-        fsdp, scatters = self._fsdp(g, layer, gathered)
+        gathers, scatters = self._fsdp(g, layer, gathered)
         zero3 = g["zero"].to_numpy() == 3
-        per_kind = np.stack([layer[:, :, 0] + layer[:, :, 1], layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
-                             fsdp, layer[:, :, 6] + zero3[:, None] * layer[:, :, 7]], axis=2)
+        compute = layer[:, :, 0] + layer[:, :, 1] + self._accumulation(g, gathered)
+        per_kind = np.stack([compute, layer[:, :, 2], layer[:, :, 3], layer[:, :, 4], ep,
+                             gathers, layer[:, :, 6] + zero3[:, None] * layer[:, :, 7]], axis=2)
         # n x KINDS x (compute, recompute, tp, cp, ep, fsdp, host: FSDP's calls issued under ZeRO 3 only)
         stage = np.einsum("sk,nkf->nsf", counts, per_kind)  # n x stages x parts
         synced = counts @ (layer[:, :, PASSES[PASS_FIELDS.index("fwd_sync")]]
@@ -266,12 +267,27 @@ class Estimator:
         scatters[zero3] = np.maximum(0.0, rs - bwd)
         return gathers, scatters
 
+    def _accumulation(self, g, gathered: np.ndarray) -> np.ndarray:
+        """n x KINDS, zero 3: FSDP's fp32 gradient accumulation per micro-batch, the builder's kernels
+        (``layer_program.fsdp_accumulation_s``) for each kind's parameters (its bf16 all-gather's bytes)."""
+        out, zero3, p = np.zeros(gathered.shape), g["zero"].to_numpy() == 3, self.s.parallel
+        layers = [layer_program.representative(self.d, layer_program.Kind(k)) for k in KINDS]
+        for i, m in zip(np.flatnonzero(zero3 if p.grad_reduce_in_fp32 else []), g["micro"].to_numpy()[zero3]):
+            out[i] = [0.0 if layer is None else layer_program.fsdp_accumulation_s(
+                self.compute, p, self.d, layer, nbytes / layer_program.fsdp_param_bytes, int(m))
+                for layer, nbytes in zip(layers, gathered[i])]
+        return out
+
     def _layer_collectives(self, tp, cp, dp, ep, etp, *nbytes) -> np.ndarray:
         """Seconds of one layer's FSDP all-gather and reduce-scatter of ``nbytes`` (per kind),
         2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
-        the reduce-scatter, once per step, moves what the gather moved)."""
+        the reduce-scatter, once per step, moves what the gather moved, twice that with fp32
+        gradients: ``parallel.grad_reduce_in_fp32``)."""
         group = self.comm.groups(tp, cp, dp, 1, ep, etp).dp
-        return np.array([[self.comm.reduce(op, b, group) for b in nbytes] for op in (ALL_GATHER, REDUCE_SCATTER)])
+        scale = {ALL_GATHER: 1.0, REDUCE_SCATTER: layer_program.fsdp_grad_bytes(self.s.parallel)
+                 / layer_program.fsdp_param_bytes}
+        return np.array([[self.comm.reduce(op, b * scale[op], group) for b in nbytes]
+                         for op in (ALL_GATHER, REDUCE_SCATTER)])
 
     def _pp(self, g, pp: int, v: int) -> np.ndarray:
         """Activation and gradient sends on the fill and drain: 2 (p v - 1) boundary crossings."""
