@@ -240,6 +240,15 @@ def sm_share(parallel) -> float:
     return DEEPEP_SMS / H100_SMS if parallel.ep_dispatcher is Dispatcher.DEEPEP else 0.0
 
 
+def paired_stretch(parallel) -> float:
+    """How much longer a layer's DeepEP all-to-alls last inside a combined-1F1B pair (:func:`dedup`):
+    the mean of :data:`DEEPEP_BESIDE_COMPUTE` (a dispatch and a combine each way, of the same bytes);
+    1 for NCCL's all-to-all. The planner prices the same (sim/plan/estimate.py ``_ep_exposed``)."""
+    if parallel.ep_dispatcher is not Dispatcher.DEEPEP:
+        return 1.0
+    return (DEEPEP_BESIDE_COMPUTE[False] + DEEPEP_BESIDE_COMPUTE[True]) / 2
+
+
 def exchange(b, layer: int, combine: bool) -> tuple[float, tuple | None]:
     """The all-to-all's bytes and shares: Megatron's alltoall dispatcher, every token-expert copy
     (:func:`dispatch_bytes`, uneven :func:`shares`); DeepEP (``parallel.ep_dispatcher``), each
