@@ -6,7 +6,8 @@ Closed forms: a compute op of ``w`` seconds overlapped for ``t`` seconds by a ke
 share ``s`` ends ``s * t`` later (``w >= (1 - s) t``), or with the kernel (``w < (1 - s) t``:
 it ran all along at ``1 - s``, ending at ``w / (1 - s)``); a share of 0 changes nothing,
 byte for byte. The simulated Qwen3-235B layer: only the DeepEP dispatcher's all-to-alls hold
-SMs; the planner's exposed EP time is ``max(s a2a, a2a - compute)`` per paired pass.
+SMs; the planner's exposed EP time is ``max(s k a2a, k a2a - compute)`` per paired pass, ``k`` the
+DeepEP kernels' own slowdown beside compute (sim/parallel/ep.py ``paired_stretch``; 1 for NCCL).
 Run ``python -m pytest -q tests/test_sm_share.py``.
 """
 
@@ -149,10 +150,11 @@ def test_planner_exposes_max_of_share_times_a2a_and_what_outlasts_compute(dispat
     g = pd.DataFrame({"ep_comm_overlap": [True]})
     got = Estimator._ep_exposed(est, g, layer, micro, 1, 1)[0]
     s = 20 / H100_SMS if dispatcher == "deepep" else 0.0
+    k = (4.18 / 3.54 + 1.009) / 2 if dispatcher == "deepep" else 1.0  # paired DeepEP kernels slowed (issue 184)
     alone = 1 / 8  # pp 1: the first forward and the last backward run alone
-    steady = np.maximum(s * a2a, a2a - comp)
+    steady = np.maximum(s * k * a2a, k * a2a - comp)
     assert got == pytest.approx(alone * a2a + (1 - alone) * steady, rel=1e-15)
     if dispatcher == "deepep":
-        assert steady[0] == pytest.approx(20 / 132) and steady[1] == 0.5
+        assert steady[0] == pytest.approx(20 / 132 * k) and steady[1] == pytest.approx(k - 0.5)
     g["ep_comm_overlap"] = False
     assert Estimator._ep_exposed(est, g, layer, micro, 1, 1)[0] == pytest.approx(a2a)  # not paired: all exposed

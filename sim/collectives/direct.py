@@ -72,10 +72,13 @@ def all_to_all(group, domains, nbytes, shares=None):
 
 class Dedup(NamedTuple):
     """DeepEP's deduplicated all-to-all (module docstring): the chance that a token has at least
-    one of its experts on a given rank (``rank_hit``) and on a given NVLink domain (``node_hit``)."""
+    one of its experts on a given rank (``rank_hit``) and on a given NVLink domain (``node_hit``);
+    ``slowdown``: its kernel's time beside other kernels over its time alone (sim/parallel/ep.py
+    ``beside_compute``), its bytes on the wire stretched by it."""
 
     rank_hit: float
     node_hit: float
+    slowdown: float = 1.0
 
 
 def hit(experts: int, top_k: int, held: int) -> float:
@@ -115,10 +118,10 @@ def dedup_wire(domains) -> float:
 
 def dedup_all_to_all(group, domains, nbytes, dedup: Dedup):
     """DeepEP's exchange as one phase of direct chains (:func:`dedup_pairs`), its bytes on the
-    wire :func:`dedup_wire`."""
+    wire :func:`dedup_wire` times its ``slowdown``."""
     pairs, sizes = dedup_pairs(group, domains, nbytes, dedup)
     phase = chains_phase([[p] for p in pairs], np.array(sizes, dtype=float), 1, "deepep all_to_all")
-    wire = dedup_wire(domains)
+    wire = dedup_wire(domains) * dedup.slowdown
     return (phase if wire == 1.0 else replace(phase, wire=wire),)
 
 

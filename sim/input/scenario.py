@@ -224,6 +224,10 @@ class Parallel(_Section):
     # Megatron-Core's TransformerConfig.moe_permute_fusion (default False): Transformer Engine's fused
     # token permute/unpermute kernels; False runs moe_utils.py's PyTorch operators (sim/model/layers.py)
     moe_permute_fusion: Flag = False
+    # Megatron-Core's TransformerConfig.moe_grouped_gemm (--moe-grouped-gemm, default False): the local
+    # experts as Transformer Engine's grouped GEMMs (TEGroupedMLP); False runs them one after the other
+    # (SequentialMLP), every expert's GEMMs and activation issued from Python (sim/model/layers.py)
+    moe_grouped_gemm: Flag = False
     # Megatron-Core's MoE token dispatcher: "alltoall" (--moe-token-dispatcher-type alltoall: one
     # NCCL all-to-all carrying every token-expert copy) or "deepep" (--moe-token-dispatcher-type flex
     # --moe-flex-dispatcher-backend deepep: DeepEP's kernels, each token sent once per rank and once

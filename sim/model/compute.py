@@ -227,12 +227,15 @@ class Kernel(NamedTuple):
     #              reduces (row-parallel); sim/parallel/tp_overlap.py chunks 1 and 2
     hbm_share: float = 0.0  # > 0: the measured share of the HBM bandwidth this memory-bound kernel
     #                         reaches, in place of HBM_EFFICIENCY (sim.model.quant.MX_CAST_SHARE)
+    grouped: bool = False  # launched from inside a grouped GEMM's one library call (Transformer Engine's
+    #                        GroupedLinear, not its first GEMM): the host pays the library's per-GEMM
+    #                        work only (sim.model.host.GROUPED_GEMM_ISSUE_S); the GPU time is the same
 
     def backward(self) -> "Kernel":
         """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
         nbytes = self.bytes * (2 if self.flops else self.bwd)
         return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8,
-                      2 if self.attn else 0, self.keys, self.tp, self.hbm_share)
+                      2 if self.attn else 0, self.keys, self.tp, self.hbm_share, self.grouped)
 
 
 def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False, operand: float = 1.0) -> Kernel:

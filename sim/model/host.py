@@ -24,6 +24,13 @@ tests/test_host_measured.py reads each field named here and checks the constant 
   17.1 us (``F.linear`` at 1024 x 1024, BF16). A kernel with FLOPs or flash attention
   (:func:`issue_cost`) is charged this; attention's own ``scaled_dot_product_attention`` call
   was not measured and is taken to cost the same as a GEMM's.
+- :data:`GROUPED_GEMM_ISSUE_S`: one GEMM a grouped GEMM's single library call launches after its
+  first (``Kernel.grouped``: Transformer Engine's GroupedLinear loops ``nvte_cublas_gemm`` over the
+  experts in C++, TransformerEngine 07afda98 common/gemm/cublaslt_gemm.cu
+  ``nvte_multi_stream_cublas_gemm``): the library's host work of a GEMM launch beyond an eager
+  operator's (``GEMM_ISSUE_S - KERNEL_ISSUE_S``, both measured) plus the launch (:data:`CUDA_LAUNCH_S`),
+  11.15 us, no :data:`STEP_PYTHON_S` (no Python per expert). TE's per-GEMM list handling in Python
+  is not counted: a lower bound.
 - :data:`NCCL_CALL_S`: one c10d call into ProcessGroupNCCL (``collective()``: the eager op,
   ``syncStream``'s event record and wait, the NCCL enqueue and its kernel launch), per kind
   (:class:`~sim.collectives.kinds.CollectiveOp`), on a world of one GPU (the c10d + NCCL host path, no data moved):
@@ -130,6 +137,9 @@ SYNC_ROUND_TRIP_S = 18.94e-6  # host.sync_round_trip.host_s (an eager add, then 
 D2H_SYNC_S = SYNC_ROUND_TRIP_S - KERNEL_ISSUE_S + 3 * KERNEL_ISSUE_S  # 4 copies, one wait
 P2P_CALL_S = EAGER_OP_S + 3 * CUDA_LAUNCH_S  # not measured (no peer on a world of one GPU)
 SCHEDULE_PASS_S = 10 * EAGER_OP_S  # not measured
+# One GEMM launched from inside a grouped GEMM's library call (Kernel.grouped; module docstring): the
+# library's host work of a measured GEMM launch beyond an eager memory-bound operator's, and its launch
+GROUPED_GEMM_ISSUE_S = GEMM_ISSUE_S - KERNEL_ISSUE_S + CUDA_LAUNCH_S
 # Measured in a whole step (module docstring): bench/measured/h100-2026-11-26.json hostbound, the
 # batch 1 x 64 row's host_issue_s (14.56 ms) less the model's isolated costs of that step (3.79 ms),
 # over its 383 launches (tests/test_host_step.py recomputes it)
@@ -156,7 +166,10 @@ def nccl_call_s(op: CollectiveOp | str) -> float:
 def issue_cost(k: Kernel) -> float:
     """Host seconds to issue one launch of ``k`` eagerly in a training step: a library call
     (GEMM, flash attention) or a memory-bound kernel's operator, plus the step's Python around
-    it (:data:`STEP_PYTHON_S`)."""
+    it (:data:`STEP_PYTHON_S`); a GEMM a grouped GEMM's call launches (``k.grouped``) only
+    :data:`GROUPED_GEMM_ISSUE_S`."""
+    if k.grouped:
+        return GROUPED_GEMM_ISSUE_S
     return (KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S) + STEP_PYTHON_S
 
 
@@ -175,7 +188,8 @@ def issue_s(kernels) -> float:
     """Host seconds to issue ``kernels`` eagerly, one launch at a time (:func:`issue_cost`
     inlined: a MoE layer's op issues thousands of expert kernels; the same sum, term by term)."""
     gemm, kernel = GEMM_ISSUE_S + STEP_PYTHON_S, KERNEL_ISSUE_S + STEP_PYTHON_S
-    return sum(k.count * (kernel if not k.flops and not k.attn else gemm) for k in kernels)
+    return sum(k.count * (GROUPED_GEMM_ISSUE_S if k.grouped else kernel if not k.flops and not k.attn else gemm)
+               for k in kernels)
 
 
 def _memory_bound(k: Kernel) -> bool:

@@ -73,6 +73,7 @@ class Shard:
     eager: bool = False  # elementwise steps as plain PyTorch operators (training.kernels = "pytorch", no compile)
     fused_permute: bool = True  # parallel.moe_permute_fusion: the token permutation's kernels (permute)
     rope_fused: bool = True  # training.rope_fusion: False runs Megatron-Core's unfused RoPE (megatron_rope)
+    grouped_gemm: bool = False  # parallel.moe_grouped_gemm: the local experts as one grouped MLP (routed_experts)
 
     def __post_init__(self):
         """Strings become :class:`Precision` and :class:`Recipe` here, once (an
@@ -320,10 +321,30 @@ def router(d: Dims, sh: Shard, launches: int = 1) -> list[Kernel]:
 
 def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: int = 1) -> list[Kernel]:
     """The local experts' MLPs on the tokens each received (x ``scale`` when an expert-tp
-    group gathered them), sorted by local expert before and back after."""
+    group gathered them), sorted by local expert before and back after; one expert after the
+    other (Megatron-Core's SequentialMLP), or with ``sh.grouped_gemm`` as one grouped MLP
+    (:func:`grouped_mlp`)."""
     sort = local_sort(len(local_loads), scale * sum(local_loads), d.h)
     each = {load: mlp(d, sh, d.f_expert, load * scale) for load in set(local_loads)}  # (equal loads: one list)
+    if sh.grouped_gemm:
+        return sort + grouped_mlp([each[load] for load in local_loads if load > 0]) + sort
     return sort + [k for load in local_loads for k in each[load]] + sort
+
+
+def grouped_mlp(per_expert: list) -> list[Kernel]:
+    """The experts' MLPs (kernel lists of one shape) as Megatron-Core's TEGroupedMLP runs them
+    (Megatron-LM 1e057005 moe/experts.py: fc1, one activation over all tokens, fc2), each linear one
+    Transformer Engine GroupedLinear call launching a cuBLAS GEMM per expert from C++ (TE 07afda98
+    common/gemm/cublaslt_gemm.cu ``nvte_multi_stream_cublas_gemm``): every GEMM after the first is
+    ``grouped`` (host cost: sim/model/host.py), each memory-bound kernel one launch of the summed bytes."""
+    out: list[Kernel] = []
+    for same in zip(*per_expert):
+        first = same[0]
+        if not first.flops:
+            out.append(first._replace(bytes=sum(k.bytes for k in same)))
+        else:
+            out += [first] + [k._replace(grouped=True) for k in same[1:]]
+    return out
 
 
 @lru_cache(maxsize=1024)

@@ -74,6 +74,12 @@ COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long
 # A2A_OVERLAP=1, NVTE_{FWD,BWD}_LAYERNORM_SM_MARGIN=20: Transformer Engine's norms leave those 20
 # SMs to DeepEP.
 DEEPEP_SMS = 20
+# DeepEP's normal kernels slowed beside GEMMs on the other stream, time beside / time alone:
+# deepseek-ai/DeepEP issue 184 (its benchmark of overlapped compute and communication): dispatch
+# 3.54 -> 4.18 ms, combine +0.9%. Charged to the all-to-alls of a combined-1F1B layer pair
+# (``parallel.ep_comm_overlap``, sim/parallel/ep_overlap.py), each beside the other micro-batch's
+# compute; never without the overlap, where the compute waits for each all-to-all.
+DEEPEP_BESIDE_COMPUTE = {False: 4.18 / 3.54, True: 1.009}  # keyed by ``combine``
 
 
 def _group(b):
@@ -234,24 +240,35 @@ def sm_share(parallel) -> float:
     return DEEPEP_SMS / H100_SMS if parallel.ep_dispatcher is Dispatcher.DEEPEP else 0.0
 
 
+def paired_stretch(parallel) -> float:
+    """How much longer a layer's DeepEP all-to-alls last inside a combined-1F1B pair (:func:`dedup`):
+    the mean of :data:`DEEPEP_BESIDE_COMPUTE` (a dispatch and a combine each way, of the same bytes);
+    1 for NCCL's all-to-all. The planner prices the same (sim/plan/estimate.py ``_ep_exposed``)."""
+    if parallel.ep_dispatcher is not Dispatcher.DEEPEP:
+        return 1.0
+    return (DEEPEP_BESIDE_COMPUTE[False] + DEEPEP_BESIDE_COMPUTE[True]) / 2
+
+
 def exchange(b, layer: int, combine: bool) -> tuple[float, tuple | None]:
     """The all-to-all's bytes and shares: Megatron's alltoall dispatcher, every token-expert copy
     (:func:`dispatch_bytes`, uneven :func:`shares`); DeepEP (``parallel.ep_dispatcher``), each
     token once (tokens x hidden x 2 bytes) with its :class:`~sim.collectives.direct.Dedup`."""
     if b.ctx.scenario.parallel.ep_dispatcher is not Dispatcher.DEEPEP:
         return dispatch_bytes(b, layer), shares(b, layer, combine)
-    return ELEM * tokens(b) * b.ctx.dims.h, dedup(b)
+    return ELEM * tokens(b) * b.ctx.dims.h, dedup(b, combine)
 
 
-def dedup(b) -> Dedup:
+def dedup(b, combine: bool = False) -> Dedup:
     """DeepEP's chances that a token hits a rank, a node of this rank's ep group (balanced
     routing, :func:`~sim.collectives.direct.hit`): a rank holds experts / ep of them, a node the
-    group's members in it times that."""
+    group's members in it times that; inside a combined-1F1B layer pair (``b.paired``) the
+    kernel's :data:`DEEPEP_BESIDE_COMPUTE` slowdown."""
     d, group = b.ctx.dims, _group(b)
     mine = b.ctx.domains[b.rank]
     per_rank = d.experts // b.ctx.layout.ep
     local = sum(1 for r in group if b.ctx.domains[r] == mine)
-    return Dedup(hit(d.experts, d.top_k, per_rank), hit(d.experts, d.top_k, per_rank * local))
+    slowdown = DEEPEP_BESIDE_COMPUTE[combine] if b.paired else 1.0
+    return Dedup(hit(d.experts, d.top_k, per_rank), hit(d.experts, d.top_k, per_rank * local), slowdown)
 
 
 def combine(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD, tag: str = "") -> int:

@@ -41,10 +41,12 @@ def interleave(fwd, bwd) -> None:
     b_mid = [l for l in bwd.layers if is_block(d, l)]
     fwd.run([l for l in fwd.layers if is_embedding(l)])
     bwd.run([l for l in bwd.layers if is_output(d, l)])
+    fwd.b.paired = True  # (each all-to-all of a pair runs beside the other micro-batch's compute: ep.dedup)
     for f_layer, b_layer in zip(f_mid, b_mid):
         pieces = {F: fwd.pieces(f_layer), B: bwd.pieces(b_layer)}
         for direction, i in PAIR_ORDER:
             pieces[direction][i]()
+    fwd.b.paired = False
     paired = min(len(f_mid), len(b_mid))
     bwd.run(b_mid[paired:])
     fwd.run(f_mid[paired:])

@@ -382,6 +382,7 @@ amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_p
 # the builder's own definition, :func:`sim.parallel.ep.sm_share`): compute paired with them
 # under EP overlap runs on the rest.
 ep_sm_share = ep.sm_share
+ep_paired_stretch = ep.paired_stretch  # ... and how much longer they last paired with it (DeepEP's, slowed)
 
 # Bytes per gradient element the builder reduces (``parallel.grad_reduce_in_fp32``: .dp's under zero 0-2,
 # .fsdp's under zero 3, whose bf16 parameters the gathers move) and FSDP's fp32 accumulation, for the planner.

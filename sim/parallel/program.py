@@ -127,6 +127,7 @@ class RankBuilder:
         self.varying: list[Varying] | None = []  # ops timed by this rank's expert loads (None: others vary too)
         self.fp8_gemms = 0  # FP8 GEMMs built in forward passes so far (sim/parallel/amax.py counts a chunk's)
         self.amax_gemms: dict[int, int] = {}  # model chunk -> its FP8 GEMMs (set by its first forward)
+        self.paired = False  # inside a combined-1F1B layer pair (sim/parallel/ep_overlap.py)
 
     def group(self, *axes: str) -> tuple[int, ...]:
         """This rank's group along ``axes`` (:meth:`.layout.Layout.group`)."""

@@ -40,7 +40,8 @@ def shard_of(s: Scenario) -> Shard:
     return Shard(t.micro_batch * t.seq_len // p.cp, t.seq_len, t.micro_batch, p.tp, p.sequence_parallel,
                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else Precision.FP8,
                  recipe=t.fp8_recipe, eager=t.kernels is Kernels.PYTORCH and not t.compile,
-                 fused_permute=p.moe_permute_fusion, rope_fused=t.rope_fusion)
+                 fused_permute=p.moe_permute_fusion, rope_fused=t.rope_fusion,
+                 grouped_gemm=p.moe_grouped_gemm)
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,

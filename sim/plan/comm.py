@@ -69,7 +69,7 @@ class Comm:
             sent = [(dst, size) for (src, dst), size in zip(pairs, sizes) if src == 0]
             inside = sum(size for dst, size in sent if domains[dst] == domains[0]) / self.fabric.nvlink_w
             outside = sum(size for dst, size in sent if domains[dst] != domains[0]) / self.fabric.nic_w
-            return P2P_LATENCY_S + max(inside, outside) * dedup_wire(domains)
+            return P2P_LATENCY_S + max(inside, outside) * dedup_wire(domains) * shares.slowdown
         local = domains.count(domains[0])
         inside = nbytes * (local - 1) / n / self.fabric.nvlink_w
         outside = nbytes * (n - local) / n / self.fabric.nic_w

@@ -242,11 +242,13 @@ class Estimator:
         or, where the all-to-all kernels hold a share ``s`` of the SMs (DeepEP), what they take
         from the compute beside them: paired compute of ``c`` seconds beside an all-to-all of
         ``a`` ends ``s a`` later, or with the all-to-all, so ``max(s a, a - c)`` is exposed
-        (sim/engine/sms.py ``SmLedger``: the simulator's own rule, per kernel)."""
+        (sim/engine/sms.py ``SmLedger``: the simulator's own rule, per kernel). A paired DeepEP
+        all-to-all lasts ``k a`` (``ep_paired_stretch``: its kernels slowed beside the compute)."""
         a2a, comp = layer[:, :, 5], layer[:, :, 0] + layer[:, :, 1]
         alone = 1.0 / micro if pp == 1 else np.minimum(1.0, ((pp - 1) * 2 + (v - 1) * pp + 1) / (micro * v))
-        taken = layer_program.ep_sm_share(self.s.parallel) * a2a
-        hidden = alone[:, None] * a2a + (1 - alone[:, None]) * np.maximum(taken, a2a - comp)
+        paired = layer_program.ep_paired_stretch(self.s.parallel) * a2a
+        taken = layer_program.ep_sm_share(self.s.parallel) * paired
+        hidden = alone[:, None] * a2a + (1 - alone[:, None]) * np.maximum(taken, paired - comp)
         return np.where(g["ep_comm_overlap"].to_numpy(dtype=bool)[:, None], hidden, a2a)
 
     def _fsdp(self, g, layer: np.ndarray, gathered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
