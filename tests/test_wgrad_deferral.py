@@ -84,6 +84,15 @@ def test_no_other_op_changes():
     assert strip(plain) == strip(moved)
 
 
+@pytest.mark.parametrize("limit", [3, 0])
+def test_the_census_counts_the_drain(limit):
+    """sim/parallel/census.py counts programs without building them: the drain's ops too."""
+    from sim.parallel import census
+
+    s = deferring(limit)
+    assert census.ops_per_rank(s) == max(len(program(s, r)) for r in range(0, TP * PP, TP))
+
+
 def test_work_is_moved_not_added():
     limit = 5
     s = deferring(limit)

@@ -34,11 +34,24 @@ from . import tp
 from .pp_zero_bubble import Kind
 
 
+def kept(p, m: int) -> int:
+    """How many of ``m`` micro-batches keep their output-layer weight gradient for the flush
+    (parallel settings ``p``): the first ``wgrad_deferral_limit`` backwards (0: all)."""
+    if not p.defer_embedding_wgrad_compute:
+        return 0
+    return m if p.wgrad_deferral_limit == 0 else min(m, p.wgrad_deferral_limit)
+
+
+def ops_per_kept(p) -> int:
+    """Ops :func:`drain` adds per kept micro-batch: its GEMM, and its input's all-gather
+    (sequence parallel with tp > 1); sim/parallel/census.py counts them."""
+    return 1 + int(p.tp > 1 and p.sequence_parallel)
+
+
 def deferred(b, mb: int) -> bool:
     """Whether micro-batch ``mb``'s output-layer weight gradient waits for the flush (the
-    first ``wgrad_deferral_limit`` backwards of the output layer: micro-batches in order)."""
-    p = b.ctx.scenario.parallel
-    return p.defer_embedding_wgrad_compute and (p.wgrad_deferral_limit == 0 or mb < p.wgrad_deferral_limit)
+    output layer's backwards run in micro-batch order: :func:`kept`)."""
+    return mb < kept(b.ctx.scenario.parallel, mb + 1)
 
 
 def in_step(b, chunks: dict, step: tuple) -> bool:
