@@ -16,12 +16,11 @@ Run ``python bench/work.py`` to see estimates next to measured runs.
 import numpy as np
 
 from ..collectives.kinds import ALL_TO_ALL
-from . import layer_program, wgrad_deferral, workload
+from . import layer_program, workload
 from .layout import Layout
 from ..input.choices import ExpertRouting
 from ..input.load import topology_spec
 from ..model import transformer as model_costs
-from ..model.layer_ids import is_output
 from ..engine.kinds import Category
 
 
@@ -66,16 +65,13 @@ def ops_per_stage(s) -> list[int]:
     rank with the fewest micro-batches its schedule takes (:func:`layer_program.step_skeleton`:
     the per-step ops and those micro-batches), plus, for every further micro-batch, the ops
     of its layers' :class:`~.layer_program.LayerProgram` and its pipeline transfers."""
-    gpu, d, p = gpu_of(s), model_costs.dims(s.model), s.parallel
+    gpu, d = gpu_of(s), model_costs.dims(s.model)
     programs, m = layer_program.counted(s, gpu), micro_batches(s)
     out = []
     for stage, ids in enumerate(layer_program.stage_layers(s)):
         built, m0, transfers = layer_program.step_skeleton(s, gpu, stage)
         per_micro_batch = sum(programs[layer_program.kind_of(d, l)].count for l in ids) + transfers
-        drained = 0  # (the output layer's weight gradients kept for the flush: .wgrad_deferral)
-        if any(is_output(d, l) for l in ids):
-            drained = (wgrad_deferral.kept(p, m) - wgrad_deferral.kept(p, m0)) * wgrad_deferral.ops_per_kept(p)
-        out.append(built + (m - m0) * per_micro_batch + drained)
+        out.append(built + (m - m0) * per_micro_batch)
     return out
 
 

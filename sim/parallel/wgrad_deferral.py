@@ -44,8 +44,14 @@ def kept(p, m: int) -> int:
 
 def ops_per_kept(p) -> int:
     """Ops :func:`drain` adds per kept micro-batch: its GEMM, and its input's all-gather
-    (sequence parallel with tp > 1); sim/parallel/census.py counts them."""
+    (sequence parallel with tp > 1)."""
     return 1 + int(p.tp > 1 and p.sequence_parallel)
+
+
+def flush_ops(p, m: int, m0: int) -> int:
+    """Ops the drain of ``m`` micro-batches adds beyond that of ``m0`` (the census's skeleton
+    runs ``m0``: sim/parallel/layer_program.py ``step_skeleton``)."""
+    return (kept(p, m) - kept(p, m0)) * ops_per_kept(p)
 
 
 def deferred(b, mb: int) -> bool:
