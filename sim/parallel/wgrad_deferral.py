@@ -25,7 +25,7 @@ gradient buckets do not wait for it (the output weight's hook fires in the last,
 micro-batch's backward); the optimizer does. The deferred GEMMs are the weight-gradient half of
 the output projection's backward (:func:`.tp.grad_parts`, as the zero-bubble W passes split it).
 
-Run: ``python -m pytest -q tests/test_wgrad_deferral.py``.
+Run: ``python -m pytest -q tests/test_wgrad_deferral.py`` (the census of its ops: tests/test_work.py).
 """
 
 from ..engine.kinds import Phase
