@@ -104,6 +104,8 @@ RL_SEQS = Bound(1, 65536, "sequences one inference engine runs at once (vLLM max
 RL_MEMORY_FRACTION = Bound(1e-3, 1.0, "share of HBM for weights and KV cache (vLLM gpu_memory_utilization)")
 SEQ_LEN = Bound(1, 2**24, "16M tokens: 60x the longest published training context (Llama 4: 256k)")
 BATCH = Bound(1, 2**24, "sequences per step: 4,000x Llama 3's 4k-sequence batches")
+WGRAD_DEFERRAL = Bound(0, 2**24, "micro-batches whose output-layer weight gradients wait for the pipeline flush "
+                                   "(0: all of them, Megatron's meaning); a step has at most BATCH")
 BUCKET_MB = Bound(2**-10, 2**20, "MiB per gradient bucket: 1 KiB to 1 TiB (PyTorch default 25)")
 ZERO = Bound(0, 3, "ZeRO stages: 0 (DDP), 1 optimizer, 2 + gradients, 3 + parameters (FSDP)")
 SEED = Bound(0, 2**64 - 1, "numpy seeds with a non-negative integer of at most 64 bits")

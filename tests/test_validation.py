@@ -80,7 +80,8 @@ def test_modern_rows_spell_out_their_scenarios():
     assert ds["parallel"]["expert_tp"] == 1 and ds["parallel"]["ep"] == 64
     l70 = rows["dg-l70-64"].scenario
     assert l70["parallel"] == {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "virtual_stages": 5, "zero": 1,
-                               "sequence_parallel": True, "tp_comm_overlap": True}
+                               "sequence_parallel": True, "tp_comm_overlap": True,
+                               "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22}
     assert l70["cluster"] == {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 64}
     assert rows["dg-l70-fp8-64"].precision == "fp8"
     q = rows["mz-q235-tp2pp32ep8"].scenario["parallel"]  # 96 chunks: embedding and loss alone at the ends

@@ -63,6 +63,8 @@ MTP = ["model.mtp_layers=2"]
 MOE_VARIANTS = [  # the MTP census bug (bound 305, built 353) and what layer programs must follow
     ("gallery/pipeline", MTP), ("gallery/pipeline", MTP + ["training.recompute='full'"]),
     ("gallery/pipeline", ["model.tied_embeddings=true"]),  # the first and last stages' embedding_grad_ar
+    ("gallery/pipeline", ["parallel.defer_embedding_wgrad_compute=true", "parallel.wgrad_deferral_limit=3"]),
+    ("gallery/pipeline", ["parallel.defer_embedding_wgrad_compute=true"]),  # (the drain: sim/parallel/wgrad_deferral.py)
     ("mixtral-small-ep-h100", MTP), ("mixtral-small-ep-h100", MTP + ["training.precision='fp8'"]),
     ("mixtral-small-ep-h100", ["model.moe.routing='token_choice'", "model.moe.skew=0.5"]),
     ("mixtral-small-ep-h100", ["parallel.tp=2", "parallel.dp=8", "parallel.sequence_parallel=true",

@@ -28,6 +28,7 @@ def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
     _check_op_recompute(m, p, t)
     _check_megatron_attention(m, t)
     _check_data_parallel(p)
+    _check_wgrad_deferral(p)
     _check_ranks(s, gpus, per_node)
     if s.rl is not None:
         _check_rl(s, m, gpus)
@@ -355,6 +356,16 @@ def _check_data_parallel(p) -> None:
     if p.dp_shard < p.dp and p.zero == 0:
         raise InputError("parallel.dp_shard", f"{p.dp_shard} < dp = {p.dp} shards ZeRO/FSDP state within groups, "
                                               "but zero = 0 shards nothing: use zero >= 1")
+
+
+def _check_wgrad_deferral(p) -> None:
+    """Megatron-Core's embedding wgrad deferral (model_parallel_config.py raises without a pipeline;
+    its two 1F1B schedules drain it, schedules.py ``finish_embedding_wgrad_compute``)."""
+    if p.wgrad_deferral_limit and not p.defer_embedding_wgrad_compute:
+        raise InputError("parallel.wgrad_deferral_limit", "does nothing without defer_embedding_wgrad_compute = true")
+    if p.defer_embedding_wgrad_compute and (p.pp == 1 or p.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)):
+        raise InputError("parallel.defer_embedding_wgrad_compute", f"needs pp > 1 with schedule '1f1b' or "
+                                                                   f"'interleaved' (got pp = {p.pp}, '{p.schedule}')")
 
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:

@@ -251,6 +251,11 @@ class Parallel(_Section):
     reshard_after_forward: Flag | None = None  # zero 3: free gathered parameters after the forward (default true)
     dp_shard: count(B.GPUS) | None = None  # HSDP: ranks a ZeRO/FSDP shard spans (divides dp; default dp)
     grad_reduce_in_fp32: Flag = False  # gradients accumulated and reduced in fp32 (zero 0-2: sim/parallel/dp.py; 3: fsdp.py)
+    # Megatron-Core's ModelParallelConfig.defer_embedding_wgrad_compute / wgrad_deferral_limit: the
+    # output layer's weight-gradient GEMMs of the first wgrad_deferral_limit micro-batches (0: all)
+    # run after the last backward, in the pipeline flush (sim/parallel/wgrad_deferral.py)
+    defer_embedding_wgrad_compute: Flag = False
+    wgrad_deferral_limit: count(B.WGRAD_DEFERRAL) = 0
 
     @field_validator("order")
     @classmethod

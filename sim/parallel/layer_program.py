@@ -38,11 +38,11 @@ from ..input.choices import Schedule
 from ..model import host, transformer as model_costs
 from ..model.compute import ComputeModel
 from .layout import Layout
-from ..model.layer_ids import EMBEDDING, mtp_ids
+from ..model.layer_ids import EMBEDDING, is_output, mtp_ids
 from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass
 from .program import Context, RankBuilder
-from . import amax, dp, ep, fsdp, pp as pipeline, pp_zero_bubble as zb
+from . import amax, dp, ep, fsdp, pp as pipeline, pp_zero_bubble as zb, wgrad_deferral
 from . import workload
 from .workload import expert_loads  # (the routing's tokens per expert: what MoE layers are built with)
 from ..engine.kinds import Category, StreamName
@@ -334,8 +334,8 @@ def counted(s, gpu_name: str) -> dict[Kind, LayerProgram]:
 
 
 def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
-    """(ops of rank ``stage``'s whole program with ``m0`` micro-batches, ``m0``, its ops per
-    micro-batch outside the layers: pipeline transfers, FP8 amax reductions (:mod:`.amax`)):
+    """(ops of rank ``stage``'s program with ``m0`` micro-batches, and of its flush with all (:mod:`.wgrad_deferral`),
+    ``m0``, its ops per micro-batch outside the layers: pipeline transfers, FP8 amax reductions (:mod:`.amax`)):
     the builder itself (:func:`sim.parallel.workload.build_rank`) on a context with
     :func:`counting_loads` and the fewest micro-batches the schedule takes (one; interleaved
     1F1B runs them in groups of pp, sim/input/rules.py). The census adds the other
@@ -350,7 +350,8 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
         ctx = context(s, gpu_name, loads=counting_loads(s), micro_batches=m0)
         rank = ctx.layout.rank(tp=0, cp=0, dp=0, pp=stage)
         ops = workload.build_rank(ctx, rank).program.ops
-        found = (len(ops), m0, sum(op.category == Category.PP or op.name in amax.NAMES for op in ops) // m0)
+        extra = wgrad_deferral.flush_ops(p, m, m0) if any(is_output(ctx.dims, x) for x in stage_layers(s)[stage]) else 0
+        found = (len(ops) + extra, m0, sum(op.category == Category.PP or op.name in amax.NAMES for op in ops) // m0)
         _remember(key, found)
     return found
 

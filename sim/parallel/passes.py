@@ -20,7 +20,7 @@ from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
 from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mla_up_recompute,
                             mlp_block, mtp_input, op_recompute)
-from . import cp, ep, fsdp, tp, tp_overlap
+from . import cp, ep, fsdp, tp, tp_overlap, wgrad_deferral
 from .pp_zero_bubble import Kind
 
 FWD, BWD = Direction.FWD, Direction.BWD
@@ -224,9 +224,9 @@ def backward_pieces(b, layer: int, mb: int) -> tuple:
     if is_embedding(layer):
         return (lambda x: b.compute("embedding_bwd", backward(embedding(d, sh)),
                                     tp.enter_backward(b, "embed", layer, mb, x), layer, mb),) + (_same,) * 3
-    if is_output(d, layer):
-        return (lambda x: tp.exit_backward(b, "logits", layer, mb, b.compute(
-            "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
+    if is_output(d, layer):  # (its weight gradient maybe deferred into the pipeline flush)
+        return (lambda x: tp.exit_backward(b, "logits", layer, mb, wgrad_deferral.output_backward(
+            b, "logits_bwd", backward(logits(d, sh)), x, layer, mb)),) + (_same,) * 3
     if is_mtp(d, layer):
         return _mtp_backward(b, layer, mb, _block_backward_pieces(b, layer, mb))
     return _block_backward_pieces(b, layer, mb)

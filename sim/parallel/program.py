@@ -120,6 +120,7 @@ class RankBuilder:
         self.stage = self.coords[Category.PP]
         self.program = RankProgram(rank)
         self.deferred: list | None = None  # weight gradients held for a later W pass (zero-bubble schedules)
+        self.embedding_wgrads: list = []  # the output layer's, held for the pipeline flush (.wgrad_deferral)
         self.phase: Phase | None = None
         self.pending = 0.0  # host seconds spent since the last op (charged to the next op added)
         self.captured = False  # inside a CUDA-graph captured region

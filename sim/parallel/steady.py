@@ -18,8 +18,9 @@ starting twice as far in, while all the counts tried stay at most half the step'
 
 Not tried (the exact step runs): seeded jitter draws a different slowdown for every op, so
 no two micro-batches are alike; a straggler that starts slowing at ``start_s`` > 0 changes
-the step's shape with its length; a step of fewer than twice the micro-batches of the
-three runs together (:data:`SHARE`: too little to save).
+the step's shape with its length; a deferral limit of the output layer's weight gradients
+(``parallel.wgrad_deferral_limit``) treats the first micro-batches unlike the rest; a step of
+fewer than twice the micro-batches of the three runs together (:data:`SHARE`: too little to save).
 
 Run: ``python -c "import sim; from sim.parallel import steady; print(steady.counts(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``.
 """
@@ -100,6 +101,9 @@ def counts(s: Scenario) -> Counts:
     late = [i for i, st in enumerate(s.stragglers) if st.start_s > 0]
     if late:
         return Counts(real, reason=f"stragglers[{late[0]}] starts at start_s > 0: the step's shape changes with its length")
+    if p.defer_embedding_wgrad_compute and p.wgrad_deferral_limit:
+        return Counts(real, reason=f"wgrad_deferral_limit = {p.wgrad_deferral_limit}: the first micro-batches' output-"
+                                   "layer weight gradients wait for the flush, the rest do not (not linear in the count)")
     simulated, step = window(p.schedule, p.pp)
     if not within_share(sum(simulated), real):
         return Counts(real, reason=f"{real} micro-batches per pipeline: fewer than twice the {sum(simulated)} a "

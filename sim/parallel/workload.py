@@ -23,7 +23,7 @@ from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.specs import FatTreeSpec
 from ..model.layers import Shard
-from . import amax, copies, dp, ep_overlap, jitter, pp, replay, step_end, zero
+from . import amax, copies, dp, ep_overlap, jitter, pp, replay, step_end, wgrad_deferral, zero
 from .folding import Folding, fold, unfolded
 from .layout import Layout
 from .params import moe_block_ids, stage_layer_ids
@@ -150,14 +150,17 @@ def build_rank(ctx: Context, rank: int) -> RankBuilder:
                 chunk_end[step[0][2]] = weight_pass(deferred.pop(step[0][1:]))
             continue
         run = partial(run_step, b, chunks, vstages, syncs, param_waits, step, last, deferred)
-        added, xs = memo.run(step, run) if memo is not None and steady(step, last) else run()
+        replayed = memo is not None and steady(step, last) and not wgrad_deferral.in_step(b, chunks, step)
+        added, xs = memo.run(step, run) if replayed else run()
         final += added
         for (kind, _mb, chunk), x in zip(step, xs):
             if kind is not Kind.F:
                 chunk_end[chunk] = x
+    drained = wgrad_deferral.drain(b, tuple(chunk_end.values()))  # (the optimizer waits for it; overlapped buckets not)
+    final += [drained] if drained is not None else []
     with b.phase_of(Phase.BACKWARD):  # overlap_grad_reduce = false: every bucket after the whole backward
         for sync in syncs.values():
-            sync.after_backward(tuple(chunk_end.values()))
+            sync.after_backward(tuple(chunk_end.values()) + ((drained,) if drained is not None else ()))
     final += [op for s in syncs.values() for op in s.issued]
     with b.phase_of(Phase.BACKWARD):  # tied embeddings on a pipeline: the first and last stages' copies
         tied = dp.embedding_grad_sync(b, tuple(final) or tuple(chunk_end.values()))

@@ -180,4 +180,6 @@ def overrides(row) -> dict:
         out["parallel.expert_tp"] = int(row["expert_tp"])
     if int(row["cp"]) == 1:  # no context parallelism to implement: a base row's cp_impl does not carry over
         out["parallel.cp_impl"] = "ring"
+    if int(row["pp"]) == 1 or str(row["schedule"]) not in ("1f1b", "interleaved"):  # nor Megatron's flush deferral
+        out.update({"parallel.defer_embedding_wgrad_compute": False, "parallel.wgrad_deferral_limit": 0})
     return out
