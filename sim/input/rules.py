@@ -7,9 +7,10 @@ key and the reason (:func:`sim.input.load.check` runs :func:`check_all`).
 from .. import bounds
 from ..errors import InputError
 from .choices import (DUALPIPE_SCHEDULES as DUALPIPE, V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE,
-                      Algorithm, Attention, CpImpl, Dispatcher, ExpertRouting, Kernels, MicroBatches, Precision, Recipe,
+                      Algorithm, Attention, CpImpl, Kernels, MicroBatches, Precision, Recipe,
                       Recompute, RLMode, Schedule, WeightRoute, WeightSync)
 from .scenario import Scenario
+from . import parallel_rules
 from ..hardware.gpus import low_peak
 
 
@@ -24,11 +25,11 @@ def check_all(s: Scenario, gpu, gpus: int, per_node: int) -> None:
     _check_batch(t, p, whole=s.rl is None)
     _check_stages(m, p, t, whole=s.rl is None)
     _check_moe(m, p)
-    _check_overlap(m, p, t)
+    parallel_rules.check_overlap(m, p, t)
     _check_op_recompute(m, p, t)
     _check_megatron_attention(m, t)
-    _check_data_parallel(p)
-    _check_wgrad_deferral(p)
+    parallel_rules.check_data_parallel(p)
+    parallel_rules.check_wgrad_deferral(p)
     _check_ranks(s, gpus, per_node)
     if s.rl is not None:
         _check_rl(s, m, gpus)
@@ -258,47 +259,6 @@ def _check_folding(p) -> None:
                                                "true (Megatron's MoE layer requires it with tp > 1)")
 
 
-def _check_overlap(m, p, t) -> None:
-    """Megatron's rules: --tp-comm-overlap needs sequence parallelism (arguments.py), which
-    needs tp > 1; EP all-to-all overlap (--overlap-moe-expert-parallel-comm,
-    transformer_config.py) needs ep > 1, no full recompute, and virtual stages when pp > 1."""
-    if p.tp_comm_overlap and (p.tp == 1 or not p.sequence_parallel):
-        raise InputError("parallel.tp_comm_overlap", f"needs tp > 1 and sequence_parallel = true (got tp = {p.tp}, "
-                                                     f"sequence_parallel = {str(p.sequence_parallel).lower()})")
-    if p.tp_overlap_fp8_rs and not (t.precision is Precision.FP8 and t.fp8_recipe is Recipe.TE):
-        raise InputError("parallel.tp_overlap_fp8_rs", f"needs precision 'fp8' with fp8_recipe 'te' (Transformer "
-                                                       f"Engine's FP8 buffers); got '{t.precision}', '{t.fp8_recipe}'")
-    _check_dispatcher(m, p)
-    if not p.ep_comm_overlap:
-        return
-    if p.ep == 1:
-        raise InputError("parallel.ep_comm_overlap", "needs expert parallelism (ep > 1)")
-    if t.recompute is Recompute.FULL:
-        raise InputError("parallel.ep_comm_overlap", "does not work with training.recompute = 'full' (Megatron's rule)")
-    if p.pp > 1 and p.virtual_stages == 1 and p.schedule is not Schedule.DUALPIPE:
-        raise InputError("parallel.ep_comm_overlap", f"with pp = {p.pp} needs virtual_stages > 1 (interleaved 1F1B; "
-                                                     "Megatron's rule)")
-    if p.schedule is Schedule.GPIPE:
-        raise InputError("parallel.ep_comm_overlap", "runs a combined 1F1B schedule; schedule = 'gpipe' has none")
-    if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
-        raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
-                                                     "run under the other's compute)")
-
-
-def _check_dispatcher(m, p) -> None:
-    """DeepEP's exchange (sim/collectives/direct.py ``Dedup``) is modelled for what the published
-    DeepEP runs did: expert parallelism, expert TP 1 and balanced routing (its deduplication is
-    the expectation under uniform top-k draws)."""
-    if p.ep_dispatcher is not Dispatcher.DEEPEP:
-        return
-    if m.moe is None or p.ep == 1:
-        raise InputError("parallel.ep_dispatcher", "'deepep' needs an MoE model with expert parallelism (ep > 1)")
-    if (p.expert_tp or p.tp) != 1:
-        raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled with expert_tp = 1 only "
-                                                   f"(got {p.expert_tp or p.tp})")
-    if m.moe.routing is not ExpertRouting.UNIFORM:
-        raise InputError("parallel.ep_dispatcher", f"'deepep' is modelled for balanced routing only "
-                                                   f"(model.moe.routing = 'uniform'; got '{m.moe.routing}')")
 
 
 def _check_op_recompute(m, p, t) -> None:
@@ -326,46 +286,6 @@ def _check_megatron_attention(m, t) -> None:
                                                  "'pytorch' the RoPE is torchtitan's eager one already")
 
 
-def _check_data_parallel(p) -> None:
-    """The DP overlap knobs and HSDP (sim/parallel/dp.py states their meanings): each applies
-    to the ZeRO stages that have what it switches, so a setting never does nothing."""
-    if p.overlap_grad_reduce is False and p.zero == 3:
-        raise InputError("parallel.overlap_grad_reduce", "false needs zero 0, 1 or 2: FSDP (zero = 3) "
-                                                         "reduce-scatters each layer's gradients as its backward ends")
-    if p.overlap_param_gather is not None and p.zero not in (1, 2):
-        raise InputError("parallel.overlap_param_gather", f"applies to the distributed optimizer's parameter "
-                                                          f"all-gather (zero 1 or 2), got zero = {p.zero}")
-    if p.ddp_bucket_mb is not None and (p.zero == 3 or p.overlap_grad_reduce is False):
-        why = ("FSDP (zero = 3) gathers and reduces layer by layer, without buckets" if p.zero == 3 else
-               "overlap_grad_reduce = false reduces all gradients in one bucket after the backward (Megatron)")
-        raise InputError("parallel.ddp_bucket_mb", f"(or its alias training.grad_bucket_mb) does nothing here: {why}")
-    if p.grad_reduce_in_fp32 and p.zero == 3 and p.dp * p.cp == 1:
-        raise InputError("parallel.grad_reduce_in_fp32", "with zero = 3 is FSDP's fp32 reduce-scatter and accumulation, "
-                                                         "but dp * cp = 1 leaves FSDP no group to reduce over")
-    if p.reshard_after_forward is not None and p.zero != 3:
-        raise InputError("parallel.reshard_after_forward", f"is FSDP's (zero = 3) choice of freeing gathered "
-                                                           f"parameters after the forward, got zero = {p.zero}")
-    if p.dp_shard is None:
-        return
-    if p.dp % p.dp_shard:
-        raise InputError("parallel.dp_shard", f"{p.dp_shard} must divide dp = {p.dp} (dp / dp_shard replicas of "
-                                              "each shard group)")
-    if p.dp_shard * p.cp == 1 and p.dp > 1:
-        raise InputError("parallel.dp_shard", "1 (with cp = 1) leaves every shard on one rank: that is plain "
-                                              "data parallelism, zero = 0")
-    if p.dp_shard < p.dp and p.zero == 0:
-        raise InputError("parallel.dp_shard", f"{p.dp_shard} < dp = {p.dp} shards ZeRO/FSDP state within groups, "
-                                              "but zero = 0 shards nothing: use zero >= 1")
-
-
-def _check_wgrad_deferral(p) -> None:
-    """Megatron-Core's embedding wgrad deferral (model_parallel_config.py raises without a pipeline;
-    its two 1F1B schedules drain it, schedules.py ``finish_embedding_wgrad_compute``)."""
-    if p.wgrad_deferral_limit and not p.defer_embedding_wgrad_compute:
-        raise InputError("parallel.wgrad_deferral_limit", "does nothing without defer_embedding_wgrad_compute = true")
-    if p.defer_embedding_wgrad_compute and (p.pp == 1 or p.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)):
-        raise InputError("parallel.defer_embedding_wgrad_compute", f"needs pp > 1 with schedule '1f1b' or "
-                                                                   f"'interleaved' (got pp = {p.pp}, '{p.schedule}')")
 
 
 def _check_ranks(s: Scenario, gpus: int, per_node: int) -> None:
