@@ -363,6 +363,22 @@ def embedding(d: Dims, sh: Shard) -> list[Kernel]:
 
 
 @lru_cache(maxsize=1024)
+def embedding_weight_grad(d: Dims, sh: Shard, grad_elem: int) -> tuple[Kernel, ...]:
+    """The backward kernels of one lookup's weight gradient in the rank's [vocab/tp, hidden]
+    word-embedding shard, per micro-batch (already backward kernels: not for :func:`backward`).
+    PyTorch's embedding backward is dense: it allocates the whole gradient zeroed, then writes
+    the looked-up rows (pytorch aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu
+    ``embedding_backward_cuda_kernel``: ``at::zeros({num_weights, grad.size(-1)}, ...)``;
+    Megatron-Core 7094270c tensor_parallel/layers.py ``VocabParallelEmbedding`` calls
+    ``F.embedding``), and the framework adds it into the gradient buffer of ``grad_elem``
+    bytes an element (Megatron-Core distributed_data_parallel.py ``_make_backward_post_hook``:
+    ``param.main_grad.add_(param.grad.data)``): ELEM written, then ELEM read and the buffer
+    read and written. The rows' own gradient (tokens x hidden) is :func:`embedding`'s."""
+    n = d.v * d.h / sh.tp
+    return (elementwise(ELEM * n), elementwise((ELEM + 2 * grad_elem) * n))
+
+
+@lru_cache(maxsize=1024)
 def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
     """The input of a multi-token-prediction depth (Megatron-Core multi_token_prediction.py):
     the embedding of the tokens one further on (a lookup), enorm and hnorm, and eh_proj, the

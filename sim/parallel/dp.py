@@ -26,10 +26,12 @@ Megatron-Core forced it for bf16 (NVIDIA/Megatron-LM 285068c8, 2023-01-11, megat
 ``args.accumulate_allreduce_grads_in_fp32 = True`` whenever ``args.bf16``). Megatron buckets count
 parameters, so a bucket holds twice the bytes. (With zero 3 the key is FSDP's: sim/parallel/fsdp.py.)
 
-Tied embeddings across a pipeline (``model.tied_embeddings`` with pp > 1): the first and the last
-stage each hold the word embeddings (:func:`sim.parallel.params.holds_one_embedding`), and every
-step all-reduces their gradient, the full ``vocab x hidden / tp`` matrix at :func:`grad_bytes`,
-over each such pair: :func:`embedding_grad_sync`.
+Tied embeddings across a pipeline (``model.tied_embeddings`` with pp > 1), or multi-token
+prediction across one (``model.mtp_layers`` with pp > 1: the last stage looks the shifted tokens
+up in its own copy): the first and the last stage each hold the word embeddings
+(:func:`sim.parallel.params.holds_one_embedding`), and every step all-reduces their gradient,
+the full ``vocab x hidden / tp`` matrix at :func:`grad_bytes`, over each such pair:
+:func:`embedding_grad_sync`.
 """
 
 import math
@@ -155,10 +157,15 @@ def embedding_grad_sync(b, deps) -> int | None:
     here: both precede the optimizer, which waits for both). Of the DP category, as the step's
     other gradient syncs (sim/parallel/step_end.py): a once-a-step reduction, not a pipeline
     transfer (the census counts those per micro-batch: sim/parallel/layer_program.py
-    ``step_skeleton``)."""
+    ``step_skeleton``). Multi-token prediction on a pipeline does the same: Megatron-Core
+    7094270c megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads``
+    all-reduces the embedding's ``main_grad`` over the embedding group ``if
+    model_module.share_embeddings_and_output_weights or getattr(config, 'mtp_num_layers', 0)``
+    (gpt_model.py builds an embedding on the MTP stage)."""
     ctx = b.ctx
     layout, p = ctx.layout, ctx.layout.sizes[Category.PP]
-    if not ctx.scenario.model.tied_embeddings or holds_one_embedding(ctx) or b.stage not in (0, p - 1):
+    copied = ctx.scenario.model.tied_embeddings or ctx.dims.mtp > 0  # (MTP: finalize_model_grads, above)
+    if not copied or p == 1 or holds_one_embedding(ctx) or b.stage not in (0, p - 1):
         return None
     pair = lambda r: (layout.stage_rank(r, 0), layout.stage_rank(r, p - 1))
     nbytes = grad_bytes(ctx.scenario.parallel) * ctx.dims.v * ctx.dims.h / layout.sizes[Category.TP]

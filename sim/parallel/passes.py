@@ -18,9 +18,9 @@ from ..engine.kinds import Phase
 from ..input.choices import Recompute
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, logits, mla_up_recompute,
-                            mlp_block, mtp_input, op_recompute)
-from . import cp, ep, fsdp, tp, tp_overlap, wgrad_deferral
+from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, embedding_weight_grad, logits,
+                            mla_up_recompute, mlp_block, mtp_input, op_recompute)
+from . import cp, dp, ep, fsdp, tp, tp_overlap, wgrad_deferral
 from .pp_zero_bubble import Kind
 
 FWD, BWD = Direction.FWD, Direction.BWD
@@ -218,11 +218,18 @@ def attention_forward(b, layer: int, mb: int, x, tag: str):
     return _tp(b).forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
 
 
+def _embedding_grad(b) -> tuple:
+    """The dense weight gradient of a word-embedding lookup, added into the rank's gradient
+    buffer (:func:`sim.model.layers.embedding_weight_grad`): the input embedding's and each MTP
+    depth's (multi_token_prediction.py looks the shifted tokens up in the stage's embedding)."""
+    return embedding_weight_grad(b.ctx.dims, b.ctx.shard, dp.grad_bytes(b.ctx.scenario.parallel))
+
+
 def backward_pieces(b, layer: int, mb: int) -> tuple:
     """The backward pieces of ``layer`` (mirror image of :func:`forward_pieces`)."""
     d, sh = b.ctx.dims, b.ctx.shard
     if is_embedding(layer):
-        return (lambda x: b.compute("embedding_bwd", backward(embedding(d, sh)),
+        return (lambda x: b.compute("embedding_bwd", backward(embedding(d, sh)) + _embedding_grad(b),
                                     tp.enter_backward(b, "embed", layer, mb, x), layer, mb),) + (_same,) * 3
     if is_output(d, layer):  # (its weight gradient maybe deferred into the pipeline flush)
         return (lambda x: tp.exit_backward(b, "logits", layer, mb, wgrad_deferral.output_backward(
@@ -294,7 +301,7 @@ def _mtp_backward(b, layer: int, mb: int, block: tuple) -> tuple:
 
     def last(x):
         x = tp.exit_backward(b, "mtp_out", layer, mb, block[-1](x))
-        x = b.compute("mtp_input_bwd", backward(mtp_input(d, sh)), x, layer, mb)
+        x = b.compute("mtp_input_bwd", backward(mtp_input(d, sh)) + _embedding_grad(b), x, layer, mb)
         return tp.exit_backward(b, "mtp", layer, mb, x, wide)
 
     return (first, *block[1:-1], last)
