@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from functools import partial
 import gc
 from heapq import heappush
-from operator import attrgetter
 from typing import Callable
 
 import numpy as np
@@ -37,7 +36,7 @@ from ..collectives.kinds import SEND_RECV
 from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
-from .ops import Collective, Op, RankProgram
+from .ops import Collective, Op, RankProgram, stream_indices
 from .sms import SmLedger
 from .traffic import merged_schedule
 from .waits import WaitLog
@@ -156,30 +155,6 @@ class Stream:
                 heappush(self.queue, (now, NORMAL, next(self.eid), waiter))
         self.pos = pos + 1
         self.advance()
-
-
-def stream_indices(ops: list[Op]) -> list[array]:
-    """The op indices of each stream of a program, streams in order of their first op, each
-    in program order: what a loop appending every op's index to its stream's list gives, as
-    int64 arrays (not int objects: ~30 bytes per op less held throughout the run, ``python
-    bench/step.py --only 405b-1k``). Each op's stream is numbered through a dict in C
-    (``map``), then one stable sort: no Python step per op (the loop was ~2% of the
-    ``mz-q235-tp2pp32ep8`` row's CPU, 1.5M ops)."""
-    names = list(map(_STREAM, ops))
-    number = {name: k for k, name in enumerate(dict.fromkeys(names))}  # (equal names one stream, as the dict did)
-    codes = np.fromiter(map(number.__getitem__, names), dtype=np.int64, count=len(names))
-    order = np.argsort(codes, kind="stable")
-    bounds = np.cumsum(np.bincount(codes, minlength=len(number)))
-    return [_as_int64(order[lo:hi]) for lo, hi in zip([0, *bounds[:-1].tolist()], bounds.tolist())]
-
-
-def _as_int64(values: np.ndarray) -> array:
-    out = array("q")
-    out.frombytes(values.astype(np.int64, copy=False).tobytes())
-    return out
-
-
-_STREAM = attrgetter("stream")
 
 
 def _gathered(values: array, at: np.ndarray) -> array:
