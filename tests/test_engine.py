@@ -224,3 +224,21 @@ def test_a_finished_run_leaves_no_stream_for_the_cycle_collector():
         assert not [o for o in gc.get_objects() if type(o) is Stream]
     finally:
         gc.enable()
+
+
+def test_stream_indices_are_the_per_op_loops_streams_and_order():
+    """sim/engine/ops.py ``stream_indices`` (one stable sort) against the loop it replaced: a
+    dict of each stream's op indices in program order, streams in order of their first op,
+    equal names one stream (names built at run time are equal, not identical, objects)."""
+    import random
+    from sim.engine.kinds import Category
+    from sim.engine.ops import stream_indices
+    rnd = random.Random(7)
+    for n in (0, 1, 5, 300):
+        names = ["compute", "tp", "".join(["p", "p_send"]), "pp_send", "dp"]
+        ops = [Op(f"o{i}", Category.COMPUTE, rnd.choice(names[:rnd.randint(1, 5)]), 1e-6) for i in range(n)]
+        by_name: dict = {}
+        for i, op in enumerate(ops):
+            by_name.setdefault(op.stream, []).append(i)
+        assert [list(a) for a in stream_indices(ops)] == list(by_name.values())
+        assert all(a.typecode == "q" for a in stream_indices(ops))

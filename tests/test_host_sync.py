@@ -112,3 +112,34 @@ def test_the_host_track_counts_the_wait_after_the_sync():
     table = spans_frame(engine)
     assert waits(table, [prog])[0] == pytest.approx(A + X, abs=1e-15)  # (op 0 waited a for its issue too)
     assert spans([prog], spans_table=table)["end_s"].max() == pytest.approx(A + G + X, abs=1e-15)
+
+
+def _anchors_op_by_op(ops):
+    """RankProgram.anchors as it was computed before (main f2cbd7f): one Python step per op."""
+    from array import array
+    anchor, offset, a, since = array("q"), array("d"), -1, 0.0
+    for i, op in enumerate(ops):
+        since += op.issue
+        anchor.append(a)
+        offset.append(since)
+        if op.sync:
+            a, since = i, 0.0
+    return (anchor, offset) if a >= 0 else None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_anchors_by_stretches_are_the_op_by_op_floats(seed):
+    """Random issue costs (sums that round), sync ops anywhere: first, last, adjacent, none."""
+    import random
+    rnd = random.Random(seed)
+    for n in (0, 1, 2, 3, 17, 400):
+        for p_sync in (0.0, 0.05, 0.5, 1.0):
+            ops = [Op(f"o{i}", Category.COMPUTE, "compute", 0.0, issue=rnd.random() * 1e-5,
+                      sync=rnd.random() < p_sync) for i in range(n)]
+            if n and seed % 2:
+                ops[-1] = ops[-1]._replace(sync=True)
+            want, got = _anchors_op_by_op(ops), RankProgram(0, ops).anchors()
+            assert (want is None) == (got is None)
+            if want is not None:
+                assert list(got[0]) == list(want[0])
+                assert [x.hex() for x in got[1]] == [x.hex() for x in want[1]]

@@ -104,3 +104,17 @@ def _growing(compute):
         self.program.ops[index] = op._replace(duration=op.duration * (1 + max(mb, 0)))
         return index
     return grown
+
+
+def test_rekeyed_is_the_call_under_another_key_field_for_field():
+    """sim/engine/ops.py ``rekeyed`` (what a replayed step's collectives are made by) sets every
+    slot: equal to the constructor's call, each other field the same object."""
+    from sim.collectives.kinds import Algorithm, CollectiveOp
+    from sim.engine.ops import Collective, rekeyed
+    call = Collective(("tp", 3, 7, 1), CollectiveOp.ALL_TO_ALL, (4, 5), 123.5, Algorithm.RING, ((6, 7),),
+                      ((1.0, 2.0), (3.0, 4.0)), 0.25)
+    new = rekeyed(call, ("tp", 3, 8, 1))
+    assert new == Collective(("tp", 3, 8, 1), call.op, call.group, call.nbytes, call.algo, call.siblings,
+                             call.shares, call.sms)
+    assert hash(new) == hash(Collective(("tp", 3, 8, 1), *(getattr(call, f) for f in Collective.__slots__[1:])))
+    assert all(getattr(new, f) is getattr(call, f) for f in Collective.__slots__[1:])

@@ -36,7 +36,7 @@ from ..collectives.kinds import SEND_RECV
 from ..collectives.schedule import Schedule
 from .clock import NORMAL, Wake, pending, run_until_empty, trigger, wake_after
 from .network import Network
-from .ops import Collective, Op, RankProgram
+from .ops import Collective, Op, RankProgram, stream_indices
 from .sms import SmLedger
 from .traffic import merged_schedule
 from .waits import WaitLog
@@ -229,14 +229,9 @@ class Engine:
         :func:`sim.outputs.result.spans_frame` makes the spans table)."""
         streams = []
         for prog in self.programs:
-            by_name: dict[str, list[int]] = {}
-            for i, op in enumerate(prog.ops):
-                by_name.setdefault(op.stream, []).append(i)
-            # (each stream's op indices as int64, not int objects: ~30 bytes per op less held
-            # throughout the run, python bench/step.py --only 405b-1k)
             released = prog.release(keep=False)  # (kept by the streams alone: 8 bytes per op less after the run)
             ledger = SmLedger(self.env) if prog.holds_sms else None
-            streams += [Stream(self, prog, array("q", indices), released, ledger) for indices in by_name.values()]
+            streams += [Stream(self, prog, indices, released, ledger) for indices in stream_indices(prog.ops)]
         with cycle_collector_paused():
             for stream in streams:  # in creation order, as SimPy would initialize processes
                 stream.advance()

@@ -11,9 +11,11 @@ Run: ``python -m pytest -q tests/test_engine.py tests/test_host_sync.py``
 
 from array import array
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, compress
 from operator import attrgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from ..collectives.kinds import Algorithm, CollectiveOp
 from .kinds import Category, Phase
@@ -34,7 +36,31 @@ class Collective:
     sms: float = 0.0  # share of each member's SMs its kernels hold from arrival to end (DeepEP's: sim/parallel/ep.py)
 
 
+def rekeyed(call: Collective, key: tuple) -> Collective:
+    """``call`` under another ``key`` (another instance of the same call: a replayed step's
+    micro-batch, sim/parallel/replay.py), every other field the same object. Its slots are set
+    directly: the frozen dataclass's ``__init__`` sets each through ``object.__setattr__``'s
+    lookup, ~60% more CPU per call (one per replayed collective op, ~0.6M in the
+    ``mz-q235-tp2pp32ep8`` row). Equal to ``Collective(key, call.op, ...)``: tests/test_replay.py."""
+    new = _NEW(Collective)
+    _SET_KEY(new, key)
+    _SET_OP(new, call.op)
+    _SET_GROUP(new, call.group)
+    _SET_NBYTES(new, call.nbytes)
+    _SET_ALGO(new, call.algo)
+    _SET_SIBLINGS(new, call.siblings)
+    _SET_SHARES(new, call.shares)
+    _SET_SMS(new, call.sms)
+    return new
+
+
+_NEW = object.__new__
+_SET_KEY, _SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS = (
+    Collective.__dict__[name].__set__ for name in ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms"))
+assert Collective.__slots__ == ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms")  # (rekeyed sets each)
 _ISSUE = attrgetter("issue")  # an op's host cost (RankProgram.release)
+_SYNC = attrgetter("sync")  # whether the host waits for an op's end (RankProgram.anchors)
+_STREAM = attrgetter("stream")  # the stream an op runs on (stream_indices)
 NO_LAYER = -1  # Op.layer of an op of no layer (the optimizer; as the embedding's id: the phase differs)
 
 
@@ -104,14 +130,7 @@ class RankProgram:
         :meth:`release` without an anchor. None when the program has no sync op. (Arrays of
         int64 and float64: no int or float object per op.)"""
         if self._anchored is None or self._anchored[0] != len(self.ops):
-            anchor, offset, a, since = array("q"), array("d"), -1, 0.0
-            for i, op in enumerate(self.ops):
-                since += op.issue
-                anchor.append(a)
-                offset.append(since)
-                if op.sync:
-                    a, since = i, 0.0
-            self._anchored = (len(self.ops), (anchor, offset) if a >= 0 else None)
+            self._anchored = (len(self.ops), _anchored(self.ops))
         return self._anchored[1]
 
     def issued(self, end) -> list[float] | array:
@@ -123,6 +142,49 @@ class RankProgram:
         anchor, offset = found
         static = self.release()
         return [static[i] if a < 0 else end[a] + offset[i] for i, a in enumerate(anchor)]
+
+
+def _anchored(ops: list[Op]) -> tuple[array, array] | None:
+    """:meth:`RankProgram.anchors` of ``ops``, a run of ops per stretch between sync ops
+    rather than a Python step per op: each stretch's anchor repeated, its offsets the running
+    sum of its issue costs from 0.0 (``accumulate`` with ``initial=0.0``: the same additions in
+    the same order as ``since += op.issue`` from ``since = 0.0``, so the same floats;
+    tests/test_host_sync.py compares it with the per-op loop)."""
+    syncs = list(compress(range(len(ops)), map(_SYNC, ops)))
+    if not syncs:
+        return None
+    issue = list(map(_ISSUE, ops))
+    anchor, offset, a, lo = array("q"), array("d"), -1, 0
+    for s in syncs + [len(ops) - 1]:  # (stretches end at each sync op, the last at the program's end)
+        if s < lo:  # (the last op is a sync op: no stretch after it)
+            break
+        anchor.extend(array("q", (a,)) * (s + 1 - lo))
+        sums = accumulate(issue[lo:s + 1], initial=0.0)
+        next(sums)  # (the initial 0.0 itself)
+        offset.extend(sums)
+        a, lo = s, s + 1
+    return anchor, offset
+
+
+def stream_indices(ops: list[Op]) -> list[array]:
+    """The op indices of each stream of a program, streams in order of their first op, each
+    in program order: what a loop appending every op's index to its stream's list gives, as
+    int64 arrays (not int objects: ~30 bytes per op less held throughout the run, ``python
+    bench/step.py --only 405b-1k``). Each op's stream is numbered through a dict in C
+    (``map``), then one stable sort: no Python step per op (the loop was ~2% of the
+    ``mz-q235-tp2pp32ep8`` row's CPU, 1.5M ops)."""
+    names = list(map(_STREAM, ops))
+    number = {name: k for k, name in enumerate(dict.fromkeys(names))}  # (equal names one stream, as the dict did)
+    codes = np.fromiter(map(number.__getitem__, names), dtype=np.int64, count=len(names))
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=len(number)))
+    return [_as_int64(order[lo:hi]) for lo, hi in zip([0, *bounds[:-1].tolist()], bounds.tolist())]
+
+
+def _as_int64(values: np.ndarray) -> array:
+    out = array("q")
+    out.frombytes(values.astype(np.int64, copy=False).tobytes())
+    return out
 
 
 SPAN_COLUMNS = ("rank", "stream", "name", "category", "start_s", "end_s", "layer",
