@@ -268,10 +268,12 @@ def _held_counts(schedule: Schedule, p: int, m: int, stage: int, costs: tuple) -
     """After each item of the rank's steps: chunks held whole, chunks waiting for their W
     (float arrays: :func:`held_peak` weighs the second per ``w_share``, the same sum term by
     term as a walk of the items, once per schedule whatever the share)."""
-    kinds = _kinds(schedule, p, m, stage, costs)
-    full = np.cumsum([{Kind.F: 1, Kind.B: -1, Kind.I: -1}.get(kind, 0) for kind in kinds], dtype=float)
-    pending = np.cumsum([{Kind.I: 1, Kind.W: -1}.get(kind, 0) for kind in kinds], dtype=float)
-    return full, pending
+    held = np.cumsum(np.array([_HELD[kind] for step in steps(schedule, p, m, stage, costs) for kind, _, _ in step],
+                              dtype=float).reshape(-1, 2), axis=0)
+    return held[:, 0], held[:, 1]
+
+
+_HELD = {Kind.F: (1, 0), Kind.B: (-1, 0), Kind.I: (-1, 1), Kind.W: (0, -1)}  # (whole, waiting for W) per item
 
 
 def _kinds(schedule, p, m, stage, costs):
