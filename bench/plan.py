@@ -38,6 +38,9 @@ Later that day, the predictor on the work estimate (main 5d928e2 and the branch 
 load 5-15): 71 -> 82 simulated (33 -> 4 stopped), 541 -> 337 s CPU, best 8.086 s both; each
 simulated layout's predicted CPU against its worker's measured CPU is printed (0.63-2.84x,
 median 1.34).
+The analytic phase (rules + estimate) made cheaper without moving a result (2026-11-27, main
+f2cbd7f -> i28-plan, CPU, load 6-13): dsv3 118.4 -> 80.4 s, gb200 23.3 -> 16.5 s, mi355x 21.1 -> 14.7 s; the
+ranked tables bit-identical (docs/plan.md "The analytic phase made cheaper").
 """
 
 import argparse

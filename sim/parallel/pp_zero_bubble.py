@@ -40,6 +40,8 @@ import heapq
 from enum import StrEnum
 from functools import lru_cache
 
+import numpy as np
+
 from ..input.choices import V_SCHEDULES as V_SHAPED, ZERO_BUBBLE_SCHEDULES as ZERO_BUBBLE, Schedule
 
 
@@ -257,12 +259,21 @@ def held_peak(schedule: Schedule, p: int, m: int, stage: int, costs: tuple, w_sh
     forward to its input-gradient pass (or whole backward), then ``w_share`` (what its W
     still reads, relative to the whole) until its W: the freeing that lets ZB-H1 keep
     1F1B's peak (Qi et al. 2024, section 2.1: W needs less memory than B)."""
-    full = pending = top = 0.0
-    for kind in _kinds(schedule, p, m, stage, costs):
-        full += {Kind.F: 1, Kind.B: -1, Kind.I: -1}.get(kind, 0)
-        pending += {Kind.I: 1, Kind.W: -1}.get(kind, 0)
-        top = max(top, full + w_share * pending)
-    return top
+    full, pending = _held_counts(schedule, p, m, stage, costs)
+    return max(0.0, float((full + w_share * pending).max(initial=0.0)))
+
+
+@lru_cache(maxsize=256)
+def _held_counts(schedule: Schedule, p: int, m: int, stage: int, costs: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """After each item of the rank's steps: chunks held whole, chunks waiting for their W
+    (float arrays: :func:`held_peak` weighs the second per ``w_share``, the same sum term by
+    term as a walk of the items, once per schedule whatever the share)."""
+    held = np.cumsum(np.array([_HELD[kind] for step in steps(schedule, p, m, stage, costs) for kind, _, _ in step],
+                              dtype=float).reshape(-1, 2), axis=0)
+    return held[:, 0], held[:, 1]
+
+
+_HELD = {Kind.F: (1, 0), Kind.B: (-1, 0), Kind.I: (-1, 1), Kind.W: (0, -1)}  # (whole, waiting for W) per item
 
 
 def _kinds(schedule, p, m, stage, costs):

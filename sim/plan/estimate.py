@@ -177,7 +177,8 @@ class Estimator:
         stage[:, :, 6] = np.maximum(stage[:, :, 6] + beside, 0.0)  # the host waits only where a stage's issue outlasts it
         if synced.any():  # a sync op loses the host's lead: pass by pass (.layers.stage_waits)
             rows = synced.any(axis=0)
-            parts = {name: layer[rows][:, :, i] for name, i in zip(PASS_FIELDS, PASSES)}
+            held = layer[rows]
+            parts = {name: held[:, :, i] for name, i in zip(PASS_FIELDS, PASSES)}
             waits = stage_waits(counts, parts, zero3[rows].astype(float), beside[rows])
             stage[rows, :, 6] = np.where(synced[:, rows].T, waits, stage[rows, :, 6])
         stage[:, :, 0] += self._amax(g, counts, gemms, v)  # (the compute stream waits for them)

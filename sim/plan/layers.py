@@ -70,40 +70,51 @@ class Pricer:
         return found
 
 
-def schedule(lp: LayerProgram, price, part=None, released: bool = False) -> tuple[dict, dict, float]:
+def schedule(lp: LayerProgram, price, part=None, released: bool = False, timed: tuple | None = None) \
+        -> tuple[dict, dict, float]:
     """``lp``'s ops (or those of ``part``, indices in program order; ops outside it taken as done
     at 0) as the engine runs them: each on its stream in program order after its dependencies.
     Returns when each ends, the op each waited for last (-1: none, or its host), and when the
     last sync op among them ended (0: none). ``released``: the host starts with them and issues
     them in program order at their issue costs (FSDP's apart), none starts before it is issued,
-    and a sync op stops the host until its end (:meth:`sim.engine.ops.RankProgram.anchors`)."""
+    and a sync op stops the host until its end (:meth:`sim.engine.ops.RankProgram.anchors`).
+    ``timed``: :func:`timed_ops` of ``lp`` and ``price``, when the caller walks it several times."""
+    ops = timed_ops(lp, price) if timed is None else timed
     end, pred, last_on, host, synced = {}, {}, {}, 0.0, 0.0
-    for i in range(len(lp.ops)) if part is None else part:
-        op = lp.ops[i]
-        before = last_on.get(op.stream, -1)
+    for i in range(len(ops)) if part is None else part:
+        stream, deps, seconds, issue, sync = ops[i]
+        before = last_on.get(stream, -1)
         start = end[before] if before >= 0 else 0.0
         if released:
-            host += 0.0 if _fsdp(op) else op.issue
+            host += issue
             start, before = (host, -1) if host > start else (start, before)
-        for j in op.deps:
+        for j in deps:
             if end.get(j, 0.0) > start:
                 start, before = end[j], j
-        pred[i], end[i] = before, start + (op.duration if op.collective is None else price(op.collective))
-        last_on[op.stream] = i
-        if op.sync:
+        pred[i], end[i] = before, start + seconds
+        last_on[stream] = i
+        if sync:
             synced = end[i]
             host = max(host, end[i]) if released else host
     return end, pred, synced
+
+
+def timed_ops(lp: LayerProgram, price) -> tuple:
+    """Per op of ``lp``, what :func:`schedule` reads: (stream, deps, seconds (a collective's
+    :class:`Pricer` time), the host's issue seconds (0.0 for FSDP's calls), sync)."""
+    return tuple((op.stream, op.deps, op.duration if op.collective is None else price(op.collective),
+                  0.0 if _fsdp(op) else op.issue, op.sync) for op in lp.ops)
 
 
 def _fsdp(op) -> bool:
     return op.collective is not None and op.collective.axis == Category.DP
 
 
-def _walk(lp: LayerProgram, price, part: list[int], released: bool) -> tuple[float, float]:
+def _walk(lp: LayerProgram, price, part: list[int], released: bool, timed: tuple | None = None) \
+        -> tuple[float, float]:
     """(when the GPU has run the ``part`` ops of ``lp``, when the last sync op among them ended;
     0: none): :func:`schedule` of them."""
-    end, _, synced = schedule(lp, price, part, released)
+    end, _, synced = schedule(lp, price, part, released, timed)
     return max(end.values(), default=0.0), synced
 
 
@@ -115,21 +126,21 @@ PASS_PARTS = ("i_pre", "m_pre", "q_pre", "m_sync", "q_sync", "i_post", "m_post",
 PASS_FIELDS = tuple(f"{d}_{p}" for d in ("fwd", "bwd") for p in PASS_PARTS)
 
 
-def passes(lp: LayerProgram, price) -> dict:
+def passes(lp: LayerProgram, price, timed: tuple | None = None) -> dict:
     """:data:`PASS_FIELDS` of ``lp``: what :func:`stage_waits` needs to run the host beside the
     GPU pass by pass. A sync op (the host reading GPU values: the MoE dispatcher's split sizes,
     sim/parallel/ep.py) stops the host until the GPU gets there, so the lead the host had built
     (a layer whose GPU time outlasts its issue: the output head) is lost there, which a sum of
     per-layer excesses cannot show."""
-    out = {}
+    out, timed = {}, timed_ops(lp, price) if timed is None else timed
     for name, backward in (("fwd", False), ("bwd", True)):
         ops = [i for i, op in enumerate(lp.ops) if (op.phase is not Phase.FORWARD) == backward]
         last = max((k for k, i in enumerate(ops) if lp.ops[i].sync), default=-1)
         pre, post = ops[:last + 1], ops[last + 1:]
-        (m_pre, m_sync), (q_pre, q_sync) = _walk(lp, price, pre, False), _walk(lp, price, pre, True)
+        (m_pre, m_sync), (q_pre, q_sync) = _walk(lp, price, pre, False, timed), _walk(lp, price, pre, True, timed)
         values = dict(i_pre=sum(lp.ops[i].issue for i in pre if not _fsdp(lp.ops[i])), m_pre=m_pre, q_pre=q_pre,
                       m_sync=m_sync, q_sync=q_sync, i_post=sum(lp.ops[i].issue for i in post if not _fsdp(lp.ops[i])),
-                      m_post=_walk(lp, price, post, False)[0], q_post=_walk(lp, price, post, True)[0],
+                      m_post=_walk(lp, price, post, False, timed)[0], q_post=_walk(lp, price, post, True, timed)[0],
                       sync=float(last >= 0), dp=sum(lp.ops[i].issue for i in ops if _fsdp(lp.ops[i])))
         out.update({f"{name}_{k}": v for k, v in values.items()})
     return out
@@ -139,8 +150,8 @@ def cost(lp: LayerProgram, price) -> Cost:
     """Schedule ``lp``'s ops on their streams (:func:`schedule`); the exposed time
     (makespan less compute) split over the axes by their collectives' time on the critical
     path, and how much longer issuing the layer takes than running it (signed)."""
-    n = len(lp.ops)
-    end, pred, _ = schedule(lp, price)
+    n, timed = len(lp.ops), timed_ops(lp, price)
+    end, pred, _ = schedule(lp, price, timed=timed)
     # The host runs ahead of the GPU across layers (it never blocks inside a step): a layer
     # that runs longer than it takes to issue (the output layer's GEMM) gives the host a lead
     # that later layers' issue can use up. So the excess is kept signed here and summed over a
@@ -159,7 +170,7 @@ def cost(lp: LayerProgram, price) -> Cost:
     total = sum(on_path.values())
     share = {a: exposed * t / total if total > 0 else 0.0 for a, t in on_path.items()}
     return Cost(seconds[Phase.FORWARD], seconds[Phase.BACKWARD], seconds[Phase.RECOMPUTE], **share,
-                host=issued - (max(end.values()) if n else 0.0), host_dp=fsdp_issue, passes=passes(lp, price))
+                host=issued - (max(end.values()) if n else 0.0), host_dp=fsdp_issue, passes=passes(lp, price, timed))
 
 
 def costs(programs: dict, price) -> dict[str, Cost]:
@@ -204,6 +215,11 @@ def stage_waits(counts, parts: dict, zero3, beside=None, cycles: int = 2):
     passes leave carries into the next micro-batch). ``parts``: :data:`PASS_FIELDS` -> n x KINDS;
     ``beside``: each stage's host seconds per micro-batch outside its layers (n x stages:
     ``layer_program.schedule_host_s``), half before the forward layers, half before the backward."""
+    rows = distinct_rows([*parts.values(), zero3[:, None]] + ([] if beside is None else [beside]))
+    if rows is not None:  # each row is walked alone: walk each distinct one once
+        first, inverse = rows
+        return stage_waits(counts, {k: v[first] for k, v in parts.items()}, zero3[first],
+                           None if beside is None else beside[first], cycles)[inverse]
     n = len(zero3)
     order = [(k, "fwd") for k in FORWARD_ORDER] + [(k, "bwd") for k in reversed(FORWARD_ORDER)]
     out = np.zeros((n, counts.shape[0]))
@@ -223,3 +239,15 @@ def stage_waits(counts, parts: dict, zero3, beside=None, cycles: int = 2):
                     waits += advance - v["m_pre"] - v["m_post"]
         out[:, s] = waits
     return out
+
+
+def distinct_rows(columns: list, share: float = 0.5):
+    """(the first row of each distinct row, each row's distinct row) of the 2-d arrays
+    ``columns`` side by side, rows compared bit for bit (0.0 and -0.0 apart); None where
+    more than ``share`` of the rows are distinct (nothing to save)."""
+    table = np.ascontiguousarray(np.column_stack([np.asarray(c, dtype=float) for c in columns]))
+    if len(table) < 2:
+        return None
+    keys = table.view(np.dtype((np.void, table.dtype.itemsize * table.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return None if len(first) > share * len(table) else (first, inverse.ravel())
