@@ -39,7 +39,7 @@ def test_eager_norm_and_residual_are_the_operator_sums():
     """The eager norm moves 36 bytes per element forward in 7 launches, 76 backward; the
     residual add 6 each way; both on the sequence shard under SP."""
     n = 4096 * 4096 / 8
-    norm, residual = layers._norm_and_residual(LLAMA, shard(True, tp=8, sp=True))
+    norm, residual = layers.norm_and_residual(LLAMA, shard(True, tp=8, sp=True))
     assert (norm.bytes, norm.backward().bytes, norm.count) == (36 * n, 76 * n, 7)
     assert (residual.bytes, residual.backward().bytes, residual.count) == (6 * n, 6 * n, 1)
 

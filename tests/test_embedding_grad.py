@@ -1,4 +1,4 @@
-"""The word embeddings' weight gradient (sim/model/layers.py ``embedding_weight_grad``,
+"""The word embeddings' weight gradient (sim/model/vocab.py ``embedding_weight_grad``,
 sim/parallel/passes.py ``_embedding_grad``) and, under multi-token prediction on a pipeline, the
 all-reduce of the two copies' gradients (sim/parallel/dp.py ``embedding_grad_sync``).
 
@@ -20,7 +20,8 @@ import copy
 import pytest
 
 from sim.input.load import scenario_from_dict
-from sim.model.layers import Shard, embedding_weight_grad
+from sim.model.layers import Shard
+from sim.model.vocab import embedding_weight_grad
 from sim.model.transformer import Dims
 from sim.parallel import passes
 from sim.parallel.dp import EMBEDDING_SYNC

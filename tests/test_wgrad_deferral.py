@@ -20,7 +20,8 @@ import pytest
 
 from sim.engine.kinds import Category
 from sim.input.load import scenario_from_dict
-from sim.model.layers import backward, logits
+from sim.model.layers import backward
+from sim.model.vocab import logits
 from sim.parallel import layer_program, replay, steady, workload
 from sim.parallel.tp import grad_parts
 from sim.step import simulate

@@ -103,7 +103,7 @@ def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int
     return [fp8_cast(m * k, m * n, fused)._replace(tp=tp), gemm(m, n, k, fp8=True)._replace(tp=tp)]
 
 
-def _norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
+def norm_and_residual(d: Dims, sh: Shard) -> list[Kernel]:
     if sh.eager:
         n = sh.norm_tokens * d.h
         return [eager(EAGER_RMSNORM, n), eager(EAGER_RESIDUAL, n)]
@@ -175,7 +175,7 @@ def mla_up_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
 @lru_cache(maxsize=1024)
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and the Q, K, V projections (MLA: down, norm, up)."""
-    norm = _norm_and_residual(d, sh)[:1]
+    norm = norm_and_residual(d, sh)[:1]
     if d.mla:
         return tuple(norm + _mla_projections(d, sh) + rope(d, sh))
     return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1)
@@ -185,7 +185,7 @@ def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
 @lru_cache(maxsize=1024)
 def attention_post(d: Dims, sh: Shard) -> list[Kernel]:
     """Output projection, dropout and residual."""
-    return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh, tp=2) + _norm_and_residual(d, sh)[1:])
+    return tuple(linear(sh.tokens, d.h, d.a * d.dv / sh.tp, sh, tp=2) + norm_and_residual(d, sh)[1:])
 
 
 def mlp(d: Dims, sh: Shard, ffn: int | None = None, tokens: float | None = None,
@@ -209,7 +209,7 @@ def _mlp(d: Dims, sh: Shard, f: int, t: float, fused: bool) -> tuple[Kernel, ...
 @lru_cache(maxsize=1024)
 def mlp_block(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm, dense MLP, dropout and residual."""
-    nr = _norm_and_residual(d, sh)
+    nr = norm_and_residual(d, sh)
     return tuple(nr[:1] + mlp(d, sh, fused=True) + nr[1:])
 
 
@@ -315,7 +315,7 @@ def router(d: Dims, sh: Shard, launches: int = 1) -> list[Kernel]:
     in ``launches`` kernel launches) and the permutation of an MoE layer's tokens into the
     dispatch buffer."""
     scores = elementwise(3 * 4 * sh.tokens * d.experts, count=launches)
-    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h), scores,
+    return tuple(norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.experts, d.h), scores,
                                                    permute(d, sh.tokens, sh.fused_permute)])
 
 
@@ -353,47 +353,7 @@ def experts(d: Dims, sh: Shard, local_loads: tuple[float, ...]) -> list[Kernel]:
     kernels = routed_experts(d, sh, local_loads)
     for _ in range(d.shared):
         kernels += mlp(d, sh, d.f_expert)
-    return tuple(kernels + _norm_and_residual(d, sh)[1:])
-
-
-@lru_cache(maxsize=1024)
-def embedding(d: Dims, sh: Shard) -> list[Kernel]:
-    """Token embedding lookup (memory-bound)."""
-    return (elementwise(2 * ELEM * sh.tokens * d.h),)
-
-
-@lru_cache(maxsize=1024)
-def embedding_weight_grad(d: Dims, sh: Shard, grad_elem: int) -> tuple[Kernel, ...]:
-    """The backward kernels of one lookup's weight gradient in the rank's [vocab/tp, hidden]
-    word-embedding shard, per micro-batch (already backward kernels: not for :func:`backward`).
-    PyTorch's embedding backward is dense: it allocates the whole gradient zeroed, then writes
-    the looked-up rows (pytorch aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu
-    ``embedding_backward_cuda_kernel``: ``at::zeros({num_weights, grad.size(-1)}, ...)``;
-    Megatron-Core 7094270c tensor_parallel/layers.py ``VocabParallelEmbedding`` calls
-    ``F.embedding``), and the framework adds it into the gradient buffer of ``grad_elem``
-    bytes an element (Megatron-Core distributed_data_parallel.py ``_make_backward_post_hook``:
-    ``param.main_grad.add_(param.grad.data)``): ELEM written, then ELEM read and the buffer
-    read and written. The rows' own gradient (tokens x hidden) is :func:`embedding`'s."""
-    n = d.v * d.h / sh.tp
-    return (elementwise(ELEM * n), elementwise((ELEM + 2 * grad_elem) * n))
-
-
-@lru_cache(maxsize=1024)
-def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
-    """The input of a multi-token-prediction depth (Megatron-Core multi_token_prediction.py):
-    the embedding of the tokens one further on (a lookup), enorm and hnorm, and eh_proj, the
-    column-parallel projection of their 2h-wide concatenation back to hidden."""
-    norm = ELEM * sh.norm_tokens * d.h
-    return tuple([elementwise(2 * ELEM * sh.tokens * d.h), elementwise(3 * norm), elementwise(3 * norm)]
-                 + linear(sh.tokens, d.h / sh.tp, 2 * d.h, sh, tp=1))
-
-
-@lru_cache(maxsize=1024)
-def logits(d: Dims, sh: Shard) -> list[Kernel]:
-    """Final norm, output projection over vocab/tp and fp32 cross-entropy (BF16 under FP8:
-    Megatron's output layer is not a Transformer Engine module)."""
-    return tuple(_norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
-                 + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])
+    return tuple(kernels + norm_and_residual(d, sh)[1:])
 
 
 class Direction(StrEnum):

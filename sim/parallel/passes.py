@@ -18,8 +18,9 @@ from ..engine.kinds import Phase
 from ..input.choices import Recompute
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import (Direction, attention_post, attention_pre, backward, embedding, embedding_weight_grad, logits,
-                            mla_up_recompute, mlp_block, mtp_input, op_recompute)
+from ..model.layers import (Direction, attention_post, attention_pre, backward, mla_up_recompute, mlp_block,
+                            op_recompute)
+from ..model.vocab import embedding, embedding_weight_grad, logits, mtp_input
 from . import cp, dp, ep, fsdp, tp, tp_overlap, wgrad_deferral
 from .pp_zero_bubble import Kind
 
@@ -220,7 +221,7 @@ def attention_forward(b, layer: int, mb: int, x, tag: str):
 
 def _embedding_grad(b) -> tuple:
     """The dense weight gradient of a word-embedding lookup, added into the rank's gradient
-    buffer (:func:`sim.model.layers.embedding_weight_grad`): the input embedding's and each MTP
+    buffer (:func:`sim.model.vocab.embedding_weight_grad`): the input embedding's and each MTP
     depth's (multi_token_prediction.py looks the shifted tokens up in the stage's embedding)."""
     return embedding_weight_grad(b.ctx.dims, b.ctx.shard, dp.grad_bytes(b.ctx.scenario.parallel))
 

@@ -3,25 +3,22 @@ candidate table, so that hundreds of thousands can be ranked before the best are
 
     step = m * T_crit + (sum_s T_s - T_crit) / v + PP sends + DP/ZeRO tail + optimizer
 
-T_s is one micro-batch's time on pipeline stage s: its layers' compute (kernels timed by
-the simulator's ComputeModel, :mod:`.layers`), recompute, the TP, CP, EP and FSDP
-communication that sits on the critical path, what waiting for the host adds (the
-builder's issue costs, :mod:`.layers`), and under FP8 with Transformer Engine's recipe each
-chunk's amax reductions, forward and backward (sim/parallel/amax.py ``pass_pair_s``: the
-builder's kernels, bytes and group, timed by :class:`.comm.Comm`; counted as compute). With v = 1 the pipeline term is
-(m + p - 1) T for balanced stages, the GPipe / 1F1B bubble (p - 1) / m of Narayanan et
-al. 2021; interleaving divides the fill and drain by v ((p - 1) / (v m)); the zero-bubble
-and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross
-the fill and drain once per virtual stage boundary each way. The DP tail is the gradient
-reduction (DDP all-reduce, ZeRO reduce-scatter, in ddp_bucket_mb buckets) beyond the last
-micro-batch's backward it overlaps, plus ZeRO-1/2's parameter all-gather beyond the first
-forward; FSDP gathers each layer once per micro-batch and pass, hidden behind the layer's
-compute when shorter. EP overlap (combined 1F1B) hides the all-to-alls under the paired
-micro-batch's compute except in warm-up and cool-down; with ``overlap_grad_reduce = false``
-the whole reduction is exposed. The optimizer is Adam's memory-bound update of the rank's
-shard (:func:`sim.model.optimizer.optimizer`), with the per-step costs the builder adds
-(sim/parallel/step_end.py): the gradient-norm kernel over the shard and the gradient
-buffer's memset (zero 0-2), the same kernel definitions.
+T_s is one micro-batch's time on pipeline stage s: its layers' compute (kernels timed by the
+simulator's ComputeModel, :mod:`.layers`), recompute, the TP, CP, EP and FSDP communication on the
+critical path, what waiting for the host adds (the builder's issue costs, :mod:`.layers`), and under
+FP8 with Transformer Engine's recipe each chunk's amax reductions (sim/parallel/amax.py
+``pass_pair_s``: the builder's kernels, bytes and group, timed by :class:`.comm.Comm`; as compute).
+With v = 1 the pipeline term is (m + p - 1) T for balanced stages, the GPipe / 1F1B bubble
+(p - 1) / m of Narayanan et al. 2021; interleaving divides the fill and drain by v; the zero-bubble
+and DualPipe schedules shrink it further (:func:`fill_factor`). PP sends cross the fill and drain
+once per virtual stage boundary each way. The DP tail is the gradient reduction (DDP all-reduce,
+ZeRO reduce-scatter, in ddp_bucket_mb buckets) beyond the last micro-batch's backward it overlaps,
+plus ZeRO-1/2's parameter all-gather beyond the first forward; FSDP gathers each layer once per
+micro-batch and pass, hidden behind the layer's compute when shorter. EP overlap (combined 1F1B)
+hides the all-to-alls under the paired micro-batch's compute except in warm-up and cool-down; with
+``overlap_grad_reduce = false`` the whole reduction is exposed. The optimizer is Adam's memory-bound
+update of the rank's shard (:func:`sim.model.optimizer.optimizer`), with the builder's per-step
+costs (sim/parallel/step_end.py): the gradient-norm kernel and the gradient buffer's memset.
 
 The estimate is measured, not trusted: ``clustersim plan`` reports its Spearman rank
 correlation with the full simulation over the layouts it simulated.
