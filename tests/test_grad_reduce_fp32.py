@@ -130,26 +130,29 @@ def test_a_bad_value_exits_2_naming_the_key(tmp_path):
         assert p.returncode == 2 and len(lines) == 1 and "parallel.grad_reduce_in_fp32" in lines[0], p.stderr
 
 
+def _estimate_and_step(parallel: dict) -> tuple[float, float]:
+    """The planner's estimate and the simulated step of a tp 8 GPT on 128 H100 with ``parallel``."""
+    from sim.plan.inputs import request_of
+    from sim.plan.published import estimate_of
+
+    d = {"model": {"name": "GPT", "layers": 8, "hidden": 8192, "heads": 64, "ffn_hidden": 32768, "vocab": 131072},
+         "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective"},
+         "cluster": {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 128},
+         "parallel": {"tp": 8, "pp": 2, "dp": 8, "sequence_parallel": True, "virtual_stages": 2,
+                      "schedule": "interleaved"} | parallel}
+    s = scenario_from_dict(d)
+    return float(estimate_of(request_of(d | {"name": "t"}), s)["estimate_s"].iat[0]), simulate(s).summary["step_time_s"]
+
+
 def test_the_planner_estimate_prices_fp32_gradients_like_the_simulation():
     """A tp 8 pipeline whose data-parallel reduce-scatter runs after the backward (Megatron-LM
     of early 2023): the planner's estimate of each gradient width within 2.5% of its simulation,
     and the fp32 one slower."""
-    from sim.plan.inputs import request_of
-    from sim.plan.published import estimate_of
-
     got = {}
     for flag in (False, True):
-        d = {"model": {"name": "GPT", "layers": 8, "hidden": 8192, "heads": 64, "ffn_hidden": 32768,
-                       "vocab": 131072},
-             "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective"},
-             "cluster": {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 128},
-             "parallel": {"tp": 8, "pp": 2, "dp": 8, "zero": 1, "sequence_parallel": True, "virtual_stages": 2,
-                          "schedule": "interleaved", "overlap_grad_reduce": False, "overlap_param_gather": False,
-                          "grad_reduce_in_fp32": flag}}
-        s = scenario_from_dict(d)
-        estimate = float(estimate_of(request_of(d | {"name": "t"}), s)["estimate_s"].iat[0])
-        got[flag] = (estimate, simulate(s).summary["step_time_s"])
-        assert estimate == pytest.approx(got[flag][1], rel=0.025), flag
+        got[flag] = _estimate_and_step({"zero": 1, "overlap_grad_reduce": False, "overlap_param_gather": False,
+                                        "grad_reduce_in_fp32": flag})
+        assert got[flag][0] == pytest.approx(got[flag][1], rel=0.025), flag
     assert got[True][0] > got[False][0] and got[True][1] > got[False][1]
 
 
@@ -157,19 +160,6 @@ def test_the_planner_estimate_moves_with_fsdp_fp32_gradients_as_the_simulation_d
     """FSDP under an interleaved pipeline, 8 micro-batches: the estimate's error against the
     simulation (whatever it is for FSDP with PP) is the same, within half a point, with fp32
     gradients as with bf16 ones: it charges the accumulation kernels and the wider reduce-scatter."""
-    from sim.plan.inputs import request_of
-    from sim.plan.published import estimate_of
-
-    ratio = {}
-    for flag in (False, True):
-        d = {"model": {"name": "GPT", "layers": 8, "hidden": 8192, "heads": 64, "ffn_hidden": 32768,
-                       "vocab": 131072},
-             "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective"},
-             "cluster": {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 128},
-             "parallel": {"tp": 8, "pp": 2, "dp": 8, "zero": 3, "sequence_parallel": True, "virtual_stages": 2,
-                          "schedule": "interleaved", "grad_reduce_in_fp32": flag}}
-        s = scenario_from_dict(d)
-        estimate = float(estimate_of(request_of(d | {"name": "t"}), s)["estimate_s"].iat[0])
-        ratio[flag] = (estimate, simulate(s).summary["step_time_s"])
+    ratio = {flag: _estimate_and_step({"zero": 3, "grad_reduce_in_fp32": flag}) for flag in (False, True)}
     assert ratio[True][0] > ratio[False][0] and ratio[True][1] > ratio[False][1]
     assert ratio[True][0] / ratio[True][1] == pytest.approx(ratio[False][0] / ratio[False][1], abs=0.005)
