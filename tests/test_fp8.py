@@ -17,6 +17,7 @@ from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model import layers as L
 from sim.model import transformer as T
+from sim.model import vocab as V
 from sim.model.compute import HBM_EFFICIENCY, LAUNCH_S, ComputeModel, elementwise, gemm
 from sim.model.optimizer import optimizer
 from sim.step import simulate
@@ -63,7 +64,7 @@ def test_memory_bound_kernels_and_attention_core_are_unchanged_by_fp8():
     norms16 = [k for k in L.mlp_block(d, shard(False)) if not k.flops]
     norms8 = [k for k in L.mlp_block(d, shard(True)) if not k.flops and k not in casts(L.mlp_block(d, shard(True)))]
     assert norms16 == norms8 and cm.time(norms16) == cm.time(norms8)
-    assert L.logits(d, shard(True)) == L.logits(d, shard(False))  # Megatron's output layer is not TE
+    assert V.logits(d, shard(True)) == V.logits(d, shard(False))  # Megatron's output layer is not TE
 
 
 def test_every_linear_layer_of_a_layer_is_fp8_with_one_cast_kernel():
