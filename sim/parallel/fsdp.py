@@ -29,8 +29,8 @@ reduce-scatter over the shard dim, all-reduce over the replicate dim).
 reduce_dtype=float32)``, as the Llama 3 paper states Meta ran it: Sec. 3.3.2 "Numerical
 stability", "FP32 gradient accumulation during backward computation over multiple micro-batches
 and also reduce-scatter gradients in FP32 across data parallel workers in FSDP"): the
-reduce-scatter (and HSDP's all-reduce) moves fp32 gradients, :data:`FP32_GRAD_BYTES` a
-parameter; and with several micro-batches the unsharded gradients are accumulated in fp32 by
+reduce-scatter (and HSDP's all-reduce) moves fp32 gradients (:func:`.dp.grad_bytes`, the
+width Megatron's fp32 buffer has under zero 0-2); and with several micro-batches the unsharded gradients are accumulated in fp32 by
 kernels of their own, after each layer's backward on the compute stream (pytorch/pytorch
 002a76fb, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py ``post_backward``;
 _fsdp_param.py ``to_accumulated_grad_if_needed``, ``accumulate_unsharded_grad_if_needed``; added
@@ -49,12 +49,12 @@ from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ..model.compute import elementwise
 from ..model.layer_ids import is_block
 from ..model.layers import Direction
+from .dp import FP32_GRAD_BYTES, grad_bytes
 from .params import layer_params
 from ..engine.kinds import Category, StreamName
 
 AXIS = Category.DP
 PARAM_BYTES = 2  # bf16 weights and gradients on the wire
-FP32_GRAD_BYTES = 4  # parallel.grad_reduce_in_fp32: FSDP2 reduce_dtype = float32 (module docstring)
 CAST_BYTES = PARAM_BYTES + FP32_GRAD_BYTES  # first micro-batch: bf16 gradient read, fp32 copy written
 ADD_BYTES = FP32_GRAD_BYTES + PARAM_BYTES + FP32_GRAD_BYTES  # later ones: fp32 += bf16, in place
 BLOCK_NORMS, ATTENTION_MATRICES = 2, 4  # a block's tensors (torchtitan Llama: attention_norm, ffn_norm; wq wk wv wo)
@@ -77,11 +77,6 @@ def _group_of(b):
 def reshards(p) -> bool:
     """``parallel.reshard_after_forward`` with torchtitan's default (true without PP)."""
     return p.reshard_after_forward if p.reshard_after_forward is not None else p.pp == 1
-
-
-def grad_bytes(p) -> int:
-    """Bytes per gradient element on the reduce-scatter's wire under parallel settings ``p``."""
-    return FP32_GRAD_BYTES if p.grad_reduce_in_fp32 else PARAM_BYTES
 
 
 def layer_bytes(b, layer: int, width: int = PARAM_BYTES) -> float:

@@ -385,9 +385,9 @@ amax_applies, amax_axes, amax_pass_pair_s = amax.applies, amax.axes, amax.pass_p
 ep_sm_share = ep.sm_share
 ep_paired_stretch = ep.paired_stretch  # ... and how much longer they last paired with it (DeepEP's, slowed)
 
-# Bytes per gradient element the builder reduces (``parallel.grad_reduce_in_fp32``: .dp's under zero 0-2,
-# .fsdp's under zero 3, whose bf16 parameters the gathers move) and FSDP's fp32 accumulation, for the planner.
-grad_bytes, fsdp_grad_bytes, fsdp_param_bytes = dp.grad_bytes, fsdp.grad_bytes, fsdp.PARAM_BYTES
+# Bytes per gradient element the builder reduces (``parallel.grad_reduce_in_fp32``; .dp's, read by .fsdp too),
+# the bf16 parameters FSDP's gathers move, and FSDP's fp32 accumulation, for the planner.
+grad_bytes, fsdp_param_bytes = dp.grad_bytes, fsdp.PARAM_BYTES
 fsdp_accumulation_s = fsdp.accumulation_s
 
 DEFAULT_BUCKET_BYTES = dp.BUCKET_PARAMS * dp.GRAD_BYTES  # Megatron-Core's bucket floor, bf16 gradients

@@ -18,7 +18,7 @@ from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
 from .dp import grad_bytes
-from .fsdp import grad_bytes as fsdp_grad_bytes, reshards
+from .fsdp import reshards
 from .params import block_ids, held_stages, layer_params, rank_params, stage_layer_ids
 
 RUNTIME_BYTES = 2**30  # CUDA context, cuBLAS workspace and NCCL buffers: ~1 GiB in practice
@@ -116,7 +116,7 @@ def gathered(ctx, stage: int) -> float:
         return 0.0
     ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
     sizes = [sum(layer_params(ctx, l)) for l in ids]
-    weight, grad = ELEM + (2 if ctx.shard.fp8 else 0), fsdp_grad_bytes(p)
+    weight, grad = ELEM + (2 if ctx.shard.fp8 else 0), grad_bytes(p)
     fresh = max(sizes) * ELEM if grad != ELEM else 0.0  # (fp32: the bf16 gradient before its add)
     if reshards(p):
         return 2 * max(sizes) * (weight + grad) + fresh

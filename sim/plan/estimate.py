@@ -284,7 +284,7 @@ class Estimator:
         the reduce-scatter, once per step, moves what the gather moved, twice that with fp32
         gradients: ``parallel.grad_reduce_in_fp32``)."""
         group = self.comm.groups(tp, cp, dp, 1, ep, etp).dp
-        scale = {ALL_GATHER: 1.0, REDUCE_SCATTER: layer_program.fsdp_grad_bytes(self.s.parallel)
+        scale = {ALL_GATHER: 1.0, REDUCE_SCATTER: layer_program.grad_bytes(self.s.parallel)
                  / layer_program.fsdp_param_bytes}
         return np.array([[self.comm.reduce(op, b * scale[op], group) for b in nbytes]
                          for op in (ALL_GATHER, REDUCE_SCATTER)])
