@@ -74,7 +74,7 @@ class Dedup(NamedTuple):
     """DeepEP's deduplicated all-to-all (module docstring): the chance that a token has at least
     one of its experts on a given rank (``rank_hit``) and on a given NVLink domain (``node_hit``);
     ``slowdown``: its kernel's time beside other kernels over its time alone (sim/parallel/ep.py
-    ``beside_compute``), its bytes on the wire stretched by it."""
+    ``DEEPEP_BESIDE_COMPUTE``), its bytes on the wire stretched by it."""
 
     rank_hit: float
     node_hit: float

@@ -268,7 +268,7 @@ def _held_counts(schedule: Schedule, p: int, m: int, stage: int, costs: tuple) -
     """After each item of the rank's steps: chunks held whole, chunks waiting for their W
     (float arrays: :func:`held_peak` weighs the second per ``w_share``, the same sum term by
     term as a walk of the items, once per schedule whatever the share)."""
-    held = np.cumsum(np.array([_HELD[kind] for step in steps(schedule, p, m, stage, costs) for kind, _, _ in step],
+    held = np.cumsum(np.array([_HELD[kind] for kind in _kinds(schedule, p, m, stage, costs)],
                               dtype=float).reshape(-1, 2), axis=0)
     return held[:, 0], held[:, 1]
 
