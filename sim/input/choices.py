@@ -105,6 +105,7 @@ class Schedule(StrEnum):
 ZERO_BUBBLE_SCHEDULES = (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPEV)
 V_SCHEDULES = (Schedule.ZB_V, Schedule.DUALPIPEV)
 DUALPIPE_SCHEDULES = (Schedule.DUALPIPE, Schedule.DUALPIPEV)  # DeepSeek's, with paired F-B steps
+ONE_F_ONE_B_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # Megatron's two 1F1B (wgrad deferral drains in them)
 
 
 class Dispatcher(StrEnum):

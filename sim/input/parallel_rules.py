@@ -5,7 +5,7 @@ the order a user fixes them).
 """
 
 from ..errors import InputError
-from .choices import Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule
+from .choices import ONE_F_ONE_B_SCHEDULES, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule
 
 
 def check_overlap(m, p, t) -> None:
@@ -85,6 +85,6 @@ def check_wgrad_deferral(p) -> None:
     its two 1F1B schedules drain it, schedules.py ``finish_embedding_wgrad_compute``)."""
     if p.wgrad_deferral_limit and not p.defer_embedding_wgrad_compute:
         raise InputError("parallel.wgrad_deferral_limit", "does nothing without defer_embedding_wgrad_compute = true")
-    if p.defer_embedding_wgrad_compute and (p.pp == 1 or p.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)):
+    if p.defer_embedding_wgrad_compute and (p.pp == 1 or p.schedule not in ONE_F_ONE_B_SCHEDULES):
         raise InputError("parallel.defer_embedding_wgrad_compute", f"needs pp > 1 with schedule '1f1b' or "
                                                                    f"'interleaved' (got pp = {p.pp}, '{p.schedule}')")

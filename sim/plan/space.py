@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ..input.choices import Recompute, Schedule
+from ..input.choices import ONE_F_ONE_B_SCHEDULES, Recompute, Schedule
 
 MIN_CP_TOKENS = 1024  # a CP rank's sequence shard: below this the ring's K/V shifts outlast its attention chunks
 CP_VALUES = (1, 2, 4, 8, 16)
@@ -180,6 +180,6 @@ def overrides(row) -> dict:
         out["parallel.expert_tp"] = int(row["expert_tp"])
     if int(row["cp"]) == 1:  # no context parallelism to implement: a base row's cp_impl does not carry over
         out["parallel.cp_impl"] = "ring"
-    if int(row["pp"]) == 1 or str(row["schedule"]) not in ("1f1b", "interleaved"):  # nor Megatron's flush deferral
+    if int(row["pp"]) == 1 or Schedule(row["schedule"]) not in ONE_F_ONE_B_SCHEDULES:  # nor Megatron's flush deferral
         out.update({"parallel.defer_embedding_wgrad_compute": False, "parallel.wgrad_deferral_limit": 0})
     return out
