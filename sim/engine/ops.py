@@ -36,19 +36,21 @@ class Collective:
     sms: float = 0.0  # share of each member's SMs its kernels hold from arrival to end (DeepEP's: sim/parallel/ep.py)
 
 
-def rekeyed(call: Collective, key: tuple) -> Collective:
+def rekeyed(call: Collective, key: tuple, group: tuple | None = None, siblings=None) -> Collective:
     """``call`` under another ``key`` (another instance of the same call: a replayed step's
-    micro-batch, sim/parallel/replay.py), every other field the same object. Its slots are set
-    directly: the frozen dataclass's ``__init__`` sets each through ``object.__setattr__``'s
-    lookup, ~60% more CPU per call (one per replayed collective op, ~0.6M in the
-    ``mz-q235-tp2pp32ep8`` row). Equal to ``Collective(key, call.op, ...)``: tests/test_replay.py."""
+    micro-batch, sim/parallel/replay.py), and, where given, on another ``group`` with its
+    ``siblings`` (a copied program's call: sim/parallel/copies.py), every other field the same
+    object. Its slots are set directly: the frozen dataclass's ``__init__`` sets each through
+    ``object.__setattr__``'s lookup, ~60% more CPU per call (one per replayed collective op,
+    ~0.6M in the ``mz-q235-tp2pp32ep8`` row). Equal to ``Collective(key, call.op, ...)``:
+    tests/test_replay.py."""
     new = _NEW(Collective)
     _SET_KEY(new, key)
     _SET_OP(new, call.op)
-    _SET_GROUP(new, call.group)
+    _SET_GROUP(new, call.group if group is None else group)
     _SET_NBYTES(new, call.nbytes)
     _SET_ALGO(new, call.algo)
-    _SET_SIBLINGS(new, call.siblings)
+    _SET_SIBLINGS(new, call.siblings if group is None else siblings)
     _SET_SHARES(new, call.shares)
     _SET_SMS(new, call.sms)
     return new

@@ -20,7 +20,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..engine.ops import Collective, Op, RankProgram
+from ..engine.ops import Collective, Op, RankProgram, rekeyed
 from ..hardware.faults import jitter_draws
 from .folding import dense, positions
 from ..input.choices import ZERO_BUBBLE_SCHEDULES
@@ -84,7 +84,7 @@ _COMM, _GROUP = attrgetter("comm"), attrgetter("group")
 
 def renamed_call(c: Collective, g: tuple, group: tuple, siblings) -> Collective:
     """Collective ``c`` of base group ``g`` as its copy runs it on ``group`` with ``siblings``."""
-    return Collective(renamed_key(c.key, g, group), c.op, group, c.nbytes, c.algo, siblings, c.shares, c.sms)
+    return rekeyed(c, renamed_key(c.key, g, group), group, siblings)
 
 
 def copy_program(ctx, base: RankProgram, rank: int, varying: list[Varying] | None = None,
