@@ -442,13 +442,22 @@ def compiled():
             "rows": rows, "wall_incl_compile_s": time.perf_counter() - t0}
 
 
-if __name__ == "__main__":
+def main(default_out: str, sections: tuple) -> None:
+    """Run the ``(name, section)`` pairs (``ONLY=a,b`` picks some) into ``$OUT/measure.json``
+    (``default_out`` without ``OUT``), TF32 off; print each section's wall seconds."""
+    global OUT
+    OUT = os.environ.get("OUT", default_out)
     os.makedirs(OUT, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     only = set(os.environ.get("ONLY", "").split(",")) - {""}
-    for name, fn in (("env", env), ("trace", trace), ("host", host), ("gemm", gemm), ("attention", attention),
-                     ("hbm", hbm), ("hostbound", hostbound),
-                     ("compiled", compiled), ("nccl", nccl)):
+    t0 = time.perf_counter()
+    for name, fn in sections:
         if not only or name in only:
             fn()
-    print(json.dumps(RES.get("section_wall_s")))
+    print("total", round(time.perf_counter() - t0, 1), "s", json.dumps(RES.get("section_wall_s")))
+
+
+if __name__ == "__main__":
+    main("/tmp/gpu_measure", (("env", env), ("trace", trace), ("host", host), ("gemm", gemm),
+                              ("attention", attention), ("hbm", hbm), ("hostbound", hostbound),
+                              ("compiled", compiled), ("nccl", nccl)))

@@ -31,7 +31,6 @@ Run on a machine with one NVIDIA Hopper/Blackwell GPU and PyTorch (never in CI):
 
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -251,13 +250,5 @@ def moe():
 
 
 if __name__ == "__main__":
-    gm.OUT = os.environ.get("OUT", "/tmp/gpu_measure_fp8_moe")
-    os.makedirs(gm.OUT, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    only = set(os.environ.get("ONLY", "").split(",")) - {""}
-    t0 = time.perf_counter()
-    for name, fn in (("env", gm.env), ("fp8_linear", fp8_linear), ("moe", moe), ("fp8_step", fp8_step),
-                     ("nccl_more", nccl_more)):
-        if not only or name in only:
-            fn()
-    print("total", round(time.perf_counter() - t0, 1), "s", gm.RES.get("section_wall_s"))
+    gm.main("/tmp/gpu_measure_fp8_moe", (("env", gm.env), ("fp8_linear", fp8_linear), ("moe", moe), ("fp8_step", fp8_step),
+                                       ("nccl_more", nccl_more)))

@@ -358,13 +358,5 @@ def compiled_layers():
 T0 = time.perf_counter()
 
 if __name__ == "__main__":
-    gm.OUT = os.environ.get("OUT", "/tmp/gpu_measure_moe_layer")
-    os.makedirs(gm.OUT, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    only = set(os.environ.get("ONLY", "").split(",")) - {""}
-    t0 = time.perf_counter()
-    for name, fn in (("env", gm.env), ("layer_gemms", layer_gemms), ("attention", attention), ("layers", layers),
-                     ("compiled_layers", compiled_layers)):
-        if not only or name in only:
-            fn()
-    print("total", round(time.perf_counter() - t0, 1), "s", gm.RES.get("section_wall_s"))
+    gm.main("/tmp/gpu_measure_moe_layer", (("env", gm.env), ("layer_gemms", layer_gemms), ("attention", attention),
+                                        ("layers", layers), ("compiled_layers", compiled_layers)))

@@ -30,7 +30,6 @@ Run on a machine with one NVIDIA Hopper GPU and PyTorch (never in CI):
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -222,13 +221,5 @@ def kernel_jitter():
 
 
 if __name__ == "__main__":
-    gm.OUT = os.environ.get("OUT", "/tmp/gpu_measure_te_fp8")
-    os.makedirs(gm.OUT, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    only = set(os.environ.get("ONLY", "").split(",")) - {""}
-    t0 = time.perf_counter()
-    for name, fn in (("env", gm.env), ("kernel_jitter", kernel_jitter), ("mla_attention", mla_attention),
-                     ("te_linear", te_linear)):
-        if not only or name in only:
-            fn()
-    print("total", round(time.perf_counter() - t0, 1), "s", gm.RES.get("section_wall_s"))
+    gm.main("/tmp/gpu_measure_te_fp8", (("env", gm.env), ("kernel_jitter", kernel_jitter),
+                                     ("mla_attention", mla_attention), ("te_linear", te_linear)))
