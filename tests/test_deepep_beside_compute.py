@@ -80,7 +80,7 @@ def _beside_compute(spans, rank: int) -> dict:
 
 
 def test_fill_and_drain_all_to_alls_run_beside_no_compute_every_paired_one_does():
-    """What combined 1F1B cannot hide (Megatron-LM combined_1f1b.py
+    """What combined 1F1B cannot hide (NVIDIA/Megatron-LM d4194b74 pipeline_parallel/combined_1f1b.py
     ``combined_1f1b_schedule_for_no_pipelining``: "The forward step for the first microbatch is
     executed alone, no a2a overlapping" and likewise the last backward): with pp 1 and M micro-batches,
     the first forward's and the last backward's 2 x 2 x layers all-to-alls have no compute of their
