@@ -67,3 +67,28 @@ def test_schedule_and_planner_scale_by_the_slowdown(slowdown):
     base = comm.all_to_all(nbytes, domains, Dedup(0.25, 0.75)) - P2P_LATENCY_S
     got = comm.all_to_all(nbytes, domains, Dedup(0.25, 0.75, slowdown)) - P2P_LATENCY_S
     assert got == pytest.approx(slowdown * base, rel=1e-12)
+
+
+def _beside_compute(spans, rank: int) -> dict:
+    """Per all-to-all span of ``rank`` (name, micro-batch, layer): seconds of it under the rank's compute."""
+    own = spans[spans["rank"] == rank]
+    comp = own[own["category"].astype(str) == "compute"]
+    cs, ce = comp.start_s.to_numpy(), comp.end_s.to_numpy()
+    a2a = own[own["name"].str.startswith("a2a_")]
+    return {(n, mb, layer): float(np.clip(np.minimum(ce, e) - np.maximum(cs, s), 0, None).sum())
+            for n, mb, layer, s, e in zip(a2a.name, a2a.micro_batch, a2a.layer, a2a.start_s, a2a.end_s)}
+
+
+def test_fill_and_drain_all_to_alls_run_beside_no_compute_every_paired_one_does():
+    """What combined 1F1B cannot hide (NVIDIA/Megatron-LM d4194b74 pipeline_parallel/combined_1f1b.py
+    ``combined_1f1b_schedule_for_no_pipelining``: "The forward step for the first microbatch is
+    executed alone, no a2a overlapping" and likewise the last backward): with pp 1 and M micro-batches,
+    the first forward's and the last backward's 2 x 2 x layers all-to-alls have no compute of their
+    rank beside them (exposed whole), and every one of the other (M - 1) x 2 x 2 x layers does."""
+    spans = run(True).spans
+    beside = _beside_compute(spans, int(spans["rank"].iloc[0]))
+    alone = [v for (n, mb, _), v in beside.items() if _alone(n, mb)]
+    paired = [v for (n, mb, _), v in beside.items() if not _alone(n, mb)]
+    assert len(alone) == 2 * 2 * MOE["layers"] and len(paired) == 2 * 2 * MOE["layers"] * (MICRO_BATCHES - 1)
+    assert max(alone) == 0.0
+    assert min(paired) > 0.0

@@ -33,7 +33,8 @@ class Collective:
     algo: Algorithm | str = Algorithm.AUTO  # or "algorithm:protocol" text (a benchmark's ring:ll)
     siblings: tuple[tuple[int, ...], ...] | SiblingGroups = ()
     shares: tuple | None = None  # all_to_all: (send, receive) weights per member (uneven)
-    sms: float = 0.0  # share of each member's SMs its kernels hold from arrival to end (DeepEP's: sim/parallel/ep.py)
+    sms: float = 0.0  # share of the compute rate its kernels take from each member, arrival to end (DeepEP's
+    #                   measured cost of its SMs: sim/parallel/ep.py ``sm_share``)
 
 
 def rekeyed(call: Collective, key: tuple, group: tuple | None = None, siblings=None) -> Collective:

@@ -25,8 +25,9 @@ class SmLedger:
     SMs: it progresses at ``1 - held`` of its rate (DeepEP's maintainers: with two streams,
     "computation and communication kernels share all the SMs (e.g. internode kernels using
     20 SMs, and GEMM on the computation uses 132 - 20 = 112 SMs)", deepseek-ai/DeepEP issue
-    61). So a compute op of ``w`` seconds overlapped for ``t`` seconds by a kernel holding a
-    share ``s`` ends ``s * t`` later (closed form: tests/test_sm_share.py). Each running
+    61); the share charged is what the compute measurably loses, which can exceed the SMs' own
+    share (DeepEP's: sim/parallel/ep.py ``DEEPEP_COMPUTE_COST``). So a compute op of ``w``
+    seconds overlapped for ``t`` seconds by a kernel holding a share ``s`` ends ``s * t`` later (closed form: tests/test_sm_share.py). Each running
     compute op keeps its planned end and wake; when the held share changes, the work left is
     rescaled to the new rate and a new wake replaces the old one (which then fires with no
     callback). Only ranks whose program :attr:`~.ops.RankProgram.holds_sms` get a ledger: every

@@ -60,7 +60,6 @@ from ..model.layers import ELEM, Direction, backward, experts, router, routed_ex
 from . import tp
 from ..engine.kinds import Category, StreamName
 from ..input.choices import Dispatcher, ExpertRouting
-from ..hardware.gpus import H100_SMS
 
 AXIS = Category.EP
 COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long())
@@ -74,6 +73,14 @@ COUNT_BYTES = 8  # one int64 token count per expert (routing_map.sum(dim=0).long
 # A2A_OVERLAP=1, NVTE_{FWD,BWD}_LAYERNORM_SM_MARGIN=20: Transformer Engine's norms leave those 20
 # SMs to DeepEP.
 DEEPEP_SMS = 20
+# What compute beside DeepEP's kernels loses, measured with those 20 SMs held on H100: "The
+# report's DeepEP example reserves 20 SMs per GPU and observes about a 20% GEMM-efficiency cost"
+# (NVIDIA/Megatron-LM fc81b209 docs/user-guide/features/moe_a2a_overlap.md, "Performance results",
+# quoting the Megatron-Core MoE report, arXiv 2603.07685 section 4.2.3: DeepSeek-V3 on H100 under
+# combined-1F1B EP overlap). More than the SMs' own share, 20/132 = 15.2% (the candidates: grids
+# sized for 132 SMs run in more waves on 112; DeepEP's copies take HBM bandwidth; not measured
+# apart). :func:`sm_share` charges it.
+DEEPEP_COMPUTE_COST = 0.20
 # DeepEP's normal kernels slowed beside GEMMs on the other stream, time beside / time alone:
 # deepseek-ai/DeepEP issue 184 (its benchmark of overlapped compute and communication): dispatch
 # 3.54 -> 4.18 ms, combine +0.9%. Charged to the all-to-alls of a combined-1F1B layer pair
@@ -232,12 +239,13 @@ def dispatch(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD,
 
 
 def sm_share(parallel) -> float:
-    """The share of a GPU's SMs the dispatcher's all-to-all kernels hold while they run
-    (``Collective.sms``; the engine slows the compute beside them, :class:`sim.engine.sms.SmLedger`):
-    DeepEP's :data:`DEEPEP_SMS` of an H100's 132; none for NCCL's all-to-all (not modelled:
-    its channels' SMs are not counted anywhere else either). The planner prices the same share
-    (sim/plan/estimate.py ``_ep_exposed``, through :mod:`.layer_program`)."""
-    return DEEPEP_SMS / H100_SMS if parallel.ep_dispatcher is Dispatcher.DEEPEP else 0.0
+    """The share of the compute rate the dispatcher's all-to-all kernels take while they run
+    (``Collective.sms``; the engine slows the compute beside them to ``1 -`` it,
+    :class:`sim.engine.sms.SmLedger`): DeepEP's measured :data:`DEEPEP_COMPUTE_COST` with its
+    :data:`DEEPEP_SMS` of an H100's 132 held (at least their share); none for NCCL's all-to-all (not
+    modelled: its channels' SMs are not counted anywhere else either). The planner prices the same
+    share (sim/plan/estimate.py ``_ep_exposed``, through :mod:`.layer_program`)."""
+    return DEEPEP_COMPUTE_COST if parallel.ep_dispatcher is Dispatcher.DEEPEP else 0.0
 
 
 def paired_stretch(parallel) -> float:
