@@ -72,7 +72,7 @@ from .attention_rates import ATTENTION_KERNEL
 #   (tensorflow/tensorflow third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h,
 #   "sm_100", bf16xbf16->bf16 vs f8e4m3fnxf8e4m3fn->bf16 at b 1, m 4,096, n and k 1,024-4,096):
 #   0.900, from per-shape ratios that rise from 0.66 at 4,096 x 1,024 x 1,024 to 1.03 at
-#   4,096 x 4,096 x 2,048 -- shapes of 8.6-69 GFLOP, a few to 50 microseconds on a B200, where a
+#   4,096 x 4,096 x 2,048 -- shapes of 8.6-137 GFLOP, 10-100 microseconds on a B200, where a
 #   fixed cost per kernel weighs on the twice-as-fast FP8 kernel; a training step's linears are
 #   the tutorial's size (docs/precision.md, "Blackwell's FP8 share"). NVFP4 stays at the assumed
 #   0.806: the tutorial's NVFP4 layer (3.764 ms, 3.48x BF16 of a 6x peak) would make it about 0.63
