@@ -30,6 +30,9 @@ Issue 29, main 9e986e0 (2026-11-27, ``--only mi355x --workers 1`` then ``--only 
 load 5-13): mi355x 100 simulated (4 stopped), same best 3.420 s, Spearman 0.87, 424 s wall, 130 s
 CPU; gb200 103 simulated (1 stopped), best tp 1 x pp 9 (ZB-H1) x dp 32 x cp 4, ZeRO 1: 2.851 s,
 MFU 49.2%, 73.4 GiB, Spearman 0.90, 1,277 s wall, 363 s CPU: both MISSED 300 s of wall (docs/plan.md).
+GB200 re-timed on main 6d57469 + i29-bw (2026-11-27, ``--only gb200 --workers 1``, load 6-12): the same
+counts and best (2.851 s, MFU 49.2%), 104 simulated (0 stopped), Spearman 0.90, 1,818 s wall, 342 s
+CPU: MISSED (pp 18 layouts cost 6-9x their predicted simulation CPU; docs/plan.md).
 
 Issue 28 (2026-11-27, ``--only dsv3``, main 73694b6 then the branch, 2 workers, load 8-18 then
 13-25): 7 -> 71 layouts simulated (17 -> 33 stopped at the point limit), best 8.086 -> 7.926 s;

@@ -61,14 +61,22 @@ from .attention_rates import ATTENTION_KERNEL
 #   E4M3 1,599-1,630 of 1,979 TFLOP/s, gitea d-robotics test_gpu_scripts
 #   reports_cublaslt_fp8_crosscheck_20260524.md).
 # Blackwell parts (b200, gb200, b300, gb300 and the torchtitan rows' parts): the BF16 share is
-#   assumed (Hopper's). FP8 against it: OpenXLA's cuBLAS table for sm_100 (tensorflow/tensorflow
-#   third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h, the table cited above
-#   for sm_90, moved; its "sm_100" entries time "bf16xbf16->bf16" and "f8e4m3fnxf8e4m3fn->bf16" at
-#   each shape) gives, at its nine largest shapes (b 1, m 4096, n and k 1024-4096:
-#   :data:`XLA_SM100`), a median (FP8 share / its curve) / (BF16 share / its curve) of 0.900 --
-#   the Hopper comparison above, on Blackwell: fp8 = 0.806 x 0.900 = 0.725. MXFP8 keeps 0.951 of
-#   that (:data:`MX_FP8_RATIO`, Transformer Engine's B300 GEMM timings): 0.690. NVFP4 stays at the
-#   assumed 0.806 (the table has no FP4 entry).
+#   assumed (Hopper's). FP8 against it: Transformer Engine's GEMM profiling tutorial on a B300
+#   (:data:`TE_TUTORIAL_PREQUANTIZED_S`, below), the 12 GEMMs of one training layer timed with their
+#   inputs quantized before the loop: 13.102 ms BF16, 6.812 ms FP8 (current scaling, tensor-wise
+#   scales), 1.923x. Through the curves (every one of those GEMMs has smallest dimension 4,096) FP8
+#   keeps 0.991 of the BF16 share (:func:`te_fp8_ratio`): fp8 = 0.806 x 0.991 = 0.799; MXFP8 keeps
+#   0.951 of that (:data:`MX_FP8_RATIO`, the same table): 0.760. The same tutorial's H200 layer gives
+#   0.981 by the same method, where our own H200 measured 0.983 (above): the method checks out on
+#   Hopper. It replaces, since 2026-11-27, the median over OpenXLA's sm_100 cuBLAS table
+#   (tensorflow/tensorflow third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h,
+#   "sm_100", bf16xbf16->bf16 vs f8e4m3fnxf8e4m3fn->bf16 at b 1, m 4,096, n and k 1,024-4,096):
+#   0.900, from per-shape ratios that rise from 0.66 at 4,096 x 1,024 x 1,024 to 1.03 at
+#   4,096 x 4,096 x 2,048 -- shapes of 8.6-137 GFLOP, 10-100 microseconds on a B200, where a
+#   fixed cost per kernel weighs on the twice-as-fast FP8 kernel; a training step's linears are
+#   the tutorial's size (docs/precision.md, "Blackwell's FP8 share"). NVFP4 stays at the assumed
+#   0.806: the tutorial's NVFP4 layer (3.764 ms, 3.48x BF16 of a 6x peak) would make it about 0.63
+#   of the BF16 share, not adopted here as no shipped row trains in NVFP4 to check it.
 # AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
 #   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
 #   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
@@ -78,14 +86,6 @@ from .attention_rates import ATTENTION_KERNEL
 #   The BF16 share stays assumed (Hopper's); the sustained factor per GPU type is fitted on AMD's
 #   published MI325X / MI355X training throughputs (sim/data/frontier_runs.csv). MI355X (CDNA4):
 #   no measurement shipped, the assumed shares.
-# OpenXLA's sm_100 (B200) cuBLAS table, b = 1, m = 4096, n and k >= 1024: (m, n, k, BF16 FLOP/s,
-# FP8 e4m3 FLOP/s), of the B200's dense 2.25 / 4.5 PFLOP/s (sim.hardware.gpus).
-XLA_SM100 = ((4096, 1024, 1024, 715.649e12, 850.826e12), (4096, 2048, 1024, 913.823e12, 1332.186e12),
-             (4096, 4096, 1024, 1075.624e12, 1895.396e12), (4096, 1024, 2048, 990.308e12, 1462.614e12),
-             (4096, 2048, 2048, 1170.012e12, 1833.497e12), (4096, 4096, 2048, 1277.789e12, 2484.974e12),
-             (4096, 1024, 4096, 1204.928e12, 1951.814e12), (4096, 2048, 4096, 1343.542e12, 2499.435e12),
-             (4096, 4096, 4096, 1416.867e12, 2764.982e12))
-BLACKWELL_FP8_RATIO = 0.900  # median over XLA_SM100 (tests/test_precision_kernels.py recomputes it)
 # AMD's max-achievable FLOPs: (BF16 FLOP/s at smallest dim 4096, FP8 FLOP/s at smallest dim 3648).
 AMD_MAF = {"mi300x": (708e12, 1273e12), "mi325x": (843e12, 1519e12)}
 
@@ -98,17 +98,60 @@ def maf_fp8_ratio(gpu: str) -> float:
     return (fp8 / part.fp8_flops / (3648 / (3648 + 256))) / (bf16 / part.peak_flops / (4096 / (4096 + 128)))
 
 
+GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
+# FP8 size dependence: a tile's fixed cost (prologue, epilogue, wave tail) does not shrink when
+#   the MMA runs twice as fast, so the half-efficiency size doubles. Measured: fitting
+#   e*K/(K+c) to the tilelang FP8 K-sweep gives c ~ 380 (M=N=8192, K=256..16384) where the
+#   BF16 sm_90 cuBLAS table of XLA (tensorflow/tensorflow third_party/xla/xla/service/gpu/
+#   model/matmul_interpolator_data.h, m=n=4096, k=256..4096) gives c ~ 215: a ratio of ~1.8.
+FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
+# NVFP4: the MMA runs twice as fast again as FP8 on Blackwell; by the same fixed-cost argument
+#   the half-efficiency size doubles again (an extrapolation of the FP8 measurement above, no
+#   FP4 K-sweep is shipped).
+HALF_SIZE = {Precision.FP8: FP8_GEMM_HALF_SIZE, Precision.MXFP8: FP8_GEMM_HALF_SIZE, Precision.NVFP4: 2 * FP8_GEMM_HALF_SIZE}
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
 _CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
-# MXFP8 against FP8 with tensor-wise scales, both pre-quantized, on Blackwell: Transformer Engine's
-# GEMM profiling tutorial (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst,
-# "Autocast vs Pre-quantized", B300, hidden 4096, intermediate 16384, M = 15,872 tokens: the 12
-# GEMMs of one layer, inputs quantized before the timed loop, so the casts are not in it) times a
-# layer at 6.812 ms in FP8 (current scaling) and 7.161 ms in MXFP8: the MX kernel, which also loads
-# one E8M0 scale per 32 elements of each operand, keeps 6.812 / 7.161 = 0.951 of the FP8 kernel's
-# rate at the same shapes and peak (tcgen05.mma kind::mxf8f6f4 and kind::f8f6f4 share it).
-TE_B300_PREQUANTIZED_LAYER_S = {"fp8": 6.812e-3, "mxfp8": 7.161e-3}
-MX_FP8_RATIO = TE_B300_PREQUANTIZED_LAYER_S["fp8"] / TE_B300_PREQUANTIZED_LAYER_S["mxfp8"]
+# Transformer Engine's GEMM profiling tutorial (NVIDIA/TransformerEngine
+# docs/examples/gemm_profiling/gemm_profiling.rst @8f2e635, "Autocast vs Pre-quantized" and "Worked
+# Example: 5B Model on H200"; benchmarks/gemm/benchmark_gemm.py --pre-quantize): the 12 GEMMs of one
+# layer of hidden 4,096, intermediate 16,384 and M = 31 x 512 = 15,872 tokens (QKV, attention out,
+# MLP up, MLP down; forward, dgrad and wgrad each), inputs quantized before the timed loop, so only
+# the GEMM kernels are in it; per-layer seconds on an "NVIDIA B300 SXM6 AC" and an "H200 NVL":
+# BF16, FP8 current scaling (tensor-wise scales) and, on the B300, MXFP8.
+TE_TUTORIAL_LAYER = (4096, 16384, 31 * 512)  # hidden, intermediate, tokens
+TE_TUTORIAL_PREQUANTIZED_S = {"b300": {Precision.BF16: 13.102e-3, Precision.FP8: 6.812e-3, Precision.MXFP8: 7.161e-3},
+                              "h200": {Precision.BF16: 31.968e-3, Precision.FP8: 16.785e-3}}
+
+
+def te_tutorial_gemms() -> list[tuple[int, int, int]]:
+    """The tutorial's 12 GEMMs of one layer as (m, n, k): forward (M, N, K) of QKV, attention
+    out, MLP up and down, then each one's dgrad (M, K, N) and wgrad (K, N, M)."""
+    h, inter, m = TE_TUTORIAL_LAYER
+    fwd = [(m, 3 * h, h), (m, h, h), (m, inter, h), (m, h, inter)]
+    return fwd + [(a, k, n) for a, n, k in fwd] + [(k, n, a) for a, n, k in fwd]
+
+
+def te_fp8_ratio(gpu: str) -> float:
+    """(FP8 share / its curve) / (BF16 share / its curve) of the tutorial's pre-quantized layer on
+    ``gpu``: the shares of the preset's dense peaks that the 12 GEMMs' FLOPs need to take the
+    measured times through the curves (half sizes :data:`GEMM_HALF_SIZE` and
+    :data:`FP8_GEMM_HALF_SIZE`), one ratio for the whole layer."""
+    part, times = GPUS[gpu], TE_TUTORIAL_PREQUANTIZED_S[gpu]
+
+    def at_full_share(peak: float, half: float) -> float:  # seconds at share 1 of ``peak``
+        return sum(2 * m * n * k / (peak * min(m, n, k) / (min(m, n, k) + half)) for m, n, k in te_tutorial_gemms())
+
+    fp8_share = at_full_share(part.fp8_flops, FP8_GEMM_HALF_SIZE) / times[Precision.FP8]
+    return fp8_share / (at_full_share(part.peak_flops, GEMM_HALF_SIZE) / times[Precision.BF16])
+
+
+# Blackwell's FP8 GEMM against its BF16 one: the tutorial's B300 layer (above), 0.991.
+BLACKWELL_FP8_RATIO = te_fp8_ratio("b300")
+# MXFP8 against FP8 with tensor-wise scales, both pre-quantized, on the same B300 and layer: the MX
+# kernel, which also loads one E8M0 scale per 32 elements of each operand, keeps 6.812 / 7.161 =
+# 0.951 of the FP8 kernel's rate at the same shapes and peak (tcgen05.mma kind::mxf8f6f4 and
+# kind::f8f6f4 share it).
+MX_FP8_RATIO = TE_TUTORIAL_PREQUANTIZED_S["b300"][Precision.FP8] / TE_TUTORIAL_PREQUANTIZED_S["b300"][Precision.MXFP8]
 _BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO}
 _H100 = {"bf16": 0.806, "fp8": 0.776}
 _H200 = {"bf16": 0.806, "fp8": 0.793}
@@ -137,7 +180,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   h200 0.7656 (2 rows; 0.96 of the H100 SXM's on the same tensor cores), b200-power-limited
 #   0.3055 (3 rows on "power limited" B200: 19-25% MFU published), gb200-torchtitan 0.5012 (2
 #   Llama-4-Scout rows). Refit 2026-11-26 after Blackwell's FP8 kernel share (0.900 of BF16's,
-#   XLA_SM100) and torchao's MX cast rates (sim.model.quant.MX_CAST_SHARE): `clustersim validate
+#   OpenXLA's sm_100 table) and torchao's MX cast rates (sim.model.quant.MX_CAST_SHARE): `clustersim validate
 #   --fit --rows tt_b200,tt_gb200`: b200-power-limited 0.3236 (was 0.3055), gb200-torchtitan
 #   unchanged (its BF16 row pins the fit); after CDNA3's FP8 share (AMD_MAF), `clustersim validate
 #   --fit --rows amd_mi325x`: mi325x 0.6789 (was 0.6518). Refit 2026-11-27 after the H100's flash2
@@ -152,8 +195,13 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   mi355x refit by the same rule, `clustersim validate --fit --rows amd_mi355x`: 0.6008 (was 0.5793,
 #   fitted before Megatron's unfused token permutation, sim/studies/frontier.py, moved its one row
 #   from 0.0% to -3.1%). One row: the fit is exact and checks nothing; with the MI325X's factor
-#   (the CDNA3 sibling) that row would read +11.1%. Refit it whenever the MoE costs move. Parts without rows take their nearest fitted sibling: h800 the H100
-#   SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same CDNA3 die).
+#   (the CDNA3 sibling) that row would read +11.1%. Refit it whenever the MoE costs move. Refit
+#   2026-11-27 after Blackwell's FP8 share was taken from Transformer Engine's B300 layer (0.991 of
+#   BF16's, was 0.900: BLACKWELL_FP8_RATIO), `clustersim validate --fit --rows tt_b200,tt_gb200`:
+#   b200-power-limited 0.4569 (was 0.4736: the FP8 rows had held it up), gb200-torchtitan
+#   unchanged (its BF16 row pins the fit again). Parts without rows take their nearest fitted
+#   sibling: h800 the H100 SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same
+#   CDNA3 die).
 # b200, b300, gb200 and gb300 (full-power DGX / HGX parts and NVL72 racks) have no shipped row of
 #   a dense step: they take the H100 SXM's factor, on the assumption that Blackwell's kernels and
 #   frameworks keep the same share of their datasheet peak through a training step as Hopper's
@@ -171,7 +219,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
-             "b200-power-limited": 0.4736, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
+             "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
 SUSTAINED.update(gb300=SUSTAINED["gb200"])
@@ -180,17 +228,6 @@ SUSTAINED.update(gb300=SUSTAINED["gb200"])
 GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}
 
 
-GEMM_HALF_SIZE = 128  # smallest GEMM dim at which efficiency is half of e_max (tile size 128)
-# FP8 size dependence: a tile's fixed cost (prologue, epilogue, wave tail) does not shrink when
-#   the MMA runs twice as fast, so the half-efficiency size doubles. Measured: fitting
-#   e*K/(K+c) to the tilelang FP8 K-sweep gives c ~ 380 (M=N=8192, K=256..16384) where the
-#   BF16 sm_90 cuBLAS table of XLA (tensorflow/tensorflow third_party/xla/xla/service/gpu/
-#   model/matmul_interpolator_data.h, m=n=4096, k=256..4096) gives c ~ 215: a ratio of ~1.8.
-FP8_GEMM_HALF_SIZE = 2 * GEMM_HALF_SIZE
-# NVFP4: the MMA runs twice as fast again as FP8 on Blackwell; by the same fixed-cost argument
-#   the half-efficiency size doubles again (an extrapolation of the FP8 measurement above, no
-#   FP4 K-sweep is shipped).
-HALF_SIZE = {Precision.FP8: FP8_GEMM_HALF_SIZE, Precision.MXFP8: FP8_GEMM_HALF_SIZE, Precision.NVFP4: 2 * FP8_GEMM_HALF_SIZE}
 # The quantized linear-layer precisions and the bytes per element of an operand with its block
 # scales (MX: one 1-byte E8M0 scale per 32 elements, OCP Microscaling Formats v1.0; NVFP4: one
 # 1-byte E4M3 scale per 16 elements plus a per-tensor FP32 scale, NVIDIA "Pretraining Large
