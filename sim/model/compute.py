@@ -321,7 +321,7 @@ class ComputeModel:
             rate = self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys)
         else:
             rate = self.gpu.peak_flops * self.efficiency(k.min_dim)
-        return k.flops / rate if self.slowdown == 1.0 else k.flops / rate * self.slowdown
+        return k.flops / rate * self.slowdown  # (x 1.0 is exact: off, every time is as before)
 
     def time(self, kernels: list[Kernel] | tuple[Kernel, ...]) -> float:
         """Seconds for a sequence of kernels (memoized: a step repeats the same lists)."""

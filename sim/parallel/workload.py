@@ -59,7 +59,8 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())
     folded_by = domains if len(domains) >= layout.world else np.arange(layout.world) // fabric.gpus_per_domain
     found = folding(s, layout, fabric, folded_by, uneven)  # (callers that only account memory pass no domains)
-    return Context(s, d, layout, shard, compute_model(s, gpu_name, e_max, layout.world), domains, frozenset(np.flatnonzero(found.simulated).tolist()),
+    compute = compute_model(s, gpu_name, e_max, layout.world)
+    return Context(s, d, layout, shard, compute, domains, frozenset(np.flatnonzero(found.simulated).tolist()),
                    t.global_batch // (p.dp * t.micro_batch),
                    pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), loads, found)
 
