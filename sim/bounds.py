@@ -72,6 +72,9 @@ JITTER_FLOOR = Bound(0.7, 100.0, "an op's multiplier below 0.7 would beat the GP
                                  "is calibrated at ~0.69 of peak)")
 JITTER_SAMPLE = Bound(1, GPUS.hi, "ranks a sampled jitter run simulates: at most every rank of the largest "
                                    "cluster (sim/parallel/jitter.py)")
+VARIABILITY_SIGMA = Bound(0.0, 0.1, "relative std dev of GPU speeds within one SKU: Sinha et al. (SC22) measured "
+                                     "8% (max 22%) variation, a sigma of ~1.5% (max ~4%); at 0.1 the slowest of "
+                                     "16k GPUs is ~1.4x the mean, their worst outliers (1.5x the median)")
 FAULTS = Bound(0, 4096, "entries in [[stragglers]] or [[cluster.faults]] (one entry names any number of ranks)")
 
 # --- the model ---------------------------------------------------------------------------

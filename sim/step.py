@@ -144,6 +144,8 @@ def _simulate_paused(s: Scenario, baseline: bool, e_max: float | None, record_li
     summary.update(sim_events=engine.events, sim_wall_s=round(wall, 3))
     if s.jitter.sigma > 0:
         summary.update(jitter_summary(ctx))
+    if s.variability.sigma > 0:  # the slowest GPU's factor on every FLOP (sim/hardware/variability.py)
+        summary["gpu_variability_slowdown"] = ctx.compute.slowdown
     if baseline and perturbed(s):
         # the clean run on the same graph unless link faults changed it (stragglers and jitter
         # are compute: the spec, GPU count and calibration are the same, so is the graph; its

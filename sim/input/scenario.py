@@ -166,6 +166,13 @@ class Jitter(_Section):
         return self
 
 
+class Variability(_Section):
+    """GPU-to-GPU speed spread within one SKU: the step runs at the slowest of its GPUs
+    (sim/hardware/variability.py: one factor, 1 + sigma * E[max of N standard normals])."""
+
+    sigma: real(B.VARIABILITY_SIGMA) = 0.0  # relative std dev of a GPU's static speed; 0: off
+
+
 class LinkFault(_Section):
     """A degraded (factor < 1) or failed (factor = 0) link: a GPU's NIC, or a named edge."""
 
@@ -313,5 +320,6 @@ class Scenario(_Section):
     parallel: Parallel = Parallel()
     stragglers: list[Straggler] = Field([], max_length=B.FAULTS.hi)
     jitter: Jitter = Jitter()
+    variability: Variability = Variability()  # opt-in (docs/strong_scaling.md, "GPU speed variability")
     rl: RL | None = None  # an RL loop (clustersim rl); [parallel] is then the trainer pool's layout
     simulation: Simulation = Simulation()

@@ -296,12 +296,13 @@ class ComputeModel:
     curve :data:`ATTENTION_KERNEL` times the attention core (None: the default, cuDNN's;
     ``training.attention_backend`` passes through as given); ``precision``: which quantized
     format the kernels marked ``fp8`` run in (fp8, mxfp8 or nvfp4: its peak, kernel share and
-    half size)."""
+    half size); ``slowdown``: every kernel's FLOP time times this factor, the slowest of the
+    job's GPUs under ``variability.sigma`` (:func:`sim.hardware.variability.slowest_of`; 1: off)."""
 
     def __init__(self, gpu: GPU, e_max: float | None = None, e_max_fp8: float | None = None,
                  attention: AttentionBackend | None = None, calibration: Calibration | None = None,
-                 precision: Precision = Precision.FP8):
-        self.gpu = gpu
+                 precision: Precision = Precision.FP8, slowdown: float = 1.0):
+        self.gpu, self.slowdown = gpu, slowdown
         kernel = GEMM_KERNEL[gpu.name]
         curves = ATTENTION_KERNEL[gpu.name][attention or AttentionBackend.CUDNN]
         self.half, self.hbm_efficiency = GEMM_HALF_SIZE, HBM_EFFICIENCY
@@ -352,10 +353,12 @@ class ComputeModel:
         if not k.flops:
             return 0.0
         if k.fp8:
-            return k.flops / (self.low_flops * self.fp8_efficiency(k.min_dim))
-        if k.attn:
-            return k.flops / (self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys))
-        return k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim))
+            rate = self.low_flops * self.fp8_efficiency(k.min_dim)
+        elif k.attn:
+            rate = self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys)
+        else:
+            rate = self.gpu.peak_flops * self.efficiency(k.min_dim)
+        return k.flops / rate * self.slowdown  # (x 1.0 is exact: off, every time is as before)
 
     def time(self, kernels: list[Kernel] | tuple[Kernel, ...]) -> float:
         """Seconds for a sequence of kernels (memoized: a step repeats the same lists)."""

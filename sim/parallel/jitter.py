@@ -41,10 +41,9 @@ missing: there sampled mode's jitter cost was 25% below exact (0.35% of the step
 The summary says which mode ran (``jitter_mode``).
 """
 
-import math
-
 import numpy as np
 
+from ..hardware.variability import expected_max
 from ..input.choices import JitterMode
 from .folding import Folding, fold, link_codes, scale_codes
 from .group_arrays import GroupTable, GroupType
@@ -146,18 +145,3 @@ class FoldedArrivals:
         ends = [float(np.mean(t) + np.std(t, ddof=1) * found[c]) for c, t in by_class.items()
                 if c in found and len(t) >= 2]
         return max(ends) if ends else None
-
-
-_EXPECTED: dict[int, float] = {}
-
-
-def expected_max(m: int) -> float:
-    """E[max of m independent standard normals] (m >= 1): the integral of
-    x * m * phi(x) * Phi(x)^(m-1) on a fine grid (1/sqrt(pi) for m = 2)."""
-    found = _EXPECTED.get(m)
-    if found is None:
-        x = np.linspace(-9.0, 9.0, 36001)
-        phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
-        found = _EXPECTED[m] = float(np.trapezoid(x * m * phi * cdf ** (m - 1), x))
-    return found

@@ -33,7 +33,6 @@ from enum import Enum
 import numpy as np
 
 from ..collectives.kinds import SEND_RECV, CollectiveOp
-from ..hardware.gpus import gpu_preset
 from ..input.choices import Schedule
 from ..model import host, transformer as model_costs
 from ..model.compute import ComputeModel
@@ -177,8 +176,7 @@ def context(s, gpu_name: str, e_max: float | None = None, loads: dict | None = N
     p, t = s.parallel, s.training
     layout, shard = Layout.from_parallel(p), shard_of(s)
     d = model_costs.dims(s.model)
-    compute = compute or ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend,
-                                      calibration=s.cluster.calibration, precision=t.precision)
+    compute = compute or workload.compute_model(s, gpu_name, e_max, layout.world)
     m = t.global_batch // (p.dp * t.micro_batch) if micro_batches is None else micro_batches
     return Context(s, d, layout, shard, compute, [0] * layout.world, _All(layout.world), m,
                    pipeline.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers),
@@ -280,9 +278,9 @@ _CACHE: OrderedDict = OrderedDict()
 
 def content_key(s, gpu_name: str, e_max: float | None) -> tuple:
     """What a layer program depends on: the model, training and parallel sections, the seed
-    (expert loads), the GPU and its efficiency (with a measured calibration profile's)."""
+    (expert loads), the GPU and its efficiency (a calibration profile's; ``variability``'s factor)."""
     return (s.model.model_dump_json(), s.training.model_dump_json(), s.parallel.model_dump_json(), s.seed,
-            gpu_name, e_max, s.cluster.calibration)
+            gpu_name, e_max, s.cluster.calibration, s.variability.sigma)
 
 
 def programs(s, gpu_name: str, e_max: float | None = None, key: tuple | None = None,

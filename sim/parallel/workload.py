@@ -22,6 +22,7 @@ from ..model.compute import ComputeModel, quantized
 from ..model import host
 from ..hardware.gpus import gpu_preset
 from ..hardware.specs import FatTreeSpec
+from ..hardware.variability import step_slowdown
 from ..model.layers import Shard
 from . import amax, copies, dp, ep_overlap, jitter, pp, replay, step_end, wgrad_deferral, zero
 from .folding import Folding, fold, unfolded
@@ -58,11 +59,19 @@ def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | 
     uneven = layout.ep > 1 and any(np.ptp(x) > 0 for x in loads.values())
     folded_by = domains if len(domains) >= layout.world else np.arange(layout.world) // fabric.gpus_per_domain
     found = folding(s, layout, fabric, folded_by, uneven)  # (callers that only account memory pass no domains)
-    compute = ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration,
-                           precision=t.precision)
+    compute = compute_model(s, gpu_name, e_max, layout.world)
     return Context(s, d, layout, shard, compute, domains, frozenset(np.flatnonzero(found.simulated).tolist()),
                    t.global_batch // (p.dp * t.micro_batch),
                    pp.split_layers(d.layers, p.pp * p.virtual_stages, p.stage_layers), loads, found)
+
+
+def compute_model(s: Scenario, gpu_name: str, e_max: float | None, world: int) -> ComputeModel:
+    """The kernel timer of a scenario's ranks (one definition: the builders' and the layer
+    programs'): the GPU, its calibration, the attention backend, the precision, and the slowest
+    of the job's ``world`` GPUs under ``variability`` (sim/hardware/variability.py)."""
+    t = s.training
+    return ComputeModel(gpu_preset(gpu_name), e_max, attention=t.attention_backend, calibration=s.cluster.calibration,
+                        precision=t.precision, slowdown=step_slowdown(s, world))
 
 
 def can_fold(s: Scenario, fabric: FatTreeSpec) -> bool:

@@ -19,7 +19,7 @@ from ..input.bundled import EXAMPLES
 from ..input.load import override_pairs, set_key, scenario_from_dict
 
 SEARCHED = ("training.micro_batch", "training.recompute")  # the planner chooses these (and all of [parallel])
-NOT_PLANNED = ("stragglers", "jitter", "rl")  # sections a planned (clean) step cannot have
+NOT_PLANNED = ("stragglers", "jitter", "variability", "rl")  # sections a planned (clean) step cannot have
 
 
 @dataclass(frozen=True)
