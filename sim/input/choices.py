@@ -115,6 +115,14 @@ class Dispatcher(StrEnum):
     DEEPEP = "deepep"  # flex dispatcher on DeepEP's kernels: each token once per rank and node
 
 
+class MlaDownProj(StrEnum):
+    """``parallel.mla_down_proj``: how Megatron-Core's layer spec splits MLA's down projections
+    under tensor parallelism (megatron/core/models/gpt/gpt_layer_specs.py, MLASelfAttentionSubmodules)."""
+
+    DUPLICATED = "duplicated"  # TELinear parallel_mode "duplicated": whole weights on the sequence shard
+    COLUMN = "column"  # TEColumnParallelLinear: each gathers the hidden input (Megatron-Core 1c425a83..e63aee46)
+
+
 class CpImpl(StrEnum):
     """``parallel.cp_impl``: context parallelism's implementation (sim/parallel/cp.py)."""
 

@@ -5,7 +5,8 @@ the order a user fixes them).
 """
 
 from ..errors import InputError
-from .choices import ONE_F_ONE_B_SCHEDULES, Dispatcher, ExpertRouting, Precision, Recipe, Recompute, Schedule
+from .choices import (ONE_F_ONE_B_SCHEDULES, Attention, Dispatcher, ExpertRouting, MlaDownProj, Precision, Recipe,
+                      Recompute, Schedule)
 
 
 def check_overlap(m, p, t) -> None:
@@ -18,6 +19,7 @@ def check_overlap(m, p, t) -> None:
     if p.tp_overlap_fp8_rs and not (t.precision is Precision.FP8 and t.fp8_recipe is Recipe.TE):
         raise InputError("parallel.tp_overlap_fp8_rs", f"needs precision 'fp8' with fp8_recipe 'te' (Transformer "
                                                        f"Engine's FP8 buffers); got '{t.precision}', '{t.fp8_recipe}'")
+    check_mla_down_proj(m, p)
     check_dispatcher(m, p)
     if not p.ep_comm_overlap:
         return
@@ -33,6 +35,24 @@ def check_overlap(m, p, t) -> None:
     if p.pp == 1 and t.global_batch // (p.dp * t.micro_batch) < 2:
         raise InputError("parallel.ep_comm_overlap", "needs at least 2 micro-batches per step (one's all-to-alls "
                                                      "run under the other's compute)")
+
+def check_mla_down_proj(m, p) -> None:
+    """``parallel.mla_down_proj = "column"``: Megatron-Core's MLA spec of core 0.12-0.13
+    (gpt_layer_specs.py at 1c425a83, the commit that made the down projections
+    TEColumnParallelLinear, to e63aee46, which made them TELinear again). Only MLA has down
+    projections; and at those commits MLA's linears pass no ``tp_comm_buffer_name``, which
+    Megatron-Core's TE wrapper asserts under ``tp_comm_overlap`` (extensions/transformer_engine.py
+    at 7094270c: "Buffer name should be set to configure communication overlap settings")."""
+    if p.mla_down_proj is not MlaDownProj.COLUMN:
+        return
+    if m.attention is not Attention.MLA:
+        raise InputError("parallel.mla_down_proj", f"'column' splits MLA's down projections; model.attention = "
+                                                   f"'{m.attention}' has none")
+    if p.tp_comm_overlap:
+        raise InputError("parallel.mla_down_proj", "'column' (Megatron-Core 0.12-0.13's MLA spec) runs no TP-comm "
+                                                   "overlap: its linears have no userbuffers name (set "
+                                                   "tp_comm_overlap = false)")
+
 
 def check_dispatcher(m, p) -> None:
     """DeepEP's exchange (sim/collectives/direct.py ``Dedup``) is modelled for what the published

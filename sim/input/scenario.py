@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .. import bounds as B
 from ..hardware.calibration import Calibration, from_dump as calibration_from_dump
 from .choices import (DP_ALGORITHMS, Algorithm, Attention, AttentionBackend, CpImpl, Dispatcher, Distribution,
-                      ExpertRouting, JitterMode, Kernels, MicroBatches, Mlp, Precision, Recipe, Recompute, RLMode, Schedule,
+                      ExpertRouting, JitterMode, Kernels, MicroBatches, MlaDownProj, Mlp, Precision, Recipe, Recompute,
+                      RLMode, Schedule,
                       WeightRoute, WeightSync)
 from .fields import Flag, PathText, Text, choice, count, real
 
@@ -240,6 +241,10 @@ class Parallel(_Section):
     # --moe-flex-dispatcher-backend deepep: DeepEP's kernels, each token sent once per rank and once
     # per node; sim/collectives/direct.py Dedup)
     ep_dispatcher: Dispatcher = Dispatcher.ALLTOALL
+    # MLA's down projections under TP (Megatron-Core's layer spec): "duplicated" (whole weights on the
+    # sequence shard, the latents gathered; core 0.14 on) or "column" (TEColumnParallelLinear: each
+    # gathers the hidden input, its output gathered along the last dim; core 0.12-0.13, NeMo 25.04)
+    mla_down_proj: MlaDownProj = MlaDownProj.DUPLICATED
     expert_tp: count(B.GPUS) | None = None  # expert layers' tp (default: tp); MoE parallel folding
     # Context parallelism's implementation (sim/parallel/cp.py): "ring", Megatron / Transformer
     # Engine's ring of K/V shifts; "torch", PyTorch's experimental context parallelism as

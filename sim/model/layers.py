@@ -15,8 +15,9 @@ gathering the latents: :func:`entry_width` is the width that is gathered). A sub
 kernels are in execution order, so each role forms one run.
 
 Attention: MHA/GQA projects Q, K, V in one GEMM; MLA (Megatron-Core
-multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projections,
-TELayerNormColumnParallelLinear up projections, TERowParallelLinear output) runs
+multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projections, or
+column-parallel ones: :func:`mla_latent_widths`; TELayerNormColumnParallelLinear up projections,
+TERowParallelLinear output) runs
 q down -> q norm -> q up and kv down (+ the shared rotary key) -> kv norm -> kv up, then
 the core with d_qk = qk_nope + qk_rope and d_v = v_head_dim. MLPs: gelu and relu2 (squared
 ReLU, Nemotron-4) read and write f activations per token, the gated swiglu and geglu (GELU
@@ -74,6 +75,7 @@ class Shard:
     fused_permute: bool = True  # parallel.moe_permute_fusion: the token permutation's kernels (permute)
     rope_fused: bool = True  # training.rope_fusion: False runs Megatron-Core's unfused RoPE (megatron_rope)
     grouped_gemm: bool = False  # parallel.moe_grouped_gemm: the local experts as one grouped MLP (routed_experts)
+    mla_column: bool = False  # parallel.mla_down_proj = "column" at tp > 1: MLA's down projections column-parallel
 
     def __post_init__(self):
         """Strings become :class:`Precision` and :class:`Recipe` here, once (an
@@ -121,11 +123,11 @@ def rope(d: Dims, sh: Shard) -> list[Kernel]:
     return [eager(EAGER_ROPE, sh.tokens * width / sh.tp)._replace(count=2 * EAGER_ROPE[2])]
 
 
-def entry_width(d: Dims) -> int:
+def entry_width(d: Dims, column: bool = False) -> int:
     """Elements per token the attention sublayer all-gathers under sequence parallelism:
     hidden for MHA; MLA gathers its latents instead (the q latent, or hidden when queries
-    come straight from hidden, the kv latent and the rotary key)."""
-    return (d.q_lora or d.h) + d.kv_lora + d.qk_rope if d.mla else d.h
+    come straight from hidden, the kv latent and, unless ``column``, the rotary key)."""
+    return (d.q_lora or d.h) + d.kv_lora + (0 if column else d.qk_rope) if d.mla else d.h
 
 
 def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
@@ -145,13 +147,35 @@ def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
 
 
 def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
-    """MLA's down projections (whole weights, on the sequence shard), latent norms and
-    TP-split up projections."""
+    """MLA's down projections (whole weights, on the sequence shard), latent norms, up projections."""
     nt = sh.norm_tokens
     down = linear(nt, d.q_lora, d.h, sh) if d.q_lora else []
-    down += linear(nt, d.kv_lora + d.qk_rope, d.h, sh)
-    norms = [elementwise(3 * ELEM * nt * (d.q_lora + d.kv_lora))]  # q_a_layernorm, kv_a_layernorm
-    return down + norms + _mla_up(d, sh)
+    return down + linear(nt, d.kv_lora + d.qk_rope, d.h, sh) + _latent_norms(d, sh) + _mla_up(d, sh)
+
+
+def _latent_norms(d: Dims, sh: Shard) -> list[Kernel]:  # q_a_layernorm, kv_a_layernorm
+    return [elementwise(3 * ELEM * sh.norm_tokens * (d.q_lora + d.kv_lora))]
+
+
+def mla_latent_widths(d: Dims) -> tuple[int, ...]:
+    """``parallel.mla_down_proj = "column"`` (Megatron-Core 7094270c gpt_layer_specs.py: TEColumnParallelLinear):
+    the widths of the down projections (q's with a q latent; kv's, kv latent and rotary key), each a column-parallel
+    linear on the gathered tokens (:func:`mla_column_down`), its output gathered along the last dim after it."""
+    return ((d.q_lora,) if d.q_lora else ()) + (d.kv_lora + d.qk_rope,)
+
+
+@lru_cache(maxsize=1024)
+def mla_column_down(d: Dims, sh: Shard) -> tuple[tuple[Kernel, ...], ...]:  # (see mla_latent_widths)
+    return tuple(tuple(linear(sh.tokens, w / sh.tp, d.h, sh, tp=1)) for w in mla_latent_widths(d))
+
+
+@lru_cache(maxsize=1024)
+def mla_column_up(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
+    """The rest: the copies of the last-dim gathers (mappings.py ``_gather_along_last_dim``'s ``torch.cat``;
+    under SP the kv latent's sequence split), the latent norms, the up projections and the RoPE."""
+    copy = 2 * ELEM * (sh.tokens * sum(mla_latent_widths(d)) + (sh.norm_tokens * d.kv_lora if sh.sp else 0))
+    return tuple([Kernel(bytes=copy, count=len(mla_latent_widths(d)) + sh.sp, bwd=1.0)]
+                 + _latent_norms(d, sh) + _mla_up(d, sh) + rope(d, sh))
 
 
 def _mla_up(d: Dims, sh: Shard) -> list[Kernel]:
@@ -166,9 +190,8 @@ def mla_up_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
     Megatron-Core's ``--recompute-modules mla_up_proj`` checkpoints ``qkv_up_proj_and_rope_apply``
     with ``CheckpointWithoutOutput`` (megatron/core/transformer/multi_latent_attention.py at
     7094270c): the up projections, the RoPE and the q / k / v assembly, whose outputs it discards
-    after the core's forward. Local kernels here (``tp`` role 0: the recompute is not chunked
-    under TP-comm overlap); the latents' all-gather it re-runs under sequence parallelism
-    (``entry_width`` elements a token, 17 MB on DeepSeek-V3 at tp 2) is not counted."""
+    after the core's forward. Local kernels here (``tp`` role 0: not chunked under TP-comm overlap);
+    the up projections' input all-gather it reruns is sim/parallel/passes.py's."""
     return tuple(k._replace(tp=0) for k in _mla_up(d, sh) + rope(d, sh))
 
 
@@ -176,6 +199,8 @@ def mla_up_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and the Q, K, V projections (MLA: down, norm, up)."""
     norm = norm_and_residual(d, sh)[:1]
+    if d.mla and sh.mla_column:  # norm, the column down projections, then mla_column_up
+        return tuple(norm) + sum(mla_column_down(d, sh), ()) + mla_column_up(d, sh)
     if d.mla:
         return tuple(norm + _mla_projections(d, sh) + rope(d, sh))
     return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1)

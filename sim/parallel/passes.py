@@ -18,8 +18,8 @@ from ..engine.kinds import Phase
 from ..input.choices import Recompute
 from ..model import transformer as model_costs
 from ..model.layer_ids import is_block, is_embedding, is_mtp, is_output
-from ..model.layers import (Direction, attention_post, attention_pre, backward, mla_up_recompute, mlp_block,
-                            op_recompute)
+from ..model.layers import (ELEM, Direction, attention_post, attention_pre, backward, entry_width, mla_up_recompute,
+                            mlp_block, op_recompute)
 from ..model.vocab import embedding, embedding_weight_grad, logits, mtp_input
 from . import cp, dp, ep, fsdp, tp, tp_overlap, wgrad_deferral
 from .pp_zero_bubble import Kind
@@ -214,7 +214,10 @@ def _block_forward_pieces(b, layer: int, mb: int, tag: str) -> tuple:
 
 def attention_forward(b, layer: int, mb: int, x, tag: str):
     """Norm and QKV (after the SP all-gather), attention core, output projection."""
-    x = _tp(b).forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
+    if b.ctx.shard.mla_column:
+        x = tp.mla_column_forward(b, layer, mb, x, tag)
+    else:
+        x = _tp(b).forward_sublayer(b, "attn", f"attn_pre_{tag}", attention_pre, layer, mb, x, tag, gather=True)
     x = cp.attention(b, layer, mb, x, FWD, "" if tag == "fwd" else "_recompute")
     return _tp(b).forward_sublayer(b, "attn", f"attn_post_{tag}", attention_post, layer, mb, x, tag, scatter=True)
 
@@ -269,9 +272,23 @@ def attention_backward(b, layer: int, mb: int, x):
             x = cp.attention(b, layer, mb, x, FWD, "_recompute")  # recompute the attention core
     elif recompute is Recompute.MLA_UP_PROJ:  # MLA's up projections, RoPE and assembly, not the core
         with b.phase_of(Phase.RECOMPUTE):
+            x = _up_gather(b, layer, mb, x)
             x = b.compute("attn_up_fwd_recompute", mla_up_recompute(b.ctx.dims, b.ctx.shard), x, layer, mb)
     x = cp.attention(b, layer, mb, x, BWD)
+    if b.ctx.shard.mla_column:
+        return tp.mla_column_backward(b, layer, mb, x)
     return _tp(b).backward_sublayer(b, "attn", "attn_pre_bwd", attention_pre, layer, mb, x, gathered=True)
+
+
+def _up_gather(b, layer: int, mb: int, x):
+    """The all-gather (SP) of the latents MLA's up projections read, rerun by the ``mla_up_proj``
+    recompute (their TELayerNormColumnParallelLinear gathers its input; the rotary key's gather is
+    outside the checkpointed function: multi_latent_attention.py at 7094270c); under TP-comm overlap
+    userbuffers run it inside the GEMMs (not counted)."""
+    if b.ctx.scenario.parallel.tp_comm_overlap:
+        return x
+    width = entry_width(b.ctx.dims, column=True) * (1 if b.ctx.shard.fp8 else ELEM)
+    return tp.enter(b, "attn_up_recompute", layer, mb, x, ("recompute",), b.ctx.shard.tokens * width)
 
 
 def _mtp_forward(b, layer: int, mb: int, tag: str, block: tuple) -> tuple:

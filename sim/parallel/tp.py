@@ -11,7 +11,8 @@ These sit on the critical path: the next compute op depends on them (with
 from dataclasses import dataclass
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
-from ..model.layers import ELEM, Direction, backward, entry_width
+from ..model.layers import (ELEM, Direction, backward, entry_width, mla_column_down, mla_column_up, mla_latent_widths,
+                            norm_and_residual)
 from ..engine.kinds import Category
 
 AXIS = Category.TP
@@ -92,7 +93,7 @@ def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
     quantizer=...)``); reductions stay BF16, except the forward reduce-scatter under
     ``parallel.tp_overlap_fp8_rs`` (:func:`fp8_reduce_scatter`)."""
     d = b.ctx.dims
-    width = entry_width(d) if entry and sublayer == "attn" else d.h
+    width = entry_width(d, b.ctx.shard.mla_column) if entry and sublayer == "attn" else d.h
     one = b.ctx.shard.fp8 and (gather or (not entry and fp8_reduce_scatter(b.ctx.scenario.parallel)))
     return b.ctx.shard.tokens * width * (1 if one else ELEM)
 
@@ -165,23 +166,60 @@ def backward_sublayer(b, sublayer: str, name: str, kernels_fn, layer: int, mb: i
     return split_backward(b, sublayer, name, kernels, r, x, layer, mb)
 
 
-def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb: int) -> int | tuple:
+def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb: int, scale: int = 1) -> int | tuple:
     """The input side of a sublayer's backward, from the column-parallel GEMMs down, as
     Megatron-Core runs it (megatron/core/tensor_parallel/layers.py,
     LinearWithGradAccumulationAndAsyncCommunication.backward; TE's Linear and
     LayerNormLinear alike): under SP the saved sequence-sharded input is all-gathered
     asynchronously while the dgrad GEMM runs (the wgrad needs it whole); the input gradient
     is reduce-scattered (SP) or all-reduced asynchronously while the wgrad GEMM runs; the
-    head's backward (the norm) waits for both."""
+    head's backward (the norm) waits for both. ``scale``: linears of that many times the
+    sublayer's input width (each gathering and reducing its own copy)."""
     consumers = kernels[r.consumers]
     if not consumers or b.ctx.layout.sizes[Category.TP] == 1:
         x = compute_op(b, name, backward(consumers), x, layer, mb)
         return compute_op(b, name, backward(kernels[r.head]), exit_backward(b, sub, layer, mb, x), layer, mb)
     gather = None
     if b.ctx.scenario.parallel.sequence_parallel:
-        gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, b.group(AXIS), sublayer_bytes(b, sub, True, True),
-                              x, layer=layer, mb=mb, tag=(Direction.BWD, "input"), group_of=b.group_of(AXIS))
+        gather = b.collective(f"{sub}_input_ag", AXIS, ALL_GATHER, b.group(AXIS),
+                              scale * sublayer_bytes(b, sub, True, True), x, layer=layer, mb=mb,
+                              tag=(Direction.BWD, "input"), group_of=b.group_of(AXIS))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
-    reduce = exit_backward(b, sub, layer, mb, dgrad, sublayer_bytes(b, sub, False, True))
+    reduce = exit_backward(b, sub, layer, mb, dgrad, scale * sublayer_bytes(b, sub, False, True))
     wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)
     return compute_op(b, name, backward(kernels[r.head]), (reduce, wgrad), layer, mb)
+
+
+
+def mla_column_forward(b, layer: int, mb: int, x, tag: str) -> int | tuple:
+    """MLA's pre-attention with column-parallel down projections (``parallel.mla_down_proj =
+    "column"``; Megatron-Core 7094270c multi_latent_attention.py ``get_query_key_value_tensors``):
+    each down projection all-gathers the hidden input itself (SP), runs on every token, and its
+    output is all-gathered along the last dim (``gather_from_tensor_model_parallel_region``; under
+    SP then split to the sequence shard, no traffic); then the up projections gather their latents
+    as in the duplicated mode (:func:`forward_sublayer`, ``entry_width(d, column=True)``). The two
+    projections' input gathers run as one all-gather of their bytes, as do their last-dim gathers
+    (fewer ops; the same bytes, one latency each instead of two). Plain collectives: the rules
+    refuse ``tp_comm_overlap`` with it."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    downs = mla_column_down(d, sh)
+    x = enter(b, "attn_down", layer, mb, x, (tag,), len(downs) * sublayer_bytes(b, "attn_down", True, True))
+    x = b.compute(f"attn_down_{tag}", tuple(norm_and_residual(d, sh)[:1]) + sum(downs, ()), x, layer, mb)
+    x = b.collective("attn_latent_ag", AXIS, ALL_GATHER, b.group(AXIS), sh.tokens * sum(mla_latent_widths(d)) * ELEM,
+                     x, layer=layer, mb=mb, tag=(tag,), group_of=b.group_of(AXIS))
+    return forward_sublayer(b, "attn", f"attn_pre_{tag}", mla_column_up, layer, mb, x, tag, gather=True)
+
+
+def mla_column_backward(b, layer: int, mb: int, x) -> int | tuple:
+    """Backward of :func:`mla_column_forward`: the up projections as :func:`backward_sublayer`; the
+    sequence split's backward (SP: an all-gather of the latents' gradients; the rotary key was never
+    split); the down projections' column-parallel backward (:func:`split_backward`: their input
+    re-gathered beside the dgrad GEMMs, the input gradients reduce-scattered beside the wgrads;
+    each of the two at both projections' bytes), then the input norm's."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    x = backward_sublayer(b, "attn", "attn_pre_bwd", mla_column_up, layer, mb, x, gathered=True)
+    x = enter_backward(b, "attn_latent", layer, mb, x, sh.tokens * (sum(mla_latent_widths(d)) - d.qk_rope) * ELEM)
+    downs = mla_column_down(d, sh)
+    kernels = tuple(norm_and_residual(d, sh)[:1]) + sum(downs, ())
+    return split_backward(b, "attn_down", "attn_down_bwd", kernels, roles(kernels, True, False), x, layer, mb,
+                          scale=len(downs))

@@ -31,7 +31,7 @@ from .params import moe_block_ids, stage_layer_ids
 from .passes import Pass, weight_pass
 from .pp_zero_bubble import Kind
 from .program import Context, RankBuilder
-from ..input.choices import ExpertRouting, JitterMode, Kernels, Precision, Schedule
+from ..input.choices import ExpertRouting, JitterMode, Kernels, MlaDownProj, Precision, Schedule
 from ..input.scenario import Scenario
 
 
@@ -42,7 +42,7 @@ def shard_of(s: Scenario) -> Shard:
                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else Precision.FP8,
                  recipe=t.fp8_recipe, eager=t.kernels is Kernels.PYTORCH and not t.compile,
                  fused_permute=p.moe_permute_fusion, rope_fused=t.rope_fusion,
-                 grouped_gemm=p.moe_grouped_gemm)
+                 grouped_gemm=p.moe_grouped_gemm, mla_column=p.mla_down_proj is MlaDownProj.COLUMN and p.tp > 1)
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,

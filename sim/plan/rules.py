@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..input.choices import DUALPIPE_SCHEDULES, ZERO_BUBBLE_SCHEDULES, Recompute, Schedule
+from ..input.choices import DUALPIPE_SCHEDULES, ZERO_BUBBLE_SCHEDULES, MlaDownProj, Recompute, Schedule
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ REASONS = (  # in the loader's order (check_all: heads, batch, stages, moe, over
     Reason("ep_groups", "parallel.ep", "ep does not divide the ranks experts shard over (dp x cp, or tp x cp x dp "
                                        "when folded)"),
     Reason("expert_tp_groups", "parallel.expert_tp", "ep x expert_tp does not divide tp x cp x dp"),
+    Reason("mla_column_tp_overlap", "parallel.mla_down_proj", "MLA's column-parallel down projections (Megatron-Core "
+                                                              "0.12-0.13) run no TP-comm overlap"),
     Reason("ep_overlap_recompute", "parallel.ep_comm_overlap", "EP overlap does not work with full recompute"),
     Reason("ep_overlap_pipeline", "parallel.ep_comm_overlap", "EP overlap with pp > 1 needs virtual stages"),
     Reason("ep_overlap_micro_batches", "parallel.ep_comm_overlap", "EP overlap needs at least 2 micro-batches"),
@@ -63,12 +65,14 @@ class Fixed:
     kv_heads: int
     global_batch: int
     seq_len: int
+    mla_column: bool = False  # parallel.mla_down_proj = "column"
 
 
 def fixed_of(scenario) -> Fixed:
     """The fixed facts of a loaded base scenario."""
     m, t = scenario.model, scenario.training
-    return Fixed(m.heads, m.kv_heads or m.heads, t.global_batch, t.seq_len)
+    return Fixed(m.heads, m.kv_heads or m.heads, t.global_batch, t.seq_len,
+                 scenario.parallel.mla_down_proj is MlaDownProj.COLUMN)
 
 
 def codes(c: pd.DataFrame, f: Fixed) -> np.ndarray:
@@ -94,6 +98,7 @@ def codes(c: pd.DataFrame, f: Fixed) -> np.ndarray:
         dual & ((micro < 2 * pp) | ((sched == Schedule.DUALPIPE) & (micro % 2 != 0))),
         np.where(folded, (tp * cp * dp) % ep != 0, (dp * cp) % ep != 0),
         folded & ((tp * cp * dp) % (ep * etp) != 0),
+        f.mla_column & c["tp_comm_overlap"].to_numpy(dtype=bool),
         epov & (recompute == Recompute.FULL),
         epov & (pp > 1) & (v == 1) & (sched != Schedule.DUALPIPE),
         epov & (pp == 1) & (micro < 2),

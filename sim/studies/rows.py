@@ -54,7 +54,8 @@ SECTIONS = {  # column -> (section, scenario key)
                                      "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_mb",
                                      "reshard_after_forward", "dp_shard", "moe_permute_fusion",
                                      "grad_reduce_in_fp32", "ep_dispatcher", "cp_impl",
-                                     "tp_overlap_fp8_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit")},
+                                     "tp_overlap_fp8_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
+                                     "mla_down_proj")},
 }
 
 
