@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sim.hardware.gpus import gpu_preset
 from sim.model import host
-from sim.model.compute import HBM_EFFICIENCY, ComputeModel
+from sim.model.compute import HBM_EFFICIENCY, ComputeModel, gemm
 
 HERE = Path(__file__).parent / "measured"
 MEASURED = json.loads((HERE / "h200-2026-11-26.json").read_text())
@@ -36,18 +36,24 @@ def shape_errors(points: list[tuple[str, float, float]]) -> tuple[float, list[tu
     return level, [(label, m / s / level - 1) for label, m, s in points]
 
 
+def curve_share(cm: ComputeModel, r: dict, fp8: bool) -> float:
+    """The simulator's share of the precision's dense peak at the row's GEMM shape (its FLOP time:
+    the min-dim curve, and Hopper FP8's reduction-dim term, sim/model/compute.py FP8_K_HALF)."""
+    k = gemm(r["m"], r["n"], r["k"], fp8=fp8)
+    return k.flops / ((cm.low_flops if fp8 else cm.gpu.peak_flops) * cm.flop_time(k))
+
+
 def gemm_lines(cm: ComputeModel) -> list[str]:
     rows = [r for r in MEASURED["gemm"]["rows"] if r["shape"] != "square"]
     out = ["GEMMs: measured share of the dense peak / the simulator's curve (level = median ratio)"]
-    for key, curve, name in (("bf16_share_of_peak", cm.efficiency, "BF16"),
-                             ("fp8_share_of_peak", cm.fp8_efficiency, "FP8")):
-        layers = [(r["shape"], r[key], curve(r["min_dim"])) for r in rows if r["shape"] != "ksweep"]
+    for key, fp8, name in (("bf16_share_of_peak", False, "BF16"), ("fp8_share_of_peak", True, "FP8")):
+        layers = [(r["shape"], r[key], curve_share(cm, r, fp8)) for r in rows if r["shape"] != "ksweep"]
         level, errs = shape_errors(layers)
         worst = max(errs, key=lambda e: abs(e[1]))
         p90 = sorted(abs(e) for _, e in errs)[int(0.9 * len(errs))]
         out.append(f"  {name} layer shapes ({len(errs)}): level {level:.3f}, shape error p90 {p90:.1%}, "
                    f"worst {worst[1]:+.1%} ({worst[0]})")
-        sweep = [(r["k"], r[key] / curve(r["k"]) / level - 1) for r in rows if r["shape"] == "ksweep"]
+        sweep = [(r["k"], r[key] / curve_share(cm, r, fp8) / level - 1) for r in rows if r["shape"] == "ksweep"]
         out.append(f"  {name} K-sweep (m = n = 8192) at that level: " + ", ".join(f"K {k} {e:+.1%}" for k, e in sweep))
     return out
 

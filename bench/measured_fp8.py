@@ -17,7 +17,15 @@ and prints the BF16 / FP8 time ratio the simulator gives beside the measured one
 compiled column), at the preset (the sustained factor slows the GEMMs, not the casts, as in a
 simulated step) and at kernel level (sustained factor 1, as the benchmark ran). Transformer
 Engine's recipe (``"te"``: casts fused with transposes and norms, weights cast once per step,
-here once per linear) is printed for comparison; it was not measured.
+here once per linear) is printed for comparison; it was not measured at these shapes.
+
+Then Transformer Engine's delayed-scaling recipe as bench/measured/h100-2026-11-27-te-fp8.json
+measured it (``te_linear``, bench/gpu_measure_te_fp8.py: the per-GPU linears of the three NeMo
+FP8 rows, GPT-3 175B tp 4 and Grok-1's expert): per shape the measured BF16 / FP8 time of one
+micro-batch's linear (the two casts and three GEMMs replayed as a CUDA graph: the GPU's own
+time; the weight's once-per-step cast apart, as the model charges it with the optimizer) and of
+its GEMMs alone, beside the model's (``training.fp8_recipe = "te"``: :func:`sim.model.layers.linear`
+and its backward) at the preset and at kernel level, and the model's casts over the measured ones.
 
 Then a whole step: the 4-layer Llama-3-8B-shaped model of bench/measured/
 h100-2026-11-26-fp8-step.json (one H100, BF16 and torchao FP8 decoder linears, both under
@@ -41,6 +49,7 @@ from sim.step import simulate
 
 HERE = Path(__file__).parent / "measured"
 MEASURED = json.loads((HERE / "h100-2026-11-26-fp8-moe.json").read_text())
+TE = json.loads((HERE / "h100-2026-11-27-te-fp8.json").read_text())
 STEP = json.loads((HERE / "h100-2026-11-26-fp8-step.json").read_text())["fp8_step"]
 STEP_MODEL = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,
               "mlp": "swiglu"}  # (STEP["model"]: untied embedding and head)
@@ -76,6 +85,55 @@ def rows() -> list[dict]:
             row[name] = bf16 / linear_s(cm, m, n, k, "torchao")
             row[name + "_te"] = bf16 / linear_s(cm, m, n, k, "te")
         out.append(row)
+    return out
+
+
+def te_row(cms: dict, r: dict) -> dict:
+    """One ``te_linear`` shape: measured and simulated BF16 / FP8 ratios, and the casts' time."""
+    m, n, k = r["m"], r["n"], r["k"]
+    out = {"shape": r["shape"], "m": m, "n": n, "k": k, "measured": r["bf16_s"] / r["te_micro_batch_graph_s"],
+           "measured_gemm": r["gemm_only_speedup"]}
+    for name, cm in cms.items():
+        bf16, fp8 = linear(m, n, k, shard(m, None)), linear(m, n, k, shard(m, "te"))
+        gemms = [x for x in fp8 if x.flops]
+        both = cm.time(bf16) + cm.time(backward(bf16))
+        out[name] = both / (cm.time(fp8) + cm.time(backward(fp8)))
+        out[name + "_gemm"] = both / (cm.time(gemms) + cm.time(backward(gemms)))
+        casts = [x for x in fp8 if not x.flops]
+        out[name + "_casts"] = (cm.time(casts) + cm.time(backward(casts))) / \
+            (r["cast_transpose_x_graph_s"] + r["cast_transpose_g_graph_s"])
+    return out
+
+
+def te_rows() -> list[dict]:
+    gpu = gpu_preset(GPU)
+    cms = {"preset": ComputeModel(gpu), "kernel": ComputeModel(gpu, e_max=GEMM_KERNEL[GPU]["bf16"])}
+    return [te_row(cms, r) for r in TE["te_linear"]["rows"]]
+
+
+def te_lines() -> list[str]:
+    env = TE["env"]
+    out = [f"Transformer Engine's delayed-scaling recipe, {env['gpu']}, {env['date_utc'][:10]} "
+           f"(bench/measured/h100-2026-11-27-te-fp8.json, te_linear) vs the {GPU} preset, training.fp8_recipe = \"te\"",
+           "BF16 / FP8 time of one micro-batch's linear (casts + 3 GEMMs, CUDA graph), and of its GEMMs alone",
+           "  shape                            m      n      k   measured  simulated (miss)  kernel-level (miss)"
+           "   GEMMs: measured  kernel-level (miss)   casts: model / measured"]
+    table = te_rows()
+    for r in table:
+        out.append(f"  {r['shape']:28s} {r['m']:6d} {r['n']:6d} {r['k']:6d}   {r['measured']:6.2f}   "
+                   f"{r['preset']:6.2f} ({r['preset'] / r['measured'] - 1:+6.1%})   "
+                   f"{r['kernel']:6.2f} ({r['kernel'] / r['measured'] - 1:+6.1%})          "
+                   f"{r['measured_gemm']:6.2f}  {r['kernel_gemm']:6.2f} ({r['kernel_gemm'] / r['measured_gemm'] - 1:+6.1%})"
+                   f"          {r['kernel_casts']:5.2f}")
+    for label, keep in (("NeMo FP8 rows' attention and MLP linears", lambda r: not r["shape"].startswith(("g175", "grok_expert"))),
+                        ("every shape", lambda r: True)):
+        chosen = [r for r in table if keep(r)]
+        out.append(f"  {label} ({len(chosen)}): measured median {statistics.median(r['measured'] for r in chosen):.2f}, "
+                   f"simulated {statistics.median(r['preset'] for r in chosen):.2f}, kernel-level "
+                   f"{statistics.median(r['kernel'] for r in chosen):.2f}; GEMMs alone measured "
+                   f"{statistics.median(r['measured_gemm'] for r in chosen):.2f}, kernel-level "
+                   f"{statistics.median(r['kernel_gemm'] for r in chosen):.2f} (mean |miss| "
+                   f"{statistics.mean(abs(r['kernel_gemm'] / r['measured_gemm'] - 1) for r in chosen):.1%})")
     return out
 
 
@@ -127,7 +185,7 @@ def report() -> str:
         out.append(f"  {label} ({len(chosen)}): measured median {statistics.median(r['measured'] for r in chosen):.2f}, "
                    f"simulated median {statistics.median(r['preset'] for r in chosen):.2f}, "
                    f"worst miss {max(misses, key=abs):+.1%}")
-    return "\n".join(out + step_lines()) + "\n"
+    return "\n".join(out + step_lines() + te_lines()) + "\n"
 
 
 if __name__ == "__main__":

@@ -20,10 +20,13 @@ def test_readme_quotes_what_the_comparison_prints():
     assert block == printed()
 
 
-def test_comparison_says_small_gemms_and_fp8_lose_most():
+def test_comparison_says_small_gemms_lose_and_fp8_no_more_than_bf16():
+    """Both precisions' curves stay optimistic at small K (BF16's loss is not modelled); FP8's
+    excess over it is (sim/model/compute.py FP8_K_HALF): at K 512 the two within 5 points."""
     out = printed()
     sweep = {name: dict((int(k), float(v)) for k, v in re.findall(r"K (\d+) ([+-][\d.]+)%", line))
              for name, line in re.findall(r"  (BF16|FP8) K-sweep[^:]*: (.*)", out)}
-    assert sweep["FP8"][512] < sweep["BF16"][512] < 0 < sweep["BF16"][8192]
+    assert max(sweep["FP8"][512], sweep["BF16"][512]) < 0 < sweep["BF16"][8192]
+    assert abs(sweep["FP8"][512] - sweep["BF16"][512]) < 5
     ratios = [float(r) for r in re.findall(r"\d+\.\d\s+\d+\.\d\s+(\d\.\d\d)", out)]
     assert len(ratios) == 7 and all(0.5 < r < 3 for r in ratios)
