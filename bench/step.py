@@ -126,12 +126,18 @@ def measure(scenario: str | dict, *overrides: str, extra: dict | None = None) ->
     source = scenario if isinstance(scenario, str) else "=" + json.dumps(scenario)
     env = {**os.environ, "BENCH_FORCE": "1" if FORCE else "0"}
     out = subprocess.run([sys.executable, "-c", CHILD, source, json.dumps(extra or {}), *overrides],
-                         check=True, capture_output=True, text=True, env=env)
+                         capture_output=True, text=True, env=env)
+    if out.returncode:  # the work estimate's refusal (or any error): its last line
+        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def show(label: str, m: dict, wall_target: float, rss_target: float | None = None) -> None:
-    """One line: figures, each as a fraction of its target, OK or MISSED."""
+    """One line: figures, each as a fraction of its target, OK or MISSED (REFUSED: the work
+    estimate's refusal, sim/work.py, or another error, its last line)."""
+    if "error" in m:
+        print(f"{label}: REFUSED\n    {m['error']}")
+        return
     ok = m["wall_s"] <= wall_target and (rss_target is None or m["rss_bytes"] <= rss_target)
     fig = f"{m['wall_s']:.2f} s wall ({m['wall_s'] / wall_target:.2f} of {wall_target:.0f} s)"
     if rss_target is not None:
@@ -238,6 +244,8 @@ def run_case(name: str, *more: str) -> None:
     if STEADY:
         steady = measure(scenario, *overrides, *more, "simulation.micro_batches=steady", extra=extra)
         show("    steady-state mode", steady, 10, 1.5 * GB)
+        if "error" in exact or "error" in steady:
+            return
         st = steady["steady"]
         what = (f"extrapolated from {st['micro_batches_simulated']} to {st['micro_batches']} micro-batches"
                 if st.get("extrapolated") else f"exact ({st.get('steady_fallback')})")
