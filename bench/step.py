@@ -87,6 +87,11 @@ Peak RSS ``405b-131k-v4`` 1.56 -> 1.30 GB (target 1.5), ``405b-131k`` 1.53 -> 1.
 within the load's spread (``405b-131k-v4`` 12.73, 12.92 -> 12.64, 13.35 s; ``405b-straggler-v4``
 15.41, 11.02 -> 14.95, 11.48 s): both still over 10 s here. Results identical
 (``python bench/fingerprint.py``; ``clustersim validate --rows dg-l405-2048,MH-462B-6144 --json``).
+Stop 47 (i28-moe, docs/scaling.md): a refused case prints REFUSED and the estimate's line. The work
+estimate's 900 B an op was 1.14-2.00x the measured peaks (``python bench/work.py --case NAME``); at
+650 B ``gpt-1t`` runs (estimated 3.2 GiB, was 4.4 GiB: refused): 872 s wall, 200.8 s CPU, 2.04 GB
+at load ~10 (``--force``). ``dsv3``, ``qwen``, ``qwen-8k`` stay refused by their CPU (~2,000-8,000 s),
+``gpt-530b`` by its memory estimate (4.5 GiB; its ~450 s of CPU is past the budget too).
 """
 
 import argparse
