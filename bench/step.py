@@ -87,6 +87,11 @@ Peak RSS ``405b-131k-v4`` 1.56 -> 1.30 GB (target 1.5), ``405b-131k`` 1.53 -> 1.
 within the load's spread (``405b-131k-v4`` 12.73, 12.92 -> 12.64, 13.35 s; ``405b-straggler-v4``
 15.41, 11.02 -> 14.95, 11.48 s): both still over 10 s here. Results identical
 (``python bench/fingerprint.py``; ``clustersim validate --rows dg-l405-2048,MH-462B-6144 --json``).
+Stop 47 (i28-moe, docs/scaling.md): a refused case prints REFUSED and the estimate's line. The work
+estimate's 900 B an op was 1.14-2.00x the measured peaks (``python bench/work.py --case NAME``); at
+650 B ``gpt-1t`` runs (estimated 3.2 GiB, was 4.4 GiB: refused): 872 s wall, 200.8 s CPU, 2.04 GB
+at load ~10 (``--force``). ``dsv3``, ``qwen``, ``qwen-8k`` stay refused by their CPU (~2,000-8,000 s),
+``gpt-530b`` by its memory estimate (4.5 GiB; its ~450 s of CPU is past the budget too).
 """
 
 import argparse
@@ -126,12 +131,18 @@ def measure(scenario: str | dict, *overrides: str, extra: dict | None = None) ->
     source = scenario if isinstance(scenario, str) else "=" + json.dumps(scenario)
     env = {**os.environ, "BENCH_FORCE": "1" if FORCE else "0"}
     out = subprocess.run([sys.executable, "-c", CHILD, source, json.dumps(extra or {}), *overrides],
-                         check=True, capture_output=True, text=True, env=env)
+                         capture_output=True, text=True, env=env)
+    if out.returncode:  # the work estimate's refusal (or any error): its last line
+        return {"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def show(label: str, m: dict, wall_target: float, rss_target: float | None = None) -> None:
-    """One line: figures, each as a fraction of its target, OK or MISSED."""
+    """One line: figures, each as a fraction of its target, OK or MISSED (REFUSED: the work
+    estimate's refusal, sim/work.py, or another error, its last line)."""
+    if "error" in m:
+        print(f"{label}: REFUSED\n    {m['error']}")
+        return
     ok = m["wall_s"] <= wall_target and (rss_target is None or m["rss_bytes"] <= rss_target)
     fig = f"{m['wall_s']:.2f} s wall ({m['wall_s'] / wall_target:.2f} of {wall_target:.0f} s)"
     if rss_target is not None:
@@ -238,6 +249,8 @@ def run_case(name: str, *more: str) -> None:
     if STEADY:
         steady = measure(scenario, *overrides, *more, "simulation.micro_batches=steady", extra=extra)
         show("    steady-state mode", steady, 10, 1.5 * GB)
+        if "error" in exact or "error" in steady:
+            return
         st = steady["steady"]
         what = (f"extrapolated from {st['micro_batches_simulated']} to {st['micro_batches']} micro-batches"
                 if st.get("extrapolated") else f"exact ({st.get('steady_fallback')})")

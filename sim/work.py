@@ -38,11 +38,17 @@ from .engine.maxmin import MEMO_BYTES
 
 # Per-unit costs, rounded up from `python bench/work.py` on the 2-core VM (CPU seconds; the
 # probe isolating each; estimate / measured for it in brackets after the change):
-OP_S, OP_BYTES = 25e-6, 900.0  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
+OP_S, OP_BYTES = 25e-6, 650.0  # per op: build + engine + spans (gpt3-175b-ptd 15 us, 662 B per estimated op;
 #                                jitter-dp-1k, every rank simulated, 17 us, 1.2 KB) [1.6x, 1.3-2.1x]; since
 #   programs are built once per stage and copied (sim/parallel/copies.py): gpt3-175b-ptd 7.4 us, 549 B;
 #   jitter-dp-1k 10.5 us, 872 B; 405B on 16k GPUs with a straggler (64 ranks) 10.1 us, 925 B with its
-#   16,384 GPUs; with sampled jitter (512 ranks) 6.3 us, 453 B [CPU 2.4-4.1x, memory 1.6-2.2x]
+#   16,384 GPUs; with sampled jitter (512 ranks) 6.3 us, 453 B [CPU 2.4-4.1x, memory 1.6-2.2x]. Bytes
+#   re-fitted 2026-11-27 (i28-moe, `python bench/work.py --case NAME`, after the programs', engine's
+#   and spans table's memory cuts of docs/scaling.md): peak RSS past the interpreter, GPUs and links
+#   per op 378 B (gpt-1t-384), 501 (gpt3-175b), 510 (405b-straggler), 526 (405b-1k-192), 456
+#   (dsv3-128gpu-64), 620 (mixtral-8x7b-tc), 636 (qwen-128gpu-64): 650, above every row (est /
+#   measured 1.05-1.69x; with 900 1.14-2.00x, which refused bench/step.py's gpt-1t, 5.0M ops, at 4.4
+#   GiB: measured whole 2.04 GB, 370 B an op, 201 s CPU at load ~10; now 3.2 GiB, 126 s, not refused)
 GPU_S, GPU_BYTES = 130e-6, 11e3  # per GPU of the cluster (llama3-70b FSDP on 16k: 114 us, 10.6 KB) [1.2x, 1.1x]
 LINK_S, LINK_BYTES = 20e-6, 1.6e3  # per leaf-spine link (2,048 spines: 17 us, 1.6 KB) [1.1x, 1.1x]
 SCORE_S, SCORE_BYTES = 170e-9, 16.0  # per router score sorted (token choice 0.1 us; expert choice, whole batch

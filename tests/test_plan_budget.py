@@ -105,3 +105,26 @@ def test_deepseek_v3s_published_scale_search_is_not_refused():
     req = inputs.request("deepseek-v3", 2048, "dgx-h100", None, 4096, 16777216)
     w = budget.check(req)
     assert w.layouts > 1_400_000 and w.bytes < work.BUDGET_BYTES
+
+
+def test_each_schedule_is_walked_once_whatever_its_shares_and_priced_so():
+    """The memory rule walks a zero-bubble or DualPipe schedule once per (schedule, pp,
+    micro-batches, stage) and weighs each ``w_share`` from the cached counts: the budget prices
+    the walks the rule makes (each stage once) at STEP_S, not one walk per share."""
+    from sim.parallel import pp_zero_bubble as zb
+
+    req = inputs.request_of(MLA_8, gpus=8)  # 26 (schedule, pp, micro-batches, share) replays of 17 schedules
+    walks, real = [], zb._kinds
+    zb._held_counts.cache_clear()
+    zb._kinds = lambda schedule, p, m, stage, costs: walks.append((schedule, p, m, stage)) or real(
+        schedule, p, m, stage, costs)
+    try:
+        _, made = _replays(req)
+    finally:
+        zb._kinds = real
+        zb._held_counts.cache_clear()
+    _, keys = budget.count(req)
+    schedules = {key[:3] for key in keys}
+    assert len(walks) == len(set(walks)) and {w[:3] for w in walks} == schedules
+    assert len(made) > len(schedules)  # several shares per schedule: weighed, not walked again
+    assert budget.estimate(req).replay_steps == sum(budget._steps(*k) for k in schedules)

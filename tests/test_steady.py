@@ -198,3 +198,21 @@ def test_sweep_fingerprint_leaves_out_the_default_simulation_section():
     spec = dataclasses.asdict(load_spec(exact.cluster.topology))
     assert prints.valid(exact) == fingerprint({"scenario": dump, "topology": spec})
     assert prints.valid(load_scenario(GPT, [STEADY])) != prints.valid(exact)
+
+
+@pytest.mark.parametrize("combined", [False, True])
+def test_interleaved_window_starts_at_the_first_multiple_of_pp_with_a_steady_phase_on_every_stage(combined):
+    """Interleaved counts are multiples of pp (Megatron's rule) and the chunk map repeats every
+    pp micro-batches; stage 0's warm-up, (pp - 1) * 2 + (v - 1) * pp chunk passes (+1 combined),
+    leaves no steady phase at m = pp for any v: the window's first count, 2 pp, is the smallest
+    such count with one. So pp 8 v 4 at 128 micro-batches has no smaller exact window than
+    16 + 24 + 32 (72, past SHARE of 128: docs/scaling.md)."""
+    from sim.input.choices import Schedule
+    from sim.parallel.pp import _warmup
+
+    for pp in range(2, 17):
+        for v in range(2, 9):
+            first = next(m for m in range(pp, 100 * pp, pp)
+                         if m * v > _warmup(Schedule.INTERLEAVED, pp, v, m, 0, combined))
+            assert counts_of.window(Schedule.INTERLEAVED, pp) == ((first, first + pp, first + 2 * pp), pp)
+    assert not counts_of.within_share(16 + 24 + 32, 128)

@@ -9,8 +9,11 @@ the NVLink domain, the layers and 16) without building the candidate table:
   estimated (a row of every table of :mod:`.driver`);
 - the schedule replays of the memory rule: a zero-bubble or DualPipe schedule's peak
   in-flight activations are found by replaying its steps on every stage
-  (``pp_zero_bubble.held_peak``), once per (schedule, pp, micro-batches, layer shape), so
-  the work grows as pp x micro-batches per pipeline: with the batch, not the layouts.
+  (``pp_zero_bubble.held_peak``), walked once per (schedule, pp, micro-batches) and then
+  weighed once per layer shape (``w_share``) from the walk's cached counts, 250x cheaper a
+  step: the work grows as pp x micro-batches per pipeline, with the batch, not the layouts.
+  (Priced per shape at a walk's cost until 2026-11-27: DeepSeek-V3 on 2,048 GPUs counted
+  2,182,738 steps where its rules walk 1,045,740 (1,048 stage walks of 94 schedules).)
 
 Measured with ``search(request(...), budget=0)`` on the 2-core VM (CPU seconds of the
 search, peak RSS; estimate in brackets): llama3-70b on 1,024 GPUs, 8,388,608 tokens (59,184
@@ -40,7 +43,13 @@ from .fit import layer_activations
 from .space import MICRO_BATCHES, Space, knobs, meshes
 
 LAYOUT_S, LAYOUT_BYTES = 160e-6, 1e3  # per candidate layout: enumerated, ruled, fitted, estimated
-STEP_S, STEP_BYTES = 5e-6, 80.0  # per schedule step replayed by the memory rule (bytes: over all replays, see above)
+# Per schedule step the memory rule walks (``pp_zero_bubble._held_counts``: once per (schedule, pp,
+# micro-batches, stage), whatever the share): re-measured 2026-11-27 (i28-moe, load 11-13 on the 2
+# cores) 3.5-7.6 us a step walking ZB-H1 / DualPipe(V) stages of 512-4,096 micro-batches, and the
+# rules of llama3-70b on 8 GPUs x 65,536 sequences (14,968,440 steps walked) 66.0 s of CPU: 4.4 us
+# a step. Per step of each further ``w_share`` (the cached counts weighed, numpy): 0.004-0.013 us.
+# Bytes: over all (schedule, pp, micro-batches, w_share) replays, fitted to the peaks above.
+STEP_S, SHARE_STEP_S, STEP_BYTES = 5e-6, 2e-8, 80.0
 STEPS_PER_MICRO = {Schedule.ZB_H1: 3, Schedule.DUALPIPE: 2, Schedule.DUALPIPEV: 4}  # a stage's steps per micro-batch (F, B, W each)
 
 @dataclass(frozen=True)
@@ -48,27 +57,32 @@ class PlanWork:
     """The analytic phase's estimate: CPU seconds, peak bytes, the flag behind the larger share."""
 
     layouts: int
-    replay_steps: int
+    replay_steps: int  # schedule steps the memory rule walks (each schedule once)
     seconds: float
     bytes: float
     driver: str
 
     def describe(self) -> str:
         return cost_text(self.seconds, self.bytes, f"{self.layouts:,} layouts, {self.replay_steps:,} "
-                         "pipeline-schedule steps replayed by the memory rule")
+                         "pipeline-schedule steps walked by the memory rule")
 
 
 def estimate(req) -> PlanWork:
     """The work of enumerating, ruling, fitting and estimating every layout of ``req``
     (:class:`.inputs.Request`), counted over the meshes of its space."""
     layouts, keys = count(req)
-    stage = [STEPS_PER_MICRO[sched] * micro + 2 * pp for sched, pp, micro, _ in keys]  # one stage's steps
-    steps = sum(key[1] * n for key, n in zip(keys, stage))
+    steps = sum(_steps(sched, pp, micro) for sched, pp, micro, _ in keys)  # every share's
+    walked = sum(_steps(*walk) for walk in {key[:3] for key in keys})  # each schedule walked once
     parts = {"--gpus": (layouts * LAYOUT_S, layouts * LAYOUT_BYTES),
-             "--global-batch-tokens": (steps * STEP_S, steps * STEP_BYTES)}
+             "--global-batch-tokens": (walked * STEP_S + steps * SHARE_STEP_S, steps * STEP_BYTES)}
     share = {k: sec / BUDGET_S + b / BUDGET_BYTES for k, (sec, b) in parts.items()}
-    return PlanWork(layouts, steps, sum(sec for sec, _ in parts.values()),
+    return PlanWork(layouts, walked, sum(sec for sec, _ in parts.values()),
                     BASE_BYTES + sum(b for _, b in parts.values()), max(share, key=share.get))
+
+
+def _steps(schedule: Schedule, pp: int, micro: int) -> int:
+    """Steps of one replay: every stage's (:data:`STEPS_PER_MICRO` per micro-batch, 2 pp more)."""
+    return pp * (STEPS_PER_MICRO[schedule] * micro + 2 * pp)
 
 
 def count(req) -> tuple[int, list[tuple]]:
