@@ -1,0 +1,2 @@
+cdef class Wake:
+    cdef public object callbacks
