@@ -38,7 +38,7 @@ def shape_errors(points: list[tuple[str, float, float]]) -> tuple[float, list[tu
 
 def curve_share(cm: ComputeModel, r: dict, fp8: bool) -> float:
     """The simulator's share of the precision's dense peak at the row's GEMM shape (its FLOP time:
-    the min-dim curve, and Hopper FP8's reduction-dim term, sim/model/compute.py FP8_K_HALF)."""
+    the min-dim curve, and Hopper FP8's reduction-dim term, sim/model/gemm_sources.py FP8_K_HALF)."""
     k = gemm(r["m"], r["n"], r["k"], fp8=fp8)
     return k.flops / ((cm.low_flops if fp8 else cm.gpu.peak_flops) * cm.flop_time(k))
 

@@ -6,7 +6,7 @@ BF16 ``F.linear`` and FP8 ``torch._scaled_mm`` with tensor-wise scales at the sa
 no GPU needed here). The simulator's GEMM time (sim/model/compute.py, ``ComputeModel.flop_time``)
 is ``FLOPs / (peak x e_max) x (1 + c / x)`` in BF16 and ``... x (1 + c / x + c_K / K)`` in FP8 on
 Hopper: x the smallest of m, n, k (c = 128 BF16, 256 FP8), K the reduction dim. This fits the one
-constant c_K (:data:`sim.model.compute.FP8_K_HALF`) GLOBALLY, on what an FP8 row is compared by --
+constant c_K (:data:`sim.model.gemm_sources.FP8_K_HALF`) GLOBALLY, on what an FP8 row is compared by --
 FP8 against BF16 at the same shape: every shape of both files that is launch-bound in neither
 precision (time >= twice the file's fastest GEMM of that precision; the squares of 256-2048 are
 not), the ratio (FP8 share / its curve) / (BF16 share / its curve), one level per GPU (its median:

@@ -1,4 +1,4 @@
-"""Hopper's FP8 GEMMs pay a cost per output element (sim.model.compute.FP8_K_HALF): the closed
+"""Hopper's FP8 GEMMs pay a cost per output element (sim.model.gemm_sources.FP8_K_HALF): the closed
 form, its backward, where it applies, and that the shipped constants are what
 bench/measured_gemm_fit.py fits and derives from the measured H100 and H200 GEMMs."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sim.hardware.gpus import gpu_preset, low_peak
-from sim.model.compute import FP8_K_HALF, GEMM_KERNEL, ComputeModel, gemm
+from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
+from sim.model.gemm_sources import FP8_K_HALF
 
 ROOT = Path(__file__).parents[1]
 H100, B200 = gpu_preset("h100-sxm"), gpu_preset("b200")

@@ -19,7 +19,8 @@ from conftest import assert_input_error, clustersim
 from sim.hardware.gpus import gpu_preset, low_peak
 from sim.input.load import scenario_from_dict
 from sim.model import layers as L
-from sim.model.compute import FP8_K_HALF, GEMM_KERNEL, HBM_EFFICIENCY, LAUNCH_S, ComputeModel, gemm as gemm_kernel
+from sim.model.compute import GEMM_KERNEL, HBM_EFFICIENCY, LAUNCH_S, ComputeModel, gemm as gemm_kernel
+from sim.model.gemm_sources import FP8_K_HALF
 from sim.step import simulate
 
 ROOT = Path(__file__).parents[1]

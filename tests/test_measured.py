@@ -22,7 +22,7 @@ def test_readme_quotes_what_the_comparison_prints():
 
 def test_comparison_says_small_gemms_lose_and_fp8_no_more_than_bf16():
     """Both precisions' curves stay optimistic at small K (BF16's loss is not modelled); FP8's
-    excess over it is (sim/model/compute.py FP8_K_HALF): at K 512 the two within 5 points."""
+    excess over it is (sim/model/gemm_sources.py FP8_K_HALF): at K 512 the two within 5 points."""
     out = printed()
     sweep = {name: dict((int(k), float(v)) for k, v in re.findall(r"K (\d+) ([+-][\d.]+)%", line))
              for name, line in re.findall(r"  (BF16|FP8) K-sweep[^:]*: (.*)", out)}

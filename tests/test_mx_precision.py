@@ -35,7 +35,7 @@ def linear_time(precision: str | None, n: float) -> float:
 
 def test_mxfp8_nearly_halves_linear_layers_in_the_compute_bound_limit_on_b200():
     """MXFP8 runs at 4.5 of 2.25 PFLOP/s with 0.991 of the BF16 kernel share (Transformer Engine's
-    pre-quantized B300 layer, sim.model.compute.BLACKWELL_FP8_RATIO) times the MX kernel's 6.812 /
+    pre-quantized B300 layer, sim.model.gemm_sources.BLACKWELL_FP8_RATIO) times the MX kernel's 6.812 /
     7.161 of the FP8 one (the same layer): the linear layer's time tends to 0.5 / (0.991 x 0.951)
     of BF16's once its GEMMs bind (its quantize kernels, memory-bound,
     shrink relative to the GEMM as n grows)."""

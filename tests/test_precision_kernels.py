@@ -1,5 +1,5 @@
 """Low-precision kernel rates on Blackwell: what Transformer Engine's pre-quantized B300 layer says
-an FP8 GEMM keeps of the BF16 share (sim.model.compute.TE_TUTORIAL_PREQUANTIZED_S,
+an FP8 GEMM keeps of the BF16 share (sim.model.gemm_sources.TE_TUTORIAL_PREQUANTIZED_S,
 BLACKWELL_FP8_RATIO), and torchao's MX casts at their measured B200 bandwidths
 (sim.model.quant.MX_CAST_SHARE), kept apart from Inductor's fused elementwise runs
 (sim.model.host.fused); and the FP8 / BF16 GEMM ratio of one layer against Transformer Engine's
@@ -13,8 +13,8 @@ import pytest
 from sim.hardware.gpus import gpu_preset
 from sim.model import host
 from sim.model import layers as L
-from sim.model.compute import (BLACKWELL_FP8_RATIO, GEMM_KERNEL, LAUNCH_S, SUSTAINED, ComputeModel, Kernel, elementwise,
-                               gemm, te_fp8_ratio, te_tutorial_gemms)
+from sim.model.compute import GEMM_KERNEL, LAUNCH_S, SUSTAINED, ComputeModel, Kernel, elementwise, gemm
+from sim.model.gemm_sources import BLACKWELL_FP8_RATIO, te_fp8_ratio, te_tutorial_gemms
 from sim.model.quant import MX_CAST_SHARE
 
 B200 = gpu_preset("b200")

@@ -11,7 +11,8 @@ is reproduced; with logs, the logs' fitted factor sets the level and the trace t
 import numpy as np
 
 from ..input.choices import AttentionBackend
-from ..model.compute import ATTENTION_KERNEL, GEMM_HALF_SIZE, GEMM_KERNEL, ComputeModel
+from ..model.compute import ATTENTION_KERNEL, GEMM_KERNEL, ComputeModel
+from ..model.gemm_sources import GEMM_HALF_SIZE
 from .kineto import Trace, breakdown
 from ..engine.kinds import Category
 from ..outputs import host

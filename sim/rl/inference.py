@@ -35,7 +35,8 @@ import math
 from ..collectives.kinds import ALL_REDUCE
 from ..errors import InputError
 from ..hardware.gpus import FABRIC_EFFICIENCY, GPU
-from ..model.compute import GEMM_EFFICIENCY, GEMM_HALF_SIZE
+from ..model.compute import GEMM_EFFICIENCY
+from ..model.gemm_sources import GEMM_HALF_SIZE
 from ..model.transformer import Dims, non_embedding_params, total_params
 from ..units import GB, GIB
 
