@@ -73,6 +73,16 @@ def time_phase(topo: topology.Topology, phase) -> float:
 REPO = Path(__file__).resolve().parent.parent
 
 
+@lru_cache(maxsize=None)
+def bench_module(name: str):
+    """``bench/NAME.py`` loaded as a module (the bench scripts are not a package), once per run."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def cli_env() -> dict:
     """The environment of a CLI subprocess: this checkout importable, no debug tracebacks."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

@@ -2,11 +2,11 @@
 form, its backward, where it applies, and that the shipped constants are what
 bench/measured_gemm_fit.py fits and derives from the measured H100 and H200 GEMMs."""
 
-import importlib.util
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from conftest import bench_module
 
 from sim.hardware.gpus import gpu_preset, low_peak
 from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
@@ -16,12 +16,8 @@ ROOT = Path(__file__).parents[1]
 H100, B200 = gpu_preset("h100-sxm"), gpu_preset("b200")
 
 
-@lru_cache(maxsize=None)
 def fit_module():
-    spec = importlib.util.spec_from_file_location("measured_gemm_fit", ROOT / "bench" / "measured_gemm_fit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("measured_gemm_fit")
 
 
 def kernel_level(gpu) -> ComputeModel:

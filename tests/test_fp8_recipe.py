@@ -8,14 +8,13 @@ torchao code) and the roofline of sim/model/compute.py.
 Run: ``python -m pytest tests/test_fp8_recipe.py``
 """
 
-import importlib.util
 import json
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_input_error, clustersim
+from conftest import assert_input_error, bench_module, clustersim
 from sim.hardware.gpus import gpu_preset, low_peak
 from sim.input.load import scenario_from_dict
 from sim.model import layers as L
@@ -109,10 +108,7 @@ def test_only_transformer_engine_casts_the_weights_in_the_optimizer():
 
 
 def measured_fp8():
-    spec = importlib.util.spec_from_file_location("measured_fp8", ROOT / "bench" / "measured_fp8.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("measured_fp8")
 
 
 def test_simulated_fp8_speedup_within_10pct_of_the_measured_one_at_whole_layers():

@@ -103,11 +103,8 @@ def test_mape_over_every_frontier_row():
 def test_cp_sweep_reads_torchtitans_table_2():
     """bench/cp_sweep.py's points: the three of the row's notes and the row, 32k tokens a rank,
     each published step dp x tokens / (TPS/GPU x 8) (torchtitan Table 2: 3,890, 2,540, 1,071)."""
-    import importlib.util
-    from conftest import REPO
-    spec = importlib.util.spec_from_file_location("cp_sweep", REPO / "bench" / "cp_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    from conftest import bench_module
+    sweep = bench_module("cp_sweep")
     got = sweep.points(ROWS["tt_h100_l8b_cp8_262k"])
     assert [(dp, cp, seq) for dp, cp, seq, _ in got] == [(8, 1, 32768), (4, 2, 65536), (2, 4, 131072), (1, 8, 262144)]
     assert [s for *_, s in got] == pytest.approx([8 * 32768 / (3890 * 8), 4 * 65536 / (2540 * 8),

@@ -4,22 +4,19 @@ bench/measured/h100-2026-11-26-moe-layer.json and h200-2026-11-26-moe-layer.json
 Run: ``python -m pytest -q tests/test_measured_moe.py``
 """
 
-import importlib.util
 import json
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
+from conftest import bench_module
+
 ROOT = Path(__file__).parents[1]
 
 
-@lru_cache(maxsize=None)
 def bench():
-    spec = importlib.util.spec_from_file_location("measured_moe", ROOT / "bench" / "measured_moe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("measured_moe")
 
 
 @lru_cache(maxsize=None)
