@@ -186,5 +186,6 @@ class WeightSync(StrEnum):
 
 
 __all__ = ["Algorithm", "Attention", "AttentionBackend", "CpImpl", "DP_ALGORITHMS", "Dispatcher", "Distribution",
-           "DUALPIPE_SCHEDULES", "ExpertRouting", "JitterMode", "Kernels", "MicroBatches", "Mlp", "Precision", "Recipe",
-           "Recompute", "RLMode", "Schedule", "V_SCHEDULES", "WeightRoute", "WeightSync", "ZERO_BUBBLE_SCHEDULES"]
+           "DUALPIPE_SCHEDULES", "ExpertRouting", "JitterMode", "Kernels", "MicroBatches", "MlaDownProj", "Mlp",
+           "ONE_F_ONE_B_SCHEDULES", "Precision", "Recipe", "Recompute", "RLMode", "Schedule", "V_SCHEDULES",
+           "WeightRoute", "WeightSync", "ZERO_BUBBLE_SCHEDULES"]
