@@ -14,10 +14,9 @@ down projections and latent norms, which Megatron runs on the sequence shard bef
 gathering the latents: :func:`entry_width` is the width that is gathered). A sublayer's
 kernels are in execution order, so each role forms one run.
 
-Attention: MHA/GQA projects Q, K, V in one GEMM; MLA (Megatron-Core
-multi_latent_attention.py, gpt_layer_specs.py: TELinear 'duplicated' down projections, or
-column-parallel ones: :func:`mla_latent_widths`; TELayerNormColumnParallelLinear up projections,
-TERowParallelLinear output) runs
+Attention: MHA/GQA projects Q, K, V in one GEMM; MLA (Megatron-Core multi_latent_attention.py,
+gpt_layer_specs.py: TELinear 'duplicated' down projections, or column-parallel ones: :func:`mla_latent_widths`;
+TELayerNormColumnParallelLinear up projections, TERowParallelLinear output) runs
 q down -> q norm -> q up and kv down (+ the shared rotary key) -> kv norm -> kv up, then
 the core with d_qk = qk_nope + qk_rope and d_v = v_head_dim. MLPs: gelu and relu2 (squared
 ReLU, Nemotron-4) read and write f activations per token, the gated swiglu and geglu (GELU
@@ -78,8 +77,7 @@ class Shard:
     mla_column: bool = False  # parallel.mla_down_proj = "column" at tp > 1: MLA's down projections column-parallel
 
     def __post_init__(self):
-        """Strings become :class:`Precision` and :class:`Recipe` here, once (an
-        unknown name raises ValueError: the scenario's own types refuse it first)."""
+        """Strings become :class:`Precision` and :class:`Recipe` here, once (an unknown name: ValueError)."""
         object.__setattr__(self, "quant", Precision(self.quant))
         object.__setattr__(self, "recipe", Recipe(self.recipe))
 
@@ -148,9 +146,8 @@ def attention_core(d: Dims, sh: Shard, kv_share: float = 1.0) -> Kernel:
 
 def _mla_projections(d: Dims, sh: Shard) -> list[Kernel]:
     """MLA's down projections (whole weights, on the sequence shard), latent norms, up projections."""
-    nt = sh.norm_tokens
-    down = linear(nt, d.q_lora, d.h, sh) if d.q_lora else []
-    return down + linear(nt, d.kv_lora + d.qk_rope, d.h, sh) + _latent_norms(d, sh) + _mla_up(d, sh)
+    down = linear(sh.norm_tokens, d.q_lora, d.h, sh) if d.q_lora else []
+    return down + linear(sh.norm_tokens, d.kv_lora + d.qk_rope, d.h, sh) + _latent_norms(d, sh) + _mla_up(d, sh)
 
 
 def _latent_norms(d: Dims, sh: Shard) -> list[Kernel]:  # q_a_layernorm, kv_a_layernorm
@@ -158,9 +155,8 @@ def _latent_norms(d: Dims, sh: Shard) -> list[Kernel]:  # q_a_layernorm, kv_a_la
 
 
 def mla_latent_widths(d: Dims) -> tuple[int, ...]:
-    """``parallel.mla_down_proj = "column"`` (Megatron-Core 7094270c gpt_layer_specs.py: TEColumnParallelLinear):
-    the widths of the down projections (q's with a q latent; kv's, kv latent and rotary key), each a column-parallel
-    linear on the gathered tokens (:func:`mla_column_down`), its output gathered along the last dim after it."""
+    """The down projections' widths (q's with a q latent; kv's, kv latent and rotary key): with ``mla_down_proj =
+    "column"`` (Megatron-Core 7094270c gpt_layer_specs.py) each a TEColumnParallelLinear (:func:`mla_column_down`)."""
     return ((d.q_lora,) if d.q_lora else ()) + (d.kv_lora + d.qk_rope,)
 
 
@@ -169,10 +165,14 @@ def mla_column_down(d: Dims, sh: Shard) -> tuple[tuple[Kernel, ...], ...]:  # (s
     return tuple(tuple(linear(sh.tokens, w / sh.tp, d.h, sh, tp=1)) for w in mla_latent_widths(d))
 
 
+def mla_column_pre(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
+    """The input norm and :func:`mla_column_down`: :func:`attention_pre` up to the latents' last-dim gather."""
+    return tuple(norm_and_residual(d, sh)[:1]) + sum(mla_column_down(d, sh), ())
+
+
 @lru_cache(maxsize=1024)
 def mla_column_up(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
-    """The rest: the copies of the last-dim gathers (mappings.py ``_gather_along_last_dim``'s ``torch.cat``;
-    under SP the kv latent's sequence split), the latent norms, the up projections and the RoPE."""
+    """The rest: the last-dim gathers' copies (mappings.py ``torch.cat``; SP: the kv latent split), norms, up, RoPE."""
     copy = 2 * ELEM * (sh.tokens * sum(mla_latent_widths(d)) + (sh.norm_tokens * d.kv_lora if sh.sp else 0))
     return tuple([Kernel(bytes=copy, count=len(mla_latent_widths(d)) + sh.sp, bwd=1.0)]
                  + _latent_norms(d, sh) + _mla_up(d, sh) + rope(d, sh))
@@ -198,9 +198,9 @@ def mla_up_recompute(d: Dims, sh: Shard) -> tuple[Kernel, ...]:
 @lru_cache(maxsize=1024)
 def attention_pre(d: Dims, sh: Shard) -> list[Kernel]:
     """Norm and the Q, K, V projections (MLA: down, norm, up)."""
-    norm = norm_and_residual(d, sh)[:1]
     if d.mla and sh.mla_column:  # norm, the column down projections, then mla_column_up
-        return tuple(norm) + sum(mla_column_down(d, sh), ()) + mla_column_up(d, sh)
+        return mla_column_pre(d, sh) + mla_column_up(d, sh)
+    norm = norm_and_residual(d, sh)[:1]
     if d.mla:
         return tuple(norm + _mla_projections(d, sh) + rope(d, sh))
     return tuple(norm + linear(sh.tokens, (d.a * d.dq + d.kv_width) / sh.tp, d.h, sh, fused=True, tp=1)

@@ -11,8 +11,7 @@ These sit on the critical path: the next compute op depends on them (with
 from dataclasses import dataclass
 
 from ..collectives.kinds import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
-from ..model.layers import (ELEM, Direction, backward, entry_width, mla_column_down, mla_column_up, mla_latent_widths,
-                            norm_and_residual)
+from ..model.layers import ELEM, Direction, backward, entry_width, mla_column_pre, mla_column_up, mla_latent_widths
 from ..engine.kinds import Category
 
 AXIS = Category.TP
@@ -202,9 +201,9 @@ def mla_column_forward(b, layer: int, mb: int, x, tag: str) -> int | tuple:
     (fewer ops; the same bytes, one latency each instead of two). Plain collectives: the rules
     refuse ``tp_comm_overlap`` with it."""
     d, sh = b.ctx.dims, b.ctx.shard
-    downs = mla_column_down(d, sh)
-    x = enter(b, "attn_down", layer, mb, x, (tag,), len(downs) * sublayer_bytes(b, "attn_down", True, True))
-    x = b.compute(f"attn_down_{tag}", tuple(norm_and_residual(d, sh)[:1]) + sum(downs, ()), x, layer, mb)
+    downs = len(mla_latent_widths(d))  # down projections, each gathering its own copy of the input
+    x = enter(b, "attn_down", layer, mb, x, (tag,), downs * sublayer_bytes(b, "attn_down", True, True))
+    x = b.compute(f"attn_down_{tag}", mla_column_pre(d, sh), x, layer, mb)
     x = b.collective("attn_latent_ag", AXIS, ALL_GATHER, b.group(AXIS), sh.tokens * sum(mla_latent_widths(d)) * ELEM,
                      x, layer=layer, mb=mb, tag=(tag,), group_of=b.group_of(AXIS))
     return forward_sublayer(b, "attn", f"attn_pre_{tag}", mla_column_up, layer, mb, x, tag, gather=True)
@@ -219,7 +218,6 @@ def mla_column_backward(b, layer: int, mb: int, x) -> int | tuple:
     d, sh = b.ctx.dims, b.ctx.shard
     x = backward_sublayer(b, "attn", "attn_pre_bwd", mla_column_up, layer, mb, x, gathered=True)
     x = enter_backward(b, "attn_latent", layer, mb, x, sh.tokens * (sum(mla_latent_widths(d)) - d.qk_rope) * ELEM)
-    downs = mla_column_down(d, sh)
-    kernels = tuple(norm_and_residual(d, sh)[:1]) + sum(downs, ())
+    kernels = mla_column_pre(d, sh)
     return split_backward(b, "attn_down", "attn_down_bwd", kernels, roles(kernels, True, False), x, layer, mb,
-                          scale=len(downs))
+                          scale=len(mla_latent_widths(d)))
