@@ -32,7 +32,7 @@ from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
 HERE = Path(__file__).parent / "measured"
 FILES = {"h100-sxm": "h100-2026-11-26.json", "h200": "h200-2026-11-26.json"}
 GRID = range(0, 801)
-BF16_SHARE = 0.806  # the BF16 kernel share both Hopper presets hold (GEMM_KERNEL)
+BF16_SHARE = GEMM_KERNEL["h100-sxm"]["bf16"]  # the BF16 kernel share both Hopper presets hold (0.806)
 
 
 def measured(gpu: str) -> list[dict]:
