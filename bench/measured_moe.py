@@ -36,7 +36,7 @@ dynamic casts fused by torch.compile).
 Beside the layers: MLA's attention alone (the file's ``attention`` section, cuDNN at q/k 192,
 v 128, not padded -- the layer itself pads v to 192), each GEMM alone (``layer_gemms``) against
 the curve, and Megatron-Core's unfused permutation and un-permutation (h200-2026-11-26-permute.json,
-bench/gpu_measure_permute.py) against :func:`sim.model.layers.permute` and ``unpermute``.
+bench/gpu_measure_permute.py) against :func:`sim.model.moe_kernels.permute` and ``unpermute``.
 
 tests/test_measured_moe.py checks that bench/measured/README.md quotes what this prints.
 """
@@ -49,7 +49,8 @@ from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model.compute import GEMM_KERNEL, ComputeModel, gemm
 from sim.model.host import fused
-from sim.model.layers import backward, permute, unpermute
+from sim.model.layers import backward
+from sim.model.moe_kernels import permute, unpermute
 from sim.model.transformer import dims
 from sim.parallel import layer_program as lp
 from sim.parallel.passes import Pass
@@ -256,8 +257,8 @@ PERMUTE_ROWS = {"dsv3": "dg-dsv3-1024", "qwen3": QWEN3, "grok1": "dg-grok-2048"}
 
 def permute_lines(gpu: str = "h200") -> list[str]:
     """Megatron-Core's unfused permutation and un-permutation, forward + backward (profiled
-    device time) against the model's :func:`~sim.model.layers.permute` and
-    :func:`~sim.model.layers.unpermute` kernels at kernel level, fused and unfused (the unfused
+    device time) against the model's :func:`~sim.model.moe_kernels.permute` and
+    :func:`~sim.model.moe_kernels.unpermute` kernels at kernel level, fused and unfused (the unfused
     rate is fitted to the grok1 row: its miss is 0 by construction), on the tokens the rank routes."""
     data = json.loads((HERE / PERMUTE).read_text())
     cm = ComputeModel(gpu_preset(gpu), e_max=GEMM_KERNEL[gpu]["bf16"])

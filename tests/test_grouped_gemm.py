@@ -16,7 +16,8 @@ from conftest import assert_input_error, clustersim
 from sim.input.load import scenario_from_dict
 from sim.model import host
 from sim.model.compute import LAUNCH_S, ComputeModel
-from sim.model.layers import backward, experts
+from sim.model.layers import backward
+from sim.model.moe_kernels import experts
 from sim.model.transformer import dims
 from sim.hardware.gpus import gpu_preset
 from sim.parallel import layer_program as lp

@@ -19,7 +19,8 @@ from sim.errors import InputError
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model.compute import GEMM_KERNEL, HBM_EFFICIENCY, LAUNCH_S, ComputeModel
-from sim.model.layers import UNFUSED_PERMUTE_SHARE, backward, permute, permute_bytes, unpermute
+from sim.model.layers import backward
+from sim.model.moe_kernels import UNFUSED_PERMUTE_SHARE, permute, permute_bytes, unpermute
 from sim.model.transformer import Dims
 from sim.step import build, build_topology
 from sim.studies import validation

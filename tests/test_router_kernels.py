@@ -17,7 +17,8 @@ from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model import host
 from sim.model.compute import LAUNCH_S, ComputeModel
-from sim.model.layers import Shard, backward, router
+from sim.model.layers import Shard, backward
+from sim.model.moe_kernels import router
 from sim.model.transformer import Dims
 from sim.step import build, build_topology
 from sim.studies import validation

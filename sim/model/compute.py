@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from ..errors import InputError
 from ..hardware.calibration import Calibration
-from ..hardware.gpus import GPU, GPUS, Precision, low_peak
+from ..hardware.gpus import GPU, Precision, low_peak
 from ..input.choices import AttentionBackend
 from .attention_rates import ATTENTION_KERNEL
 from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_SIZE, HALF_SIZE, MX_FP8_RATIO,

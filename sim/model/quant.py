@@ -37,7 +37,7 @@ Run: ``python -m pytest -q tests/test_fp8.py tests/test_fp8_recipe.py tests/test
 tests/test_precision_kernels.py`` (docs/precision.md: the sources and what they changed)
 """
 
-from ..input.choices import Precision, Recipe
+from ..input.choices import Precision
 from .compute import QUANTIZED, Kernel
 
 

@@ -7,7 +7,7 @@ combining the results. Both all-to-alls are on the critical path (unless
 ``parallel.ep_comm_overlap`` runs them under another micro-batch's compute, see
 :mod:`.ep_overlap`). When the routing policy loads experts unevenly, the ranks holding
 hot experts compute longer and every other rank of the group waits for them at the
-combine. The dispatcher's copies are memory traffic (:func:`~sim.model.layers.permute`
+combine. The dispatcher's copies are memory traffic (:func:`~sim.model.moe_kernels.permute`
 in the router, the re-sort by local expert around the experts, the unpermutation after the
 combine).
 
@@ -56,7 +56,8 @@ from dataclasses import replace
 
 from ..collectives.direct import Dedup, hit
 from ..collectives.kinds import ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
-from ..model.layers import ELEM, Direction, backward, experts, router, routed_experts, unpermute
+from ..model.layers import ELEM, Direction, backward
+from ..model.moe_kernels import experts, router, routed_experts, unpermute
 from . import tp
 from ..engine.kinds import Category, StreamName
 from ..input.choices import Dispatcher, ExpertRouting

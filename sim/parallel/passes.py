@@ -287,7 +287,7 @@ def _up_gather(b, layer: int, mb: int, x):
     userbuffers run it inside the GEMMs (not counted)."""
     if b.ctx.scenario.parallel.tp_comm_overlap:
         return x
-    width = entry_width(b.ctx.dims, column=True) * (1 if b.ctx.shard.fp8 else ELEM)
+    width = entry_width(b.ctx.dims, rotary_key=False) * (1 if b.ctx.shard.fp8 else ELEM)
     return tp.enter(b, "attn_up_recompute", layer, mb, x, ("recompute",), b.ctx.shard.tokens * width)
 
 

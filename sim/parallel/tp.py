@@ -92,7 +92,7 @@ def sublayer_bytes(b, sublayer: str, gather: bool, entry: bool) -> float:
     quantizer=...)``); reductions stay BF16, except the forward reduce-scatter under
     ``parallel.tp_overlap_fp8_rs`` (:func:`fp8_reduce_scatter`)."""
     d = b.ctx.dims
-    width = entry_width(d, b.ctx.shard.mla_column) if entry and sublayer == "attn" else d.h
+    width = entry_width(d, rotary_key=not b.ctx.shard.mla_column) if entry and sublayer == "attn" else d.h
     one = b.ctx.shard.fp8 and (gather or (not entry and fp8_reduce_scatter(b.ctx.scenario.parallel)))
     return b.ctx.shard.tokens * width * (1 if one else ELEM)
 
@@ -196,7 +196,7 @@ def mla_column_forward(b, layer: int, mb: int, x, tag: str) -> int | tuple:
     each down projection all-gathers the hidden input itself (SP), runs on every token, and its
     output is all-gathered along the last dim (``gather_from_tensor_model_parallel_region``; under
     SP then split to the sequence shard, no traffic); then the up projections gather their latents
-    as in the duplicated mode (:func:`forward_sublayer`, ``entry_width(d, column=True)``). The two
+    as in the duplicated mode (:func:`forward_sublayer`, ``entry_width(d, rotary_key=False)``). The two
     projections' input gathers run as one all-gather of their bytes, as do their last-dim gathers
     (fewer ops; the same bytes, one latency each instead of two). Plain collectives: the rules
     refuse ``tp_comm_overlap`` with it."""
