@@ -20,15 +20,13 @@ def test_readme_quotes_what_the_comparison_prints():
     assert block == printed()
 
 
-def test_comparison_says_small_k_gemms_are_modelled_in_both_precisions():
-    """Hopper's reduction-dim terms (sim/model/gemm_sources.py BF16_K_HALF and FP8_K_HALF) take the
-    small-K loss in both precisions: from K 128 to 1,024 the K-sweep is within 15% of the level in
-    both (the min-dim curve alone missed by 17-19% in BF16 and 27% in FP8 at K 128-256), the two
-    within 5 points at K 512; large K still runs above the level."""
+def test_comparison_says_small_gemms_lose_and_fp8_no_more_than_bf16():
+    """Both precisions' curves stay optimistic at small K (BF16's loss is not modelled); FP8's
+    excess over it is (sim/model/gemm_sources.py FP8_K_HALF): at K 512 the two within 5 points."""
     out = printed()
     sweep = {name: dict((int(k), float(v)) for k, v in re.findall(r"K (\d+) ([+-][\d.]+)%", line))
              for name, line in re.findall(r"  (BF16|FP8) K-sweep[^:]*: (.*)", out)}
-    assert all(abs(sweep[p][k]) < 15 for p in ("BF16", "FP8") for k in (128, 256, 512, 1024)), sweep
-    assert 0 < sweep["BF16"][8192] and abs(sweep["FP8"][512] - sweep["BF16"][512]) < 5
+    assert max(sweep["FP8"][512], sweep["BF16"][512]) < 0 < sweep["BF16"][8192]
+    assert abs(sweep["FP8"][512] - sweep["BF16"][512]) < 5
     ratios = [float(r) for r in re.findall(r"\d+\.\d\s+\d+\.\d\s+(\d\.\d\d)", out)]
     assert len(ratios) == 7 and all(0.5 < r < 3 for r in ratios)

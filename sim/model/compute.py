@@ -5,8 +5,7 @@ time(kernel) = launch + max(FLOPs / (peak * efficiency), bytes / (HBM bw * 0.8))
 One efficiency model per GPU type, three kinds of tensor-core work:
 
 - BF16 GEMMs reach ``e_max * x / (x + 128)`` of the dense BF16 peak, x the GEMM's smallest
-  dimension (small tiles leave SMs idle); on Hopper they also pay a share ``c_K / K`` of the main
-  loop's time, K the reduction dim (:data:`.gemm_sources.BF16_K_HALF`). ``e_max`` (:data:`GEMM_EFFICIENCY`) is what a
+  dimension (small tiles leave SMs idle). ``e_max`` (:data:`GEMM_EFFICIENCY`) is what a
   large GEMM reaches *in training*: the cuBLAS kernel's share of peak (:data:`GEMM_KERNEL`,
   cited) times one **sustained factor** per GPU type (:data:`SUSTAINED`), the only fitted
   constant: the share of its datasheet rate a GPU keeps through a training step (clocks
@@ -38,7 +37,7 @@ from ..hardware.calibration import Calibration
 from ..hardware.gpus import GPU, GPUS, Precision, low_peak
 from ..input.choices import AttentionBackend
 from .attention_rates import ATTENTION_KERNEL
-from .gemm_sources import (AMD_MAF, BF16_K_HALF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_SIZE, HALF_SIZE, MX_FP8_RATIO,
+from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_SIZE, HALF_SIZE, MX_FP8_RATIO,
                            maf_fp8_ratio)
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
@@ -61,11 +60,9 @@ from .gemm_sources import (AMD_MAF, BF16_K_HALF, BLACKWELL_FP8_RATIO, FP8_K_HALF
 #   Transformer Engine module/base.py ``_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`` (``_2X_ACC_FPROP
 #   = False``). No fast-accumulation figure was measured, so all three take this share.
 #   fp8 = 0.806 x that median: 0.776 (h100-sxm, h100-500w, h800: the same die), 0.793 (h200)
-#   with the min-dim curve alone; with Hopper's reduction-dim terms (:data:`FP8_K_HALF` and
-#   :data:`BF16_K_HALF`, fitted on the same two files: 344 and 82 since 2026-11-27, issue 27; FP8's
-#   alone, 203, gave 0.804 / 0.811) fp8 = 0.8075 (H100) / 0.8155 (H200), the median 1.002 / 1.012
-#   (bench/measured_gemm_fit.py prints them, and the time-weighted level it was not given:
-#   docs/precision.md).
+#   with the min-dim curve alone; with Hopper's reduction-dim term (:data:`FP8_K_HALF`, fitted on
+#   the same two files) the FP8 curve is lower at every shape, the median 0.997 / 1.006 and
+#   fp8 = 0.804 (H100) / 0.811 (H200) (bench/measured_gemm_fit.py prints both).
 #   It replaces a cuBLASLt figure from other H100s with no BF16 figure beside it (8192^3 FP8
 #   E4M3 1,599-1,630 of 1,979 TFLOP/s, gitea d-robotics test_gpu_scripts
 #   reports_cublaslt_fp8_crosscheck_20260524.md).
@@ -98,8 +95,8 @@ from .gemm_sources import (AMD_MAF, BF16_K_HALF, BLACKWELL_FP8_RATIO, FP8_K_HALF
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
 _CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
 _BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO}
-_H100 = {"bf16": 0.806, "fp8": 0.8075}
-_H200 = {"bf16": 0.806, "fp8": 0.8155}
+_H100 = {"bf16": 0.806, "fp8": 0.804}
+_H200 = {"bf16": 0.806, "fp8": 0.811}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
                "b200": _BLACKWELL, "b200-power-limited": _BLACKWELL, "gb200": _BLACKWELL,
                "gb200-torchtitan": _BLACKWELL, "b300": _BLACKWELL, "gb300": _BLACKWELL,
@@ -163,7 +160,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   plain gb200 took the H100 SXM's factor x 0.5011 / 0.5351 before the refit above, on the
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
-SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7884, "h100-500w": 0.6813, "h200": 0.7789,
+SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
              "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
                  b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
@@ -264,7 +261,6 @@ class ComputeModel:
         self.low_flops, self.low_half = low_peak(gpu, fmt), HALF_SIZE[fmt] * self.half / GEMM_HALF_SIZE
         self.e_max_fp8 = e_max_fp8 if e_max_fp8 is not None else self.sustained * kernel.get(fmt, 0.0)
         self.low_k_half = FP8_K_HALF.get(gpu.name, 0.0) if fmt is Precision.FP8 else 0.0
-        self.k_half = BF16_K_HALF.get(gpu.name, 0.0)
         self.attention = tuple((self.sustained * top, half) for top, half in curves)
         self._memo: dict[tuple, float] = {}
 
@@ -309,9 +305,8 @@ class ComputeModel:
                 k.flops * self.low_k_half * k.inv_k / (self.low_flops * self.e_max_fp8)
         elif k.attn:
             t = k.flops / (self.gpu.peak_flops * self.attention_efficiency(k.attn, k.keys))
-        else:  # the min-dim curve, plus Hopper's cost per output element (BF16_K_HALF / K)
-            t = k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim)) + \
-                k.flops * self.k_half * k.inv_k / (self.gpu.peak_flops * self.e_max)
+        else:
+            t = k.flops / (self.gpu.peak_flops * self.efficiency(k.min_dim))
         return t * self.slowdown  # (x 1.0 is exact: off, every time is as before)
 
     def time(self, kernels: list[Kernel] | tuple[Kernel, ...]) -> float:
