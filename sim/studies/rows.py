@@ -56,6 +56,7 @@ SECTIONS = {  # column -> (section, scenario key)
                                      "grad_reduce_in_fp32", "ep_dispatcher", "cp_impl",
                                      "tp_overlap_fp8_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
                                      "mla_down_proj")},
+    "topology": ("cluster", "topology"),  # empty: the GPU's DGX preset (sim/studies/validation.py)
 }
 
 

@@ -24,7 +24,8 @@ fixed rules, never tuned per row:
   the same vocabulary plus ``topology``; rows published only as tokens/s per GPU are
   compared as tokens/s (:mod:`.frontier` states the batch assumed and its other rules).
 
-The first two tables run on the GPU's DGX topology with the row's GPU count.
+The first two tables run on the GPU's DGX topology with the row's GPU count (a
+modern_runs.csv row may name another preset in its ``topology`` column: MegaScale's fabric).
 """
 
 import math
