@@ -1,12 +1,9 @@
-"""The network's joint re-solve of the transfers in flight (sim/engine/network.py
+"""The network's joint re-solve of every transfer in flight (sim/engine/network.py
 ``Network._solve_many``, and the components memoized by the shapes in flight in
 sim/engine/maxmin.py) against the act-by-act solve it replaced, kept here verbatim as the
 reference: on overlapping uneven all-to-alls (chains of different sizes ending at
-different times, so live masks change mid-transfer) re-planning every act
-(``Network.replan_changed`` False) gives every rate change and every end time as the same
-float; re-planning only the acts whose rates change gives every end time within rounding
-(1e-12 relative) and the same rates wherever a transfer is re-planned.
-Run ``python -m pytest -q tests/test_network_solve.py``.
+different times, so live masks change mid-transfer) every rate change and every end time
+is the same float. Run ``python -m pytest -q tests/test_network_solve.py``.
 """
 
 import numpy as np
@@ -114,41 +111,19 @@ def _run(topo, starts) -> tuple[list, list, Network]:
     return ends, log, net
 
 
-def _reference(monkeypatch, topo, starts) -> tuple[list, list, Network]:
-    """:func:`_run` with the act-by-act solve of main b2945af."""
-    with monkeypatch.context() as m:
-        m.setattr(Network, "_solve", _old_solve)
-        m.setattr(Network, "_solve_many", lambda self, acts, dirty=None: _old_solve(self, acts))
-        solve = ComponentRates.solve
-        m.setattr(ComponentRates, "solve", lambda self, sets, keys, joint: solve(self, sets, keys, joint))
-        return _run(topo, starts)
-
-
-def test_joint_re_solves_of_every_act_match_the_act_by_act_solve_bit_for_bit(monkeypatch):
+def test_joint_re_solves_match_the_act_by_act_solve_bit_for_bit(monkeypatch):
     topo = spec_topology(32, nic_gbps=50)
     for seed in (1, 2):
         starts = _traffic(seed)
+        ends, log, _ = _run(topo, starts)
         with monkeypatch.context() as m:
-            m.setattr(Network, "replan_changed", False)
-            ends, log, _ = _run(topo, starts)
-        old_ends, old_log, _ = _reference(monkeypatch, topo, starts)
+            m.setattr(Network, "_solve", _old_solve)
+            solve = ComponentRates.solve
+            m.setattr(ComponentRates, "solve", lambda self, sets, keys, joint: solve(self, sets, keys, joint))
+            old_ends, old_log, _ = _run(topo, starts)
         assert any(mask for mask in (_mask_key(p.nbytes) for _, p in starts))  # chains with no bytes
         assert ends == old_ends
         assert log == old_log
-
-
-def test_re_planning_only_changed_rates_moves_end_times_by_rounding(monkeypatch):
-    """Fewer re-plans, each a rate the reference also gave at (about) that time; the ends within 1e-12."""
-    topo = spec_topology(32, nic_gbps=50)
-    for seed in (1, 2, 3):
-        starts = _traffic(seed)
-        ends, log, net = _run(topo, starts)
-        old_ends, old_log, old = _reference(monkeypatch, topo, starts)
-        assert net.joint_solves == old.joint_solves
-        assert np.allclose(ends, old_ends, rtol=1e-12, atol=0) and ends != old_ends
-        assert len(log) < len(old_log)  # re-plans skipped
-        given = {(act, rates) for _, act, rates in old_log}
-        assert all((act, rates) in given for _, act, rates in log)  # (act ids: by first appearance, the same)
 
 
 def test_the_components_memo_is_used_and_keyed_by_the_shapes_in_flight():

@@ -14,11 +14,12 @@ by the set of active phase shapes: a step that repeats the same collectives re-s
 nothing. Transfers that share no link are solved apart, each connected component cached
 by its own phases' shapes (:mod:`sim.engine.maxmin`: the same floats as one joint solve),
 so an all-to-all that recurs beside different traffic is solved once. A phase's routes onto
-links are :mod:`sim.engine.links`; each Phase object also keeps a plan (:class:`Plan`): its
+links are :mod:`sim.engine.links`; each Phase object also keeps a plan (:class:`_Plan`): its
 routes, and the rates and wake-up it gets when no other transfer shares its links, so a
 collective that runs alone again costs two timeouts and no arithmetic on bytes.
 """
 
+from dataclasses import dataclass
 from functools import partial
 from heapq import heappush
 from math import ulp
@@ -30,7 +31,6 @@ from .clock import NORMAL, VOID, Superseded, Wake
 from .links import CompiledPhase, PhaseCache, link_bytes
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
-from .transfers import Plan, Transfer, changed_rates
 from ..errors import SimulationError
 from ..hardware.topology import Topology
 
@@ -39,6 +39,38 @@ _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
 _INF = float("inf")
+
+
+@dataclass(eq=False, slots=True)
+class _Plan:
+    """What the network needs to know of one Phase object, worked out once: schedules are
+    cached, so the same Phase comes back for every call of a collective."""
+
+    compiled: CompiledPhase
+    nbytes: np.ndarray  # bytes per chain, as floats (never written: transfers replace, not modify)
+    empty: bool  # moves no bytes: done once its latency is paid
+    mask: bytes  # which chains move bytes (see _mask_key)
+    latency: float  # seconds before its bytes flow (see Network.start: the phase's, computed once)
+    alone: tuple | None = None  # (rates, seconds until its first chain ends, whether all end then)
+    #                              when on its links alone
+    finished: int = 0  # transfers of it that ran to the end
+    residue: np.ndarray = None  # bytes per chain that count as rounding residue (see Network._finishing)
+
+
+@dataclass(eq=False, slots=True)
+class _Active:
+    plan: _Plan
+    phase: CompiledPhase
+    remaining: np.ndarray  # bytes per chain (a new array at each update: it starts as the plan's)
+    done: object  # called when every chain has finished
+    links: np.ndarray  # the distinct links it uses
+    rates: np.ndarray = None
+    updated: float = 0.0  # when ``remaining`` was last brought up to date
+    generation: int = 0  # bumps whenever its rates change, voiding its planned wake-up
+    mask: bytes = b""  # which chains were live at the last solve (see _mask_key)
+    wake: object = None  # its planned wake-up (a new plan empties the old one's callbacks)
+    solo: bool = False  # started on links no other transfer used (see _on_wake)
+    call: object = None  # what each of its wake-ups calls, made once (a superseded wake-up calls nothing)
 
 
 class Network:
@@ -50,16 +82,14 @@ class Network:
     other; only phases that share a link trigger a joint max-min solve.
     """
 
-    replan_changed = True  # a joint re-solve re-plans only the acts whose rates change (False: every act)
-
     def __init__(self, env: simpy.Environment, topo: Topology):
         self.env, self.topo = env, topo
-        self._active: dict[Transfer, None] = {}  # in start order (a dict: O(1) removal)
+        self._active: dict[_Active, None] = {}  # in start order (a dict: O(1) removal)
         self._sharing = Sharing(len(topo.caps))  # the phases in flight, and which share links
         self._compiled = PhaseCache(topo)  # by the hops' structure, and shapes moved by whole scalable units
         self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
         self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
-        self._plans: dict[object, Plan] = {}  # Phase object -> its plan
+        self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
         self.log: list | None = None  # set to [] to record every rate change (see _record)
         self._stalls = 0  # consecutive wake-ups that made no progress (see _on_wake)
@@ -72,14 +102,14 @@ class Network:
         schedules are cached, so the same Phase comes back and its arrays need no hashing)."""
         return self._plan(phase).compiled
 
-    def _plan(self, phase) -> Plan:
+    def _plan(self, phase) -> _Plan:
         plan = self._plans.get(phase)
         if plan is None:
             compiled = self._compiled.get(phase)
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             latency = phase.steps * compiled.step_latency * phase.latency_scale + phase.overhead
             nbytes = phase.nbytes.astype(float)
-            plan = self._plans[phase] = Plan(compiled, nbytes, empty, _mask_key(phase.nbytes), latency,
+            plan = self._plans[phase] = _Plan(compiled, nbytes, empty, _mask_key(phase.nbytes), latency,
                                               residue=np.maximum(1e-3, _REL_BYTES * nbytes))
         return plan
 
@@ -115,17 +145,17 @@ class Network:
         else:
             self._inject(plan, on_done)
 
-    def _inject(self, plan: Plan, on_done, _event=None) -> None:
+    def _inject(self, plan: _Plan, on_done, _event=None) -> None:
         if plan.empty:
             on_done()
             return
         compiled = plan.compiled
-        act = Transfer(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
+        act = _Active(plan, compiled, plan.nbytes, on_done, compiled.links, updated=self.env._now)
         act.call = partial(self._on_wake, act)  # (its wake-ups' callback: a superseded one calls nothing)
         shared = self._sharing.add(compiled)
         self._active[act] = None
         if shared:
-            self._solve_all(act)
+            self._solve_all()
             return
         act.solo = True
         if plan.alone is not None:  # alone on its links again: the rates and wake-up it had before
@@ -142,7 +172,10 @@ class Network:
             plan.alone = (act.rates, horizon, last - horizon <= _PICOSECOND / 2)
 
     def _solve(self, acts) -> None:
-        """Bring ``acts`` (one act) up to now, give them their max-min rates, plan their wake-ups."""
+        """Bring ``acts`` up to now, give them their max-min rates, plan their wake-ups."""
+        if len(acts) > 1:
+            self._solve_many(acts)
+            return
         for act in acts:
             self._advance(act)
             act.mask = _mask_key(act.remaining)
@@ -156,17 +189,11 @@ class Network:
             act.generation += 1
             self._wake_in(act, self._horizon(act))
 
-    def _solve_many(self, acts: list[Transfer], dirty: Transfer | None = None) -> None:
-        """:meth:`_solve` of several acts, re-planning only those whose rates change: the rates of the acts
-        sorted by (phase, live mask) (``dirty``, the act just started or woken, with its mask brought up to
-        now; the others' masks change only at their own wake-ups), then, for ``dirty`` and each act whose
-        rates differ from its old ones (elementwise: the same floats as act by act), bytes up to now, live
-        masks, seconds until its first live chain ends (0: its bytes ran out) and a wake-up, in that order.
-        An act whose rates are the same floats keeps its plan (bytes at ``updated``, its wake-up): its bytes
-        and end differ from a re-plan's only by rounding (docs/scaling.md, "Re-plan only what changes")."""
-        if dirty is not None:
-            dirty.mask = _mask_key(dirty.remaining)
-        keys = [(act.phase.key, act.mask) for act in acts]
+    def _solve_many(self, acts: list[_Active]) -> None:
+        """:meth:`_solve` of several acts on all their chains at once (elementwise: the same floats as act
+        by act): bytes up to now, live masks, rates of the acts sorted by (phase, mask), seconds until each
+        one's first live chain ends (0: its bytes ran out as another re-solved it), wake-ups in that order."""
+        left, live, starts, all_live, keys = self._bring_up_to_now(acts)
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -176,33 +203,20 @@ class Network:
                                           lambda group: self._max_min([order[i] for i in group]),
                                           tuple([k for k, _ in key]))  # (a phase's key fixes its links)
             self._rate_cache.put(key, found)
-        if self.replan_changed:
-            moved = changed_rates(order, found)
-            if dirty is not None and (k := order.index(dirty)) not in moved:
-                moved = sorted([*moved, k])
-        else:  # (every act re-planned: the joint re-solve as it was, for tests and bench/compare_fingerprints.py)
-            moved = range(len(order))
-        for act in order:
-            act.solo = False  # (re-solved jointly: its wake-up asks whom it shares links with, _solo_since_start)
-        if moved:
-            self._replan([order[k] for k in moved], [found[k] for k in moved])
-
-    def _replan(self, order: list[Transfer], rates: list[np.ndarray]) -> None:
-        """Bring ``order`` up to now at its old rates, give it ``rates`` and plan its wake-ups in that order."""
-        left, live, starts, all_live, _ = self._bring_up_to_now(order)
-        for act, r in zip(order, rates):
-            act.rates = r
+        new = [None] * len(acts)  # the rates in the acts' own order
+        for i, act, r in zip(perm, order, found):
+            act.rates = new[i] = r
             act.generation += 1
         with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-            ratio = left / np.concatenate(rates)
+            ratio = left / np.concatenate(new)
         if all_live:
             horizons = np.minimum.reduceat(ratio, starts).tolist()
         else:
             out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
             horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
-        self._wake_all(order, range(len(order)), horizons)
+        self._wake_all(order, perm, horizons)
 
-    def _bring_up_to_now(self, acts: list[Transfer]) -> tuple:
+    def _bring_up_to_now(self, acts: list[_Active]) -> tuple:
         """Acts' bytes up to now and live masks: (bytes left, live, acts' first chains, all live, keys)."""
         now = self.env._now
         remaining, rates, dts, sizes = [], [], [], []
@@ -233,7 +247,7 @@ class Network:
             keys.append((act.phase.key, mask))
         return left, live, starts, all_live, keys
 
-    def _wake_all(self, order: list[Transfer], perm: list[int], horizons: list[float]) -> None:
+    def _wake_all(self, order: list[_Active], perm: list[int], horizons: list[float]) -> None:
         """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined, the same
         events and order: 2M wake-ups in the GPT 530B row of ``clustersim validate`` at 315 sequences)."""
         if self.log is not None:
@@ -252,19 +266,18 @@ class Network:
             heappush(queue, (now + (0.0 if horizon < 0.0 else horizon), NORMAL, next(eid), wake))
         self._superseded.add(voided)
 
-    def _solve_all(self, dirty: Transfer | None = None) -> None:
+    def _solve_all(self) -> None:
         self.joint_solves += 1
-        acts = list(self._active)
-        self._solve_many(acts, dirty) if len(acts) > 1 else self._solve(acts)
+        self._solve(list(self._active))
 
-    def _advance(self, act: Transfer) -> None:
+    def _advance(self, act: _Active) -> None:
         dt = self.env.now - act.updated
         act.updated = self.env.now
         if dt > 0 and act.rates is not None:
             act.remaining = act.remaining - act.rates * dt
 
     @staticmethod
-    def _horizon(act: Transfer) -> float:
+    def _horizon(act: _Active) -> float:
         """Seconds until the first of its moving chains ends at its current rates."""
         if act.mask == b"":  # every chain still moving (the usual case)
             return float((act.remaining / act.rates).min())
@@ -272,7 +285,7 @@ class Network:
         # a phase whose bytes ran out while another's wake-up re-solved it finishes now
         return float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
 
-    def _wake_in(self, act: Transfer, horizon: float) -> None:
+    def _wake_in(self, act: _Active, horizon: float) -> None:
         if not horizon < _INF:  # nan or inf: a moving chain without bandwidth never ends
             raise SimulationError(f"a transfer ({act.phase.n_chains} chains) has no bandwidth to finish "
                                   f"(horizon {horizon} s at t = {self.env.now} s)")
@@ -285,7 +298,7 @@ class Network:
         if self.log is not None:
             self._record(act, act.rates)
 
-    def _max_min(self, order: list[Transfer]) -> list[np.ndarray]:
+    def _max_min(self, order: list[_Active]) -> list[np.ndarray]:
         """Joint max-min rates of ``order``'s live chains. Links are numbered over the union
         of the phases' own (cached) link sets, not by sorting every entry each time: the
         same rates as :func:`max_min_rates` (a link no live entry uses never binds)."""
@@ -318,7 +331,7 @@ class Network:
         ends = [*offsets.tolist(), len(rates)]
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
 
-    def _on_wake(self, act: Transfer, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
+    def _on_wake(self, act: _Active, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
         shared = not _solo_since_start(act, act.generation) and self._sharing.others(act.phase)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
@@ -327,7 +340,7 @@ class Network:
             if not finishing.all():
                 self._guard_progress(moved or bool((finishing & (act.remaining > 0)).any()))
                 act.remaining = np.where(finishing, 0.0, act.remaining)
-                self._solve_all(act) if shared else self._solve([act])
+                self._solve_all() if shared else self._solve([act])
                 return
         self._sharing.remove(act.phase)
         del self._active[act]
@@ -339,7 +352,7 @@ class Network:
         if shared:
             self._solve_all()  # the others may speed up now
 
-    def _finishing(self, act: Transfer) -> np.ndarray:
+    def _finishing(self, act: _Active) -> np.ndarray:
         """Chains done at this wake-up: within a picosecond (or a few ticks of the clock,
         whose resolution coarsens as time grows) of their end at their rates, or with
         only rounding residue of their bytes left (the first term alone keeps every
@@ -356,7 +369,7 @@ class Network:
             raise SimulationError(f"the network model made no progress in {_MAX_STALLS:,} wake-ups at "
                                   f"t = {self.env.now} s ({len(self._active)} transfers in flight)")
 
-    def _ends_untouched(self, act: Transfer) -> bool:
+    def _ends_untouched(self, act: _Active) -> bool:
         """Whether ``act`` ran alone at its first rates all along and every chain ends now:
         the general test in :meth:`_on_wake` would find every chain within a picosecond of
         its end (all end within half of one, and this wake-up came within a quarter of one
@@ -366,13 +379,13 @@ class Network:
         return (act.generation == 1 and alone is not None and act.rates is alone[0] and alone[2]
                 and abs(self.env.now - act.updated - alone[1]) <= _PICOSECOND / 4)
 
-    def _record(self, act: Transfer, rates) -> None:
+    def _record(self, act: _Active, rates) -> None:
         """Log (time, transfer id, phase, bytes/s per chain) at every rate change of a
         transfer, and rates None when it ends: the exact piecewise-constant link use."""
         self.log.append((self.env.now, id(act), act.phase, rates))
 
 
-def _solo_since_start(act: Transfer, generation: int) -> bool:
+def _solo_since_start(act: _Active, generation: int) -> bool:
     """Whether ``act`` (at ``generation``) has had its links to itself since it started, so no
     other transfer in flight shares one: it started alone and was never re-solved (generation 1),
     and a transfer that came since on one of its links would have re-solved every transfer in
