@@ -80,9 +80,9 @@ def frontier_scenario(row: dict) -> dict:
     t, p = data["training"], data["parallel"]
     if "global_batch" not in t:
         t["global_batch"] = ASSUMED_SEQUENCES_PER_8_GPUS * gpus // 8
-    if p.get("tp", 1) > 1:
-        p["sequence_parallel"] = True
-        p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
+    if p.get("tp", 1) > 1:  # unless the row states them (the nb_ rows: Megatron-Bridge's recipes)
+        p.setdefault("sequence_parallel", True)
+        p.setdefault("tp_comm_overlap", "AsyncTP" in row["notes"])
     if row["id"].startswith("tt_"):
         t["attention_backend"] = AttentionBackend.FLASH2
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))
