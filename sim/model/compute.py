@@ -147,14 +147,17 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   sibling: h800 the H100 SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same
 #   CDNA3 die).
 # b200, gb200 and gb300 (full-power DGX B200 and NVL72 racks): fitted 2026-11-27 on NVIDIA's own
-#   Megatron-Bridge performance summary (the nb_ rows of sim/data/frontier_runs.csv: Llama 3 8B on 8
-#   GPUs in FP8 and MXFP8, NeMo 25.11; Llama 3 70B on 64 GPUs in MXFP8 and NVFP4, NeMo 26.02), each
-#   GPU type on all of its rows, `clustersim validate --fit --rows nb_`: b200 0.7613 (2 rows),
-#   gb200 0.6927 (4 rows), gb300 0.8466 (2 rows); each had the H100 SXM's 0.7970 before. With
-#   0.7970 the rows read b200 +2.9 / +3.8%, gb200 +9.0 / +12.1 / +18.3 / +11.2% (predicted
-#   faster: the GB200's 2.5 PFLOP/s datasheet rate is 1.11x the B200's, its published 8B step only
-#   1.03x) and gb300 -5.1 / -6.1%; fitted, every one within 5% (docs/precision.md, "Full-power
-#   Blackwell rows"). b300 (HGX B300, no row) takes the b200's: the same 8-GPU board. Before that
+#   Megatron-Bridge performance summary and DGX Cloud benchmarking recipes (the nb_ rows of
+#   sim/data/frontier_runs.csv: Llama 3 8B on 8 GPUs in FP8 and MXFP8, NeMo 25.11; Llama 3 70B on 64
+#   GPUs in MXFP8 and NVFP4, NeMo 26.02; Llama 3.1 405B on 128 GB200 in BF16 and FP8, dgxc-benchmarking
+#   v25.05), each GPU type on all of its rows, `clustersim validate --fit --rows nb_` (gb200 refit
+#   with its 405B rows, `--fit --rows nb_gb200`): b200 0.7613 (2 rows), gb200 0.6560 (6 rows; 0.6927
+#   on its first 4), gb300 0.8466 (2 rows); each had the H100 SXM's 0.7970 before. With 0.7970 the
+#   Megatron-Bridge rows read b200 +2.9 / +3.8%, gb200 +9.0 / +12.1 / +18.3 / +11.2% in tokens/s
+#   (predicted faster: the GB200's 2.5 PFLOP/s datasheet rate is 1.11x the B200's, its published
+#   8B step only 1.03x) and gb300 -5.1 / -6.1%; fitted, every nb_ row within 10% (docs/precision.md,
+#   "Full-power Blackwell rows and NVFP4"). b300 (HGX B300, no row) takes the b200's: the same
+#   8-GPU board. Before that
 #   fit these parts took the H100 SXM's factor, on the assumption that Blackwell's kernels and
 #   frameworks keep the same share of their datasheet peak through a training step as Hopper's
 #   (the kernel shares above are Hopper's too); the check against MLPerf Training below still holds
@@ -173,7 +176,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
              "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008,
-             "b200": 0.7613, "gb200": 0.6927, "gb300": 0.8466}
+             "b200": 0.7613, "gb200": 0.6560, "gb300": 0.8466}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b300=SUSTAINED["b200"])
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
