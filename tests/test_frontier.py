@@ -7,6 +7,7 @@ Run: ``python -m pytest tests/test_frontier.py`` (slow rows: ``-m slow``).
 """
 
 import json
+import re
 
 import pytest
 
@@ -15,12 +16,41 @@ from sim.studies import frontier, validation
 
 ROWS = {r.id: r for r in frontier.frontier_rows()}
 ROW_ERROR, MAPE = 0.15, 0.08
-SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200")  # 30-120 s each
+SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200", "nb_gb200_l70b", "nb_gb200_l405b")  # 10-120 s each
+NB = {i: r for i, r in ROWS.items() if i.startswith("nb_")}  # NVIDIA's own published runs on full-power Blackwell
 
 
-def test_twenty_two_rows_on_six_gpu_types():
-    assert len(ROWS) == 22
-    assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200-power-limited", "gb200-torchtitan", "mi325x", "mi355x"}
+def test_thirty_two_rows_on_nine_gpu_types():
+    assert len(ROWS) == 32
+    assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200-power-limited", "gb200-torchtitan", "mi325x",
+                                               "mi355x", "b200", "gb200", "gb300"}
+
+
+def test_every_shipped_row_id_is_unique_and_every_nb_row_cites_its_commit_and_line():
+    ids = [r.id for r in validation.load_rows()]
+    assert len(ids) == len(set(ids))
+    assert len(NB) == 10 and {r.gpu for r in NB.values()} == {"b200", "gb200", "gb300"}
+    notes = {x["id"]: x["notes"] for x in frontier.read_table("frontier_runs.csv")}
+    cited = r"(NVIDIA-NeMo/Megatron-Bridge@[0-9a-f]{8} docs/performance-summary|NVIDIA/dgxc-benchmarking@[0-9a-f]{8} \(v25\.05\) llama3\.1/README)\.md.* line \d+"
+    for r in NB.values():
+        assert re.search(cited, r.source), r.source
+        if r.metric == "tokens_per_s_per_gpu":  # Megatron-Bridge's summary
+            assert f"{r.published_value:,.0f} tokens/s/GPU" in notes[r.id]
+        else:  # dgxc-benchmarking's README: seconds per step
+            assert f"{r.published_step_s} s per step" in notes[r.id]
+    assert {r.precision for r in NB.values()} == {"bf16", "fp8", "mxfp8", "nvfp4"}
+
+
+def test_nb_rows_keep_the_settings_their_recipes_state():
+    """A row that states sequence parallelism or TP overlap keeps it (NVFP4 on GB200 runs TP 2
+    without TP overlap: llama3_llm_pretrain.py sets tp_comm_overlap False for nvfp4); the 8B rows
+    run Megatron-Core's full-iteration CUDA graph; TE quantizes every nb_ row."""
+    mx, fp4 = NB["nb_gb200_l70b_64g_mxfp8"].scenario, NB["nb_gb200_l70b_64g_nvfp4"].scenario
+    assert mx["parallel"]["tp_comm_overlap"] is True and fp4["parallel"]["tp_comm_overlap"] is False
+    assert mx["parallel"]["sequence_parallel"] and fp4["parallel"]["virtual_stages"] == 5
+    graphs = {i for i, r in NB.items() if r.scenario["training"].get("cuda_graphs")}
+    assert graphs == {i for i in NB if "_l8b_" in i}
+    assert all("fp8_recipe" not in r.scenario["training"] for r in NB.values())  # the default: Transformer Engine
 
 
 def test_torchtitan_rules():

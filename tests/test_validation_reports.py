@@ -100,6 +100,11 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["tt_b200_l8b_8g_bf16", "tt_b200_l8b_8g_mxfp8", "tt_b200_l8b_8g_fp8tw"],
     ["tt_gb200_scout_256g_bf16", "tt_gb200_scout_256g_mxfp8"],
     ["amd_mi325x_l70b_64g_fp8_fsdp", "amd_mi325x_l70b_64g_bf16_fsdp"],  # batch assumed: 1024 on 64
+    ["nb_b200_l8b_8g_fp8cs", "nb_b200_l8b_8g_mxfp8"],  # NVIDIA's own full-power Blackwell runs: precision pairs
+    ["nb_gb200_l8b_8g_fp8cs", "nb_gb200_l8b_8g_mxfp8"],
+    ["nb_gb200_l70b_64g_mxfp8", "nb_gb200_l70b_64g_nvfp4"],
+    ["nb_gb300_l70b_64g_mxfp8", "nb_gb300_l70b_64g_nvfp4"],
+    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_128g_fp8"],
 ]
 
 SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch

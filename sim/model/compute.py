@@ -38,7 +38,7 @@ from ..hardware.gpus import GPU, Precision, low_peak
 from ..input.choices import AttentionBackend
 from .attention_rates import ATTENTION_KERNEL
 from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_SIZE, HALF_SIZE, MX_FP8_RATIO,
-                           maf_fp8_ratio)
+                           NVFP4_RATIO, maf_fp8_ratio)
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -80,9 +80,10 @@ from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_S
 #   0.900, from per-shape ratios that rise from 0.66 at 4,096 x 1,024 x 1,024 to 1.03 at
 #   4,096 x 4,096 x 2,048 -- shapes of 8.6-137 GFLOP, 10-100 microseconds on a B200, where a
 #   fixed cost per kernel weighs on the twice-as-fast FP8 kernel; a training step's linears are
-#   the tutorial's size (docs/precision.md, "Blackwell's FP8 share"). NVFP4 stays at the assumed
-#   0.806: the tutorial's NVFP4 layer (3.764 ms, 3.48x BF16 of a 6x peak) would make it about 0.63
-#   of the BF16 share, not adopted here as no shipped row trains in NVFP4 to check it.
+#   the tutorial's size (docs/precision.md, "Blackwell's FP8 share"). NVFP4: the tutorial's NVFP4
+#   layer (3.764 ms, 3.48x BF16 of a 6x peak) keeps 0.63 of the BF16 share (:data:`.gemm_sources.NVFP4_RATIO`):
+#   nvfp4 = 0.806 x that; adopted 2026-11-27 with the first NVFP4 row (nb_gb200_l70b_64g_nvfp4,
+#   Megatron-Bridge 26.02's Llama 3 70B on 64 GB200; docs/precision.md, "Full-power Blackwell rows").
 # AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
 #   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
 #   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
@@ -94,7 +95,8 @@ from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_S
 #   no measurement shipped, the assumed shares.
 _ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
 _CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
-_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO}
+_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO,
+              "nvfp4": 0.806 * NVFP4_RATIO}
 _H100 = {"bf16": 0.806, "fp8": 0.804}
 _H200 = {"bf16": 0.806, "fp8": 0.811}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
@@ -144,10 +146,22 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   unchanged (its BF16 row pins the fit again). Parts without rows take their nearest fitted
 #   sibling: h800 the H100 SXM's (the same 700 W part, NVLink cut); mi300x the MI325X's (same
 #   CDNA3 die).
-# b200, b300, gb200 and gb300 (full-power DGX / HGX parts and NVL72 racks) have no shipped row of
-#   a dense step: they take the H100 SXM's factor, on the assumption that Blackwell's kernels and
+# b200, gb200 and gb300 (full-power DGX B200 and NVL72 racks): fitted 2026-11-27 on NVIDIA's own
+#   Megatron-Bridge performance summary and DGX Cloud benchmarking recipes (the nb_ rows of
+#   sim/data/frontier_runs.csv: Llama 3 8B on 8 GPUs in FP8 and MXFP8, NeMo 25.11; Llama 3 70B on 64
+#   GPUs in MXFP8 and NVFP4, NeMo 26.02; Llama 3.1 405B on 128 GB200 in BF16 and FP8, dgxc-benchmarking
+#   v25.05), each GPU type on all of its rows, `clustersim validate --fit --rows nb_` (gb200 refit
+#   with its 405B rows, `--fit --rows nb_gb200`): b200 0.7613 (2 rows), gb200 0.6560 (6 rows; 0.6927
+#   on its first 4), gb300 0.8466 (2 rows); each had the H100 SXM's 0.7970 before. With 0.7970 the
+#   Megatron-Bridge rows read b200 +2.9 / +3.8%, gb200 +9.0 / +12.1 / +18.3 / +11.2% in tokens/s
+#   (predicted faster: the GB200's 2.5 PFLOP/s datasheet rate is 1.11x the B200's, its published
+#   8B step only 1.03x) and gb300 -5.1 / -6.1%; fitted, every nb_ row within 10% (docs/precision.md,
+#   "Full-power Blackwell rows and NVFP4"). b300 (HGX B300, no row) takes the b200's: the same
+#   8-GPU board. Before that
+#   fit these parts took the H100 SXM's factor, on the assumption that Blackwell's kernels and
 #   frameworks keep the same share of their datasheet peak through a training step as Hopper's
-#   (the kernel shares above are Hopper's too). Check against MLPerf Training (NVIDIA Technical
+#   (the kernel shares above are Hopper's too); the check against MLPerf Training below still holds
+#   with the fitted factors. Check against MLPerf Training (NVIDIA Technical
 #   Blog, "NVIDIA Blackwell Delivers up to 2.6x Higher Performance in MLPerf Training v5.0",
 #   June 2025: Blackwell 2.2x Hopper per GPU on Llama 3.1 405B pretraining at the same scale,
 #   DGX B200 2.5x 8x H100 on Llama 2 70B LoRA fine-tuning; "up to 2.6x" per GPU in all. MLPerf
@@ -161,10 +175,9 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   argument that torchtitan's H100 factor measured the framework; with the framework's costs
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
-             "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008}
-SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b200=SUSTAINED["h100-sxm"],
-                 b300=SUSTAINED["h100-sxm"], gb200=SUSTAINED["h100-sxm"])
-SUSTAINED.update(gb300=SUSTAINED["gb200"])
+             "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008,
+             "b200": 0.7613, "gb200": 0.6560, "gb300": 0.8466}
+SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b300=SUSTAINED["b200"])
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
 GEMM_EFFICIENCY = {gpu: GEMM_KERNEL[gpu]["bf16"] * SUSTAINED[gpu] for gpu in GEMM_KERNEL}

@@ -1,11 +1,14 @@
 """The frontier table (``sim/data/frontier_runs.csv``) as validation rows: torchtitan on
-H100/H200/B200/GB200 and AMD's published MI325X/MI355X throughputs (sources in
-sim/data/README.md). Run ``clustersim validate --rows tt_,amd_``.
+H100/H200/B200/GB200, AMD's published MI325X/MI355X throughputs and NVIDIA's Megatron-Bridge
+performance summary on full-power B200/GB200/GB300 (``nb_``; sources in sim/data/README.md).
+Run ``clustersim validate --rows tt_,amd_,nb_``.
 
 The columns are the scenario vocabulary (as ``modern_runs.csv``: empty = the key's default)
 plus ``topology``; fixed rules fill what the sources state in words, never tuned per row:
 
-- torchtitan applies sequence parallelism to the norms whenever tp > 1
+- A row that states ``sequence_parallel`` or ``tp_comm_overlap`` keeps it (the ``nb_`` rows: their
+  Megatron-Bridge recipes'); otherwise, torchtitan's rule:
+  torchtitan applies sequence parallelism to the norms whenever tp > 1
   (torchtitan/models/llama3/infra/parallelize.py: ``SequenceParallel``); rows whose notes
   say AsyncTP overlap the TP collectives with the GEMMs (``tp_comm_overlap``); a row named
   ``_interleaved`` runs interleaved 1F1B with two stages per rank (torchtitan 9dec370
@@ -80,9 +83,9 @@ def frontier_scenario(row: dict) -> dict:
     t, p = data["training"], data["parallel"]
     if "global_batch" not in t:
         t["global_batch"] = ASSUMED_SEQUENCES_PER_8_GPUS * gpus // 8
-    if p.get("tp", 1) > 1:
-        p["sequence_parallel"] = True
-        p["tp_comm_overlap"] = "AsyncTP" in row["notes"]
+    if p.get("tp", 1) > 1:  # unless the row states them (the nb_ rows: Megatron-Bridge's recipes)
+        p.setdefault("sequence_parallel", True)
+        p.setdefault("tp_comm_overlap", "AsyncTP" in row["notes"])
     if row["id"].startswith("tt_"):
         t["attention_backend"] = AttentionBackend.FLASH2
         t["kernels"], t["compile"] = "pytorch", bool(COMPILED.search(row["notes"]))

@@ -48,7 +48,7 @@ SECTIONS = {  # column -> (section, scenario key)
                                       "routing", "router_kernels")},
     "expert_ffn": ("model.moe", "expert_ffn_hidden"),
     **{k: ("training", k) for k in ("seq_len", "global_batch", "micro_batch", "precision", "recompute",
-                                     "flash_attention", "attention_backend", "rope_fusion")},
+                                     "flash_attention", "attention_backend", "rope_fusion", "cuda_graphs")},
     **{k: ("parallel", k) for k in ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "stage_layers",
                                      "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap",
                                      "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_mb",
