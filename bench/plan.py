@@ -44,6 +44,13 @@ median 1.34).
 The analytic phase (rules + estimate) made cheaper without moving a result (2026-11-27, main
 f2cbd7f -> i28-plan, CPU, load 6-13): dsv3 118.4 -> 80.4 s, gb200 23.3 -> 16.5 s, mi355x 21.1 -> 14.7 s; the
 ranked tables bit-identical (docs/plan.md "The analytic phase made cheaper").
+Steady-state picks and the refitted predictor (i28-plan 616aff9, 2026-11-27 20:31-21:01 UTC, load 4-14;
+``--only gb200 --workers 1`` beside ``--only dsv3``, then ``--only mi355x --workers 1``): gb200 104 -> 70
+simulated, 342 -> 260 s CPU, 1,818 -> 1,583 s wall (MISSED: 16% of a CPU), same best 2.851 s, Spearman
+0.90 -> 0.93, predicted/measured CPU median 1.69 -> 1.07; dsv3 82 -> 22 simulated (10 stopped at the 60 s
+wall limit), 337 -> 322 s CPU, 1,526 s wall (MISSED), best 8.086 -> 7.020 s (ep 32 across domains, EP
+overlap), Spearman 0.78 -> 0.95; mi355x 100 simulated, 123 -> 116 s CPU, 210 s wall (OK), same best
+3.420 s, Spearman 0.89 (docs/plan.md "Steady-state picks and the refitted predictor").
 """
 
 import argparse

@@ -134,10 +134,22 @@ def report(rows: list, measured: list, now: np.ndarray, scale: float) -> None:
         print(f"predicted / measured, {label}: {ratio.min():.2f}-{ratio.max():.2f}x (median {np.median(ratio):.2f})")
 
 
+def _layout(point: dict) -> str:
+    """A point's layout in one short line."""
+    keys = ("tp", "pp", "virtual_stages", "schedule", "dp", "cp", "ep", "expert_tp", "zero", "recompute", "micro_batch",
+            "tp_comm_overlap", "ep_comm_overlap")
+    short = {k.split(".")[-1]: v for k, v in point.items()}
+    return " ".join(f"{k}={short[k]}" for k in keys if k in short)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(CASES), action="append")
     parser.add_argument("--points", type=int, default=8)
+    parser.add_argument("--exact", action="store_true",
+                        help="simulate every micro-batch (--set simulation.micro_batches=all), not the planner's steady mode")
+    parser.add_argument("--spread", action="store_true",
+                        help="the N points evenly spaced over the first round's picks, not its first N")
     parser.add_argument("--cap", type=float, default=120.0)
     parser.add_argument("--json")
     parser.add_argument("--fit", nargs="+", metavar="FILE")
@@ -158,14 +170,16 @@ def main() -> None:
         report(rows, measured, now, args.scale)
         return
     for name in args.only or ["70b", "405b", "dsv3"]:
-        req = argv_request(CASES[name])
+        req = argv_request(CASES[name] + (["--set", "simulation.micro_batches=all"] if args.exact else []))
         chosen, terms = picks(req)
-        for i in range(min(args.points, len(chosen))):
+        n = min(args.points, len(chosen))
+        at = np.unique(np.linspace(0, len(chosen) - 1, n).round().astype(int)) if args.spread else range(n)
+        for i in at:
             point = overrides(chosen.iloc[i])
             cpu = measure(req.data, point, args.cap)
             pred = float(terms[i] @ now)
             shown = f"{cpu:.1f}" if cpu is not None else f">{args.cap:.0f}"
-            print(f"{name} {i}: " + ", ".join(f"{t} {v:,.0f}" for t, v in zip(TERMS, terms[i]))
+            print(f"{name} {i}: {_layout(point)}: " + ", ".join(f"{t} {v:,.0f}" for t, v in zip(TERMS, terms[i]))
                   + f"; predicted {pred:.1f} s, measured {shown} s CPU", flush=True)
             if args.json:
                 with open(args.json, "a") as f:

@@ -56,7 +56,7 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
     except Exception as exc:  # a failed point is a row, not the end of the search
         return None, one_line(f"internal error: {type(exc).__name__}: {exc}")
     row = flatten(result.summary)
-    row.update({f"crit.{k}": v for k, v in breakdown(result.spans, result.summary["step_time_s"]).items()})
+    row.update({f"crit.{k}": v for k, v in step_breakdown(result).items()})
     row[CPU] = round(time.process_time() - start, 3)
     return row, None
 
@@ -76,6 +76,19 @@ def breakdown(spans, step: float) -> dict:
     """The critical rank's step in seconds (``rank_breakdown``'s keys) and its id."""
     crit = critical_rank(rank_times(spans, step))
     return {"rank": int(crit["rank"]), **rank_breakdown(spans, int(crit["rank"]), step)}
+
+
+def step_breakdown(result) -> dict:
+    """:func:`breakdown` of a result's step. A steady-state result (sim/steady.py) keeps only its
+    largest simulated run's spans (``result.shown``): that run's breakdown, its seconds scaled to
+    the extrapolated step (each loss keeps its share of the largest run: the bubble's share is a
+    few micro-batches', so larger than the whole step's)."""
+    shown = result.shown or result
+    crit = breakdown(shown.spans, shown.summary["step_time_s"])
+    if shown is result:
+        return crit
+    factor = result.summary["step_time_s"] / shown.summary["step_time_s"]
+    return {k: v if k == "rank" else v * factor for k, v in crit.items()}
 
 
 def limit(losses: dict, step: float) -> str:

@@ -12,7 +12,7 @@ from ..errors import InputError
 from .. import bounds
 from ..hardware import mesh
 from ..hardware.gpus import gpu_preset, low_peak
-from ..input.choices import Precision
+from ..input.choices import MicroBatches, Precision
 from ..hardware.specs import load_spec
 from ..input import presets
 from ..input.bundled import EXAMPLES
@@ -20,6 +20,12 @@ from ..input.load import override_pairs, set_key, scenario_from_dict
 
 SEARCHED = ("training.micro_batch", "training.recompute")  # the planner chooses these (and all of [parallel])
 NOT_PLANNED = ("stragglers", "jitter", "variability", "rl")  # sections a planned (clean) step cannot have
+# The planner simulates its picks in steady-state mode (sim/steady.py: three small micro-batch counts, checked
+# linear to 1e-9 of the step, extrapolated; exact to ~1e-13 where periodic) unless the scenario or a --set says
+# ``simulation.micro_batches = "all"``: a clean step (no NOT_PLANNED section) qualifies wherever its three runs
+# are at most half its micro-batches (sim/parallel/steady.py), and cost.py prices each pick so (issue 28).
+# Only the planner's ranking uses it: ``clustersim run`` and validate simulate every micro-batch unless asked.
+STEADY = MicroBatches.STEADY.value
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ def request_of(data: dict, gpus: int | None = None, topology: str | None = None,
                                            **{k: cluster[k] for k in ("topology_overrides", "calibration")
                                               if cluster.get(k)}})
     _apply(out, overrides)
+    out.setdefault("simulation", {}).setdefault("micro_batches", STEADY)
     scenario = scenario_from_dict(out)  # 1 GPU, default layout: checks model and training
     out["cluster"]["gpus"] = gpus
     return Request(out, scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"gpus": gpus})}),

@@ -20,7 +20,7 @@ from .space import COLUMNS
 
 AXES = (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP)  # the exposed_<axis>_s columns, in order
 TABLE = (("rank",) + COLUMNS + ("step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated",
-                                "estimate_s", "bubble_fraction") + tuple(f"exposed_{a}_s" for a in AXES)
+                                "extrapolated", "estimate_s", "bubble_fraction") + tuple(f"exposed_{a}_s" for a in AXES)
          + ("limit", "sim_wall_s", "sim_cost_s", "sim_cpu_s", "position"))
 
 
@@ -56,6 +56,7 @@ def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: flo
     out["position"] = np.arange(len(out))
     out["estimate_s"] = est
     out["simulated"] = False
+    out["extrapolated"] = False  # a simulated step extrapolated from a steady-state run's few micro-batch counts
     out["step_time_s"] = est * ratio
     out["mfu"] = work / out["step_time_s"]
     out["memory_per_gpu_bytes"] = ranked["memory_bytes"].to_numpy()
@@ -90,7 +91,8 @@ def without(table: pd.DataFrame, positions) -> pd.DataFrame:
 def _simulated(sim: dict) -> dict:
     """The columns a simulation sets."""
     step = float(sim["step_time_s"])
-    return {"simulated": True, "step_time_s": step, "mfu": float(sim["mfu"]),
+    return {"simulated": True, "extrapolated": str(sim.get("extrapolated", False)) == "True",  # (a bool, numpy's or read back from OUT.sims.csv)
+            "step_time_s": step, "mfu": float(sim["mfu"]),
             "memory_per_gpu_bytes": float(sim["memory_per_gpu_bytes"]), "fits_in_memory": bool(sim["fits_in_memory"]),
             "bubble_fraction": float(sim["bubble_fraction"]), "sim_wall_s": float(sim["sim_wall_s"]),
             "sim_cpu_s": float(sim.get(CPU, np.nan)),

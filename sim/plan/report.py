@@ -16,7 +16,7 @@ from .rules import BY_ID
 CONTRACT_KEYS = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "zero", "recompute", "micro_batch",
                  "schedule", "step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated")
 EXTRA_KEYS = ("rank", "tp_comm_overlap", "ep_comm_overlap", "estimate_s", "bubble_fraction") \
-    + tuple(f"exposed_{a}_s" for a in AXES) + ("limit", "sim_wall_s")
+    + tuple(f"exposed_{a}_s" for a in AXES) + ("limit", "sim_wall_s", "extrapolated")
 
 
 def layout_dict(row) -> dict:
@@ -85,9 +85,15 @@ def _table(plan, top: int, gpu):
              f"{r.bubble_fraction:.1%}"] + \
             [format_duration(r[f"exposed_{a}_s"]) for a in (("tp", "cp", "ep") if moe else ("tp", "cp"))] + \
             [format_duration(r.exposed_pp_s), format_duration(r.exposed_dp_s), r.limit,
-             "sim" if r.simulated else "est"]
+             _source(r)]
         table.add_row(*(str(c) for c in cells))
     return table
+
+
+def _source(row) -> str:
+    """Where a row's step time comes from: ``sim`` (every micro-batch simulated), ``steady``
+    (simulated at a few micro-batch counts and extrapolated, sim/steady.py) or ``est``."""
+    return ("steady" if row.extrapolated else "sim") if row.simulated else "est"
 
 
 def _notes(plan, gpu) -> list[str]:
