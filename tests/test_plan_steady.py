@@ -4,8 +4,6 @@ linearity check; within 1e-9 here), the table says which rows were extrapolated,
 predictor prices the few runs, and ``--set simulation.micro_batches=all`` simulates every
 micro-batch as before."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -62,14 +60,14 @@ def test_an_extrapolated_rows_breakdown_adds_up_to_its_step(tmp_path):
     assert shown["compute"] + shown["exposed_comm"] + shown["idle"] < 0.9 * result.summary["step_time_s"]
 
 
-def test_cli_table_and_json_say_which_steps_were_extrapolated(tmp_path):
+def test_cli_table_and_out_say_which_steps_were_extrapolated(tmp_path):
     base = tmp_path / "base.toml"
     base.write_text(SMALL_MOE.replace("global_batch = 8", "global_batch = 1024"))  # (>= 32 micro-batches: all qualify)
-    proc = clustersim("plan", str(base), "--budget", "4", "--workers", "1", "--top", "5", "--quiet")
+    out = tmp_path / "plan.csv"  # (one search: the table on stdout, every layout in --out)
+    proc = clustersim("plan", str(base), "--budget", "4", "--workers", "1", "--top", "5", "--quiet", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert " steady" in proc.stdout
-    proc = clustersim("plan", str(base), "--budget", "4", "--workers", "1", "--top", "5", "--quiet", "--json")
-    assert proc.returncode == 0, proc.stderr
-    layouts = json.loads(proc.stdout)["layouts"]
-    assert all(isinstance(x["extrapolated"], bool) for x in layouts)
-    assert any(x["extrapolated"] for x in layouts)
+    import pandas as pd
+    table = pd.read_csv(out)
+    assert table["extrapolated"].dtype == bool
+    assert table["extrapolated"].any() and not table.loc[~table["simulated"], "extrapolated"].any()
