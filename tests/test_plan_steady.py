@@ -4,7 +4,6 @@ linearity check; within 1e-9 here), the table says which rows were extrapolated,
 predictor prices the few runs, and ``--set simulation.micro_batches=all`` simulates every
 micro-batch as before."""
 
-import numpy as np
 import pytest
 
 from sim.input.choices import MicroBatches
