@@ -14,6 +14,7 @@ import pytest
 from sim.hardware.gpus import gpu_preset
 from sim.input.load import scenario_from_dict
 from sim.model import layers as L
+from sim.model import moe_kernels as M
 from sim.model import transformer as T
 from sim.step import simulate
 
@@ -43,10 +44,10 @@ def run(ep: int, overlap: bool = False):
 def test_permute_and_unpermute_move_the_k_copies():
     d, t, h, k = dims(), 1000.0, MOE["hidden"], MOE["moe"]["top_k"]
     sh = L.Shard(tokens=t, seq=SEQ, micro=1, tp=1, sp=False, flash=True)
-    permute = L.router(d, sh)[-1]
+    permute = M.router(d, sh)[-1]
     assert permute.flops == 0 and permute.bytes == 2 * t * h * (1 + k)  # read T x h, write T x k x h
     assert L.backward([permute])[0].bytes == 2 * t * h * (1 + k)  # the same copies, reversed
-    (unpermute,) = L.unpermute(d, t)
+    (unpermute,) = M.unpermute(d, t)
     assert unpermute.bytes == 2 * t * h * (k + 1)  # read k copies, write T x h
     # backward: read the output gradient, write k copies, read the forward copies (probs' gradient)
     assert L.backward([unpermute])[0].bytes == pytest.approx(2 * t * h * (1 + 2 * k), rel=1e-12)
@@ -55,8 +56,8 @@ def test_permute_and_unpermute_move_the_k_copies():
 def test_local_sort_only_with_more_than_one_local_expert():
     d, h = dims(), MOE["hidden"]
     sh = L.Shard(tokens=SEQ, seq=SEQ, micro=1, tp=1, sp=False, flash=True)
-    one = L.experts(d, sh, (700.0,))
-    two = L.experts(d, sh, (300.0, 400.0))
+    one = M.experts(d, sh, (700.0,))
+    two = M.experts(d, sh, (300.0, 400.0))
     assert all(k.flops for k in one[:1])  # the first kernel is the expert's FC1, no sort
     for sort in (two[0], two[-2]):  # before the experts, and back after (then dropout + residual)
         assert sort.flops == 0 and sort.bytes == 2 * 2 * 700.0 * h

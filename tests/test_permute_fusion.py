@@ -1,4 +1,4 @@
-"""The MoE token permutation fused or not (``parallel.moe_permute_fusion``, sim/model/layers.py
+"""The MoE token permutation fused or not (``parallel.moe_permute_fusion``, sim/model/moe_kernels.py
 ``permute`` / ``unpermute``).
 
 Closed forms: both move ``permute_bytes`` = 2 x tokens x h x (4 + 5 top_k) bytes forward +
