@@ -29,8 +29,6 @@ from functools import lru_cache
 
 import numpy as np
 
-_EXPECTED: dict[int, float] = {}
-
 
 @lru_cache(maxsize=1)
 def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -41,14 +39,12 @@ def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, phi, cdf
 
 
+@lru_cache(maxsize=None)  # (one integral per distinct m)
 def expected_max(m: int) -> float:
     """E[max of m independent standard normals] (m >= 1): the integral of
     x * m * phi(x) * Phi(x)^(m-1) on a fine grid (1/sqrt(pi) for m = 2)."""
-    found = _EXPECTED.get(m)
-    if found is None:
-        x, phi, cdf = _grid()
-        found = _EXPECTED[m] = float(np.trapezoid(x * m * phi * cdf ** (m - 1), x))
-    return found
+    x, phi, cdf = _grid()
+    return float(np.trapezoid(x * m * phi * cdf ** (m - 1), x))
 
 
 def slowest_of(gpus: int, sigma: float) -> float:

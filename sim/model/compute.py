@@ -93,12 +93,13 @@ from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_S
 #   The BF16 share stays assumed (Hopper's); the sustained factor per GPU type is fitted on AMD's
 #   published MI325X / MI355X training throughputs (sim/data/frontier_runs.csv). MI355X (CDNA4):
 #   no measurement shipped, the assumed shares.
-_ASSUMED = {"bf16": 0.806, "fp8": 0.806, "mxfp8": 0.806, "nvfp4": 0.806}
-_CDNA3 = {g: {**_ASSUMED, "fp8": 0.806 * maf_fp8_ratio(g)} for g in AMD_MAF}
-_BLACKWELL = {**_ASSUMED, "fp8": 0.806 * BLACKWELL_FP8_RATIO, "mxfp8": 0.806 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO,
-              "nvfp4": 0.806 * NVFP4_RATIO}
-_H100 = {"bf16": 0.806, "fp8": 0.804}
-_H200 = {"bf16": 0.806, "fp8": 0.811}
+_BF16 = 0.806  # the H100 SXM's large BF16 GEMM share (above): every part's BF16, the base of the others' ratios
+_ASSUMED = {"bf16": _BF16, "fp8": _BF16, "mxfp8": _BF16, "nvfp4": _BF16}
+_CDNA3 = {g: {**_ASSUMED, "fp8": _BF16 * maf_fp8_ratio(g)} for g in AMD_MAF}
+_BLACKWELL = {**_ASSUMED, "fp8": _BF16 * BLACKWELL_FP8_RATIO, "mxfp8": _BF16 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO,
+              "nvfp4": _BF16 * NVFP4_RATIO}
+_H100 = {"bf16": _BF16, "fp8": 0.804}
+_H200 = {"bf16": _BF16, "fp8": 0.811}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
                "b200": _BLACKWELL, "b200-power-limited": _BLACKWELL, "gb200": _BLACKWELL,
                "gb200-torchtitan": _BLACKWELL, "b300": _BLACKWELL, "gb300": _BLACKWELL,
