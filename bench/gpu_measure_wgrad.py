@@ -15,6 +15,9 @@ timings). Sections:
   ``gradient_accumulation_fusion``: APEX ``fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32``,
   Transformer Engine ``fuse_wgrad_accumulation`` -- cuBLAS with an FP32 C and beta = 1), and
   BF16 out then ``main_grad.add_`` (Megatron's DDP hook when the fusion is off).
+- ``wgrad_cold``: the accumulating weight gradient again with its main_grad cold in L2 (each
+  call into the next of several main_grads totalling >= 400 MB), at the expert shapes' 64-4,096
+  tokens and GPT-3 175B's / Qwen3's attention linears.
 - ``grouped_wgrad``: E experts x T tokens each, the weight gradients as E GEMMs in a loop
   (Transformer Engine's GroupedLinear issues one cuBLAS call per expert), BF16 out against
   FP32 accumulation, and ``torch._grouped_mm`` forward for reference.
@@ -22,7 +25,7 @@ timings). Sections:
   buffer's memset, the BF16 -> FP32 gradient cast, the multi-tensor L2 norm, the clip scale,
   fused AdamW, the FP32 master -> BF16 copy: GPU time (CUDA events) and host time per call.
 
-Stored: bench/measured/h100-2026-11-27-wgrad.json and h200-2026-11-27-wgrad.json (see bench/measured/README.md).
+Stored: bench/measured/h100-2026-11-27-wgrad.json and h200-2026-11-27-wgrad.json (every section but wgrad_cold), h100-2026-11-27-wgrad-cold.json (ONLY=env,wgrad_cold) (see bench/measured/README.md).
 """
 
 import os
@@ -123,6 +126,27 @@ def wgrad():
 
 
 @gm.section
+def wgrad_cold():
+    """The accumulating wgrad with its main_grad cold in L2: each call of the graph accumulates into
+    the next of R main_grads (R x the C bytes >= 400 MB, 8x the 50 MB L2), as a training step's
+    layers do (other work runs between two wgrads of one weight)."""
+    rows = []
+    cases = [s for s in expert_shapes() if s[1] in (64, 256, 1024, 4096)] + \
+        [s for s in dense_shapes() if s[0].startswith(("g175", "q235_tp4"))]
+    for name, m, n, k in cases:
+        reps = max(2, -(-400 * 2 ** 20 // (8 * n * k)))
+        x, dy = torch.randn(m, k, device="cuda", dtype=BF), torch.randn(m, n, device="cuda", dtype=BF)
+        mgs = [torch.zeros(n, k, device="cuda", dtype=F32) for _ in range(reps)]
+        acc = graph_timed(lambda: [torch.addmm(g, dy.t(), x, out_dtype=F32, out=g) for g in mgs], inner=1) / reps
+        bf = graph_timed(lambda: [torch.mm(dy.t(), x) for _ in mgs], inner=1) / reps
+        rows.append({"name": name, "m": m, "n": n, "k": k, "main_grads": reps,
+                     "wgrad_fp32_accum_cold_s": acc, "wgrad_bf16_s": bf})
+        del mgs
+    return {"method": "one CUDA graph of R accumulating wgrads, each into its own main_grad (R x 8 n k bytes "
+                      ">= 400 MB), replayed between CUDA events, median of 15, per wgrad", "rows": rows}
+
+
+@gm.section
 def grouped_wgrad():
     rows = []
     for e_name, n, k in (("q235_up", 3072, 4096), ("q235_down", 4096, 1536), ("dsv3_up", 4096, 7168)):
@@ -197,5 +221,6 @@ def step_tail():
 
 
 if __name__ == "__main__":
-    gm.main("/tmp/gpu_measure_wgrad", (("env", gm.env), ("wgrad", wgrad), ("grouped_wgrad", grouped_wgrad),
+    gm.main("/tmp/gpu_measure_wgrad", (("env", gm.env), ("wgrad", wgrad), ("wgrad_cold", wgrad_cold),
+                                       ("grouped_wgrad", grouped_wgrad),
                                        ("step_tail", step_tail)))
