@@ -1,11 +1,11 @@
 """How many of a row's events a stream's unobserved op chains could save: the ceiling of
 running a stream's consecutive compute ops as one event (docs/scaling.md, issue 28).
 
-Run: ``python bench/chain_census.py ID[,ID...] [--ties lifo] [--set K=V ...]``: for each row of ``clustersim
-validate`` (its scenario as ``clustersim validate`` runs it, ``force=True``), one subprocess
-simulates it with every ``Engine.run`` followed by a census of its ops (read after the run,
-before the spans table takes the times; nothing in ``sim`` is changed) and prints one JSON
-line: the events, the compute ops, and how many pairs (A, B) of consecutive ops on one stream
+Run: ``python bench/chain_census.py ID[,ID...] [--ties lifo|random] [--set K=V ...]``: for each
+row of ``clustersim validate`` (its scenario as ``clustersim validate`` runs it, ``force=True``),
+one subprocess simulates it with every ``Engine.run`` followed by a census of its ops (read
+after the run, before the spans table takes the times; nothing in ``sim`` is changed) and
+prints one JSON line: the events, the compute ops, and how many pairs (A, B) of consecutive ops on one stream
 could run as one event, A's end then never being an event of its own:
 
 - both compute ops (no collective: a collective's end is its meeting's);
@@ -29,7 +29,9 @@ event before them (superseded wake-ups left out): how often the order at equal t
 
 ``--ties lifo``: the same run with events at equal (time, priority) popped last scheduled
 first (SimPy's event ids count down instead of up): another order at equal times that is as
-valid as SimPy's first-in-first-out; the printed ``summary`` and ``spans`` hashes (bench/
+valid as SimPy's first-in-first-out; ``--ties random``: popped in a random order (each event
+id a seeded random number; two equal ids, which would compare the events, have probability
+~n^2 / 2^54); the printed ``summary`` and ``spans`` hashes (bench/
 fingerprint.py's, as ``python bench/rows.py`` prints) say whether any result depends on it.
 """
 
@@ -102,7 +104,7 @@ def census(engine, totals: Counter, chains: Counter) -> None:
 
 
 CHILD = r"""
-import itertools, json, os, sys, time
+import itertools, json, os, random, sys, time
 from collections import Counter
 from heapq import heappop
 sys.path.insert(0, sys.argv[1])
@@ -146,6 +148,19 @@ if ties == "lifo":  # events at equal (time, priority) popped last scheduled fir
         self.env._eid = itertools.count(0, -1)
     core.Engine.__init__ = lifo_init
     core.Engine.events = property(lambda self: -int(repr(self.env._eid)[6:].split(",")[0]))
+elif ties == "random":  # events at equal (time, priority) popped in a random order (seeded)
+    class RandomEids:
+        def __init__(self):
+            self.rng, self.n = random.Random(1), 0
+        def __next__(self):
+            self.n += 1
+            return self.rng.random()
+    init = core.Engine.__init__
+    def random_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.env._eid = RandomEids()
+    core.Engine.__init__ = random_init
+    core.Engine.events = property(lambda self: self.env._eid.n)
 
 row = next(r for r in load_rows() if r.id == sys.argv[2])
 overrides = {k: parse_value(v) for k, v in (a.split("=", 1) for a in sys.argv[4:])}
