@@ -33,15 +33,23 @@ valid as SimPy's first-in-first-out; ``--ties random``: popped in a random order
 id a seeded random number; two equal ids, which would compare the events, have probability
 ~n^2 / 2^54); the printed ``summary`` and ``spans`` hashes (bench/
 fingerprint.py's, as ``python bench/rows.py`` prints) say whether any result depends on it.
+
+``python bench/chain_census.py --loop-cost``: CPU per event of the event loop alone (push, pop,
+callback), three times: what a chained op saves at most.
 """
 
 from collections import Counter
+from heapq import heappush
+import os
+from pathlib import Path
 import subprocess
 import sys
-from pathlib import Path
+import time
 
 import numpy as np
+import simpy
 
+from sim.engine.clock import NORMAL, run_until_empty
 from sim.engine.ops import stream_indices
 
 
@@ -177,7 +185,43 @@ print(json.dumps(out))
 """
 
 
+class _Looped:
+    """An object that is its own event (as ``sim.engine.core.Stream``) and re-queues itself
+    ``left`` times, each a microsecond later, as a stream of zero-work compute ops would."""
+
+    __slots__ = ("env", "queue", "eid", "left", "callbacks", "on_end")
+    _ok, _value = True, None
+
+    def __init__(self, env, left: int):
+        self.env, self.queue, self.eid, self.left = env, env._queue, env._eid, left
+        self.on_end, self.callbacks = [self.step], None
+
+    def step(self, _event=None) -> None:
+        self.left -= 1
+        if self.left:
+            self.callbacks = self.on_end
+            heappush(self.queue, (self.env._now + 1e-6, NORMAL, next(self.eid), self))
+
+
+def loop_cost(n: int = 2_000_000, streams: int = 16) -> float:
+    """CPU seconds per event of the event loop alone (push, pop, the callback's call), with
+    ``streams`` such objects interleaved (a run's queue is shallow: 13 entries on average in
+    ``dg-l70-64``, docs/scaling.md): what a chain saves per event at most, the per-op work of
+    ``_advance`` and ``_ended`` staying."""
+    env = simpy.Environment()
+    for looped in [_Looped(env, n // streams) for _ in range(streams)]:
+        looped.callbacks = looped.on_end
+        heappush(env._queue, (0.0, NORMAL, next(env._eid), looped))
+    cpu = time.process_time()
+    run_until_empty(env)
+    return (time.process_time() - cpu) / n
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--loop-cost"]:
+        for _ in range(3):
+            print(f"{loop_cost() * 1e6:.3f} us of CPU per event (load {os.getloadavg()[0]:.1f})", flush=True)
+        return
     if not argv or argv[0].startswith("-"):
         sys.exit(__doc__)
     ids, overrides, ties, args = argv[0].split(","), [], "fifo", iter(argv[1:])
