@@ -34,6 +34,9 @@ id a seeded random number; two equal ids, which would compare the events, have p
 ~n^2 / 2^54); the printed ``summary`` and ``spans`` hashes (bench/
 fingerprint.py's, as ``python bench/rows.py`` prints) say whether any result depends on it.
 
+With ``CENSUS_DUMP=DIR`` in the environment each row's summary and spans are also written as
+``python bench/rows.py --dump DIR`` writes them, for ``python bench/compare_fingerprints.py A B``.
+
 ``python bench/chain_census.py --loop-cost``: CPU per event of the event loop alone (push, pop,
 callback), three times: what a chained op saves at most.
 """
@@ -182,6 +185,18 @@ out = {"row": row.id, "load": os.getloadavg()[0], "cpu_s": round(time.process_ti
        "chains": dict(sorted(chains.items())), "ties": ties,
        **{k: v for k, v in step_fingerprint(result).items() if k != "step_time_s"}}
 print(json.dumps(out))
+if os.environ.get("CENSUS_DUMP"):  # (as bench/rows.py --dump: for bench/compare_fingerprints.py)
+    import hashlib
+    import numpy as np
+    from pathlib import Path
+    folder = Path(os.environ["CENSUS_DUMP"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{row.id}.json").write_text(json.dumps(result.summary, sort_keys=True, default=str))
+    spans = result.spans
+    numeric = {c: spans[c].to_numpy() for c in spans if spans[c].dtype.kind in "iufb"}
+    hashed = {c: np.array(hashlib.sha256(spans[c].astype(str).str.cat(sep="\n").encode()).hexdigest())
+              for c in spans if c not in numeric}
+    np.savez(folder / f"{row.id}.npz", **numeric, **hashed)
 """
 
 
