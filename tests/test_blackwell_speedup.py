@@ -62,9 +62,10 @@ def test_gb200_nvl72_over_dgx_h100_within_mlperf_per_gpu_ratio():
 def test_torchtitan_scout_gb200_part_keeps_its_fitted_factor():
     """The part the Scout rows run on stays where its two rows put it: above 1.5x the H100 SXM
     on this step. Since 2026-11-27 the plain gb200 has its own factor, fitted on NVIDIA's own
-    GB200 rows (the six nb_gb200 rows, 0.6560): two independent fits, one on torchtitan's MoE
-    stack (0.7010) and one on Megatron-Core's dense steps, 6.4% apart, so the same dense step
-    runs 6.1% slower on the plain part -- within 8%, and not the other way round."""
+    GB200 rows (the nb_gb200 rows, 0.6498): two independent fits, one on torchtitan's MoE
+    stack (0.7010) and one on Megatron-Core's dense steps, 7.9% apart (the plain part's measured
+    cuDNN attention, faster than the Hopper shares the torchtitan part keeps, makes up some of it),
+    so the same dense step runs slower on the plain part -- within 8%, and not the other way round."""
     h100, plain, tt = step_s("dgx-h100"), step_s("gb200-nvl72", nodes=2), step_s("gb200-nvl72", "gb200-torchtitan", 2)
     assert tt < h100 / 1.5
     assert tt < plain < 1.08 * tt, plain / tt

@@ -16,12 +16,13 @@ from sim.studies import frontier, validation
 
 ROWS = {r.id: r for r in frontier.frontier_rows()}
 ROW_ERROR, MAPE = 0.15, 0.08
-SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200", "nb_gb200_l70b", "nb_gb200_l405b")  # 10-120 s each
+SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200", "nb_gb200_l70b", "nb_gb200_l405b",
+        "nb_b200_l405b", "nb_gb300_l405b")  # 10-300 s each
 NB = {i: r for i, r in ROWS.items() if i.startswith("nb_")}  # NVIDIA's own published runs on full-power Blackwell
 
 
-def test_thirty_two_rows_on_nine_gpu_types():
-    assert len(ROWS) == 32
+def test_thirty_eight_rows_on_nine_gpu_types():
+    assert len(ROWS) == 38
     assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200-power-limited", "gb200-torchtitan", "mi325x",
                                                "mi355x", "b200", "gb200", "gb300"}
 
@@ -29,7 +30,7 @@ def test_thirty_two_rows_on_nine_gpu_types():
 def test_every_shipped_row_id_is_unique_and_every_nb_row_cites_its_commit_and_line():
     ids = [r.id for r in validation.load_rows()]
     assert len(ids) == len(set(ids))
-    assert len(NB) == 10 and {r.gpu for r in NB.values()} == {"b200", "gb200", "gb300"}
+    assert len(NB) == 16 and {r.gpu for r in NB.values()} == {"b200", "gb200", "gb300"}
     notes = {x["id"]: x["notes"] for x in frontier.read_table("frontier_runs.csv")}
     cited = r"(NVIDIA-NeMo/Megatron-Bridge@[0-9a-f]{8} docs/performance-summary|NVIDIA/dgxc-benchmarking@[0-9a-f]{8} \(v25\.05\) llama3\.1/README)\.md.* line \d+"
     for r in NB.values():
@@ -111,7 +112,11 @@ def compared(row_id: str) -> validation.Comparison:
 # Known gaps, kept visible (strict: the test fails the day it passes). (The 405B interleaved
 # row, -16.6% with 16 micro-batches of 2, is within 15% with the 8 micro-batches of 4
 # torchtitan 9dec370 ran by default.)
-GAP: dict = {}
+# Megatron-Bridge 25.11's 405B MXFP8 runs, one layout on all three Blackwell parts, are slower than
+# the factors fitted on each part's other rows say (B200 +10.5%, within): a release's recipe, not a
+# GPU (docs/precision.md, "Why GB200, GB300 and B200 take different sustained factors").
+_MX405 = "25.11's 405B MXFP8 recipe at TP4 PP8 CP2 is slower than each part's other rows (not a GPU property)"
+GAP: dict = {"nb_gb200_l405b_128g_mxfp8": _MX405 + ": +20.9%", "nb_gb300_l405b_128g_mxfp8": _MX405 + ": +31.6%"}
 
 
 def _marks(row_id: str) -> tuple:

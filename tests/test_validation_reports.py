@@ -104,7 +104,10 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["nb_gb200_l8b_8g_fp8cs", "nb_gb200_l8b_8g_mxfp8"],
     ["nb_gb200_l70b_64g_mxfp8", "nb_gb200_l70b_64g_nvfp4"],
     ["nb_gb300_l70b_64g_mxfp8", "nb_gb300_l70b_64g_nvfp4"],
-    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_128g_fp8"],
+    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_128g_fp8", "nb_gb200_l405b_256g_bf16",
+     "nb_gb200_l405b_256g_fp8",  # dgxc-benchmarking v25.05: 1/2 sequence per GPU
+     "nb_gb200_l405b_128g_mxfp8"],  # Megatron-Bridge 25.11's MXFP8 run of the same layout
+    ["nb_b200_l405b_128g_mxfp8", "nb_b200_l405b_128g_fp8cs"],
 ]
 
 SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
@@ -117,6 +120,8 @@ SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
     ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"], ["tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_128g_compile_bf16"],
     ["tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h200_l8b_32g_fp8", "tt_h200_l8b_64g_fp8"],
+    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_256g_bf16"],  # weak-scaled, 1/2 sequence per GPU
+    ["nb_gb200_l405b_128g_fp8", "nb_gb200_l405b_256g_fp8"],
 ]
 
 

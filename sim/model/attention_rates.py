@@ -59,11 +59,40 @@ _A100_ATTN = ((0.73, 90.0), (0.63, 350.0))
 BLACKWELL = ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300")
 
 
+# - "cudnn" on full-power Blackwell, measured (since 2026-11-27): cuDNN's own training SDPA benchmark
+#   (NVIDIA/cudnn-frontend@fb682ce7 benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/
+#   llama3.1_2026042*.csv: cuDNN 9.22, BF16, Llama 3.1's 64 query / 8 KV heads, head dim 128, batch 2,
+#   causal ("top_left"), non-deterministic backward; causal FLOPs counted half, as this model does),
+#   TFLOP/s at 2k, 4k, 8k, 16k, 32k tokens (keys a query attends: half of that), CSV lines 74/75,
+#   56/57, 38/39, 20/21, 2/3 (forward / backward):
+#   GB200 forward 1097, 1408, 1574, 1708, 1622 and backward 885, 1148, 1332, 1328, 1226;
+#   GB300 forward 1373, 1703, 1856, 1915, 1953 and backward 967, 1248, 1435, 1507, 1490.
+#   As shares of the 2.5 PFLOP/s BF16 peak both parts have in the presets, least squares of the
+#   relative error over 2k-16k (the rows train at 4k-8k): GB200 forward (0.7422, 696), backward
+#   (0.5963, 670), within 1.6% / 3.8%; GB300 forward (0.8264, 497), backward (0.6666, 724), within
+#   2.4% / 1.6%. At 32k the curves sit above the measurement (GB200 +9.7% / +16.8%: its 32k dip;
+#   GB300 +2.7% / +7.1%). At Llama's 8k sequence the GB300 runs the layer's attention (forward + backward) in 0.908
+#   of the GB200's time (5.017 / 5.524 ms): Blackwell Ultra's doubled SFU rate for the softmax
+#   exponential (MUFU.EX2; NVIDIA technical blog "Making Softmax More Efficient with NVIDIA Blackwell
+#   Ultra") shows as 1.18x forward and 1.08x backward, not the "2x attention-layer acceleration" of
+#   the datasheet (an inference figure: on Blackwell the backward is bound by shared-memory traffic,
+#   not the exponential: FlashAttention-4's "feeds and speeds" analysis, Together AI blog
+#   "FlashAttention-4", which also puts cuDNN 9.13's B200 forward at up to 1605 / 1.3 TFLOP/s).
+#   The Hopper curve above gave both parts 0.597 / 0.488 at 4k keys. The B200 (the GB200's die)
+#   takes the GB200's shares of its own peak, the B300 the GB300's; the torchtitan parts (b200-power-limited, gb200-torchtitan) keep the Hopper shares their
+#   factors were fitted with.
+CUDNN_GB200 = ((0.7422, 696.0), (0.5963, 670.0))
+CUDNN_GB300 = ((0.8264, 497.0), (0.6666, 724.0))
+_MEASURED_CUDNN = {"gb200": CUDNN_GB200, "b200": CUDNN_GB200, "gb300": CUDNN_GB300, "b300": CUDNN_GB300}
+
+
 def _fa2_at_hopper_rate(gpu: str) -> dict:
-    """A Blackwell part's attention curves: cuDNN's as on Hopper, FlashAttention-2's at the H100's
-    absolute rate (the shares scaled by the H100 SXM's peak over the part's)."""
+    """A Blackwell part's attention curves: cuDNN's measured on its die (the Hopper shares where
+    none is), FlashAttention-2's at the H100's absolute rate (the shares scaled by the H100 SXM's
+    peak over the part's)."""
     scale = GPUS["h100-sxm"].peak_flops / GPUS[gpu].peak_flops
-    return {CUDNN: _HOPPER_ATTN[CUDNN], FLASH2: tuple((top * scale, half) for top, half in _HOPPER_ATTN[FLASH2])}
+    return {CUDNN: _MEASURED_CUDNN.get(gpu, _HOPPER_ATTN[CUDNN]),
+            FLASH2: tuple((top * scale, half) for top, half in _HOPPER_ATTN[FLASH2])}
 
 
 # - AMD CDNA3 (mi300x, mi325x; one die, 1,307.4 TFLOP/s dense BF16): Megatron on ROCm runs attention

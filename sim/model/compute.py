@@ -157,8 +157,16 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   Megatron-Bridge rows read b200 +2.9 / +3.8%, gb200 +9.0 / +12.1 / +18.3 / +11.2% in tokens/s
 #   (predicted faster: the GB200's 2.5 PFLOP/s datasheet rate is 1.11x the B200's, its published
 #   8B step only 1.03x) and gb300 -5.1 / -6.1%; fitted, every nb_ row within 10% (docs/precision.md,
-#   "Full-power Blackwell rows and NVFP4"). b300 (HGX B300, no row) takes the b200's: the same
-#   8-GPU board. Before that
+#   "Full-power Blackwell rows and NVFP4"). Refit 2026-11-27 after cuDNN attention on these parts was
+#   measured (sim/model/attention_rates.py CUDNN_GB200 / CUDNN_GB300) and 8 rows were added (405B on
+#   128-256 GPUs of all three parts), each GPU type on all of its rows: gb200 0.6498, gb300 0.8222;
+#   b200 0.7497, the upper end of its fit's valley (mean |log error| 0.0526 at 0.6664, 0.0538 at
+#   0.7497: its two 8B rows against its two 405B rows; below ~0.70 the MLPerf check below fails).
+#   What the three factors carry, and what not (docs/precision.md, "Why GB200, GB300 and B200 take
+#   different sustained factors"): at one layout and release (Megatron-Bridge 25.11, Llama 3.1 405B
+#   MXFP8 on 128 GPUs) the three parts fit 0.6618 / 0.5228 / 0.5989, so most of the spread between
+#   the factors is which releases and layouts each part's rows come from, not the GPU.
+#   b300 (HGX B300, no row) takes the b200's: the same 8-GPU board. Before that
 #   fit these parts took the H100 SXM's factor, on the assumption that Blackwell's kernels and
 #   frameworks keep the same share of their datasheet peak through a training step as Hopper's
 #   (the kernel shares above are Hopper's too); the check against MLPerf Training below still holds
@@ -177,7 +185,7 @@ GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H10
 #   modelled that ratio measures the 500 W cap instead, so it no longer applies.)
 SUSTAINED = {"a100-80gb": 0.8467, "h100-sxm": 0.7970, "h100-500w": 0.6755, "h200": 0.7656,
              "b200-power-limited": 0.4569, "gb200-torchtitan": 0.7010, "mi325x": 0.7913, "mi355x": 0.6008,
-             "b200": 0.7613, "gb200": 0.6560, "gb300": 0.8466}
+             "b200": 0.7497, "gb200": 0.6498, "gb300": 0.8222}
 SUSTAINED.update(h800=SUSTAINED["h100-sxm"], mi300x=SUSTAINED["mi325x"], b300=SUSTAINED["b200"])
 
 # Large-GEMM efficiency in training (BF16): kernel share x sustained factor.
