@@ -85,6 +85,9 @@ def check_data_parallel(p) -> None:
     if p.grad_reduce_in_fp32 and p.zero == 3 and p.dp * p.cp == 1:
         raise InputError("parallel.grad_reduce_in_fp32", "with zero = 3 is FSDP's fp32 reduce-scatter and accumulation, "
                                                          "but dp * cp = 1 leaves FSDP no group to reduce over")
+    if p.gradient_accumulation_fusion is not None and p.zero == 3:
+        raise InputError("parallel.gradient_accumulation_fusion", "is Megatron's weight-gradient GEMM accumulating into "
+                                                                  "its main_grad buffer (zero 0-2); FSDP (zero = 3) has none")
     if p.reshard_after_forward is not None and p.zero != 3:
         raise InputError("parallel.reshard_after_forward", f"is FSDP's (zero = 3) choice of freeing gathered "
                                                            f"parameters after the forward, got zero = {p.zero}")

@@ -263,6 +263,10 @@ class Parallel(_Section):
     reshard_after_forward: Flag | None = None  # zero 3: free gathered parameters after the forward (default true)
     dp_shard: count(B.GPUS) | None = None  # HSDP: ranks a ZeRO/FSDP shard spans (divides dp; default dp)
     grad_reduce_in_fp32: Flag = False  # gradients accumulated and reduced in fp32 (zero 0-2: sim/parallel/dp.py; 3: fsdp.py)
+    # Megatron's gradient_accumulation_fusion (None: on, Megatron-LM's and NeMo's default;
+    # --no-gradient-accumulation-fusion): zero 0-2's weight-gradient GEMMs accumulate into the main_grad
+    # buffer inside the GEMM (sim/model/compute.py WGRAD_ACC_P). Zero 3 (PyTorch FSDP2) has no such GEMM.
+    gradient_accumulation_fusion: Flag | None = None
     # Megatron-Core's ModelParallelConfig.defer_embedding_wgrad_compute / wgrad_deferral_limit: the
     # output layer's weight-gradient GEMMs of the first wgrad_deferral_limit micro-batches (0: all)
     # run after the last backward, in the pipeline flush (sim/parallel/wgrad_deferral.py)

@@ -209,6 +209,31 @@ def quantized(precision: str) -> bool:
 HBM_EFFICIENCY = 0.8  # achievable share of HBM bandwidth for streaming kernels (STREAM-like)
 LAUNCH_S = 4e-6  # seconds per kernel launch + tail (CUDA launch latency ~3-5 us)
 
+# A weight-gradient GEMM that accumulates into the main_grad buffer inside the GEMM (Megatron's
+# gradient_accumulation_fusion: APEX fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32 / _fp16 in
+# megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication, Transformer
+# Engine's fuse_wgrad_accumulation, general_gemm(..., out=main_grad, accumulate=True): cuBLAS with C =
+# main_grad and beta = 1) reads and writes C, 2 x main_grad bytes per weight element, whatever its token
+# count. Measured (bench/measured/h100-2026-11-27-wgrad.json and h200-2026-11-27-wgrad.json, section
+# ``wgrad`` and ``grouped_wgrad``: the BF16-out wgrad t_g against the FP32-accumulating one, CUDA graphs,
+# 132 shapes whose FP32 C is >= 128 MB, i.e. not L2-resident) it is one closed form over both GPUs:
+#     t = (t_g ** P + f ** P) ** (1 / P),  f = C bytes / (WGRAD_ACC_HBM_SHARE x HBM bandwidth),
+# P = 1.5, share 0.62 of the datasheet HBM bandwidth: mean |log error| 0.042, worst +15.7% (GPT-3 tp 4's
+# FC1), H100 +2.2% and H200 -4.0% on average (bench/measured_wgrad.py prints every shape). The max
+# (P = inf, 0.50) misses by 13% on average, the sum (P = 1, 0.825) by 8%. It is homogeneous of degree
+# one: a kernel split into token chunks (TP-comm overlap) costs the same in all. Not measured: a BF16
+# main_grad (4 bytes of C per element, taken by its bytes), A100, Blackwell and AMD (taken by their HBM
+# bandwidth): the floor is memory traffic, and one share fits two parts 1.43x apart in bandwidth.
+WGRAD_ACC_P = 1.5
+WGRAD_ACC_HBM_SHARE = 0.62
+
+
+def wgrad_accumulate_s(t_g: float, acc_bytes: float, hbm_bw: float) -> float:
+    """Seconds of a weight-gradient GEMM of ``t_g`` seconds (BF16 out) that accumulates into a
+    main_grad buffer, reading and writing ``acc_bytes`` of it (:data:`WGRAD_ACC_P`)."""
+    f = acc_bytes / (WGRAD_ACC_HBM_SHARE * hbm_bw)
+    return (t_g ** WGRAD_ACC_P + f ** WGRAD_ACC_P) ** (1 / WGRAD_ACC_P)
+
 
 class Kernel(NamedTuple):
     """One kernel's work: FLOPs at a GEMM shape (smallest dim), and HBM bytes. (A named
@@ -234,13 +259,17 @@ class Kernel(NamedTuple):
     inv_k: float = 0.0  # a GEMM's 1 / K (its reduction dim), the FLOP-weighted mean over the GEMMs it
     #                     stands for (:data:`FP8_K_HALF`'s term is linear in it, so the mean is exact)
     bwd_inv_k: float = 0.0  # the same of its backward: dgrad reduces over n, wgrad over m, half the FLOPs each
+    acc: float = 0.0  # bytes of the main_grad buffer its weight gradient reads and writes, accumulating
+    #                   there inside the GEMM (:data:`WGRAD_ACC_P`); the builder declares it on the forward GEMM
+    wgrad: float = 0.0  # share of this kernel's time that is that weight-gradient GEMM: 0 a forward, 0.5 a
+    #                     GEMM's backward (dgrad and wgrad), 1 the wgrad alone (sim/parallel/tp.py splits them)
 
     def backward(self) -> "Kernel":
         """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
         nbytes = self.bytes * (2 if self.flops else self.bwd)
         return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8,
                       2 if self.attn else 0, self.keys, self.tp, self.hbm_share, self.grouped, self.bwd_inv_k,
-                      self.bwd_inv_k)
+                      self.bwd_inv_k, self.acc, 0.5 if self.acc else 0.0)
 
 
 def gemm(m: float, n: float, k: float, elem: int = 2, fp8: bool = False, operand: float = 1.0) -> Kernel:
@@ -344,5 +373,8 @@ class ComputeModel:
         for k in kernels:
             flop_time = self.flop_time(k)
             mem_time = k.bytes / (self.gpu.hbm_bw * (k.hbm_share or self.hbm_efficiency))
-            total += LAUNCH_S * k.count + max(flop_time, mem_time)
+            t = max(flop_time, mem_time)
+            if k.acc and k.wgrad:  # the wgrad's share, accumulating into main_grad (WGRAD_ACC_P)
+                t += wgrad_accumulate_s(t * k.wgrad, k.acc, self.gpu.hbm_bw) - t * k.wgrad
+            total += LAUNCH_S * k.count + t
         return total

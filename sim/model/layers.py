@@ -75,6 +75,8 @@ class Shard:
     rope_fused: bool = True  # training.rope_fusion: False runs Megatron-Core's unfused RoPE (megatron_rope)
     grouped_gemm: bool = False  # parallel.moe_grouped_gemm: the local experts as one grouped MLP (routed_experts)
     mla_column: bool = False  # parallel.mla_down_proj = "column" at tp > 1: MLA's down projections column-parallel
+    main_grad: int = 0  # bytes per element of the main_grad buffer the linears' weight-gradient GEMMs accumulate
+    #                     into inside the GEMM (parallel.gradient_accumulation_fusion; 0: they write a fresh gradient)
 
     def __post_init__(self):
         """Strings become :class:`Precision` and :class:`Recipe` here, once (an unknown name: ValueError)."""
@@ -90,7 +92,21 @@ class Shard:
 def linear(m: float, n: float, k: float, sh: Shard, fused: bool = False, tp: int = 0) -> list[Kernel]:
     """A linear layer on ``m`` tokens, k -> n features: one BF16 GEMM, or under FP8 its
     cast kernel and an FP8 GEMM (``fused``: the input comes from a norm that emits FP8);
-    ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`)."""
+    ``tp``: its role under tensor parallelism (:class:`~sim.model.compute.Kernel`). With
+    ``sh.main_grad`` the GEMM's weight gradient reads and writes its n x k main_grad
+    (:func:`weight_accumulation`)."""
+    acc = weight_accumulation(n, k, sh)
+    return [g._replace(acc=acc) if g.flops and acc else g for g in _linear(m, n, k, sh, fused, tp)]
+
+
+def weight_accumulation(n: float, k: float, sh: Shard) -> float:
+    """Bytes of main_grad an n x k weight's gradient GEMM reads and writes when it accumulates there
+    (Megatron's gradient_accumulation_fusion, FP8 GEMMs alike: TE's general_gemm(out=main_grad,
+    accumulate=True)): 2 x main_grad bytes per element (sim.model.compute.WGRAD_ACC_P); 0 without."""
+    return 2.0 * sh.main_grad * n * k
+
+
+def _linear(m: float, n: float, k: float, sh: Shard, fused: bool, tp: int) -> list[Kernel]:
     if not sh.fp8:
         return [gemm(m, n, k)._replace(tp=tp)]
     if sh.recipe is Recipe.TORCHAO:  # no norm emits FP8 fused; the weight is cast every micro-batch

@@ -5,7 +5,7 @@ the output logits with their cross-entropy."""
 from functools import lru_cache
 
 from .compute import Kernel, elementwise, gemm
-from .layers import ELEM, Shard, linear, norm_and_residual
+from .layers import ELEM, Shard, linear, norm_and_residual, weight_accumulation
 from .transformer import Dims
 
 
@@ -44,6 +44,8 @@ def mtp_input(d: Dims, sh: Shard) -> list[Kernel]:
 @lru_cache(maxsize=1024)
 def logits(d: Dims, sh: Shard) -> list[Kernel]:
     """Final norm, output projection over vocab/tp and fp32 cross-entropy (BF16 under FP8:
-    Megatron's output layer is not a Transformer Engine module)."""
-    return tuple(norm_and_residual(d, sh)[:1] + [gemm(sh.tokens, d.v / sh.tp, d.h)]
+    Megatron's output layer is not a Transformer Engine module; a ColumnParallelLinear, its
+    weight gradient accumulates into main_grad as the blocks' do)."""
+    out = gemm(sh.tokens, d.v / sh.tp, d.h)._replace(acc=weight_accumulation(d.v / sh.tp, d.h, sh))
+    return tuple(norm_and_residual(d, sh)[:1] + [out]
                  + [elementwise(3 * 4 * sh.tokens * d.v / sh.tp)])

@@ -47,10 +47,16 @@ def roles(kernels, gather: bool, scatter: bool) -> Roles:
     return Roles(slice(0, start), slice(start, end), slice(end, first), slice(first, last), slice(last, n))
 
 
-def half(kernel):
-    """One of the two GEMMs of a GEMM's backward (dgrad, wgrad): half its backward work."""
-    bk = kernel.backward()
-    return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=kernel.count)
+def half(kernel, wgrad: bool = False):
+    """One of the two GEMMs of a GEMM's backward, half its backward work: the dgrad, or with
+    ``wgrad`` the weight gradient (which alone accumulates into main_grad: ``Kernel.acc``)."""
+    return split(kernel.backward(), wgrad)._replace(count=kernel.count)
+
+
+def split(bk, wgrad: bool):
+    """The dgrad or (``wgrad``) the weight-gradient half of a GEMM's backward kernel ``bk``."""
+    return bk._replace(flops=bk.flops / 2, bytes=bk.bytes / 2, count=max(bk.count // 2, 1),
+                       acc=bk.acc if wgrad else 0.0, wgrad=1.0 if wgrad and bk.acc else 0.0)
 
 
 def grad_parts(kernels) -> tuple[tuple, tuple]:
@@ -62,9 +68,8 @@ def grad_parts(kernels) -> tuple[tuple, tuple]:
     dgrad, wgrad = [], []
     for k in kernels:
         if k.flops and not k.attn:
-            part = k._replace(flops=k.flops / 2, bytes=k.bytes / 2, count=max(k.count // 2, 1))
-            dgrad.append(part)
-            wgrad.append(part)
+            dgrad.append(split(k, False))
+            wgrad.append(split(k, True))
         else:
             dgrad.append(k)
     return tuple(dgrad), tuple(wgrad)
@@ -185,7 +190,7 @@ def split_backward(b, sub: str, name: str, kernels, r: Roles, x, layer: int, mb:
                               tag=(Direction.BWD, "input"), group_of=b.group_of(AXIS))
     dgrad = compute_op(b, name, [half(k) for k in consumers], x, layer, mb, weights=False)
     reduce = exit_backward(b, sub, layer, mb, dgrad, scale * sublayer_bytes(b, sub, False, True))
-    wgrad = b.weight_grad(name, tuple(half(k) for k in consumers), (dgrad, gather), layer, mb)
+    wgrad = b.weight_grad(name, tuple(half(k, True) for k in consumers), (dgrad, gather), layer, mb)
     return compute_op(b, name, backward(kernels[r.head]), (reduce, wgrad), layer, mb)
 
 

@@ -127,10 +127,9 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
         if r.producer.stop == r.producer.start:
             x = tp.enter_backward(b, sub, layer, mb, x, sublayer_bytes(b, sub, True, False))
         else:
-            halves = [_half(k) for k in kernels[r.producer]]
-            dgrad = [_chunk(k, b.ctx.layout.sizes[Category.TP]) for k in halves]
+            dgrad = [_chunk(_half(k), b.ctx.layout.sizes[Category.TP]) for k in kernels[r.producer]]
             x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, (Direction.BWD,), entry=False, weights=False)
-            x = b.weight_grad(name, tuple(halves), x, layer, mb)
+            x = b.weight_grad(name, tuple(_half(k, True) for k in kernels[r.producer]), x, layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
     return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
         _compute(b, name, backward_of(kernels[r.head]), x, layer, mb)

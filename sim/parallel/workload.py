@@ -42,7 +42,8 @@ def shard_of(s: Scenario) -> Shard:
                  t.flash_attention, quantized(t.precision), t.precision if quantized(t.precision) else Precision.FP8,
                  recipe=t.fp8_recipe, eager=t.kernels is Kernels.PYTORCH and not t.compile,
                  fused_permute=p.moe_permute_fusion, rope_fused=t.rope_fusion,
-                 grouped_gemm=p.moe_grouped_gemm, mla_column=p.mla_down_proj is MlaDownProj.COLUMN and p.tp > 1)
+                 grouped_gemm=p.moe_grouped_gemm, mla_column=p.mla_down_proj is MlaDownProj.COLUMN and p.tp > 1,
+                 main_grad=dp.grad_bytes(p) if p.gradient_accumulation_fusion is not False and p.zero < 3 else 0)
 
 
 def make_context(s: Scenario, domains: list[int], gpu_name: str, e_max: float | None = None,
