@@ -29,6 +29,7 @@ import simpy
 
 from .clock import NORMAL, VOID, Superseded, Wake
 from .links import CompiledPhase, PhaseCache, link_bytes
+from .joint import Bounds, Ordered, bring_up_to_now
 from .maxmin import MEMO_BYTES, ComponentRates, Memo, fill, rates_bytes
 from .sharing import Sharing
 from ..errors import SimulationError
@@ -88,6 +89,9 @@ class Network:
         self._sharing = Sharing(len(topo.caps))  # the phases in flight, and which share links
         self._compiled = PhaseCache(topo)  # by the hops' structure, and shapes moved by whole scalable units
         self._rate_cache = Memo(MEMO_BYTES, rates_bytes)  # bounded: least recently used out
+        self._ordered = Ordered()  # the same rates by the acts' own order, concatenated (sim/engine/joint.py)
+        self._bounds = Bounds()  # chains' offsets by the acts' chain counts
+        self._zeros = np.zeros(0)  # read-only zeros, as long as the longest phase planned (see _plan)
         self.components = ComponentRates(len(topo.caps))  # joint solves, component by component
         self._plans: dict[object, _Plan] = {}  # Phase object -> its plan
         self.joint_solves = 0  # max-min solves over more than one phase (for benchmarks)
@@ -109,6 +113,8 @@ class Network:
             empty = bool(phase.nbytes.sum() <= 0) or compiled.n_chains == 0
             latency = phase.steps * compiled.step_latency * phase.latency_scale + phase.overhead
             nbytes = phase.nbytes.astype(float)
+            if len(nbytes) > len(self._zeros):
+                self._zeros = np.zeros(len(nbytes))
             plan = self._plans[phase] = _Plan(compiled, nbytes, empty, _mask_key(phase.nbytes), latency,
                                               residue=np.maximum(1e-3, _REL_BYTES * nbytes))
         return plan
@@ -192,8 +198,28 @@ class Network:
     def _solve_many(self, acts: list[_Active]) -> None:
         """:meth:`_solve` of several acts on all their chains at once (elementwise: the same floats as act
         by act): bytes up to now, live masks, rates of the acts sorted by (phase, mask), seconds until each
-        one's first live chain ends (0: its bytes ran out as another re-solved it), wake-ups in that order."""
-        left, live, starts, all_live, keys = self._bring_up_to_now(acts)
+        one's first live chain ends (0: its bytes ran out as another re-solved it), wake-ups in that order
+        (:mod:`sim.engine.joint`: a few whole-array operations per re-solve)."""
+        left, live, starts, all_live, keys = bring_up_to_now(acts, self.env._now, self._bounds, self._zeros)
+        found = self._ordered.get(tuple(keys))
+        if found is None:
+            found = self._rates_in_order(acts, keys)
+        perm, new, rates = found
+        for act, r in zip(acts, new):
+            act.rates = r
+            act.generation += 1
+        with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+            ratio = left / rates
+        if all_live:
+            horizons = np.minimum.reduceat(ratio, starts).tolist()
+        else:
+            out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
+            horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
+        self._wake_all([acts[i] for i in perm], perm, horizons)
+
+    def _rates_in_order(self, acts: list[_Active], keys: list) -> tuple:
+        """(the acts' order sorted by key, their rates in the acts' own order, those concatenated), from
+        the memo of sets in flight (sorted keys) or solved component by component; kept by the unsorted key."""
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -204,48 +230,11 @@ class Network:
                                           tuple([k for k, _ in key]))  # (a phase's key fixes its links)
             self._rate_cache.put(key, found)
         new = [None] * len(acts)  # the rates in the acts' own order
-        for i, act, r in zip(perm, order, found):
-            act.rates = new[i] = r
-            act.generation += 1
-        with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
-            ratio = left / np.concatenate(new)
-        if all_live:
-            horizons = np.minimum.reduceat(ratio, starts).tolist()
-        else:
-            out = np.minimum.reduceat(np.where(live, ratio, np.inf), starts)
-            horizons = np.where(np.logical_or.reduceat(live, starts), out, 0.0).tolist()
-        self._wake_all(order, perm, horizons)
-
-    def _bring_up_to_now(self, acts: list[_Active]) -> tuple:
-        """Acts' bytes up to now and live masks: (bytes left, live, acts' first chains, all live, keys)."""
-        now = self.env._now
-        remaining, rates, dts, sizes = [], [], [], []
-        for act in acts:
-            dt = now - act.updated
-            act.updated = now
-            left = act.remaining
-            remaining.append(left)
-            sizes.append(len(left))
-            if dt > 0 and act.rates is not None:
-                rates.append(act.rates)
-                dts.append(dt)
-            else:  # (x - 0 * x is x: bytes are finite)
-                rates.append(left)
-                dts.append(0.0)
-        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=bounds[1:])
-        starts = bounds[:-1]
-        left = np.concatenate(remaining) - np.concatenate(rates) * np.repeat(dts, sizes)
-        live = left > 0
-        every = np.logical_and.reduceat(live, starts)  # per act: all its chains live
-        all_live = bool(every.all())
-        keys, every, ends = [], every.tolist(), bounds.tolist()
-        for k, act in enumerate(acts):
-            a, b = ends[k], ends[k + 1]
-            act.remaining = left[a:b]
-            act.mask = mask = b"" if every[k] else live[a:b].tobytes()  # (as _mask_key)
-            keys.append((act.phase.key, mask))
-        return left, live, starts, all_live, keys
+        for i, r in zip(perm, found):
+            new[i] = r
+        entry = (perm, new, np.concatenate(new))
+        self._ordered.put(tuple(keys), entry)
+        return entry
 
     def _wake_all(self, order: list[_Active], perm: list[int], horizons: list[float]) -> None:
         """:meth:`_wake_in` of ``order[k]`` at ``horizons[perm[k]]``, in that order (inlined, the same
