@@ -64,8 +64,10 @@ def counting(monkeypatch) -> list:
     return replays
 
 
+@pytest.mark.parametrize("columns_from", [0, 10 ** 9])  # (every step replayed by columns; every one op by op)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_a_replayed_program_is_the_program_built_step_by_step(name, monkeypatch):
+def test_a_replayed_program_is_the_program_built_step_by_step(name, columns_from, monkeypatch):
+    monkeypatch.setattr(replay, "COLUMNS_FROM", columns_from)
     ctx = context(name)
     replays = counting(monkeypatch)
     for rank in sorted(ctx.simulated)[:4] + sorted(ctx.simulated)[-2:]:

@@ -65,8 +65,8 @@ def rekeyed_all(calls: list, keys) -> list[Collective]:
     compares it with :func:`rekeyed`."""
     new = list(map(_NEW, repeat(Collective, len(calls))))
     _consume(map(_SET_KEY, new, keys))
-    for name, setter in zip(Collective.__slots__[1:], _SETTERS[1:]):
-        _consume(map(setter, new, map(attrgetter(name), calls)))
+    for get, setter in _FIELDS:
+        _consume(map(setter, new, map(get, calls)))
     return new
 
 
@@ -74,7 +74,8 @@ _consume = deque(maxlen=0).extend  # (runs an iterator to its end in C, keeping 
 _NEW = object.__new__
 _SET_KEY, _SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS = (
     Collective.__dict__[name].__set__ for name in ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms"))
-_SETTERS = (_SET_KEY, _SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS)
+_FIELDS = tuple(zip(map(attrgetter, Collective.__slots__[1:]),  # (getter, setter) of each slot but the key
+                    (_SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS)))
 assert Collective.__slots__ == ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms")  # (rekeyed sets each)
 _ISSUE = attrgetter("issue")  # an op's host cost (RankProgram.release)
 _SYNC = attrgetter("sync")  # whether the host waits for an op's end (RankProgram.anchors)
