@@ -122,3 +122,25 @@ def test_the_members_of_a_group_share_its_copied_calls(name):
                 members[op.comm.key, stage, i] = members.get((op.comm.key, stage, i), 0) + 1
     assert max(len(ids) for ids in objects.values()) <= 2
     assert max(members.values()) > 2  # (groups of more than two members in a stage were copied)
+
+
+def test_copyable_asks_the_folding_about_each_distinct_group_once():
+    """``copies.copyable``: the folding is asked about every group value the program's calls
+    meet (equal tuples built apart count once, a compute op none), and one it cannot locate
+    makes the program not copyable."""
+    from types import SimpleNamespace
+    from sim.collectives.kinds import CollectiveOp
+    from sim.engine.kinds import Category
+    from sim.engine.ops import Collective, Op, RankProgram
+    from sim.parallel import copies
+    groups = [(0, 1), tuple([0, 1]), (0, 2), (0, 1)]
+    assert groups[0] is not groups[1]
+    base = RankProgram(0, [Op("x", Category.COMPUTE, "compute", 1.0)]
+                       + [Op(f"c{k}", Category.TP, "tp", 0.0, Collective(("c", k), CollectiveOp.ALL_REDUCE, g, 8.0))
+                          for k, g in enumerate(groups)])
+    asked = []
+    for unknown, expected in ((None, True), ((0, 2), False)):
+        asked.clear()
+        ctx = SimpleNamespace(folding=SimpleNamespace(locate=lambda g: asked.append(g) or (None if g == unknown else 1)))
+        assert copies.copyable(ctx, base) is expected
+        assert sorted(asked) == [(0, 1), (0, 2)] if expected else (0, 2) in asked and len(asked) <= 2

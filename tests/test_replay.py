@@ -64,8 +64,10 @@ def counting(monkeypatch) -> list:
     return replays
 
 
+@pytest.mark.parametrize("columns_from", [0, 10 ** 9])  # (every step replayed by columns; every one op by op)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_a_replayed_program_is_the_program_built_step_by_step(name, monkeypatch):
+def test_a_replayed_program_is_the_program_built_step_by_step(name, columns_from, monkeypatch):
+    monkeypatch.setattr(replay, "COLUMNS_FROM", columns_from)
     ctx = context(name)
     replays = counting(monkeypatch)
     for rank in sorted(ctx.simulated)[:4] + sorted(ctx.simulated)[-2:]:
@@ -118,3 +120,19 @@ def test_rekeyed_is_the_call_under_another_key_field_for_field():
                              call.shares, call.sms)
     assert hash(new) == hash(Collective(("tp", 3, 8, 1), *(getattr(call, f) for f in Collective.__slots__[1:])))
     assert all(getattr(new, f) is getattr(call, f) for f in Collective.__slots__[1:])
+
+
+def test_rekeyed_all_is_rekeyed_call_by_call():
+    """sim/engine/ops.py ``rekeyed_all`` (a replayed step's collectives, set slot by slot over
+    all of them) gives what ``rekeyed`` gives one call at a time: equal, every other field the
+    same object, each under its own key."""
+    from sim.collectives.kinds import Algorithm, CollectiveOp
+    from sim.engine.ops import Collective, rekeyed, rekeyed_all
+    calls = [Collective(("tp", 3, 7, k), CollectiveOp.ALL_TO_ALL, (4, 5 + k), 123.5 + k, Algorithm.RING, ((6, 7),),
+                        ((1.0, 2.0), (3.0, 4.0)) if k else None, 0.25 * k) for k in range(3)]
+    keys = [("tp", 3, 9 + k, k) for k in range(3)]
+    new = rekeyed_all(calls, iter(keys))
+    assert new == [rekeyed(c, k) for c, k in zip(calls, keys)]
+    assert [c.key for c in new] == keys
+    assert all(getattr(n, f) is getattr(c, f) for n, c in zip(new, calls) for f in Collective.__slots__[1:])
+    assert rekeyed_all([], iter(())) == []

@@ -236,6 +236,27 @@ def test_compute_floor_counts_the_straggler_slowdown_and_the_step_respects_it():
     assert slow > invariants.compute_floor(r.facts.programs, {}) and r.summary["step_time_s"] >= slow
 
 
+def test_compute_floor_is_the_per_op_sum_of_compute_stream_compute_ops():
+    """``invariants.compute_floor`` as a closed form, on programs with a collective on the compute
+    stream, a compute op on another stream and a str stream name equal to the enum's: only
+    compute ops on the compute stream count, each rank's sum exactly rounded, times its slowdown."""
+    import math
+    from sim.collectives.kinds import CollectiveOp
+    from sim.engine.kinds import Category, StreamName
+    from sim.engine.ops import Collective, Op, RankProgram
+    call = Collective(("x", 0, 0), CollectiveOp.ALL_REDUCE, (0, 1), 8.0)
+    one = RankProgram(0, [Op("a", Category.COMPUTE, StreamName.COMPUTE, 0.1), Op("b", Category.COMPUTE, "compute", 0.2),
+                          Op("c", Category.TP, StreamName.COMPUTE, 5.0, call), Op("d", Category.COMPUTE, "other", 7.0),
+                          Op("e", Category.COMPUTE, StreamName.COMPUTE, 1e-17)])
+    two = RankProgram(1, [Op("a", Category.COMPUTE, StreamName.COMPUTE, 0.25)])
+    per_op = {p.rank: math.fsum(op.duration for op in p.ops if op.comm is None and op.stream == StreamName.COMPUTE)
+              for p in (one, two)}
+    assert per_op[0] == math.fsum([0.1, 0.2, 1e-17])
+    assert invariants.compute_floor([one, two], {}) == max(per_op.values())
+    assert invariants.compute_floor([one, two], {1: 2.0}) == per_op[1] * 2.0
+    assert invariants.compute_floor([], {}) == 0.0
+
+
 def test_an_impossible_result_is_exit_1_and_never_printed(monkeypatch):
     import sim.step
 

@@ -10,8 +10,9 @@ Run: ``python -m pytest -q tests/test_engine.py tests/test_host_sync.py``
 """
 
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
+from itertools import accumulate, compress, repeat
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -57,9 +58,24 @@ def rekeyed(call: Collective, key: tuple, group: tuple | None = None, siblings=N
     return new
 
 
+def rekeyed_all(calls: list, keys) -> list[Collective]:
+    """``[rekeyed(c, k) for c, k in zip(calls, keys)]`` field by field rather than call by
+    call: each slot set over all the calls by one ``map`` of its descriptor (no Python frame
+    per call: a replayed step's collectives, sim/parallel/replay.py). tests/test_replay.py
+    compares it with :func:`rekeyed`."""
+    new = list(map(_NEW, repeat(Collective, len(calls))))
+    _consume(map(_SET_KEY, new, keys))
+    for get, setter in _FIELDS:
+        _consume(map(setter, new, map(get, calls)))
+    return new
+
+
+_consume = deque(maxlen=0).extend  # (runs an iterator to its end in C, keeping nothing)
 _NEW = object.__new__
 _SET_KEY, _SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS = (
     Collective.__dict__[name].__set__ for name in ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms"))
+_FIELDS = tuple(zip(map(attrgetter, Collective.__slots__[1:]),  # (getter, setter) of each slot but the key
+                    (_SET_OP, _SET_GROUP, _SET_NBYTES, _SET_ALGO, _SET_SIBLINGS, _SET_SHARES, _SET_SMS)))
 assert Collective.__slots__ == ("key", "op", "group", "nbytes", "algo", "siblings", "shares", "sms")  # (rekeyed sets each)
 _ISSUE = attrgetter("issue")  # an op's host cost (RankProgram.release)
 _SYNC = attrgetter("sync")  # whether the host waits for an op's end (RankProgram.anchors)
