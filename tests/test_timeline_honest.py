@@ -167,7 +167,7 @@ def test_folding_labels_say_which_ranks_each_row_stands_for(tmp_path, captured):
     assert rows[0] == "rank 0 (dp0) = ranks 0-2,4-15  compute"
     assert rows[3] == "rank 3 (dp3) SLOW  compute"
     assert "the rows stand for all 16 (2 simulated)" in item["title"]
-    assert "window 100,000-100,500 us of the 194.9 ms step" in item["title"]  # the summary's (tests/golden/straggler-dp.json)
+    assert "window 100,000-100,500 us of the 198.1 ms step" in item["title"]  # the summary's (tests/golden/straggler-dp.json)
     assert item["xlabel"] == "time (us)" and item["fits"]
 
 
