@@ -76,6 +76,22 @@ def timed(fn, reps: int = 10, warm: int = 3, inner: int = 1) -> float:
     return times[len(times) // 2]
 
 
+def graphed(fn, inner: int = 1):
+    """``inner`` calls of ``fn`` captured once in a CUDA graph (after warm-ups on a side stream);
+    returns the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return graph.replay
+
+
 @section
 def env():
     p = torch.cuda.get_device_properties(0)

@@ -122,26 +122,13 @@ def one_shape(label, m, n, k, ct):
                     ("cast_transpose_g", lambda: ct(g, one, E5M2_MAX, E5M2)),
                     ("cast_transpose_w", lambda: ct(w, one, E4M3_MAX, E4M3)), ("te_micro_batch", te_micro_batch)):
         try:  # the GPU's own time: replayed as a CUDA graph, without the compiled wrapper's host cost
-            row[key + "_graph_s"] = gm.timed(graphed(fn))
+            row[key + "_graph_s"] = gm.timed(gm.graphed(fn))
         except Exception as e:  # noqa: BLE001
             row[key + "_graph_error"] = repr(e)[:300]
     if "te_micro_batch_graph_s" in row:
         row["te_graph_speedup"] = row["bf16_s"] / row["te_micro_batch_graph_s"]
     return row
 
-
-def graphed(fn):
-    """``fn`` captured once in a CUDA graph (after warm-ups on a side stream); returns its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 @gm.section

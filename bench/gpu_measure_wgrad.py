@@ -77,21 +77,12 @@ def graph_timed(fn, inner: int = 20) -> float:
     """GPU seconds of one call of ``fn``: ``inner`` calls captured in one CUDA graph and replayed
     (CUDA events around the replay, median of 15), so that the host's issue time (~15-20 us a
     PyTorch call) cannot bound a small GEMM's figure; eager CUDA events when capture fails."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
     try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(inner):
-                fn()
+        replay = gm.graphed(fn, inner)
     except Exception:  # noqa: BLE001 -- fall back to eager timing
         torch.cuda.synchronize()
         return gm.timed(fn, reps=15, inner=inner)
-    return gm.timed(g.replay, reps=15) / inner
+    return gm.timed(replay, reps=15) / inner
 
 
 def one_linear(name, m, n, k):
