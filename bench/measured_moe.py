@@ -99,7 +99,7 @@ def kind(k) -> str:
 
 def scenario(source, gpu: str, overrides: dict, **training) -> dict:
     """The row's (or the given) scenario on ``gpu`` with ``overrides`` (section -> keys),
-    recompute and TP-comm overlap off, the permutation and RoPE fused, uniform routing unless
+    recompute, TP-comm overlap and gradient-accumulation fusion off, the permutation and RoPE fused, uniform routing unless
     padded to a capacity."""
     data = next(r.scenario for r in modern_rows() if r.id == source) if isinstance(source, str) else source
     data = json.loads(json.dumps(data))
@@ -114,6 +114,9 @@ def scenario(source, gpu: str, overrides: dict, **training) -> dict:
     # the rest against the model's fused permutation; the unfused charge (the Grok-1 rows'
     # default) is compared on its own, in permute_lines.
     data["parallel"]["moe_permute_fusion"] = True
+    # The measured layers' weight gradients are plain autograd ones (BF16 out, no main_grad):
+    # the model's accumulation into main_grad (Megatron's default) is no part of the measurement
+    data["parallel"]["gradient_accumulation_fusion"] = False
     moe = data["model"].setdefault("moe", {})
     if moe.get("routing") != "token_drop":
         moe["routing"] = "uniform"

@@ -99,8 +99,15 @@ def test_pipeline_bubbles_follow_the_closed_forms(reports):
     at32 = ok[ok["micro_batches"] == 32].set_index("schedule")
     newer = at32.loc[["zb-h1", "zb-v", "dualpipe"]]
     assert (newer["difference"] >= 0).all() and (newer["difference"] < 0.08).all()
-    assert at32.loc["dualpipe", "bubble_sim"] < at32.loc["zb-v", "bubble_sim"] < at32.loc["zb-h1", "bubble_sim"] \
-        < at32.loc["interleaved", "bubble_sim"] < at32.loc["1f1b", "bubble_sim"]
+    # DualPipe idles least, the zero-bubble pair next, then interleaved and 1F1B. Between ZB-V and
+    # ZB-H1 the order follows W / B: the weight gradients accumulating into main_grad inside the
+    # GEMM (parallel.gradient_accumulation_fusion, on here) bring W to 0.94 B (4.84 -> 5.30 s of W
+    # against 5.67 s of B over the step at m = 32), and ZB-H1's bubble, (p-1)(F + B - 2W), shrinks
+    # below ZB-V's (0.105 vs 0.112; with the fusion off 0.111 vs 0.102, as before it was modelled)
+    zb = at32.loc[["zb-v", "zb-h1"], "bubble_sim"]
+    assert at32.loc["dualpipe", "bubble_sim"] < zb.min() and zb.max() < at32.loc["interleaved", "bubble_sim"] \
+        < at32.loc["1f1b", "bubble_sim"]
+    assert at32.loc["zb-h1", "bubble_sim"] < at32.loc["zb-v", "bubble_sim"]
 
 
 def test_closed_forms_and_seeds_model_by_hand():

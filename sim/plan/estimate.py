@@ -20,8 +20,7 @@ hides the all-to-alls under the paired micro-batch's compute except in warm-up a
 update of the rank's shard (:func:`sim.model.optimizer.optimizer`), with the builder's per-step
 costs (sim/parallel/step_end.py): the gradient-norm kernel and the gradient buffer's memset.
 
-The estimate is measured, not trusted: ``clustersim plan`` reports its Spearman rank
-correlation with the full simulation over the layouts it simulated.
+Measured, not trusted: ``clustersim plan`` reports its Spearman rank correlation with the simulation.
 """
 
 from functools import lru_cache
@@ -50,7 +49,7 @@ FIELDS = ("forward", "backward", "recompute", "tp", "cp", "ep", "host", "host_dp
 PASSES = len(FIELDS) + np.arange(len(PASS_FIELDS))  # where each kind's PASS_FIELDS follow them
 COUNTS_AT = len(FIELDS) + len(PASS_FIELDS)  # and where its COUNTS follow those
 PARAM_BYTES = 2  # bf16 parameters gathered (sim/parallel/zero.py); gradient bytes: sim.parallel.dp.grad_bytes
-LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp"]
+LAYER_KEY = ["tp", "cp", "micro_batch", "recompute", "tp_comm_overlap", "ep", "expert_tp", "sharded"]
 
 
 def fill_factor(schedules: np.ndarray, pp: int) -> np.ndarray:
@@ -89,7 +88,7 @@ class Estimator:
         """``estimate_s``, ``est_<component>_s`` and ``sim_cost_s`` of every candidate."""
         out = pd.DataFrame(index=c.index, columns=["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS],
                            dtype=float)
-        c = c.assign(micro=self.micro_of(c).to_numpy())
+        c = c.assign(micro=self.micro_of(c).to_numpy(), sharded=c["zero"].to_numpy() == 3)
         both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
         f, n = COUNTS_AT, COUNTS_AT + len(COUNTS)
         layer, ops, gathered, gemms = both[:, :, :f], both[:, :, f:n], both[:, :, n], both[:, :, n + 1]
@@ -99,13 +98,14 @@ class Estimator:
         return out
 
     # ------------------------------------------------------------------ per layer kind
-    def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp) -> np.ndarray:
+    def _layer_costs(self, tp, cp, mb, rec, tpov, ep, etp, sharded: bool | None = None) -> np.ndarray:
         """KINDS x (FIELDS, PASS_FIELDS, COUNTS, FSDP bytes, FP8 GEMMs): each kind's :class:`.layers.Cost`, its op
         counts, the bytes of its FSDP all-gather (sim/parallel/fsdp.py) and its forward's
         Transformer Engine FP8 GEMMs (whose amaxes a chunk reduces: sim/parallel/amax.py), from the
         builder's layer programs of this (tp, cp, micro-batch, recompute, TP overlap, ep,
-        expert_tp)."""
-        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp)
+        expert_tp, zero 3: by default the base scenario's)."""
+        programs = self._programs(tp, cp, mb, rec, bool(tpov), ep, etp,
+                                  self.s.parallel.zero == 3 if sharded is None else bool(sharded))
         costs = layer_costs(programs, self.price)
         counts = {k.value: layer_counts(lp) for k, lp in programs.items()}
         counts.setdefault("moe", counts.get("dense", (0,) * len(COUNTS)))
@@ -116,28 +116,28 @@ class Estimator:
                          + list(counts.get(k, (0,) * len(COUNTS)))
                          + [gathers.get(k, 0.0), gemms.get(k, gemms.get("dense", 0))] for k in KINDS])
 
-    def _programs(self, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+    def _programs(self, tp, cp, mb, rec, tpov, ep, etp, sharded: bool = True) -> dict:
         """The layer programs of one candidate's per-layer knobs: the base scenario with them
         set (sequence parallel when tp > 1, as :func:`.space.overrides` does), one stage, and
-        FSDP on so its gathers are counted (:mod:`.cost`; .layers leaves their time to
-        :meth:`_fsdp`). Layers without experts are built without the expert mesh (ep 1):
+        FSDP on for a ``sharded`` candidate so its gathers count (:mod:`.cost`; .layers leaves
+        their time to :meth:`_fsdp`), else zero 1, whose wgrads accumulate into main_grad (workload.shard_of). Layers without experts are built without the expert mesh (ep 1):
         tests/test_plan.py checks that it changes none of their programs."""
         out = {}
         for kinds, e, et in ((self.moe_kinds, ep, etp), (self.other_kinds, 1, tp)):
             if kinds:
-                out.update(self._built(kinds, tp, cp, mb, rec, tpov, e, et))
+                out.update(self._built(kinds, tp, cp, mb, rec, tpov, e, et, sharded))
         return out
 
-    def _built(self, kinds, tp, cp, mb, rec, tpov, ep, etp) -> dict:
+    def _built(self, kinds, tp, cp, mb, rec, tpov, ep, etp, sharded: bool = True) -> dict:
         dp = 2 * ep  # any dp whose groups hold the ep ranks; > 1 so FSDP gathers
         s = self.s
         par = s.parallel.model_copy(update=dict(tp=tp, cp=cp, dp=dp, pp=1, virtual_stages=1, stage_layers=None,
                                                 schedule=Schedule.ONE_F_ONE_B, ep=ep, expert_tp=None if etp == tp else etp,
-                                                sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3,
+                                                sequence_parallel=tp > 1, tp_comm_overlap=tpov, zero=3 if sharded else 1,
                                                 ep_comm_overlap=False))
         training = s.training.model_copy(update=dict(micro_batch=mb, recompute=Recompute(rec), global_batch=mb * dp))
         candidate = s.model_copy(update={"parallel": par, "training": training})
-        key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp)
+        key = (self._base_key, tp, cp, mb, rec, tpov, ep, etp, sharded)
         loads = self._loads(candidate) if self.d.experts else {}
         return layer_program.programs(candidate, self.gpu_name, key=key, loads=loads, kinds=kinds,
                                       compute=self.compute)
