@@ -56,7 +56,7 @@ from sim.plan import cost, driver, fit, select  # noqa: E402
 from sim.plan.cost import COUNTS  # noqa: E402
 from sim.plan.estimate import COUNTS_AT, LAYER_KEY, Estimator  # noqa: E402
 from sim.plan.explain import simulate_point  # noqa: E402
-from sim.plan.fit import lookup  # noqa: E402
+from sim.plan.fit import keyed, lookup  # noqa: E402
 from sim.plan.inputs import request  # noqa: E402
 from sim.plan.space import overrides  # noqa: E402
 from sim.plan.stages import Stages  # noqa: E402
@@ -86,7 +86,7 @@ def picks(req) -> tuple[pd.DataFrame, np.ndarray]:
     front, _ = select.front(ranked, driver.BUDGET_S, max(driver.FRONT, driver.TOP))
     chosen = ranked.iloc[front + select.spread(ranked, driver.BUDGET_S, set(front))]
     c = chosen.assign(micro=est.micro_of(chosen).to_numpy())
-    both = lookup(c, LAYER_KEY, est._layer_costs)
+    both = lookup(keyed(c), LAYER_KEY, est._layer_costs)
     layer = both[:, :, COUNTS_AT:COUNTS_AT + len(COUNTS)]
     ops, flows, cp_flows, a2a, ranks = cost.counts(c, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
     crowd = np.maximum(1.0, ranks / cost.CROWD_RANKS) ** 2

@@ -13,7 +13,7 @@ from sim import work
 from sim.input.load import scenario_from_dict
 from sim.plan import cost, select
 from sim.plan.estimate import COUNTS_AT, LAYER_KEY, Estimator
-from sim.plan.fit import lookup
+from sim.plan.fit import keyed, lookup
 from sim.plan.space import overrides
 from sim.plan.stages import Stages
 
@@ -52,7 +52,7 @@ def _candidates(tmp_path, text: str, n: int):
     picked = pd.concat([shapes, rest.iloc[np.linspace(0, len(rest) - 1, max(0, n - len(shapes))).astype(int)]])
     est = Estimator(req.scenario, stages, req.spec, req.gpu)
     x = picked.assign(micro=est.micro_of(picked).to_numpy())
-    layer = lookup(x, LAYER_KEY, est._layer_costs)[:, :, COUNTS_AT:COUNTS_AT + len(cost.COUNTS)]
+    layer = lookup(keyed(x), LAYER_KEY, est._layer_costs)[:, :, COUNTS_AT:COUNTS_AT + len(cost.COUNTS)]
     ops = cost.counts(x, est.d, req.scenario, est.domain, layer, stages.split(1, 1))[0]
     seconds = cost.sim_cost(x, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
     works = [work.estimate(scenario_from_dict(req.data, overrides(r))) for _, r in picked.iterrows()]

@@ -40,7 +40,7 @@ from ..parallel.layout import Layout
 from . import dp_ends
 from .comm import Comm
 from .cost import COUNTS, layer_counts, sim_cost
-from .fit import lookup
+from .fit import keyed, lookup
 from .layers import KINDS, PASS_FIELDS, Pricer, costs as layer_costs, stage_waits
 from ..engine.kinds import Category
 
@@ -88,7 +88,7 @@ class Estimator:
         """``estimate_s``, ``est_<component>_s`` and ``sim_cost_s`` of every candidate."""
         out = pd.DataFrame(index=c.index, columns=["estimate_s"] + [f"est_{k}_s" for k in COMPONENTS],
                            dtype=float)
-        c = c.assign(micro=self.micro_of(c).to_numpy(), sharded=c["zero"].to_numpy() == 3)
+        c = keyed(c).assign(micro=self.micro_of(c).to_numpy())
         both = lookup(c, LAYER_KEY, self._layer_costs)  # n x KINDS x (FIELDS, COUNTS, FSDP gather bytes)
         f, n = COUNTS_AT, COUNTS_AT + len(COUNTS)
         layer, ops, gathered, gemms = both[:, :, :f], both[:, :, f:n], both[:, :, n], both[:, :, n + 1]

@@ -56,6 +56,12 @@ def lookup(g: pd.DataFrame, keys: list[str], fn) -> np.ndarray:
     return values[inverse]
 
 
+def keyed(c: pd.DataFrame) -> pd.DataFrame:
+    """``c`` with the column a layer's cost depends on besides its knobs: ``sharded`` (zero 3:
+    the estimate's LAYER_KEY builds FSDP layers, else ones whose wgrads accumulate into main_grad)."""
+    return c.assign(sharded=c["zero"].to_numpy() == 3)
+
+
 def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
