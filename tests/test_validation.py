@@ -78,6 +78,7 @@ def test_modern_rows_spell_out_their_scenarios():
                                   "dense_layers": 3, "capacity_factor": 1.0, "routing": "token_drop",
                                   "router_kernels": 71}  # NeMo's MegatronTokenDropCallback: capacity 1.0, padded
     assert ds["parallel"]["expert_tp"] == 1 and ds["parallel"]["ep"] == 64
+    assert ds["parallel"]["grad_reduce_in_fp32"] is True  # NeMo 7a8f1cc recipes/deepseek.py DDP config, bf16_mixed
     l70 = rows["dg-l70-64"].scenario
     assert l70["parallel"] == {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "virtual_stages": 5, "zero": 1,
                                "sequence_parallel": True, "tp_comm_overlap": True,
