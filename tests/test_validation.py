@@ -91,6 +91,20 @@ def test_modern_rows_spell_out_their_scenarios():
         == {"deepep"}
 
 
+
+def test_megatron_lm_bf16_rows_accumulate_and_reduce_gradients_in_fp32():
+    """Megatron-LM's own training script under --bf16 turns on accumulate_allreduce_grads_in_fp32
+    unless --grad-reduce-in-bf16 is given ("bfloat16 requires gradient accumulation and all-reduce
+    to be done in fp32": megatron/training/arguments.py at 1e057005 and d4194b74; training.py passes
+    it as the DDP config's grad_reduce_in_fp32). The rows that ran Megatron-LM itself in BF16 -- the
+    Megatron-MoE-ModelZoo Qwen3 layouts (no --grad-reduce-in-bf16 in their yaml or
+    sbatch_benchmarking.sh) and MegaScale's Megatron-LM baseline -- carry it; NeMo's rows are read apart."""
+    rows = {r.id: r for r in validation.modern_rows()}
+    megatron = [i for i in rows if i.startswith(("mz-", "ms-g175-"))]
+    assert len(megatron) == 13
+    for i in megatron:
+        assert rows[i].precision == "bf16" and rows[i].scenario["parallel"].get("grad_reduce_in_fp32") is True, i
+
 def test_strong_scaling_rows_keep_their_batch_and_layout_and_convert_their_figures():
     """MegaScale Table 2 (Megatron-LM baseline) and Llama 3 Table 4: 11 rows at a fixed global
     batch per series; Llama 3's TFLOPs/GPU become seconds by PaLM's F = (6N + 12 l h s) tokens."""
