@@ -82,7 +82,8 @@ def test_modern_rows_spell_out_their_scenarios():
     l70 = rows["dg-l70-64"].scenario
     assert l70["parallel"] == {"tp": 4, "pp": 4, "dp": 2, "cp": 2, "virtual_stages": 5, "zero": 1,
                                "sequence_parallel": True, "tp_comm_overlap": True,
-                               "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22}
+                               "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 22,
+                               "grad_reduce_in_fp32": False}  # NeMo d2b21556 perf-mode recipe (sim/data/README.md)
     assert l70["cluster"] == {"gpu": "h100-sxm", "topology": "dgx-h100", "gpus": 64}
     assert rows["dg-l70-fp8-64"].precision == "fp8"
     q = rows["mz-q235-tp2pp32ep8"].scenario["parallel"]  # 96 chunks: embedding and loss alone at the ends
@@ -246,3 +247,41 @@ def test_fast_modern_rows_cover_fp8_cp_and_pp():
 @pytest.mark.slow
 def test_mape_over_all_rows():
     assert validation.mape([compared(r) for r in ROWS]) <= ALL_ROWS_MAPE
+
+
+# --- issue 27: the dtype every row's gradients were reduced in, at the release it ran ----------
+
+GRAD_FP32 = {  # row id prefix -> grad_reduce_in_fp32 at the row's release (sim/data/README.md, "gradient dtype")
+    "mz-q235-": True,  # Megatron-LM 1e057005 arguments.py: --bf16 without --grad-reduce-in-bf16
+    "tt_": True,  # torchtitan training.mixed_precision_reduce: "float32", its only choice
+    "ms-g175-": True,  # Megatron-LM 285068c8 arguments.py forces it with bf16
+    "l3-405-": True,  # Llama 3 paper Sec. 3.3.2: FP32 reduce-scatter in FSDP
+    **dict.fromkeys(("dg-l8-", "dg-l70-", "dg-l405-", "dg-n340-", "dg-n15-"), False),  # NeMo perf-mode recipes
+    "dg-g175-": False,  # NeMo 1.0 distributed_fused_adam grad_sync_dtype: bf16
+    "nb_": False,  # NeMo 7a8f1cc perf-mode recipe; Megatron-Bridge set_llama3*_common_configs
+}
+GRAD_ROWS = [r for r in ROWS if r.id.startswith(tuple(GRAD_FP32))]
+
+
+@pytest.mark.parametrize("row", GRAD_ROWS, ids=[r.id for r in GRAD_ROWS])
+def test_each_row_states_the_gradient_dtype_its_release_reduced_in(row):
+    """The row's data spells out ``grad_reduce_in_fp32`` (not left to the default) as its
+    framework at that commit set it, and the scenario the simulator runs carries it."""
+    from sim.input.load import scenario_from_dict
+
+    want = next(v for prefix, v in GRAD_FP32.items() if row.id.startswith(prefix))
+    assert row.scenario["parallel"].get("grad_reduce_in_fp32") is want
+    assert scenario_from_dict(row.scenario).parallel.grad_reduce_in_fp32 is want
+
+
+def test_every_row_note_on_the_gradient_dtype_agrees_with_its_column():
+    from sim.studies.rows import read_table
+
+    noted = 0
+    for name in ("modern_runs.csv", "frontier_runs.csv"):
+        for r in read_table(name):
+            said = re.search(r"grad_reduce_in_fp32 (True|False)", r["notes"])
+            if said:
+                assert r["grad_reduce_in_fp32"] == said.group(1), r["id"]
+                noted += 1
+    assert noted >= len([r for r in GRAD_ROWS if not r.id.startswith(("ms-", "l3-"))])
