@@ -103,13 +103,13 @@ def show_costs(r: dict) -> None:
     """Each simulated layout's predicted CPU (sim/plan/cost.py) against its worker's measured CPU."""
     sims = r["sims"].sort_values("sim_cost_s", kind="stable")
     print("  predicted vs measured simulation CPU (s), cheapest predicted first:")
-    print("    tp pp   v schedule     dp cp  ep etp zero recompute  mb tpo epo  predicted  measured  ratio")
+    print("    tp pp   v schedule     dp cp  ep etp zero recompute  mb tpo epo  predicted  measured  ratio  picked")
     for _, x in sims.iterrows():
         ratio = x["sim_cpu_s"] / x["sim_cost_s"]
         print(f"    {x['tp']:>2} {x['pp']:>2} {x['virtual_stages']:>3} {x['schedule']:<11} {x['dp']:>5} {x['cp']:>2} "
               f"{x['ep']:>3} {x['expert_tp']:>3} {x['zero']:>4} {x['recompute']:<9} {x['micro_batch']:>3} "
               f"{int(x['tp_comm_overlap']):>3} {int(x['ep_comm_overlap']):>3} {x['sim_cost_s']:>10.2f} "
-              f"{x['sim_cpu_s']:>9.2f} {ratio:>6.2f}")
+              f"{x['sim_cpu_s']:>9.2f} {ratio:>6.2f}  {x['picked']}")
     ratio = (sims["sim_cpu_s"] / sims["sim_cost_s"]).to_numpy()
     if len(ratio):
         print(f"  measured / predicted: {ratio.min():.2f}-{ratio.max():.2f}x, median {np.median(ratio):.2f} over "
@@ -124,7 +124,9 @@ def show(name: str, r: dict) -> None:
     front = "n/a" if r["rank_correlation_front"] is None else f"{r['rank_correlation_front']:.2f}"
     print(f"{name}: {r['candidates']:,} layouts, {sum(r['rejected'].values()):,} rejected "
           f"({', '.join(f'{k} {v:,}' for k, v in r['rejected'].items())}), {r['evaluated']:,} estimated, "
-          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall, "
+          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate; picked: "
+          f"{', '.join(f'{k} {n}' for k, n in r['picked'].items())}), {r['estimated_only']:,} estimated only; "
+          f"{r['wall_s']:.0f} s wall, "
           f"{r['cpu_s']:.0f} s CPU (rules {r['seconds']['rules']:.1f} s, estimate "
           f"{r['seconds']['estimate']:.1f} s, simulations {r['seconds']['simulate']:.0f} s); target <= {TARGET_S} s, "
           f">= {MIN_LAYOUTS:,} layouts, all fit: {'OK' if ok else 'MISSED'}")
