@@ -52,6 +52,11 @@ simulated, 342 -> 260 s CPU, 1,818 -> 1,583 s wall (MISSED: 16% of a CPU), same 
 wall limit), 337 -> 322 s CPU, 1,526 s wall (MISSED), best 8.086 -> 7.020 s (ep 32 across domains, EP
 overlap), Spearman 0.78 -> 0.95; mi355x 100 simulated, 123 -> 116 s CPU, 210 s wall (OK), same best
 3.420 s, Spearman 0.89 (docs/plan.md "Steady-state picks and the refitted predictor").
+Issue 28, what bounds the DeepSeek-V3 count (2026-11-28, ``nice -n 10 ... --only dsv3``, main 6917623 at load
+5-7 then i28-plan at load 7-12): 29 (+3 stopped at 60 s of wall) -> 32 simulated (0 stopped: a pick now stops
+past 60 s of its own CPU), 372 -> 374 s CPU, 1,284 -> 1,698 s wall, best 7.020 s both; each simulated row now
+says why it was picked (printed: 16 best, 8 cheap, 8 spread). The picks' own cost (4-10 s of CPU each near the
+best estimate) bounds the count, not the pick rule: docs/plan.md "What bounds the DeepSeek-V3 search's count".
 """
 
 import argparse
