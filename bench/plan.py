@@ -95,7 +95,7 @@ def run(name: str, extra: list[str]) -> dict:
         t0, c0 = time.perf_counter(), _children_cpu()
         out = subprocess.run(argv, capture_output=True, text=True, check=True)
         wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
-        table = pd.read_csv(out_csv)
+        table = pd.read_csv(out_csv, dtype={"picked": str})  # (empty where not simulated)
     return {**json.loads(out.stdout), "wall_s": wall, "cpu_s": cpu, "sims": table[table["simulated"]]}
 
 
