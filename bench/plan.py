@@ -52,6 +52,11 @@ simulated, 342 -> 260 s CPU, 1,818 -> 1,583 s wall (MISSED: 16% of a CPU), same 
 wall limit), 337 -> 322 s CPU, 1,526 s wall (MISSED), best 8.086 -> 7.020 s (ep 32 across domains, EP
 overlap), Spearman 0.78 -> 0.95; mi355x 100 simulated, 123 -> 116 s CPU, 210 s wall (OK), same best
 3.420 s, Spearman 0.89 (docs/plan.md "Steady-state picks and the refitted predictor").
+Issue 28, what bounds the DeepSeek-V3 count (2026-11-28, ``nice -n 10 ... --only dsv3``, main 6917623 at load
+5-7 then i28-plan at load 7-12): 29 (+3 stopped at 60 s of wall) -> 32 simulated (0 stopped: a pick now stops
+past 60 s of its own CPU), 372 -> 374 s CPU, 1,284 -> 1,698 s wall, best 7.020 s both; each simulated row now
+says why it was picked (printed: 16 best, 8 cheap, 8 spread). The picks' own cost (4-10 s of CPU each near the
+best estimate) bounds the count, not the pick rule: docs/plan.md "What bounds the DeepSeek-V3 search's count".
 """
 
 import argparse
@@ -90,7 +95,7 @@ def run(name: str, extra: list[str]) -> dict:
         t0, c0 = time.perf_counter(), _children_cpu()
         out = subprocess.run(argv, capture_output=True, text=True, check=True)
         wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
-        table = pd.read_csv(out_csv)
+        table = pd.read_csv(out_csv, dtype={"picked": str})  # (empty where not simulated)
     return {**json.loads(out.stdout), "wall_s": wall, "cpu_s": cpu, "sims": table[table["simulated"]]}
 
 
@@ -103,13 +108,13 @@ def show_costs(r: dict) -> None:
     """Each simulated layout's predicted CPU (sim/plan/cost.py) against its worker's measured CPU."""
     sims = r["sims"].sort_values("sim_cost_s", kind="stable")
     print("  predicted vs measured simulation CPU (s), cheapest predicted first:")
-    print("    tp pp   v schedule     dp cp  ep etp zero recompute  mb tpo epo  predicted  measured  ratio")
+    print("    tp pp   v schedule     dp cp  ep etp zero recompute  mb tpo epo  predicted  measured  ratio  picked")
     for _, x in sims.iterrows():
         ratio = x["sim_cpu_s"] / x["sim_cost_s"]
         print(f"    {x['tp']:>2} {x['pp']:>2} {x['virtual_stages']:>3} {x['schedule']:<11} {x['dp']:>5} {x['cp']:>2} "
               f"{x['ep']:>3} {x['expert_tp']:>3} {x['zero']:>4} {x['recompute']:<9} {x['micro_batch']:>3} "
               f"{int(x['tp_comm_overlap']):>3} {int(x['ep_comm_overlap']):>3} {x['sim_cost_s']:>10.2f} "
-              f"{x['sim_cpu_s']:>9.2f} {ratio:>6.2f}")
+              f"{x['sim_cpu_s']:>9.2f} {ratio:>6.2f}  {x['picked']}")
     ratio = (sims["sim_cpu_s"] / sims["sim_cost_s"]).to_numpy()
     if len(ratio):
         print(f"  measured / predicted: {ratio.min():.2f}-{ratio.max():.2f}x, median {np.median(ratio):.2f} over "
@@ -124,7 +129,9 @@ def show(name: str, r: dict) -> None:
     front = "n/a" if r["rank_correlation_front"] is None else f"{r['rank_correlation_front']:.2f}"
     print(f"{name}: {r['candidates']:,} layouts, {sum(r['rejected'].values()):,} rejected "
           f"({', '.join(f'{k} {v:,}' for k, v in r['rejected'].items())}), {r['evaluated']:,} estimated, "
-          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate); {r['wall_s']:.0f} s wall, "
+          f"{r['simulated']} simulated ({len(r['failed'])} stopped or failed, keeping their estimate; picked: "
+          f"{', '.join(f'{k} {n}' for k, n in r['picked'].items())}), {r['estimated_only']:,} estimated only; "
+          f"{r['wall_s']:.0f} s wall, "
           f"{r['cpu_s']:.0f} s CPU (rules {r['seconds']['rules']:.1f} s, estimate "
           f"{r['seconds']['estimate']:.1f} s, simulations {r['seconds']['simulate']:.0f} s); target <= {TARGET_S} s, "
           f">= {MIN_LAYOUTS:,} layouts, all fit: {'OK' if ok else 'MISSED'}")

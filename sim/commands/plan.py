@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None, help="simulation processes (default: CPU count)")
     p.add_argument("--dask", metavar="ADDR", help="simulate on a dask.distributed scheduler")
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
-                   help="stop a simulation running longer (default: 60 or the budget if less); it keeps its estimate")
+                   help="stop a simulation running longer, in wall seconds (default: the budget, at most 600; each "
+                        "also stops past 60 s of its own CPU); it keeps its estimate")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--force", action="store_true",
                    help="search even past the work budget of enumerating and estimating (sim/plan/budget.py)")

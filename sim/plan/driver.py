@@ -27,6 +27,7 @@ from ..errors import InputError
 from ..hardware.gpus import gpu_preset
 from ..outputs.progress import status
 from ..sweeps.grid import point_key, sweep
+from ..sweeps.pool import TIMEOUT_PREFIX
 from . import fit, rank, rules, select
 from .estimate import Estimator
 from .explain import REFUSED, simulate_point
@@ -34,7 +35,9 @@ from .space import Space, enumerate_layouts, overrides
 from .stages import Stages
 
 BUDGET_S = 240.0  # predicted seconds of full simulation on one core (2 workers: ~2 minutes)
-POINT_TIMEOUT_S = 60.0  # a simulation still running then stops and keeps its estimate (the predictor underrated it)
+# A simulation stops and keeps its estimate (the predictor underrated it) past explain.POINT_CPU_S of its
+# CPU; this much wall is the backstop where that limit cannot be set (off POSIX), 10x it for a loaded machine.
+POINT_TIMEOUT_S = 600.0
 TOP = 10
 FRONT = 16  # the first round's front takes this many of the best estimates, more as the budget grows (select.front_size)
 ROUNDS = 2  # rounds of contenders after the first
@@ -55,6 +58,7 @@ class Plan:
     estimate_scale: float = 1.0
     failures: dict = field(default_factory=dict)  # position -> error of a simulation that failed
     refused: dict = field(default_factory=dict)  # position -> sim.work.check's refusal (rejected, not in the table)
+    picked: dict = field(default_factory=dict)  # position -> why it was simulated (a key of select.WHY)
     stats: dict = field(default_factory=dict)  # sweep counts summed over rounds (resumed, simulated, ...)
     seconds: dict = field(default_factory=dict)  # wall seconds per phase
 
@@ -65,6 +69,11 @@ class Plan:
     @property
     def simulated(self) -> int:
         return int(self.table["simulated"].sum())
+
+    @property
+    def stopped(self) -> int:
+        """Picks stopped at the point limit (they keep their estimate and are listed in ``failures``)."""
+        return sum(str(e).startswith(TIMEOUT_PREFIX) for e in self.failures.values())
 
 
 def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.HEADROOM, workers=None,
@@ -95,7 +104,7 @@ def search(req, top: int = TOP, budget: float = BUDGET_S, headroom: float = fit.
                             dict(workers=workers, dask=dask, out=sims_path(out), point_timeout=point_timeout,
                                  quiet=quiet))
     seconds["simulate"] = round(_lap(clock) - seconds["rules"] - seconds["estimate"], 3)
-    table = rank.table(ranked, sims, req.scenario, gpu_preset(req.gpu).peak_flops)
+    table = rank.table(ranked, sims, req.scenario, gpu_preset(req.gpu).peak_flops, plan.picked)
     plan.table = rank.without(table, plan.refused)
     if plan.refused:
         plan.rejected[rules.WORK.id] = len(plan.refused)
@@ -120,8 +129,11 @@ def _valid(req, stages, headroom: float) -> tuple[pd.DataFrame, dict, pd.DataFra
 
 def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, kwargs: dict) -> dict:
     """Round 1: the front and the spread; then contenders while they appear."""
+    best, cheap = select.front_parts(ranked, plan.budget_s, max(FRONT, top))
     front, skipped = select.front(ranked, plan.budget_s, max(FRONT, top))
-    picks = front + select.spread(ranked, plan.budget_s, set(front))
+    spread = select.spread(ranked, plan.budget_s, set(front))
+    picks = front + spread
+    plan.picked.update({p: "best" for p in best} | {p: "cheap" for p in cheap} | {p: "spread" for p in spread})
     plan.stats.update(front=front, too_costly=[p for p in skipped if p < max(front, default=-1)])
     sims: dict[int, dict] = {}
     for _ in range(1 + ROUNDS):
@@ -135,6 +147,7 @@ def _simulate_rounds(req, ranked: pd.DataFrame, plan: Plan, top: int, kwargs: di
         done = {p: float(s["step_time_s"]) for p, s in sims.items()}
         picks = [p for p in select.contenders(ranked, done, plan.budget_s, top)
                  if p not in plan.failures and p not in plan.refused]
+        plan.picked.update({p: "contender" for p in picks})
     return sims
 
 

@@ -21,18 +21,30 @@ of a search runs on the same cluster) and simulates the next point on it; its ro
 are pure functions of the graph (tests/test_plan_speed.py: the same rows as a fresh build).
 """
 
+import contextlib
+import signal
+import threading
 import time
+
+try:
+    import resource
+except ImportError:  # (not POSIX: no CPU limit, the sweep's wall limit only)
+    resource = None
 
 from .. import work
 from ..errors import InputError
 from ..outputs.metrics import critical_rank, rank_breakdown, rank_times
-from ..sweeps.pool import flatten, one_line
+from ..sweeps.pool import TIMEOUT_PREFIX, flatten, one_line
 
 COMPUTE_BOUND = 0.05  # a loss below this share of the step does not limit it
 LOSSES = (("bubble", "idle"), ("TP", "exposed_tp"), ("CP", "exposed_cp"), ("EP", "exposed_ep"),
           ("PP", "exposed_pp"), ("DP", "exposed_dp"), ("recompute", "compute_recompute"),
           ("optimizer", "compute_optimizer"))
 _TOPOLOGY: dict = {}  # the cluster section's JSON -> its topology (one entry: this worker's last cluster)
+# A point is stopped past this many seconds of its own CPU (it keeps its estimate): CPU, not wall, so a
+# loaded machine does not stop points the cost predictor priced right (issue 28: at load 5-14, when the
+# limit was the sweep's 60 s of wall, 10 of DeepSeek-V3's 32 picks stopped with ~10 s of CPU each, docs/plan.md).
+POINT_CPU_S = 60.0
 CPU = "plan.cpu_s"  # a simulated row's CPU seconds in its worker: the check, the step, this breakdown (what cost.py predicts)
 REFUSED = "work budget: "  # an error row's prefix when sim.work.check refuses the point (not simulated)
 ESTIMATED = {"bubble": "est_bubble_s", "TP": "est_tp_s", "CP": "est_cp_s", "EP": "est_ep_s", "PP": "est_pp_s",
@@ -41,7 +53,9 @@ ESTIMATED = {"bubble": "est_bubble_s", "TP": "est_tp_s", "CP": "est_cp_s", "EP":
 
 def simulate_point(scenario) -> tuple[dict | None, str | None]:
     """Simulate one layout: (summary + ``crit.*`` breakdown columns, None) or (None, error);
-    a refusal of the work budget is (None, :data:`REFUSED` + why)."""
+    a refusal of the work budget is (None, :data:`REFUSED` + why); a point past
+    :data:`POINT_CPU_S` of CPU is stopped (None, the sweep's ``point-timeout:`` error: it keeps
+    its estimate, and a resumed search runs it again)."""
     from .. import step
 
     start = time.process_time()
@@ -50,7 +64,11 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
     except InputError as exc:
         return None, REFUSED + one_line(str(exc))
     try:
-        result = step.simulate(scenario, estimate=estimate, topo=topology_of(scenario))
+        with cpu_limit(POINT_CPU_S):
+            result = step.simulate(scenario, estimate=estimate, topo=topology_of(scenario))
+    except CpuLimit:
+        _TOPOLOGY.clear()  # (stopped anywhere: the next point builds its cluster afresh)
+        return None, f"{TIMEOUT_PREFIX} past {POINT_CPU_S:g} s of CPU; stopped"
     except InputError as exc:
         return None, one_line(str(exc))
     except Exception as exc:  # a failed point is a row, not the end of the search
@@ -59,6 +77,38 @@ def simulate_point(scenario) -> tuple[dict | None, str | None]:
     row.update({f"crit.{k}": v for k, v in step_breakdown(result).items()})
     row[CPU] = round(time.process_time() - start, 3)
     return row, None
+
+
+class CpuLimit(Exception):
+    """A planner point ran past its CPU seconds (:func:`cpu_limit`)."""
+
+
+def _past_limit(signum, frame):
+    raise CpuLimit
+
+
+@contextlib.contextmanager
+def cpu_limit(seconds: float):
+    """Raise :class:`CpuLimit` in the block once this process has spent ``seconds`` more of CPU
+    (RLIMIT_CPU's soft limit, whole seconds: the kernel's SIGXCPU, setrlimit(2)). Off where it
+    cannot be set: no ``resource``/SIGXCPU (not POSIX), or off the main thread (a Dask worker's)."""
+    sigxcpu = getattr(signal, "SIGXCPU", None)
+    if resource is None or sigxcpu is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    used = time.process_time()
+    limit = int(used + seconds) + 1
+    if hard != resource.RLIM_INFINITY and limit >= hard:
+        yield
+        return
+    previous = signal.signal(sigxcpu, _past_limit)
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        signal.signal(sigxcpu, previous)
 
 
 def topology_of(scenario):

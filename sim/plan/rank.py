@@ -21,7 +21,7 @@ from .space import COLUMNS
 AXES = (Category.TP, Category.CP, Category.EP, Category.PP, Category.DP)  # the exposed_<axis>_s columns, in order
 TABLE = (("rank",) + COLUMNS + ("step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated",
                                 "extrapolated", "estimate_s", "bubble_fraction") + tuple(f"exposed_{a}_s" for a in AXES)
-         + ("limit", "sim_wall_s", "sim_cost_s", "sim_cpu_s", "position"))
+         + ("limit", "sim_wall_s", "sim_cost_s", "sim_cpu_s", "picked", "position"))
 
 
 def spearman(a, b) -> float | None:
@@ -44,9 +44,12 @@ def scale(ranked: pd.DataFrame, sims: dict[int, dict]) -> float:
     return float(np.median([sims[p]["step_time_s"] / est[p] for p in sorted(sims)])) if sims else 1.0
 
 
-def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: float) -> pd.DataFrame:
+def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: float,
+          picked: dict | None = None) -> pd.DataFrame:
     """The final table from ``ranked`` (estimate order, with ``memory_bytes`` and the
-    estimate's columns) and ``sims`` (position -> simulated row)."""
+    estimate's columns), ``sims`` (position -> simulated row) and ``picked`` (position -> why
+    it was picked for simulation, sim/plan/select.py ``WHY``; empty where it was not: a pick
+    that failed or was stopped keeps its estimate and its reason)."""
     ratio = scale(ranked, sims)
     t = scenario.training
     work = model_flops_per_token(dims(scenario.model), t.seq_len) * t.global_batch * t.seq_len \
@@ -68,6 +71,9 @@ def table(ranked: pd.DataFrame, sims: dict[int, dict], scenario, peak_flops: flo
     out["sim_wall_s"] = np.nan
     out["sim_cost_s"] = ranked["sim_cost_s"].to_numpy()  # predicted CPU of its simulation (cost.py)
     out["sim_cpu_s"] = np.nan  # measured, where simulated
+    out["picked"] = ""
+    for p, why in (picked or {}).items():
+        out.loc[p, "picked"] = why
     for p, sim in sorted(sims.items()):
         cols = _simulated(sim)
         out.loc[p, list(cols)] = list(cols.values())

@@ -12,11 +12,12 @@ from ..outputs.paths import write_bytes
 from ..units import format_bytes, format_duration
 from .rank import AXES
 from .rules import BY_ID
+from .select import WHY as PICKED
 
 CONTRACT_KEYS = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "zero", "recompute", "micro_batch",
                  "schedule", "step_time_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "simulated")
 EXTRA_KEYS = ("rank", "tp_comm_overlap", "ep_comm_overlap", "estimate_s", "bubble_fraction") \
-    + tuple(f"exposed_{a}_s" for a in AXES) + ("limit", "sim_wall_s", "extrapolated")
+    + tuple(f"exposed_{a}_s" for a in AXES) + ("limit", "sim_wall_s", "extrapolated", "picked")
 
 
 def layout_dict(row) -> dict:
@@ -25,6 +26,7 @@ def layout_dict(row) -> dict:
     out["sequence_parallel"] = out["tp"] > 1
     if out["sim_wall_s"] != out["sim_wall_s"]:  # NaN: not simulated
         out["sim_wall_s"] = None
+    out["picked"] = out["picked"] or None  # why it was picked for simulation (select.WHY's key); None if it was not
     return out
 
 
@@ -38,9 +40,16 @@ def summary(plan, req, top: int) -> dict:
             "global_batch": t.global_batch, "precision": t.precision, "headroom": plan.headroom,
             "budget_s": plan.budget_s, "predicted_simulation_s": round(plan.spent_s, 3),
             "rank_correlation": plan.rank_correlation, "rank_correlation_front": plan.rank_correlation_front,
+            "estimated_only": plan.evaluated - plan.simulated, "stopped": plan.stopped, "picked": pick_counts(plan),
             "estimate_scale": plan.estimate_scale, "failed": {str(k): v for k, v in plan.failures.items()},
             "refused": {str(k): v for k, v in plan.refused.items()},
             "resumed": plan.stats.get("resumed", 0), "seconds": plan.seconds}
+
+
+def pick_counts(plan) -> dict:
+    """Why the layouts picked for simulation were picked: reason (select.WHY's keys, :data:`PICKED`) -> count,
+    stopped and failed picks included."""
+    return {k: sum(v == k for v in plan.picked.values()) for k in PICKED}
 
 
 def print_text(plan, req, top: int, file=None) -> None:
@@ -63,8 +72,11 @@ def _counts_line(plan) -> str:
     rejected = sum(plan.rejected.values())
     why = ", ".join(f"{BY_ID[k].text if k in BY_ID else k} {v:,}" for k, v in
                     sorted(plan.rejected.items(), key=lambda kv: -kv[1]))
-    return (f"{plan.candidates:,} layouts: {rejected:,} rejected ({why}); {plan.evaluated:,} estimated, "
-            f"{plan.simulated} simulated (predicted {plan.spent_s:.0f} s of simulation, budget {plan.budget_s:.0f} s)")
+    picks = ", ".join(f"{n} {k}" for k, n in pick_counts(plan).items() if n)
+    stopped = f", {plan.stopped} stopped at the point limit" if plan.stopped else ""
+    return (f"{plan.candidates:,} layouts: {rejected:,} rejected ({why}); {plan.evaluated:,} evaluated: "
+            f"{plan.simulated} simulated, {plan.evaluated - plan.simulated:,} estimated only (picked for simulation: "
+            f"{picks or 'none'}{stopped}; predicted {plan.spent_s:.0f} s of simulation, budget {plan.budget_s:.0f} s)")
 
 
 def _table(plan, top: int, gpu):
@@ -74,9 +86,10 @@ def _table(plan, top: int, gpu):
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     heads = ["#", "tp", "pp", "dp", "cp"] + (["ep", "etp"] if moe else []) + \
         ["v", "schedule", "zero", "recompute", "mb", "overlap", "step", "MFU", "memory", "bubble",
-         "exp TP", "exp CP"] + (["exp EP"] if moe else []) + ["exp PP", "exp DP", "limited by", "from"]
+         "exp TP", "exp CP"] + (["exp EP"] if moe else []) + ["exp PP", "exp DP", "limited by", "from", "picked"]
     for h in heads:
-        table.add_column(h, justify="left" if h in ("schedule", "recompute", "overlap", "limited by", "from") else "right")
+        table.add_column(h, justify="left" if h in ("schedule", "recompute", "overlap", "limited by", "from", "picked")
+                         else "right")
     for _, r in plan.table.head(top).iterrows():
         overlap = "+".join(k for k, on in (("tp", r.tp_comm_overlap), ("ep", r.ep_comm_overlap)) if on) or "-"
         cells = [r["rank"], r.tp, r.pp, r.dp, r.cp] + ([r.ep, r.expert_tp] if moe else []) + \
@@ -85,7 +98,7 @@ def _table(plan, top: int, gpu):
              f"{r.bubble_fraction:.1%}"] + \
             [format_duration(r[f"exposed_{a}_s"]) for a in (("tp", "cp", "ep") if moe else ("tp", "cp"))] + \
             [format_duration(r.exposed_pp_s), format_duration(r.exposed_dp_s), r.limit,
-             _source(r)]
+             _source(r), r.picked or "-"]
         table.add_row(*(str(c) for c in cells))
     return table
 
@@ -104,6 +117,8 @@ def _notes(plan, gpu) -> list[str]:
         out.append(f"estimate vs simulation: Spearman {plan.rank_correlation:.2f} over {plan.simulated} simulated "
                    f"layouts{front}; estimated rows are scaled by {plan.estimate_scale:.3f} (median simulated / "
                    "estimated)")
+    if plan.picked:
+        out.append("picked: " + "; ".join(f"{k}: {PICKED[k]}" for k, n in pick_counts(plan).items() if n))
     if plan.failures:
         out.append(f"{len(plan.failures)} simulations failed and keep their estimate: "
                    + "; ".join(sorted(set(plan.failures.values()))[:3]))

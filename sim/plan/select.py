@@ -35,6 +35,10 @@ WIDEN = 3
 FRONT_PER_S = 0.4  # front picks per predicted second of budget (240 s: 96), never fewer than the caller's top_n
 QUANTILES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 WINDOW = 0.01  # of the candidates, each side of a spread position
+# Why a layout was simulated (``clustersim plan``'s ``picked``: one of these, then its estimate's position)
+WHY = {"best": "front: among the best estimates", "cheap": "front: cheapest to simulate of the near-best",
+       "spread": "spread: cheapest near an estimate quantile", "contender": "contender: its scaled estimate beats "
+       "the simulated ones"}
 
 
 def front_size(budget: float, top_n: int) -> int:
@@ -50,27 +54,34 @@ def front(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], l
     simulate (ties: the better estimate), all while they fit what is left of
     :data:`FRONT_SHARE` of the budget, at most :func:`front_size` in all; and the positions
     before the last pick left to their estimate (too costly, or priced out by cheaper ones)."""
+    best, cheap = front_parts(ranked, budget, top_n)
+    picked = sorted(best + cheap)
+    taken = set(picked)
+    return picked, [p for p in range(max(picked, default=-1)) if p not in taken]
+
+
+def front_parts(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], list[int]]:
+    """:func:`front`'s picks in two parts, why each was picked (:data:`WHY`): the best
+    estimates under the cap (``best``), then the cheapest of the window (``cheap``)."""
     size, cost = front_size(budget, top_n), ranked["sim_cost_s"].to_numpy()
     if not len(cost):
         return [], []
     cheapest, limit = float(cost.min()), budget * FRONT_SHARE
     eligible = np.flatnonzero(cost <= CHEAP * cheapest)
-    picked, spent = [], 0.0
+    best, spent = [], 0.0
     for pos in eligible:  # the best estimates, in order
-        if len(picked) >= min(top_n, size) or spent + cheapest > limit:
+        if len(best) >= min(top_n, size) or spent + cheapest > limit:
             break
         if spent + cost[pos] <= limit:
-            picked.append(int(pos))
+            best.append(int(pos))
             spent += cost[pos]
-    window = np.setdiff1d(eligible[:WIDEN * size], picked)
+    window, cheap = np.setdiff1d(eligible[:WIDEN * size], best), []
     for pos in window[np.argsort(cost[window], kind="stable")]:  # then the cheapest to simulate
-        if len(picked) >= size or spent + cost[pos] > limit:
+        if len(best) + len(cheap) >= size or spent + cost[pos] > limit:
             break
-        picked.append(int(pos))
+        cheap.append(int(pos))
         spent += cost[pos]
-    picked.sort()
-    taken = set(picked)
-    return picked, [p for p in range(max(picked, default=-1)) if p not in taken]
+    return best, cheap
 
 
 def spread(ranked: pd.DataFrame, budget: float, taken: set[int]) -> list[int]:

@@ -1,0 +1,83 @@
+"""Why the planner simulated each layout (issue 28): every simulated row says why it was picked
+(sim/plan/select.py ``WHY``), the counts add up (simulated + estimated only = evaluated; the
+reasons cover every pick), ``--json`` carries them, and a point past its CPU seconds is
+stopped, kept as an estimate and counted as stopped (sim/plan/explain.py ``POINT_CPU_S``)."""
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim import step
+from sim.plan import explain, select
+from sim.sweeps.pool import TIMEOUT_PREFIX
+
+from conftest import clustersim
+from test_plan import _plan
+
+
+def _ranked(costs) -> pd.DataFrame:
+    return pd.DataFrame({"sim_cost_s": np.asarray(costs, float), "estimate_s": np.arange(1.0, len(costs) + 1)})
+
+
+def test_front_parts_are_the_front_split_by_why():
+    costs = [4.0, 3.0, 4.0, 1.0, 2.0, 1.0, 1.0, 3.0]  # (tests/test_plan_cost.py's case)
+    best, cheap = select.front_parts(_ranked(costs), budget=20.0, top_n=2)
+    assert best == [0, 1] and cheap == [3, 5, 6, 4]  # the two best estimates, then the cheapest, cheapest first
+    assert sorted(best + cheap) == select.front(_ranked(costs), budget=20.0, top_n=2)[0]
+
+
+def test_every_pick_says_why_and_the_counts_add_up(tmp_path):
+    _, plan = _plan(tmp_path, budget=60)
+    t = plan.table
+    assert set(t.loc[t.simulated, "picked"]) <= set(select.WHY) and (t.loc[t.simulated, "picked"] != "").all()
+    assert set(t.loc[t.picked != "", "position"]) == set(plan.picked)  # picks that failed keep their reason too
+    assert plan.simulated + (len(t) - plan.simulated) == plan.evaluated
+    assert set(plan.picked.values()) >= {"best", "spread"}
+    assert len(plan.picked) == plan.simulated + len(plan.failures)  # (no refusals at this size)
+
+
+def test_json_says_how_many_were_simulated_estimated_and_why():
+    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "4096",
+                      "--global-batch-tokens", "65536", "--top", "3", "--budget", "5", "--workers", "1", "--json",
+                      "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["estimated_only"] == out["evaluated"] - out["simulated"] and out["stopped"] == 0
+    assert set(out["picked"]) == set(select.WHY) and sum(out["picked"].values()) >= out["simulated"] >= 1
+    for layout in out["layouts"]:
+        assert (layout["picked"] in select.WHY) if layout["simulated"] else layout["picked"] in (None, *select.WHY)
+
+
+def test_a_point_past_its_cpu_seconds_is_stopped(tmp_path, monkeypatch):
+    """Every simulation made to spin 5 s of CPU, a limit of 0 s stops each pick within ~1 s
+    (RLIMIT_CPU's whole seconds): each keeps its estimate, is counted as stopped, and the search
+    still ranks every layout."""
+    monkeypatch.setattr(explain, "POINT_CPU_S", 0.0)
+    monkeypatch.setattr(step, "simulate", _spin)
+    _, plan = _plan(tmp_path, budget=3)
+    assert plan.simulated == 0 and plan.stopped == len(plan.picked) > 0
+    assert all(e.startswith(TIMEOUT_PREFIX) for e in plan.failures.values())
+    assert not plan.table.simulated.any() and len(plan.table) == plan.evaluated
+
+
+def _spin(*args, **kwargs):
+    start = time.process_time()
+    while time.process_time() - start < 5:
+        pass
+    raise AssertionError("not stopped")
+
+
+def test_cpu_limit_raises_in_the_block_and_restores_the_limit():
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_CPU)
+    start = time.process_time()
+    with pytest.raises(explain.CpuLimit):
+        with explain.cpu_limit(0.0):
+            while time.process_time() - start < 5:
+                pass
+    assert time.process_time() - start < 3  # stopped at the next whole second, not run to the end
+    assert resource.getrlimit(resource.RLIMIT_CPU) == before
