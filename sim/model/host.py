@@ -15,6 +15,9 @@ bench/measured/h100-2026-11-26.json and, for the calls that file lacks, the same
 second run h100-2026-11-26-fp8-step.json, written by bench/gpu_measure.py: ``perf_counter``
 over thousands of back-to-back calls with tiny kernels, so the host is the bottleneck);
 tests/test_host_measured.py reads each field named here and checks the constant against it.
+They are an x86 host's: a GPU whose host is slower takes them times ``GPU.host_issue`` (the Grace of a
+GB200 / GB300, 2.75x: :data:`sim.hardware.gpus.GRACE_HOST_ISSUE`, applied where the builder charges an op,
+sim/parallel/program.py ``RankBuilder._issue``).
 
 - :data:`KERNEL_ISSUE_S`: one eager operator that launches one memory-bound kernel (dispatch,
   autograd recording, ``cudaLaunchKernel``): ``host.eager_add_inplace.host_s``, 7.97 us (an

@@ -109,11 +109,11 @@ class Varying:
         ``mz-q235-tp2pp32ep8`` row's CPU)."""
         return Varying(self.index + shift, self.pending, self.captured, self.fuse, self.layer, self.direction)
 
-    def timed_op(self, base: Op, duration: float, own: float) -> Op:
+    def timed_op(self, base: Op, duration: float, own: float, host_issue: float = 1.0) -> Op:
         """``base`` with ``duration`` and, but inside a captured region, ``own`` issue seconds
         (:func:`timed`'s pair for this op's kernels: what :meth:`RankBuilder.compute` would
-        have built; sim/parallel/copies.py ``retimed_ops``)."""
-        return base._replace(duration=duration, issue=self.pending + (0.0 if self.captured else own))
+        have built; sim/parallel/copies.py ``retimed_ops``), at the host's ``host_issue`` (:meth:`RankBuilder._issue`)."""
+        return base._replace(duration=duration, issue=(self.pending + (0.0 if self.captured else own)) * host_issue)
 
 
 class RankBuilder:
@@ -129,6 +129,7 @@ class RankBuilder:
         self.embedding_wgrads: list = []  # the output layer's, held for the pipeline flush (.wgrad_deferral)
         self.phase: Phase | None = None
         self.pending = 0.0  # host seconds spent since the last op (charged to the next op added)
+        self.host_issue = ctx.compute.gpu.host_issue  # the host's issue time over the x86 costs measured (_issue)
         self.captured = False  # inside a CUDA-graph captured region
         self.compiled = ctx.scenario.training.compile
         self.varying: list[Varying] | None = []  # ops timed by this rank's expert loads (None: others vary too)
@@ -165,8 +166,9 @@ class RankBuilder:
 
     def _issue(self, own: float) -> float:
         """Host seconds to charge the op being added: its own (none inside a graph) plus
-        what the host spent since the last op."""
-        cost, self.pending = self.pending + (0.0 if self.captured else own), 0.0
+        what the host spent since the last op, both at the GPU's host speed (``GPU.host_issue``:
+        sim/model/host.py's x86 costs, 2.75x on a Grace host, :data:`sim.hardware.gpus.GRACE_HOST_ISSUE`)."""
+        cost, self.pending = (self.pending + (0.0 if self.captured else own)) * self.host_issue, 0.0
         return cost
 
     @contextmanager
