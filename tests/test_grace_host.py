@@ -44,11 +44,13 @@ def _host_over_gpu(row_id: str) -> float:
     return p.issue_s / (p.forward_s + p.backward_s)  # (properties: issue_s, forward_s, backward_s)
 
 
-def test_the_grace_host_binds_the_405b_fp8_layer_and_not_its_bf16_twin():
-    """Issue over GPU seconds of one layer and micro-batch: above 1 (host-bound) only for the FP8
-    layers on the Grace parts; the BF16 layer (twice the GPU time) and the x86 B200's FP8 one stay below."""
-    assert _host_over_gpu("nb_gb200_l405b_128g_mxfp8") > 1.0
-    assert _host_over_gpu("nb_gb300_l405b_128g_mxfp8") > 1.0
-    assert _host_over_gpu("nb_gb200_l405b_128g_fp8") > 1.0
-    assert _host_over_gpu("nb_gb200_l405b_128g_bf16") < 0.6
-    assert _host_over_gpu("nb_b200_l405b_128g_mxfp8") < 0.5
+def test_the_grace_host_nears_the_405b_fp8_layer_and_not_its_bf16_twin():
+    """Issue over GPU seconds of one layer and micro-batch, with userbuffers' chunks and exchanges issued
+    from one C++ call each (sim/parallel/tp_overlap.py; tests/test_ub_host.py): 0.6-1 for the FP8 layers
+    on the Grace parts (the host binds in bursts, not over the layer), MXFP8's scale gathers above delayed
+    FP8's; the BF16 layer (twice the GPU time) and the x86 B200's FP8 one below 0.35."""
+    gb200, gb300 = _host_over_gpu("nb_gb200_l405b_128g_mxfp8"), _host_over_gpu("nb_gb300_l405b_128g_mxfp8")
+    delayed = _host_over_gpu("nb_gb200_l405b_128g_fp8")
+    assert 0.6 < delayed < gb200 < gb300 < 1.0
+    assert _host_over_gpu("nb_gb200_l405b_128g_bf16") < 0.35
+    assert _host_over_gpu("nb_b200_l405b_128g_mxfp8") < 0.35

@@ -161,8 +161,8 @@ class _Recorder(RankBuilder):
         self.kernel_counts: dict[int, int] = {}
 
     def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None,
-                linears=True) -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears)
+                linears=True, issue=None) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears, issue)
         self.kernel_counts[index] = len(kernels)
         return index
 
