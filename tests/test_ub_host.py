@@ -46,7 +46,7 @@ def test_a_later_chunk_is_its_gemms_library_launches():
     _, p = _layer(**{"training.precision": "fp8"})
     shifts = {i for i, op in enumerate(p.ops) if op.collective is not None and op.collective.op is RING_SHIFT
               and op.category is Category.TP}  # (context parallelism's K/V ring is its own)
-    later = [op for op in p.ops if op.collective is None and shifts.intersection(op.deps)]  # waits for a chunk's arrival
+    later = [op for op in p.ops if op.collective is None and shifts.intersection(op.deps)]  # waits for an arrival
     assert len(later) == len(shifts)
     assert host.UB_GEMM_CHUNK_S == pytest.approx(11.15e-6, abs=1e-12)
     for op in later:
@@ -77,3 +77,11 @@ def test_only_mxfp8_with_overlap_adds_them():
     _, base = _layer(**{"training.precision": "fp8", "parallel.tp_comm_overlap": False})
     _, off = _layer(**{"parallel.tp_comm_overlap": False})
     assert len(off.ops) == len(base.ops)
+
+
+def test_torchtitans_async_tp_keeps_its_python_chunks():
+    """Under torch.compile (torchtitan's async TP: torch/distributed/_symmetric_memory loops over the chunks
+    in Python) the exchanges stay charged as calls of their own, not userbuffers' CUDA calls."""
+    _, p = _layer("tt_h100_l70b_256g_2d_asynctp")
+    ring = _calls(p.ops, RING_SHIFT)
+    assert ring and all(op.issue == pytest.approx(host.collective_issue_s(RING_SHIFT), abs=1e-15) for op in ring)

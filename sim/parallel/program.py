@@ -186,7 +186,8 @@ class RankBuilder:
         return self.phase
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = StreamName.COMPUTE,
-                weights: bool = True, loads: tuple | None = None, linears: bool = True, issue: float | None = None) -> int:
+                weights: bool = True, loads: tuple | None = None, linears: bool = True,
+                issue: float | None = None) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
         While a pass defers its weight gradients (:attr:`deferred` is a list), the

@@ -67,6 +67,14 @@ COMM_SM_SHARE = 16 / H100_SMS
 MX_BLOCK = 32  # elements per MXFP8 block scale (one E8M0 byte): OCP MX v1.0, TE MXFP8Quantizer
 
 
+def _ub(b, seconds: float) -> float | None:
+    """``seconds`` where Transformer Engine's userbuffers issue the chunks from one C++ call (Megatron-Core,
+    NeMo: no ``training.compile``); None (each chunk and exchange an eager call, as issued from Python)
+    under torch.compile: torchtitan's async TP (torch/distributed/_symmetric_memory
+    ``_pipelined_all_gather_and_consume`` loops over the chunks in Python; not measured)."""
+    return None if b.compiled else seconds
+
+
 def _chunk(kernel, chunks: int):
     """One of ``chunks`` token chunks of a GEMM (see the module docstring)."""
     return kernel._replace(flops=kernel.flops / chunks, bytes=kernel.bytes / chunks)
@@ -83,9 +91,9 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
         if i < tp - 1:
             nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, b.group(AXIS), nbytes, deps if shift is None else shift,
                                layer=layer, mb=mb, tag=tag + ("ring", i), group_of=b.group_of(AXIS),
-                               issue=host.UB_RING_STEP_S)
+                               issue=_ub(b, host.UB_RING_STEP_S))
         x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights,
-                      linears=i == 0, issue=None if i == 0 else host.ub_chunk_issue_s(chunk_kernels))
+                      linears=i == 0, issue=None if i == 0 else _ub(b, host.ub_chunk_issue_s(chunk_kernels)))
         shift = nxt
     return x
 
@@ -96,9 +104,10 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, ta
     slowed = tuple(k._replace(flops=k.flops / (1 - COMM_SM_SHARE)) for k in chunk_kernels)
     nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
-        x = b.compute(name, slowed, x, layer, mb, linears=i == 0, issue=None if i == 0 else host.ub_chunk_issue_s(slowed))
+        x = b.compute(name, slowed, x, layer, mb, linears=i == 0,
+                      issue=None if i == 0 else _ub(b, host.ub_chunk_issue_s(slowed)))
         done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, b.group(AXIS), nbytes, x, layer=layer, mb=mb,
-                                 tag=tag + ("pipe", i), group_of=b.group_of(AXIS), issue=host.UB_RS_STEP_S))
+                                 tag=tag + ("pipe", i), group_of=b.group_of(AXIS), issue=_ub(b, host.UB_RS_STEP_S)))
     return tuple(done)
 
 
@@ -172,7 +181,8 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
             regather = None
             if mx_userbuffers(b):
                 regather = mx_grad_regather(b, sub, x, layer, mb)
-                x = mx_scale_gather(b, sub + "_grad", sublayer_bytes(b, sub, True, False), x, layer, mb, (Direction.BWD,))
+                x = mx_scale_gather(b, sub + "_grad", sublayer_bytes(b, sub, True, False), x, layer, mb,
+                                    (Direction.BWD,))
             x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, (Direction.BWD,), entry=False, weights=False)
             x = b.weight_grad(name, tuple(_half(k, True) for k in kernels[r.producer]), (x, regather), layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
