@@ -32,6 +32,8 @@ class GPU:
     peer_links: int = 0  # > 0: no switch in the node; this many point-to-point links (AMD xGMI), one per peer,
     #                      each at nvlink_bw / peer_links per direction (nvlink_bw is then the GPU's sum)
     vendor: str = "nvidia"  # "nvidia" (NVLink and NVSwitch) | "amd" (Infinity Fabric / xGMI)
+    host_issue: float = 1.0  # the host CPU's time to issue work, over the x86 host sim/model/host.py's
+    #                          costs were measured on (:data:`GRACE_HOST_ISSUE`: the Grace of a GB200/GB300)
 
     @property
     def link_bw(self) -> float:
@@ -40,6 +42,16 @@ class GPU:
 
 
 GPUS: dict[str, GPU] = {}
+
+# The Grace CPU of a GB200 / GB300 superchip issues GPU work slower than an x86 DGX host: TransformerEngine
+# issue 2053 ("[PyTorch] High CPU overhead on Grace systems", 2025-08-11; BF16 Linear forward, hidden 2,048,
+# 8,192 tokens, host time per call): torch.nn.Linear 37.08 us on a GB200 against 13.48 us on an H100 DGX
+# (Xeon Platinum 8480C), 2.75x (GH200 33.17 us; TE's te.Linear 99.66 us on the GB200). Every host cost of
+# sim/model/host.py (measured on an x86 H100 host) scales by it on those parts: the issue of kernels, NCCL
+# calls and the schedule's Python alike (sim/parallel/program.py RankBuilder._issue). It binds only where a
+# step's issue comes to exceed its GPU time: not CUDA-graphed, fast layers (docs/precision.md, "The Grace host
+# binds the 405B FP8 rows").
+GRACE_HOST_ISSUE = 37.08 / 13.48
 
 
 def _register(gpu: GPU) -> None:
@@ -103,7 +115,7 @@ _register(GPU("b200-power-limited", 2250 * TFLOPS, 180 * GB, 8000 * GB, 900 * GB
 # Dense FP8 (and MXFP8, as B200): 360 PFLOP/s per 72 GPUs (720 with sparsity) = 5 PFLOP/s per
 # GPU. NVFP4: 1,440 PFLOP/s sparse per 72 GPUs -> 10 PFLOP/s dense per GPU.
 _register(GPU("gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB, fp8_flops=5000 * TFLOPS,
-              mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS))
+              mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS, host_issue=GRACE_HOST_ISSUE))
 # The GB200s torchtitan's Llama 4 Scout MoE rows ran on (pytorch/torchtitan docs/mxfp8.md,
 # "MoE models": 64 nodes x 4 GB200): the GB200's datasheet rates above, unchanged. Its sustained
 # factor (sim/model/compute.py, fitted on those two rows alone) carries that run's software
@@ -111,7 +123,7 @@ _register(GPU("gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64
 # checkpointing off "because of a bug", per the doc) -- as h100-500w and b200-power-limited carry
 # torchtitan's H100 and B200 runs; the plain gb200 takes a NeMo-class factor instead.
 _register(GPU("gb200-torchtitan", 2500 * TFLOPS, 186 * GB, 8000 * GB, 900 * GB, 50 * GB, 64 * GB,
-              fp8_flops=5000 * TFLOPS, mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS))
+              fp8_flops=5000 * TFLOPS, mxfp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS, host_issue=GRACE_HOST_ISSUE))
 # NVIDIA HGX B300 (Blackwell Ultra) datasheet, per 8 GPUs: FP4 144 | 108 PFLOP/s (sparse |
 # dense), FP8/FP6 72 PFLOP/s and BF16 36 PFLOP/s with sparsity -> per GPU 2.25 PFLOP/s dense
 # BF16 (was 2.5, the NVL72 rack's figure: corrected 2026-11-26), 4.5 dense FP8 and MXFP8,
@@ -126,7 +138,7 @@ _register(GPU("b300", 2250 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 12
 # (8 TB/s per GPU); NVLink5 130 TB/s per rack = 900 GB/s per direction per GPU; one
 # ConnectX-8 SuperNIC 800 Gb/s per GPU = 100 GB/s, PCIe gen6 x16 (128 GB/s per direction).
 _register(GPU("gb300", 2500 * TFLOPS, 288 * GB, 8000 * GB, 900 * GB, 100 * GB, 128 * GB, fp8_flops=5000 * TFLOPS,
-              mxfp8_flops=5000 * TFLOPS, fp4_flops=15000 * TFLOPS))
+              mxfp8_flops=5000 * TFLOPS, fp4_flops=15000 * TFLOPS, host_issue=GRACE_HOST_ISSUE))
 # AMD Instinct MI300X datasheet (CDNA3, gfx942): 1,307.4 TFLOP/s dense BF16, 2,614.9 dense
 # FP8 (E4M3/E5M2 FNUZ; no MX formats on CDNA3: AMD CDNA 3 ISA guide), 192 GB HBM3 at 5.3 TB/s
 # (ROCm docs "GPU hardware specifications": 192 GiB listed, the datasheet's 192 GB kept), 7 AMD

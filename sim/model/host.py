@@ -15,6 +15,9 @@ bench/measured/h100-2026-11-26.json and, for the calls that file lacks, the same
 second run h100-2026-11-26-fp8-step.json, written by bench/gpu_measure.py: ``perf_counter``
 over thousands of back-to-back calls with tiny kernels, so the host is the bottleneck);
 tests/test_host_measured.py reads each field named here and checks the constant against it.
+They are an x86 host's: a GPU whose host is slower takes them times ``GPU.host_issue`` (the Grace of a
+GB200 / GB300, 2.75x: :data:`sim.hardware.gpus.GRACE_HOST_ISSUE`, applied where the builder charges an op,
+sim/parallel/program.py ``RankBuilder._issue``).
 
 - :data:`KERNEL_ISSUE_S`: one eager operator that launches one memory-bound kernel (dispatch,
   autograd recording, ``cudaLaunchKernel``): ``host.eager_add_inplace.host_s``, 7.97 us (an
@@ -147,6 +150,20 @@ GROUPED_GEMM_ISSUE_S = GEMM_ISSUE_S - KERNEL_ISSUE_S + CUDA_LAUNCH_S
 STEP_PYTHON_S = 27.9e-6
 
 
+# Transformer Engine userbuffers (``parallel.tp_comm_overlap``; sim/parallel/tp_overlap.py): one Python-level
+# GEMM is ONE C++ call that issues every chunk and every userbuffers exchange itself (TransformerEngine v2.9,
+# 70f53666, transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp: CommOverlapP2PBase::
+# split_overlap_ag loops ``nvte_cublas_gemm`` + ``userbuffers_send`` / ``userbuffers_recv`` over the tp steps,
+# CommOverlapBase::split_overlap_rs loops ``nvte_cublas_gemm`` + ``reducescatter2_userbuff_stridedoutput`` over
+# num_splits). A chunk after the first is a library GEMM launch, no Python (what Kernel.grouped pays):
+UB_GEMM_CHUNK_S = GROUPED_GEMM_ISSUE_S
+# One ring-exchange step inside that call: userbuffers_send (use_ce: cudaMemcpyAsync + the
+# kuserbuffers_pushsend launch; userbuffers/userbuffers.cu), userbuffers_recv's launch, cudaEventRecord and
+# two cudaStreamWaitEvent: 6 CUDA runtime calls, no c10d (estimate, CUDA_LAUNCH_S each)
+UB_RING_STEP_S = 6 * CUDA_LAUNCH_S
+# One pipelined reduce-scatter chunk: cudaEventRecord, cudaStreamWaitEvent, the reducescatter2 kernel's launch
+UB_RS_STEP_S = 3 * CUDA_LAUNCH_S
+
 NCCL_CALL_S = {
     CollectiveOp.ALL_REDUCE: 24.22e-6,  # nccl.all_reduce_4KiB.host_s
     CollectiveOp.REDUCE_SCATTER: 29.00e-6,  # nccl.reduce_scatter_4KiB.host_s
@@ -211,3 +228,18 @@ def fused(kernels) -> tuple:
         else:
             out.append(k._replace(count=1) if _memory_bound(k) else k)
     return tuple(out)
+
+
+def ub_chunk_issue_s(kernels) -> float:
+    """Host seconds of a userbuffers GEMM's chunk after its first (:data:`UB_GEMM_CHUNK_S` per GEMM
+    launch): its memory-bound kernels (the FP8 casts the model chunks with it) were issued once,
+    with the first chunk, before the C++ call (TE quantizes the local shard into the userbuffer)."""
+    return sum(k.count * UB_GEMM_CHUNK_S for k in kernels if not _memory_bound(k))
+
+
+def ub_bulk_gather_issue_s(tp: int) -> float:
+    """Host seconds of ``tex.bulk_overlap_ag_with_external_gemm`` (TE v2.9 comm_gemm_overlap.cpp
+    ``CommOverlapBase::bulk_overlap_external_ag``): one pybind call (:data:`EAGER_OP_S` and the step's
+    Python), ``userbuffers_send_all`` / ``recv_all`` to the tp - 1 peers (3 CUDA calls each, as in
+    :data:`UB_RING_STEP_S`) and 6 event calls."""
+    return EAGER_OP_S + STEP_PYTHON_S + (3 * (tp - 1) + 6) * CUDA_LAUNCH_S

@@ -159,7 +159,7 @@ def retimed_ops(ctx, ops: list, rank: int, varying: list[Varying]) -> list:
         times = ctx.memo.get(key)
         if times is None:
             times = ctx.memo[key] = timed(ctx, expert_kernels(ctx, rank, v.layer, v.direction), v.fuse)
-        ops[v.index] = v.timed_op(ops[v.index], *times)
+        ops[v.index] = v.timed_op(ops[v.index], *times, ctx.compute.gpu.host_issue)
     return ops
 
 

@@ -161,8 +161,8 @@ class _Recorder(RankBuilder):
         self.kernel_counts: dict[int, int] = {}
 
     def compute(self, name, kernels, deps=(), layer=-1, mb=-1, stream=StreamName.COMPUTE, weights=True, loads=None,
-                linears=True) -> int:
-        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears)
+                linears=True, issue=None) -> int:
+        index = super().compute(name, kernels, deps, layer, mb, stream, weights, loads, linears, issue)
         self.kernel_counts[index] = len(kernels)
         return index
 
@@ -354,22 +354,23 @@ def step_skeleton(s, gpu_name: str, stage: int) -> tuple[int, int, int]:
     return found
 
 
-def schedule_host_s(schedule: Schedule, p: int, v: int, m: int, stage: int) -> float:
+def schedule_host_s(schedule: Schedule, p: int, v: int, m: int, stage: int, host_issue: float = 1.0) -> float:
     """Host seconds per micro-batch the rank at pipeline ``stage`` spends beside its layers' ops
     in a step of ``m`` micro-batches, as the builder charges them (:func:`sim.parallel.pp.issued`'s
     counts): the schedule's Python per pass (:data:`sim.model.host.SCHEDULE_PASS_S`) and a c10d
-    call per pipeline send or receive (:func:`sim.model.host.collective_issue_s`). No GPU time."""
+    call per pipeline send or receive (:func:`sim.model.host.collective_issue_s`), at the host's
+    ``host_issue`` (``GPU.host_issue``, as the builder's ``RankBuilder._issue``). No GPU time."""
     passes, calls = pipeline.issued(schedule, p, v, m, stage)
-    return (passes * host.SCHEDULE_PASS_S + calls * host.collective_issue_s(SEND_RECV)) / m
+    return (passes * host.SCHEDULE_PASS_S + calls * host.collective_issue_s(SEND_RECV)) * host_issue / m
 
 
-def schedule_host_bound_s(p: int, v: int) -> float:
+def schedule_host_bound_s(p: int, v: int, host_issue: float = 1.0) -> float:
     """At least :func:`schedule_host_s` of any schedule of ``p`` stages and ``v`` chunks: a
     micro-batch visits at most max(v, 2) chunks of a rank (DualPipe's two at v = 1), each in
     at most 3 passes (a zero-bubble F, I and W) and 4 transfers (a receive and a send each way;
     tests/test_plan_accuracy.py checks it bounds every schedule's count)."""
     chunks = max(v, 2) if p > 1 else 1
-    return chunks * (3 * host.SCHEDULE_PASS_S + 4 * host.collective_issue_s(SEND_RECV))
+    return chunks * (3 * host.SCHEDULE_PASS_S + 4 * host.collective_issue_s(SEND_RECV)) * host_issue
 
 
 # What a chunk adds per micro-batch beside its layers under FP8 delayed scaling, its amax

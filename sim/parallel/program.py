@@ -109,11 +109,11 @@ class Varying:
         ``mz-q235-tp2pp32ep8`` row's CPU)."""
         return Varying(self.index + shift, self.pending, self.captured, self.fuse, self.layer, self.direction)
 
-    def timed_op(self, base: Op, duration: float, own: float) -> Op:
+    def timed_op(self, base: Op, duration: float, own: float, host_issue: float = 1.0) -> Op:
         """``base`` with ``duration`` and, but inside a captured region, ``own`` issue seconds
         (:func:`timed`'s pair for this op's kernels: what :meth:`RankBuilder.compute` would
-        have built; sim/parallel/copies.py ``retimed_ops``)."""
-        return base._replace(duration=duration, issue=self.pending + (0.0 if self.captured else own))
+        have built; sim/parallel/copies.py ``retimed_ops``), at the host's ``host_issue`` (:meth:`RankBuilder._issue`)."""
+        return base._replace(duration=duration, issue=(self.pending + (0.0 if self.captured else own)) * host_issue)
 
 
 class RankBuilder:
@@ -129,6 +129,7 @@ class RankBuilder:
         self.embedding_wgrads: list = []  # the output layer's, held for the pipeline flush (.wgrad_deferral)
         self.phase: Phase | None = None
         self.pending = 0.0  # host seconds spent since the last op (charged to the next op added)
+        self.host_issue = ctx.compute.gpu.host_issue  # the host's issue time over the x86 costs measured (_issue)
         self.captured = False  # inside a CUDA-graph captured region
         self.compiled = ctx.scenario.training.compile
         self.varying: list[Varying] | None = []  # ops timed by this rank's expert loads (None: others vary too)
@@ -165,8 +166,9 @@ class RankBuilder:
 
     def _issue(self, own: float) -> float:
         """Host seconds to charge the op being added: its own (none inside a graph) plus
-        what the host spent since the last op."""
-        cost, self.pending = self.pending + (0.0 if self.captured else own), 0.0
+        what the host spent since the last op, both at the GPU's host speed (``GPU.host_issue``:
+        sim/model/host.py's x86 costs, 2.75x on a Grace host, :data:`sim.hardware.gpus.GRACE_HOST_ISSUE`)."""
+        cost, self.pending = (self.pending + (0.0 if self.captured else own)) * self.host_issue, 0.0
         return cost
 
     @contextmanager
@@ -184,7 +186,8 @@ class RankBuilder:
         return self.phase
 
     def compute(self, name: str, kernels: list[Kernel], deps=(), layer=-1, mb=-1, stream: str = StreamName.COMPUTE,
-                weights: bool = True, loads: tuple | None = None, linears: bool = True) -> int:
+                weights: bool = True, loads: tuple | None = None, linears: bool = True,
+                issue: float | None = None) -> int:
         """A compute op timed by the compute model, on ``stream`` (another than ``compute``
         when a framework issues kernels on its communication stream); returns its index.
         While a pass defers its weight gradients (:attr:`deferred` is a list), the
@@ -193,7 +196,8 @@ class RankBuilder:
         (layer, direction) when the kernels are this rank's local experts' (:func:`.ep.expert_kernels`),
         recorded in :attr:`varying` so a copy for another expert slice retimes the op. A forward
         op's FP8 GEMMs count in :attr:`fp8_gemms` (``linears=False``: a later chunk of GEMMs
-        already counted, TP-comm overlap's split)."""
+        already counted, TP-comm overlap's split). ``issue``: its own host seconds when a library call
+        issues it, not an eager launch per kernel (sim/parallel/tp_overlap.py's later chunks)."""
         if linears and self.phase is Phase.FORWARD:
             self.fp8_gemms += sum(k.count for k in kernels if k.fp8)
         wgrad = ()
@@ -201,6 +205,7 @@ class RankBuilder:
             kernels, wgrad = grad_parts(kernels)
         fuse = self.compiled and self.phase is not Phase.OPTIMIZER
         duration, own = timed(self.ctx, kernels, fuse)  # (jitter scales a built program: sim.parallel.copies)
+        own = own if issue is None else issue
         if loads is not None and self.varying is not None:
             if self.deferred is not None:
                 self.varying = None  # (split for a zero-bubble W: such programs are built per rank)
@@ -231,19 +236,20 @@ class RankBuilder:
     def collective(self, name: str, axis: Category, op: CollectiveOp, group: tuple[int, ...], nbytes: float,
                    deps=(), stream: str | None = None, algo: Algorithm | str = Algorithm.AUTO, layer=-1, mb=-1,
                    group_of=None, tag=(), key: str | None = None, shares: tuple | None = None,
-                   sms: float = 0.0) -> int:
+                   sms: float = 0.0, issue: float | None = None) -> int:
         """A collective op on ``stream`` (default: the axis); returns its index. Every member
         of one call builds the same key from ``key`` (default ``name``), layer, mb, group, tag.
         ``shares``: uneven all-to-all weights (see :func:`sim.collectives.schedule`). ``algo``: a
         member (the scenario's ``parallel.dp_algo`` is one), or a member's text, which becomes it here.
-        ``sms``: the share of the GPU's SMs its kernels hold while they run (``Collective.sms``)."""
+        ``sms``: the share of the GPU's SMs its kernels hold while they run (``Collective.sms``). ``issue``: its
+        host seconds when it is no c10d call (userbuffers' exchanges: sim/parallel/tp_overlap.py)."""
         siblings = self.ctx.siblings(axis, group, group_of) if group_of else ()
         call = Collective((key or name, layer, mb, group) + tuple(tag), op, group, float(nbytes), Algorithm(algo),
                           siblings, shares, sms)
         if sms:
             self.program.holds_sms = True
         return self.program.add(Op(name, axis, stream or axis, 0.0, call, _deps(deps), layer, mb, self.stage,
-                                   self._phase(), self._issue(host.collective_issue_s(op))))
+                                   self._phase(), self._issue(host.collective_issue_s(op) if issue is None else issue)))
 
 
 def _deps(deps) -> tuple[int, ...]:

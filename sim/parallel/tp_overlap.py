@@ -39,10 +39,19 @@ NVTE_COMM_OVERLAP_MAX_STREAMS = 3), where independent chunks fill each other's t
 waves, so the GPU sees the whole GEMM's tiles. (Timing each chunk as a GEMM of
 tokens/chunks rows on its own would cost GPT-3 175B at tp 4 about 5% of its compute.)
 
+The host: one Python-level GEMM is ONE C++ call that issues all its chunks and exchanges
+(TransformerEngine v2.9 comm_gemm_overlap.cpp ``split_overlap_ag`` / ``split_overlap_rs``, called once
+from transformer_engine/pytorch/cpp_extensions/gemm.py ``general_gemm``): the first chunk pays the
+eager GEMM launch, every later chunk a library launch (:func:`sim.model.host.ub_chunk_issue_s`), each
+exchange its CUDA calls (:data:`sim.model.host.UB_RING_STEP_S`, :data:`~sim.model.host.UB_RS_STEP_S`), no
+c10d call. MXFP8 (TE recipe) adds what TE v2.9 runs around userbuffers (:func:`mx_scale_gather`).
+
 Run ``clustersim run SCENARIO --set parallel.tp_comm_overlap=true`` (needs SP, tp > 1).
 """
 
-from ..collectives.kinds import REDUCE_SCATTER, RING_SHIFT
+from ..collectives.kinds import ALL_GATHER, REDUCE_SCATTER, RING_SHIFT
+from ..input.choices import Precision, Recipe
+from ..model import host
 from ..model.layers import Direction, backward as backward_of
 from . import tp
 from .tp import compute_op as _compute, half as _half, roles, split_backward, sublayer_bytes
@@ -55,6 +64,15 @@ RS_SPLITS = 4  # GEMM chunks of a pipelined reduce-scatter: TE initialize_ub def
 # num_sm=16 for "pipeline" (NeMo's H100 configs use 8-24), with set_sm_margin cuBLAS runs on
 # the rest; of the 132 SMs of an H100 SXM (NVIDIA H100 whitepaper). One constant for every GPU.
 COMM_SM_SHARE = 16 / H100_SMS
+MX_BLOCK = 32  # elements per MXFP8 block scale (one E8M0 byte): OCP MX v1.0, TE MXFP8Quantizer
+
+
+def _ub(b, seconds: float) -> float | None:
+    """``seconds`` where Transformer Engine's userbuffers issue the chunks from one C++ call (Megatron-Core,
+    NeMo: no ``training.compile``); None (each chunk and exchange an eager call, as issued from Python)
+    under torch.compile: torchtitan's async TP (torch/distributed/_symmetric_memory
+    ``_pipelined_all_gather_and_consume`` loops over the chunks in Python; not measured)."""
+    return None if b.compiled else seconds
 
 
 def _chunk(kernel, chunks: int):
@@ -72,9 +90,10 @@ def ring_gather(b, sub: str, name: str, chunk_kernels, deps, layer, mb, tag, ent
         nxt = None
         if i < tp - 1:
             nxt = b.collective(f"{sub}_ag", AXIS, RING_SHIFT, b.group(AXIS), nbytes, deps if shift is None else shift,
-                               layer=layer, mb=mb, tag=tag + ("ring", i), group_of=b.group_of(AXIS))
+                               layer=layer, mb=mb, tag=tag + ("ring", i), group_of=b.group_of(AXIS),
+                               issue=_ub(b, host.UB_RING_STEP_S))
         x = b.compute(name, chunk_kernels, x if shift is None else (x, shift), layer, mb, weights=weights,
-                      linears=i == 0)
+                      linears=i == 0, issue=None if i == 0 else _ub(b, host.ub_chunk_issue_s(chunk_kernels)))
         shift = nxt
     return x
 
@@ -85,10 +104,39 @@ def pipelined_scatter(b, sub: str, name: str, chunk_kernels, deps, layer, mb, ta
     slowed = tuple(k._replace(flops=k.flops / (1 - COMM_SM_SHARE)) for k in chunk_kernels)
     nbytes, x, done = sublayer_bytes(b, sub, False, False) / RS_SPLITS, deps, []
     for i in range(RS_SPLITS):
-        x = b.compute(name, slowed, x, layer, mb, linears=i == 0)
+        x = b.compute(name, slowed, x, layer, mb, linears=i == 0,
+                      issue=None if i == 0 else _ub(b, host.ub_chunk_issue_s(slowed)))
         done.append(b.collective(f"{sub}_rs", AXIS, REDUCE_SCATTER, b.group(AXIS), nbytes, x, layer=layer, mb=mb,
-                                 tag=tag + ("pipe", i), group_of=b.group_of(AXIS)))
+                                 tag=tag + ("pipe", i), group_of=b.group_of(AXIS), issue=_ub(b, host.UB_RS_STEP_S)))
     return tuple(done)
+
+
+def mx_userbuffers(b) -> bool:
+    """Whether the linears run MXFP8 under Transformer Engine (what :func:`mx_scale_gather` adds)."""
+    sh = b.ctx.shard
+    return sh.fp8 and sh.quant is Precision.MXFP8 and sh.recipe is Recipe.TE
+
+
+def mx_scale_gather(b, sub: str, nbytes: float, deps, layer, mb, tag) -> int:
+    """MXFP8 under userbuffers: TE v2.9 transformer_engine/pytorch/module/base.py
+    ``fill_userbuffers_buffer_for_all_gather`` copies the MXFP8 data into the userbuffer, then runs a
+    blocking ``torch.distributed.all_gather_into_tensor`` of the block scales (one byte per
+    :data:`MX_BLOCK` of the ``nbytes`` gathered) on the TP group; the GEMM waits for it. A c10d call."""
+    return b.collective(f"{sub}_mx_scales", AXIS, ALL_GATHER, b.group(AXIS), nbytes / MX_BLOCK, deps, layer=layer,
+                        mb=mb, tag=tag + ("mx_scales",), group_of=b.group_of(AXIS))
+
+
+def mx_grad_regather(b, sub: str, deps, layer, mb) -> int:
+    """MXFP8 row-parallel backward under userbuffers (TE v2.9 module/linear.py ``_Linear.backward``, "UB
+    does not support pipelined overlapping grad output all-gather with wgrad GEMM ... we can't convert
+    row-scaled MXFP8 to column-scaled"): the output gradient is gathered a second time, columnwise, for
+    the wgrad: its scales by :func:`mx_scale_gather`, its data by ``tex.bulk_overlap_ag_with_external_gemm``
+    on the dgrad's send / recv streams beside the dgrad chunks. Returns the gather the wgrad waits for."""
+    nbytes, tp_size = sublayer_bytes(b, sub, True, False), b.ctx.layout.sizes[Category.TP]
+    scales = mx_scale_gather(b, sub + "_grad_wgrad", nbytes, deps, layer, mb, (Direction.BWD,))
+    return b.collective(f"{sub}_grad_wgrad_ag", AXIS, ALL_GATHER, b.group(AXIS), nbytes, scales, layer=layer, mb=mb,
+                        tag=(Direction.BWD, "mx_wgrad"), group_of=b.group_of(AXIS),
+                        issue=host.ub_bulk_gather_issue_s(tp_size))
 
 
 def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: str, gather: bool = False,
@@ -101,6 +149,8 @@ def forward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, tag: s
         x = _compute(b, name, kernels[r.head], x, layer, mb)
         if r.consumers.stop > r.consumers.start:
             tp_size = b.ctx.layout.sizes[Category.TP]
+            if mx_userbuffers(b):
+                x = mx_scale_gather(b, sub, sublayer_bytes(b, sub, True, True), x, layer, mb, (tag,))
             x = ring_gather(b, sub, name, [_chunk(k, tp_size) for k in kernels[r.consumers]], x, layer, mb, (tag,),
                             entry=True)
         else:
@@ -128,8 +178,15 @@ def backward_sublayer(b, sub: str, name: str, kernels_fn, layer, mb, deps, gathe
             x = tp.enter_backward(b, sub, layer, mb, x, sublayer_bytes(b, sub, True, False))
         else:
             dgrad = [_chunk(_half(k), b.ctx.layout.sizes[Category.TP]) for k in kernels[r.producer]]
+            regather = None
+            if mx_userbuffers(b):
+                regather = mx_grad_regather(b, sub, x, layer, mb)
+                x = mx_scale_gather(b, sub + "_grad", sublayer_bytes(b, sub, True, False), x, layer, mb,
+                                    (Direction.BWD,))
             x = ring_gather(b, sub + "_grad", name, dgrad, x, layer, mb, (Direction.BWD,), entry=False, weights=False)
-            x = b.weight_grad(name, tuple(_half(k, True) for k in kernels[r.producer]), x, layer, mb)
+            x = b.weight_grad(name, tuple(_half(k, True) for k in kernels[r.producer]), (x, regather), layer, mb)
     x = _compute(b, name, backward_of(kernels[r.middle]), x, layer, mb)
+    if gathered and mx_userbuffers(b) and r.consumers.stop > r.consumers.start:  # the bulk input gather's scales
+        x = mx_scale_gather(b, sub + "_input", sublayer_bytes(b, sub, True, True), x, layer, mb, (Direction.BWD,))
     return split_backward(b, sub, name, kernels, r, x, layer, mb) if gathered else \
         _compute(b, name, backward_of(kernels[r.head]), x, layer, mb)

@@ -208,11 +208,11 @@ class Estimator:
         its GPU time (``issue``, n x stages) is within ``layer_program.schedule_host_bound_s`` of
         zero; elsewhere the GPU's lead hides it and the clamped host term is 0 either way (the
         zero-bubble and DualPipe schedules take milliseconds to count per stage)."""
-        out = np.zeros(issue.shape)
-        need = synced | (issue.max(axis=1) + layer_program.schedule_host_bound_s(pp, v) > 0)
+        out, host_issue = np.zeros(issue.shape), self.compute.gpu.host_issue  # (Grace: gpus.GRACE_HOST_ISSUE)
+        need = synced | (issue.max(axis=1) + layer_program.schedule_host_bound_s(pp, v, host_issue) > 0)
         if need.any():
             out[need] = lookup(g[need], ["schedule", "micro"], lambda sched, m: np.array([
-                layer_program.schedule_host_s(Schedule(sched), pp, v, dp_ends.short_m(sched, pp, m), s)
+                layer_program.schedule_host_s(Schedule(sched), pp, v, dp_ends.short_m(sched, pp, m), s, host_issue)
                 for s in range(pp)]))
         return out
 
