@@ -96,6 +96,16 @@ def clustersim(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           env=cli_env(), timeout=timeout)
 
 
+def small_plan_json() -> dict:
+    """``clustersim plan --json`` of Llama 3.1 8B on one DGX H100 node, three layouts simulated
+    (tests/test_plan.py's contract keys, tests/test_plan_picks.py's counts)."""
+    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "4096",
+                      "--global-batch-tokens", "65536", "--top", "3", "--budget", "5", "--workers", "1", "--json",
+                      "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def assert_input_error(proc: subprocess.CompletedProcess, key: str) -> None:
     """Bad input: exit 2, one line on stderr naming ``key``, never a traceback."""
     assert proc.returncode == 2, proc.stderr

@@ -22,7 +22,7 @@ from sim.plan import driver, fit, inputs, rules, space
 from sim.plan.estimate import Estimator
 from sim.plan.stages import Stages
 
-from conftest import assert_input_error, cli_env, clustersim
+from conftest import assert_input_error, cli_env, clustersim, small_plan_json
 
 TINY = """
 name = "tiny"
@@ -220,11 +220,7 @@ def test_interrupted_search_resumes_to_the_same_table(tmp_path):
 
 
 def test_json_has_the_contract_keys():
-    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "4096",
-                      "--global-batch-tokens", "65536", "--top", "3", "--budget", "5", "--workers", "1", "--json",
-                      "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = small_plan_json()
     assert {"evaluated", "rejected", "layouts"} <= set(out)
     assert len(out["layouts"]) == 3 and out["layouts"][0]["simulated"]
     keys = {"tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "zero", "recompute", "micro_batch",

@@ -3,7 +3,6 @@
 reasons cover every pick), ``--json`` carries them, and a point past its CPU seconds is
 stopped, kept as an estimate and counted as stopped (sim/plan/explain.py ``POINT_CPU_S``)."""
 
-import json
 import time
 
 import numpy as np
@@ -14,7 +13,7 @@ from sim import step
 from sim.plan import explain, select
 from sim.sweeps.pool import TIMEOUT_PREFIX
 
-from conftest import clustersim
+from conftest import small_plan_json
 from test_plan import _plan
 
 
@@ -40,11 +39,7 @@ def test_every_pick_says_why_and_the_counts_add_up(tmp_path):
 
 
 def test_json_says_how_many_were_simulated_estimated_and_why():
-    proc = clustersim("plan", "llama3.1-8b", "--gpus", "8", "--topology", "dgx-h100", "--seq-len", "4096",
-                      "--global-batch-tokens", "65536", "--top", "3", "--budget", "5", "--workers", "1", "--json",
-                      "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out = small_plan_json()
     assert out["estimated_only"] == out["evaluated"] - out["simulated"] and out["stopped"] == 0
     assert set(out["picked"]) == set(select.WHY) and sum(out["picked"].values()) >= out["simulated"] >= 1
     for layout in out["layouts"]:
