@@ -6,7 +6,8 @@ validation row, ~15 min on 2 cores; ``--only NAME,...``: a subset). For each bun
 scenario (``scenarios/``), gallery and study scenario it records the SHA-256 of the summary
 (without ``sim_wall_s`` and ``sim_events``, the engine's own cost) and of the spans table
 (every column, as CSV), plus the step time to read by eye; for RL scenarios the SHA-256 of
-the RL summary. Then: ``python bench/fingerprint.py --diff before.json after.json`` prints
+the RL summary; the gallery's hardware scenario also on its B200, GB200 and MI355X clusters
+(``gallery_scenarios/hardware@GPU``). Then: ``python bench/fingerprint.py --diff before.json after.json`` prints
 every entry that differs and exits 1 if any does.
 """
 
@@ -71,8 +72,24 @@ def collect(only: set[str] | None, validation: bool) -> dict:
             t0 = time.perf_counter()
             out[key] = scenario_fingerprint(path)
             print(f"{key}: {out[key]} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    out.update(gallery_clusters(only))
     if validation:
         out.update(validation_fingerprint())
+    return out
+
+
+def gallery_clusters(only: set[str] | None) -> dict:
+    """The gallery's hardware picture on its other clusters (``hardware.toml`` as a file is the
+    H100 SuperPOD only): ``sim.studies.gallery.CLUSTERS`` with the gallery's own overrides."""
+    from sim.studies.gallery import CLUSTERS, SCENARIOS, _run
+
+    out = {}
+    for _, topo, gpu in CLUSTERS[1:]:
+        key = f"gallery_scenarios/hardware@{gpu}"
+        if only and "hardware" not in only:
+            continue
+        out[key] = step_fingerprint(_run(SCENARIOS / "hardware.toml", [f"cluster.topology={topo}", f"cluster.gpu={gpu}"]))
+        print(f"{key}: {out[key]}", file=sys.stderr, flush=True)
     return out
 
 
