@@ -3,17 +3,18 @@
 reasons cover every pick), ``--json`` carries them, and a point past its CPU seconds is
 stopped, kept as an estimate and counted as stopped (sim/plan/explain.py ``POINT_CPU_S``)."""
 
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from sim import step
 from sim.plan import explain, select
-from sim.sweeps.pool import TIMEOUT_PREFIX
 
-from conftest import small_plan_json
+from conftest import REPO, cli_env, small_plan_json
 from test_plan import _plan
 
 
@@ -46,23 +47,48 @@ def test_json_says_how_many_were_simulated_estimated_and_why():
         assert (layout["picked"] in select.WHY) if layout["simulated"] else layout["picked"] in (None, *select.WHY)
 
 
-def test_a_point_past_its_cpu_seconds_is_stopped(tmp_path, monkeypatch):
+def test_a_point_past_its_cpu_seconds_is_stopped(tmp_path):
     """Every simulation made to spin 5 s of CPU, a limit of 0 s stops each pick within ~1 s
     (RLIMIT_CPU's whole seconds): each keeps its estimate, is counted as stopped, and the search
-    still ranks every layout."""
-    monkeypatch.setattr(explain, "POINT_CPU_S", 0.0)
-    monkeypatch.setattr(step, "simulate", _spin)
-    _, plan = _plan(tmp_path, budget=3)
-    assert plan.simulated == 0 and plan.stopped == len(plan.picked) > 0
-    assert all(e.startswith(TIMEOUT_PREFIX) for e in plan.failures.values())
-    assert not plan.table.simulated.any() and len(plan.table) == plan.evaluated
+    still ranks every layout. Run in a fresh process: the sweep pool forks its workers (and so
+    carries the patches) only from a single-threaded process, and a pytest-xdist worker has
+    execnet's threads alive (sim/sweeps/pool.py ``_Worker``: it spawns there)."""
+    script = tmp_path / "stop.py"
+    script.write_text(STOP_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          cwd=REPO, env=cli_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["simulated"] == 0 and out["stopped"] == out["picked"] > 0
+    assert out["failures_timed_out"] and not out["table_simulated"] and out["rows"] == out["evaluated"]
 
 
-def _spin(*args, **kwargs):
+STOP_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, "tests")
+from sim import step
+from sim.plan import explain
+from sim.sweeps.pool import TIMEOUT_PREFIX
+
+
+def spin(*args, **kwargs):
     start = time.process_time()
     while time.process_time() - start < 5:
         pass
     raise AssertionError("not stopped")
+
+
+explain.POINT_CPU_S = 0.0
+step.simulate = spin
+from test_plan import _plan
+
+_, plan = _plan(Path(sys.argv[1]), budget=3)
+print(json.dumps({"simulated": plan.simulated, "stopped": plan.stopped, "picked": len(plan.picked),
+                  "failures_timed_out": all(e.startswith(TIMEOUT_PREFIX) for e in plan.failures.values()),
+                  "table_simulated": bool(plan.table.simulated.any()), "rows": len(plan.table),
+                  "evaluated": plan.evaluated}))
+"""
 
 
 def test_cpu_limit_raises_in_the_block_and_restores_the_limit():
