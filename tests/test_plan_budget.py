@@ -90,10 +90,24 @@ def test_a_search_past_the_budget_names_the_flag_that_drives_it():
     assert w.seconds < work.BUDGET_S and w.driver in ("--gpus", "--global-batch-tokens")
 
 
-def test_the_watchdog_stops_an_analytic_phase_past_its_limit():
-    from sim.errors import SimulationError
-    from sim.plan import search
+def test_the_watchdog_stops_an_analytic_phase_past_its_limit(monkeypatch):
+    """The enumeration made to take 0.3 s of CPU first: with the phase's caches warm (earlier
+    tests in the same process) the real phase of this small case can finish inside 0.05 s, and
+    the watchdog, rightly, never fires (the order-dependent failure of stop 50's last CI)."""
+    import time
 
+    from sim.errors import SimulationError
+    from sim.plan import driver, search
+
+    real = driver.enumerate_layouts
+
+    def slow(*args, **kwargs):
+        start = time.process_time()
+        while time.process_time() - start < 0.3:
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "enumerate_layouts", slow)
     req = inputs.request_of(DENSE_8B, gpus=16)
     with pytest.raises(SimulationError, match="still simulating after 0 s of CPU"):
         search(req, budget=0, quiet=True, watchdog_s=0.05)
