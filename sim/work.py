@@ -22,8 +22,10 @@ from contextlib import contextmanager
 import dataclasses
 from dataclasses import dataclass
 import math
+import os
 import signal
 import threading
+import time
 
 import numpy as np
 
@@ -209,29 +211,104 @@ def watchdog_seconds(w: Work) -> float:
     return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * w.seconds)
 
 
-@contextmanager
 def watchdog(name: str, seconds: float | None):
     """Abort the body with a SimulationError (an internal error, exit 1, naming the
     scenario) once the process has spent ``seconds`` of CPU in it: whatever stops a
     simulation from progressing -- a livelock no guard knows of, an estimate wrong by
-    20x -- ends as an error, never a spin. A CPU timer (SIGVTALRM), so a busy machine
-    does not trip it; only in the main thread (signals), and not under ``--force``."""
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    20x -- ends as an error, never a spin. A :func:`cpu_deadline`, so a busy machine
+    does not trip it; only in the main thread (signals), and not under ``--force``
+    (``seconds`` None)."""
 
-    def expire(_signum, _frame):
+    def expire():
         raise SimulationError(f"scenario {name!r}: still simulating after {seconds:,.0f} s of CPU, "
                               f"{WATCHDOG_FACTOR:g}x its work estimate (sim/work.py): the estimate or the "
                               "engine is wrong; --force runs without this watchdog")
 
-    previous = signal.signal(signal.SIGVTALRM, expire)
-    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    return cpu_deadline(seconds, expire)
+
+
+# One CPU timer for every deadline of the process: ITIMER_PROF counts user + system CPU of the
+# whole process (setitimer(2)), the clock time.process_time() reads (CLOCK_PROCESS_CPUTIME_ID)
+# and the one both callers mean: the work estimate is fitted to ru_utime + ru_stime
+# (bench/work.py), a planner point's CPU is process_time() (sim/plan/explain.py `CPU`).
+# ITIMER_VIRTUAL counts user CPU only; RLIMIT_CPU (setrlimit(2)) is whole seconds, is
+# inherited by forked children and kills at its hard limit.
+_SIGNAL = getattr(signal, "SIGPROF", None) if hasattr(signal, "setitimer") else None
+_SOONEST = 1e-6  # s: a deadline already due is armed this far ahead (setitimer's 0 disarms)
+_DEADLINES: list = []  # the main thread's live :func:`cpu_deadline` entries, outermost first
+
+
+@dataclass(eq=False)
+class _Deadline:
+    at: float  # time.process_time() at which it expires
+    expire: object  # an exception class to raise, or a callable to call
+    live: bool = True  # False once fired or left
+
+
+@contextmanager
+def cpu_deadline(seconds: float | None, expire):
+    """Call ``expire`` (an exception class: raise it) in the body once the process has spent
+    ``seconds`` more of CPU (user + system; 0 or less: at once). Nestable: an inner deadline
+    neither cancels nor extends an outer one, the earlier fires first, and on leaving the
+    inner the outer is re-armed with the CPU spent since counted. The outermost saves the
+    SIGPROF handler and ITIMER_PROF timer it finds and restores them on leaving (a timer
+    found armed: less the CPU spent meanwhile). Off (the body runs unbounded) where it
+    cannot be set: ``seconds`` None, off the main thread (a Dask worker's, any thread:
+    signals reach the main thread only), no POSIX timers, or a SIGPROF handler installed
+    from C (it could not be restored)."""
+    if (seconds is None or _SIGNAL is None or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(_SIGNAL) is None):
+        yield
+        return
+    entry = _Deadline(time.process_time() + max(seconds, 0.0), expire)
+    saved = None if _DEADLINES else (signal.signal(_SIGNAL, _on_timer), signal.setitimer(signal.ITIMER_PROF, 0),
+                                     time.process_time())
+    _DEADLINES.append(entry)
+    _arm()
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-        signal.signal(signal.SIGVTALRM, previous)
+        entry.live = False  # (first: a signal arriving now does not fire it)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        if entry in _DEADLINES:  # (not in a forked child: its stack was cleared)
+            del _DEADLINES[_DEADLINES.index(entry):]  # itself, and any inner left by an exception
+        _arm()
+        if saved is not None:
+            _restore(*saved)
+
+
+def _arm() -> None:
+    """Set the timer to the earliest live deadline."""
+    due = [d.at for d in _DEADLINES if d.live]
+    if due:
+        signal.setitimer(signal.ITIMER_PROF, max(min(due) - time.process_time(), _SOONEST))
+
+
+def _on_timer(_signum, _frame) -> None:
+    """SIGPROF: fire the earliest deadline that is due (re-arm when none is yet)."""
+    now = time.process_time()
+    due = [d for d in _DEADLINES if d.live and d.at <= now]
+    if not due:
+        _arm()
+        return
+    first = min(due, key=lambda d: d.at)
+    first.live = False
+    _arm()
+    if isinstance(first.expire, type) and issubclass(first.expire, BaseException):
+        raise first.expire
+    first.expire()
+
+
+def _restore(handler, timer: tuple[float, float], since: float) -> None:
+    """Put back the SIGPROF handler and timer the outermost deadline found."""
+    signal.signal(_SIGNAL, handler)
+    value, interval = timer
+    if value > 0:
+        signal.setitimer(signal.ITIMER_PROF, max(value - (time.process_time() - since), _SOONEST), interval)
+
+
+if hasattr(os, "register_at_fork"):  # a forked child inherits no timer (fork(2)): nor the deadlines
+    os.register_at_fork(after_in_child=_DEADLINES.clear)
 
 
 # An all-to-all puts a flow on every ordered pair of its group at once: measured with

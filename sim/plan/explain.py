@@ -21,15 +21,7 @@ of a search runs on the same cluster) and simulates the next point on it; its ro
 are pure functions of the graph (tests/test_plan_speed.py: the same rows as a fresh build).
 """
 
-import contextlib
-import signal
-import threading
 import time
-
-try:
-    import resource
-except ImportError:  # (not POSIX: no CPU limit, the sweep's wall limit only)
-    resource = None
 
 from .. import work
 from ..errors import InputError
@@ -83,32 +75,11 @@ class CpuLimit(Exception):
     """A planner point ran past its CPU seconds (:func:`cpu_limit`)."""
 
 
-def _past_limit(signum, frame):
-    raise CpuLimit
-
-
-@contextlib.contextmanager
 def cpu_limit(seconds: float):
     """Raise :class:`CpuLimit` in the block once this process has spent ``seconds`` more of CPU
-    (RLIMIT_CPU's soft limit, whole seconds: the kernel's SIGXCPU, setrlimit(2)). Off where it
-    cannot be set: no ``resource``/SIGXCPU (not POSIX), or off the main thread (a Dask worker's)."""
-    sigxcpu = getattr(signal, "SIGXCPU", None)
-    if resource is None or sigxcpu is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    used = time.process_time()
-    limit = int(used + seconds) + 1
-    if hard != resource.RLIM_INFINITY and limit >= hard:
-        yield
-        return
-    previous = signal.signal(sigxcpu, _past_limit)
-    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        signal.signal(sigxcpu, previous)
+    (:func:`sim.work.cpu_deadline`: nested with the simulation's own watchdog, the earlier
+    fires; off where it cannot be set: off the main thread (a Dask worker's), not POSIX)."""
+    return work.cpu_deadline(seconds, CpuLimit)
 
 
 def topology_of(scenario):
