@@ -16,6 +16,10 @@ budget with an InputError naming the key that drives the cost (exit 2); ``--forc
 
 Run ``python -c "import sim, sim.work as w; print(w.estimate(sim.load_scenario('scenarios/gpt3-175b-ptd.toml')))"``;
 ``python bench/work.py --cases`` prints the estimate against measured runs, case by case.
+
+:func:`watchdog` stops a run past 20x its estimate of CPU; it and the planner point's CPU limit
+(sim/plan/explain.py ``cpu_limit``) are both :func:`cpu_deadline`, the process's one CPU timer,
+nestable (a point's limit wraps a simulation's watchdog).
 """
 
 from contextlib import contextmanager
