@@ -318,4 +318,4 @@ def test_a_run_far_past_its_estimate_is_stopped_as_an_internal_error(monkeypatch
     with pytest.raises(SimulationError, match="still simulating after"):
         simulate(s)
     assert simulate(s, force=True).summary["step_time_s"] > 0  # --force: no watchdog
-    assert signal.getitimer(signal.ITIMER_VIRTUAL) == (0.0, 0.0)  # the timer is cleared
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)  # the CPU deadline's timer is cleared (sim/work.py cpu_deadline)
