@@ -6,10 +6,13 @@ arrives from its ring neighbour, so cp-1 K/V shifts overlap cp-1 of the cp atten
 chunks. Backward circulates K/V and their gradients (twice the bytes). ``parallel.cp_impl =
 "torch"``: PyTorch's experimental implementation instead (sim/parallel/cp_torch.py);
 ``"all_gather"``: K/V all-gathered, then local attention, as Llama 3 trained (sim/parallel/cp_all_gather.py).
+The ring's own packing, copies and merges (Transformer Engine's AttnFuncWithCPAndKVP2P) run beside each
+step's attention kernel in the same op: :mod:`sim.model.cp_merge`.
 """
 
 from ..input.choices import CpImpl
 from ..collectives.kinds import RING_SHIFT
+from ..model import cp_merge
 from ..model.layers import ELEM, Direction, attention_core, backward
 from ..engine.kinds import Category
 from . import cp_all_gather, cp_torch
@@ -45,6 +48,17 @@ def attention(b, layer: int, mb: int, deps, direction: Direction = Direction.FWD
                                deps if shift is None else shift, layer=layer, mb=mb, tag=(step,),
                                group_of=lambda r: b.ctx.layout.group(r, Category.CP))
         step_deps = (last,) if shift is None else (last, shift)
-        last = b.compute(f"attn_core_{direction}{tag}", kernels, step_deps, layer, mb)
+        last = b.compute(f"attn_core_{direction}{tag}", _step_kernels(b, kernels, direction, step, cp), step_deps,
+                         layer, mb)
         shift = nxt if step < cp - 1 else shift
     return last
+
+
+def _step_kernels(b, kernels, direction: Direction, step: int, cp: int) -> list:
+    """Ring step ``step``'s attention kernels with Transformer Engine's copies and merges around them
+    (:func:`sim.model.cp_merge.forward_step`, :func:`~sim.model.cp_merge.backward_step`)."""
+    d, sh = b.ctx.dims, b.ctx.shard
+    if direction is Direction.FWD:
+        return [*kernels, *cp_merge.forward_step(d, sh, step, cp)]
+    before, after = cp_merge.backward_step(d, sh, step, cp)
+    return [*before, *kernels, *after]
