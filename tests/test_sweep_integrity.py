@@ -188,8 +188,10 @@ def test_the_lock_refuses_a_second_holder_and_is_removed(tmp_path):
 
 def test_two_sweeps_on_one_file_the_second_refuses_and_the_first_keeps_every_row(tmp_path, start_sweep):
     out = tmp_path / "both.csv"
-    first = start_sweep(out, "--grid", "training.seq_len=1024,2048,4096,8192", "--workers", "1", SLEEP="2")
-    wait_for(lambda: finished_rows(out) >= 1)  # three points (6 s) to go
+    # three points (15 s) to go: the second sweep's own start (importing clustersim) took more than
+    # 6 s on a two-core machine at load 12, and the first had finished before it looked (CI, stop 51)
+    first = start_sweep(out, "--grid", "training.seq_len=1024,2048,4096,8192", "--workers", "1", SLEEP="5")
+    wait_for(lambda: finished_rows(out) >= 1)
     second = subprocess.run([sys.executable, "-m", "sim", "sweep", str(FSDP), "--out", str(out), "--grid",
                              "parallel.dp_algo=ring,tree", "--workers", "1"], env=cli_env(), capture_output=True,
                             text=True, timeout=60)
