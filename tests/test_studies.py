@@ -53,6 +53,49 @@ def test_fsdp_crossover_moves_right_with_batch_and_left_with_sparsity(reports):
     assert first.mfu_sim == pytest.approx(first.mfu_seeds)  # calibrated at the smallest GPU count
 
 
+def test_fsdp_crossover_the_simulated_crater_follows_the_batch_and_mfu_craters(reports):
+    """What the study's notes say beyond N*: the *simulated* crater (not only the seeds'
+    formula) moves right with a 4x batch; the crossover in tokens per GPU does not depend
+    on the batch and sits below one 4k-token sequence (why the study uses 1k-token ones);
+    and at the batch floor MFU has cratered, below half its plateau and below the seeds'
+    plateau x N*/N, for the dense ring curve and for the MoE one."""
+    s = reports["fsdp-crossover"].summary.set_index("curve")
+    base_, big, sparse = s.iloc[0], s.iloc[2], s.iloc[3]
+    assert big.n_crater_sim > base_.n_crater_sim
+    assert big.tokens_per_gpu_at_n_star == pytest.approx(base_.tokens_per_gpu_at_n_star, rel=0.01)
+    assert base_.tokens_per_gpu_at_n_star < 4096
+    table = reports["fsdp-crossover"].table
+    for curve in (base_, sparse):
+        last = table[table["curve"] == curve.name].sort_values("gpus").iloc[-1]
+        assert last.gpus == curve.batch_floor_gpus and last.gpus > curve.n_star_seeds
+        assert last.mfu_sim < curve.mfu_plateau / 2 and last.mfu_sim < last.mfu_seeds
+
+
+def test_fsdp_crossover_scenario_moves_3x_the_parameters_where_dp_moves_2x():
+    """The study's premise (the seeds: FSDP all-gathers forward and backward and
+    reduce-scatters, 3 x params, 50% over DDP's all-reduce, 2 x params): its own scenario
+    at one of its points, simulated with rings (whose (N-1)/N form the seeds' count is),
+    moves 3x the parameter bytes of the study's ``hardware`` per GPU under ZeRO 3 and 2x
+    with DDP (ZeRO 0): one micro-batch per GPU, so one gather per pass."""
+    import tomllib
+
+    from sim.input.load import scenario_from_dict
+    from sim.step import simulate
+    from sim.studies import fsdp_crossover as fc
+
+    path = base.scenario_path(fc.NAME)
+    over = next(o for labels, o in fc.points(quick=True)
+                if labels["curve"] == fc.CURVES[0][0] and o["cluster.gpus"] == 64)
+    n, param_bytes = over["cluster.gpus"], 2 * base.hardware(path, over).params_total
+    sent = {}
+    for zero in (3, 0):
+        s = scenario_from_dict(tomllib.loads(path.read_text()), {**over, "parallel.dp_algo": "ring",
+                                                                 "parallel.zero": zero}, path.parent)
+        sent[zero] = simulate(s).summary["comm_bytes_per_gpu"]["dp"]
+    assert sent[3] == pytest.approx(3 * param_bytes * (n - 1) / n, rel=1e-3)
+    assert sent[0] == pytest.approx(2 * param_bytes * (n - 1) / n, rel=1e-3)
+
+
 def test_sharp_switches_move_the_simulated_crater_right_but_not_the_seeds_n_star(reports):
     """SHARP all-gathers and reduce-scatters (NCCL's CollNet, picked by auto) take a few
     steps through the switches instead of N-1 ring steps; the bytes per NIC are the same."""
@@ -79,6 +122,20 @@ def test_batch_floor_rejects_pure_fsdp_beyond_the_sequences(reports):
     assert s.loc["FSDP", "max_valid_gpus"] == 1024
     assert s.loc["FSDP + PP", "speedup_vs_best_fsdp"] == pytest.approx(1.0, abs=0.05)  # m = 1: all bubble
     assert s.loc["FSDP + TP", "speedup_vs_best_fsdp"] > 2
+
+
+def test_batch_floor_pp_idles_what_cp_and_tp_split(reports):
+    """The study's last note: past the floor each pipeline holds one micro-batch, so PP's
+    bubble is (p-1)/(m+p-1) with m = 1 and its MFU FSDP's over p (the same throughput on
+    p x the GPUs); CP and TP split each sequence instead and, at the same degree (quick: 4 on
+    4,096 GPUs; in the full run CP 16 falls back to 1.38x), both gain more than PP."""
+    s = reports["batch-floor"].summary.set_index("strategy")
+    assert s.loc[["FSDP + PP", "FSDP + CP", "FSDP + TP"], "degree_there"].nunique() == 1
+    pp, p = s.loc["FSDP + PP"], s.loc["FSDP + PP", "degree_there"]
+    assert p > 1 and pp.bubble_there == pytest.approx((p - 1) / p, abs=0.02)
+    assert pp.mfu_there == pytest.approx(s.loc["FSDP", "mfu_there"] / p, rel=0.05)
+    assert s.loc["FSDP + TP", "speedup_vs_best_fsdp"] > s.loc["FSDP + CP", "speedup_vs_best_fsdp"] \
+        > 1.5 * pp.speedup_vs_best_fsdp
 
 
 def test_pipeline_bubbles_follow_the_closed_forms(reports):
