@@ -120,7 +120,8 @@ def test_a_recurring_pair_beside_other_traffic_is_solved_once(monkeypatch):
               (0.5, _hop(16, 17, 4e9)), (0.5, _hop(0, 1, 1e9)), (0.5 + 1e-4, _hop(0, 1, 1e9))]
     net, ends = run_transfers(topo, starts)
     assert net.components.hits >= 1
-    monkeypatch.setattr(ComponentRates, "solve", lambda self, sets, keys, joint, shape=None: joint(list(range(len(sets)))))
+    monkeypatch.setattr(ComponentRates, "solve",
+                        lambda self, sets, keys, joint, shape=None, groups_of=None: joint(list(range(len(sets)))))
     _, joint_ends = run_transfers(topo, starts)
     assert ends == joint_ends  # exactly the joint solve's times
 

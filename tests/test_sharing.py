@@ -118,3 +118,29 @@ def test_a_transfer_alone_since_its_start_shares_no_link():
         network.Network._on_wake = original
     assert net.joint_solves > 5 and len(answers) > 10
     assert not any(answers)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_components_from_the_memo_of_pairs_are_the_link_sets_ones(seed, monkeypatch):
+    """``Sharing.components`` (union-find over the memo of pairs, what a joint re-solve that misses
+    the memo of sets in flight asks) lists the same groups in the same order as
+    ``maxmin.components`` finds from the link sets themselves: phases repeated (the same key,
+    in flight twice), one with no links, the memo starting over midway."""
+    from sim.engine.maxmin import components
+
+    monkeypatch.setattr(sharing, "MEMO_PAIRS", 40)
+    rng = random.Random(seed)
+    phases = _phases(rng, 30)
+    s = Sharing(N_LINKS)
+    owner = np.full(N_LINKS, -1, dtype=np.int64)
+    merged = 0
+    for _ in range(200):
+        flight = [phases[rng.randrange(len(phases))] for _ in range(rng.randint(1, 16))]
+        for ph in flight:
+            s.add(ph)
+        groups = s.components(flight)
+        assert groups == components([ph.links for ph in flight], owner)
+        merged += len(groups) < len(flight)
+        for ph in flight:
+            s.remove(ph)
+    assert 20 < merged < 200  # (both separate and merged transfers were met)

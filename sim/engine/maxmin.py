@@ -189,7 +189,7 @@ def separated(levels: list[np.ndarray]) -> bool:
     (Conservative: a near tie inside one component also says no.)"""
     values = np.sort(np.concatenate(levels))
     low, high = values[:-1], values[1:]
-    return not bool(((high > low) & (high <= low * (1 + _EPS))).any())
+    return not np.count_nonzero((high > low) & (high <= low * (1 + _EPS)))  # (.any(): the same answer)
 
 
 class ComponentRates:
@@ -217,13 +217,16 @@ class ComponentRates:
         """Components solved (not found in the memo)."""
         return self._cache.misses
 
-    def solve(self, link_sets: list[np.ndarray], keys: list, joint, shape: tuple | None = None) -> list[np.ndarray]:
+    def solve(self, link_sets: list[np.ndarray], keys: list, joint, shape: tuple | None = None,
+              groups_of=None) -> list[np.ndarray]:
         """``shape``, when given, names ``link_sets`` (the same shape, the same sets in the
         same order): their components are then memoized by it, found again whenever the
-        same transfers are in flight whatever their live chains."""
+        same transfers are in flight whatever their live chains. ``groups_of()``, when given,
+        gives what :func:`components` would (the network's memo of pairs that share a link:
+        :meth:`sim.engine.sharing.Sharing.components`)."""
         groups = None if shape is None else self._groups.get(shape)
         if groups is None:
-            groups = components(link_sets, self._owner)
+            groups = components(link_sets, self._owner) if groups_of is None else groups_of()
             if shape is not None:
                 self._groups.put(shape, groups)
         if len(groups) == 1:

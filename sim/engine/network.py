@@ -40,6 +40,7 @@ _TICKS = 4  # ... or within this many steps of the clock's float64 resolution at
 _REL_BYTES = 1e-12  # ... or with this share of its bytes left (float64 rounding of bytes - rate * dt)
 _MAX_STALLS = 10_000  # wake-ups in a row that move no byte and end no chain: the network is stuck
 _INF = float("inf")
+_count = np.count_nonzero  # (a C call: ndarray.all() and .any() go through a Python frame of numpy's)
 
 
 @dataclass(eq=False, slots=True)
@@ -204,12 +205,15 @@ class Network:
         found = self._ordered.get(tuple(keys))
         if found is None:
             found = self._rates_in_order(acts, keys)
-        perm, new, rates = found
+        perm, new, rates, positive = found
         for act, r in zip(acts, new):
             act.rates = r
             act.generation += 1
-        with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+        if all_live and positive:  # (bytes and rates all > 0: no division to silence; np.errstate costs more)
             ratio = left / rates
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):  # (a dead chain's 0 / 0 is never read)
+                ratio = left / rates
         if all_live:
             horizons = np.minimum.reduceat(ratio, starts).tolist()
         else:
@@ -218,8 +222,9 @@ class Network:
         self._wake_all([acts[i] for i in perm], perm, horizons)
 
     def _rates_in_order(self, acts: list[_Active], keys: list) -> tuple:
-        """(the acts' order sorted by key, their rates in the acts' own order, those concatenated), from
-        the memo of sets in flight (sorted keys) or solved component by component; kept by the unsorted key."""
+        """(the acts' order sorted by key, their rates in the acts' own order, those concatenated, whether
+        every one is > 0), from the memo of sets in flight (sorted keys) or solved component by component
+        (the components from the memo of pairs that share a link); kept by the unsorted key."""
         perm = sorted(range(len(acts)), key=keys.__getitem__)
         order = [acts[i] for i in perm]
         key = tuple([keys[i] for i in perm])
@@ -227,12 +232,14 @@ class Network:
         if found is None:
             found = self.components.solve([a.phase.links for a in order], key,
                                           lambda group: self._max_min([order[i] for i in group]),
-                                          tuple([k for k, _ in key]))  # (a phase's key fixes its links)
+                                          tuple([k for k, _ in key]),  # (a phase's key fixes its links)
+                                          lambda: self._sharing.components([a.phase for a in order]))
             self._rate_cache.put(key, found)
         new = [None] * len(acts)  # the rates in the acts' own order
         for i, r in zip(perm, found):
             new[i] = r
-        entry = (perm, new, np.concatenate(new))
+        rates = np.concatenate(new)
+        entry = (perm, new, rates, _count(rates > 0) == len(rates))
         self._ordered.put(tuple(keys), entry)
         return entry
 
@@ -272,7 +279,7 @@ class Network:
             return float((act.remaining / act.rates).min())
         live = act.remaining > 0
         # a phase whose bytes ran out while another's wake-up re-solved it finishes now
-        return float((act.remaining[live] / act.rates[live]).min()) if live.any() else 0.0
+        return float((act.remaining[live] / act.rates[live]).min()) if _count(live) else 0.0
 
     def _wake_in(self, act: _Active, horizon: float) -> None:
         if not horizon < _INF:  # nan or inf: a moving chain without bandwidth never ends
@@ -321,13 +328,13 @@ class Network:
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
 
     def _on_wake(self, act: _Active, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
-        shared = not _solo_since_start(act, act.generation) and self._sharing.others(act.phase)
+        shared = not (act.solo and act.generation == 1) and self._sharing.others(act.phase)  # (_solo_since_start)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)
             finishing = self._finishing(act)
-            if not finishing.all():
-                self._guard_progress(moved or bool((finishing & (act.remaining > 0)).any()))
+            if _count(finishing) != len(finishing):  # (not .all(), .any(): the same answers, no Python frame)
+                self._guard_progress(moved or _count(finishing & (act.remaining > 0)) > 0)
                 act.remaining = np.where(finishing, 0.0, act.remaining)
                 self._solve_all() if shared else self._solve([act])
                 return
@@ -386,4 +393,4 @@ def _mask_key(remaining: np.ndarray) -> bytes:
     """Which chains of a phase are still moving (all of them, almost always): b"" for all,
     else the live mask. Always bytes, so keys of two copies of one phase compare."""
     live = remaining > 0
-    return b"" if live.all() else live.tobytes()
+    return b"" if _count(live) == len(live) else live.tobytes()
