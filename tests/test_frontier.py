@@ -21,8 +21,8 @@ SLOW = ("tt_h100_l405b", "tt_h100_l70b", "tt_h100_l8b_cp8", "tt_gb200", "nb_gb20
 NB = {i: r for i, r in ROWS.items() if i.startswith("nb_")}  # NVIDIA's own published runs on full-power Blackwell
 
 
-def test_thirty_eight_rows_on_nine_gpu_types():
-    assert len(ROWS) == 38
+def test_forty_six_rows_on_nine_gpu_types():
+    assert len(ROWS) == 46
     assert {r.gpu for r in ROWS.values()} == {"h100-500w", "h200", "b200-power-limited", "gb200-torchtitan", "mi325x",
                                                "mi355x", "b200", "gb200", "gb300"}
 
@@ -30,7 +30,7 @@ def test_thirty_eight_rows_on_nine_gpu_types():
 def test_every_shipped_row_id_is_unique_and_every_nb_row_cites_its_commit_and_line():
     ids = [r.id for r in validation.load_rows()]
     assert len(ids) == len(set(ids))
-    assert len(NB) == 16 and {r.gpu for r in NB.values()} == {"b200", "gb200", "gb300"}
+    assert len(NB) == 24 and {r.gpu for r in NB.values()} == {"b200", "gb200", "gb300"}
     notes = {x["id"]: x["notes"] for x in frontier.read_table("frontier_runs.csv")}
     cited = r"(NVIDIA-NeMo/Megatron-Bridge@[0-9a-f]{8} docs/performance-summary|NVIDIA/dgxc-benchmarking@[0-9a-f]{8} \(v25\.05\) llama3\.1/README)\.md.* line \d+"
     for r in NB.values():
