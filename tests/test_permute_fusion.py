@@ -93,6 +93,7 @@ def test_the_default_is_megatrons_and_the_rows_follow_their_sources():
     assert scenario_from_dict(_spec()).parallel.moe_permute_fusion is False
     rows = {r.id: r for r in validation.load_rows()}
     assert rows["dg-dsv3-1024"].scenario["parallel"]["moe_permute_fusion"] is True
+    assert rows["nb_b200_q30b_8g_mxfp8"].scenario["parallel"]["moe_permute_fusion"] is True  # qwen3_moe.py line 177
     for row in ("dg-grok-512", "dg-grok-2048", "dg-grok-fp8-2048", "amd_mi355x_mixtral8x22b_64g_bf16"):
         assert "moe_permute_fusion" not in rows[row].scenario["parallel"]
     assert all(r.scenario["parallel"]["moe_permute_fusion"] is True for r in rows.values() if r.id.startswith("tt_"))

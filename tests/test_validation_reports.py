@@ -105,9 +105,14 @@ SHIPPED_GROUPS = [  # same model, GPU, sequence length and sequences per GPU, re
     ["nb_gb200_l70b_64g_mxfp8", "nb_gb200_l70b_64g_nvfp4"],
     ["nb_gb300_l70b_64g_mxfp8", "nb_gb300_l70b_64g_nvfp4"],
     ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_128g_fp8", "nb_gb200_l405b_256g_bf16",
-     "nb_gb200_l405b_256g_fp8",  # dgxc-benchmarking v25.05: 1/2 sequence per GPU
+     "nb_gb200_l405b_256g_fp8", "nb_gb200_l405b_512g_bf16",
+     "nb_gb200_l405b_512g_fp8",  # dgxc-benchmarking v25.05: 1/2 sequence per GPU
      "nb_gb200_l405b_128g_mxfp8"],  # Megatron-Bridge 25.11's MXFP8 run of the same layout
     ["nb_b200_l405b_128g_mxfp8", "nb_b200_l405b_128g_fp8cs"],
+    ["nb_gb300_l405b_256g_gbs1536_fp8cs", "nb_gb300_l405b_256g_gbs1536_mxfp8",
+     "nb_gb300_l405b_256g_gbs1536_nvfp4"],  # Megatron-Bridge 26.02: 6 sequences per GPU, one layout per precision
+    ["nb_gb200_l405b_256g_gbs1536_fp8cs", "nb_gb200_l405b_256g_gbs1536_mxfp8",
+     "nb_gb200_l405b_256g_gbs1536_nvfp4"],
 ]
 
 SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
@@ -120,8 +125,8 @@ SHIPPED_SERIES = [  # scenarios equal but for GPUs, dp and global batch
     ["tt_h100_l8b_8g_bf16", "tt_h100_l8b_128g_bf16"], ["tt_h100_l8b_8g_compile_bf16", "tt_h100_l8b_128g_compile_bf16"],
     ["tt_h100_l8b_8g_compile_fp8", "tt_h100_l8b_128g_compile_fp8"],
     ["tt_h200_l8b_32g_fp8", "tt_h200_l8b_64g_fp8"],
-    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_256g_bf16"],  # weak-scaled, 1/2 sequence per GPU
-    ["nb_gb200_l405b_128g_fp8", "nb_gb200_l405b_256g_fp8"],
+    ["nb_gb200_l405b_128g_bf16", "nb_gb200_l405b_256g_bf16", "nb_gb200_l405b_512g_bf16"],  # weak-scaled, 1/2 seq/GPU
+    ["nb_gb200_l405b_128g_fp8", "nb_gb200_l405b_256g_fp8", "nb_gb200_l405b_512g_fp8"],
 ]
 
 
@@ -144,6 +149,11 @@ def test_each_knob_pair_differs_in_its_knob_alone():
     assert pairs["tt_h100_l405b_512g_interleaved"] == ("schedule default->interleaved, "
                                                         "virtual_stages default->2")  # (torchtitan 9dec370: pp micro-batches)
     assert pairs["tt_h100_l8b_128g_bf16"] == "gpus 8->128, dp 8->128, global_batch 16->256"
+    assert pairs["nb_gb200_l405b_512g_bf16"] == "gpus 128->512, dp 2->8, global_batch 64->256"  # weak-scaled
+    # a list prints as runs: Megatron-Core's split of 126 layers over 16 x 8 chunks, embedding and loss alone
+    assert pairs["nb_gb200_l405b_256g_gbs1536_mxfp8"] == ("stage_layers default->[0, 1 x 126, 0], "
+                                                          "virtual_stages 4->8, precision fp8->mxfp8")
+    assert vr._short([2, 3, 3, 3, 2]) == "[2, 3 x 3, 2]" and vr._short([1, 2]) == "[1, 2]" and vr._short(4) == "4"
 
 
 def test_shipped_series():

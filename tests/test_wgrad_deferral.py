@@ -144,7 +144,7 @@ def test_rows_carry_it_where_nemo_sets_it():
                         "dg-l405-512": 50, "dg-l405-2048": 50, "dg-l405-fp8-1024": 50,
                         # dgxc-benchmarking v25.05's GB200 405B rows (frontier_runs.csv notes: NeMo's
                         # performance_mode, wgrad_deferral_limit 50)
-                        **{f"nb_gb200_l405b_{n}g_{p}": 50 for n in (128, 256) for p in ("bf16", "fp8")}}
+                        **{f"nb_gb200_l405b_{n}g_{p}": 50 for n in (128, 256, 512) for p in ("bf16", "fp8")}}
 
 
 def test_the_planner_drops_it_where_it_cannot_run():

@@ -52,7 +52,7 @@ SECTIONS = {  # column -> (section, scenario key)
     **{k: ("parallel", k) for k in ("tp", "pp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "stage_layers",
                                      "zero", "sequence_parallel", "tp_comm_overlap", "ep_comm_overlap",
                                      "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_mb",
-                                     "reshard_after_forward", "dp_shard", "moe_permute_fusion",
+                                     "reshard_after_forward", "dp_shard", "moe_permute_fusion", "moe_grouped_gemm",
                                      "grad_reduce_in_fp32", "ep_dispatcher", "cp_impl",
                                      "tp_overlap_fp8_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
                                      "mla_down_proj")},

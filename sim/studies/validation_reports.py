@@ -191,8 +191,22 @@ def differences(row: Row, reference: Row) -> str:
     row leaves the key out)."""
     a, b = flat(reference.scenario), flat(row.scenario)
     keys = sorted(set(a) | set(b), key=lambda k: (k not in SCALE_KEYS, k))
-    return ", ".join(f"{k.rpartition('.')[2]} {a.get(k, 'default')}->{b.get(k, 'default')}"
+    return ", ".join(f"{k.rpartition('.')[2]} {_short(a.get(k, 'default'))}->{_short(b.get(k, 'default'))}"
                      for k in keys if a.get(k) != b.get(k))
+
+
+def _short(value) -> str:
+    """A value as ``differences`` prints it: a list as runs, ``[0, 1 x 126, 0]`` (a 128-chunk
+    ``stage_layers``), anything else as itself."""
+    if not isinstance(value, list):
+        return str(value)
+    runs: list[list] = []
+    for v in value:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return "[" + ", ".join(f"{v} x {n}" if n > 1 else str(v) for v, n in runs) + "]"
 
 
 def layout_ranking(results: list[tuple[Row, float]]) -> tuple[Group, ...]:
