@@ -32,6 +32,19 @@ def test_front_skips_what_costs_more_than_cheap_times_the_cheapest():
     assert picked == [1, 2, 4, 5] and skipped == [0, 3]
 
 
+def test_the_cap_is_measured_among_the_near_best_not_the_whole_search():
+    """A trivial layout far down the estimate order (0.01 s) must not price the near-best
+    (1 s each) out of the front: the cap is CHEAP x the cheapest of the WIDEN x front_size best
+    estimates (docs/plan.md: the dense H100 searches simulated from the 3,398th estimate on)."""
+    size = select.front_size(20.0, 4)  # 8 picks; the near-best window: WIDEN x 8 = 24
+    costs = np.r_[np.ones(select.WIDEN * size), np.full(100, 0.5), [0.01]]
+    assert select.cost_floor(costs, size) == 1.0
+    picked, skipped = select.front(_ranked(costs), budget=20.0, top_n=4)
+    assert picked[:4] == [0, 1, 2, 3] and skipped == []
+    ranked = _ranked(costs, np.r_[np.arange(1.0, len(costs)), [0.5]])
+    assert select.contenders(ranked, {5: 10.0}, budget=20.0, top_n=4)[:2] == [0, 1]
+
+
 def test_front_fits_the_budget_share_and_grows_with_the_budget():
     costs = np.ones(500)
     assert select.front_size(40.0, 16) == 16 and select.front_size(240.0, 16) == 96 and select.front_size(10.0, 5) == 5

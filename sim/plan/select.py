@@ -5,7 +5,7 @@ The budget is in predicted seconds of simulation on one core (``sim_cost_s`` of
 on any machine and after any interruption. Three kinds of picks:
 
 - the front: the caller's ``top_n`` best candidates by estimate predicted at most
-  :data:`CHEAP` x the cheapest simulation of the search, then, among the :data:`WIDEN` x
+  :data:`CHEAP` x the cheapest simulation among the near-best (:func:`cost_floor`), then, among the :data:`WIDEN` x
   :func:`front_size` best under that cap, the cheapest to simulate first, until
   :data:`FRONT_SHARE` of the budget is spent (at most :func:`front_size` picks: more as the
   budget grows; a candidate too costly to simulate is skipped, keeps its estimate, and is
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 FRONT_SHARE = 0.7
-# A front pick is predicted at most this many times the search's cheapest simulation: one
+# A front pick is predicted at most this many times the near-best's cheapest simulation (cost_floor): one
 # layout that costs as much as dozens of others (DeepSeek-V3's all-to-alls over 128-256
 # expert ranks across NVLink domains, tens of times its in-node ep 8 layouts) is left to its
 # estimate so that the budget simulates many of the next best instead (docs/plan.md).
@@ -47,9 +47,19 @@ def front_size(budget: float, top_n: int) -> int:
     return max(top_n, int(FRONT_PER_S * budget))
 
 
+def cost_floor(cost: np.ndarray, size: int) -> float:
+    """The cost the :data:`CHEAP` cap is measured against: the cheapest predicted simulation
+    among the :data:`WIDEN` x ``size`` best estimates (``cost`` best estimate first), not the
+    whole search's. Against the search's cheapest, one trivial layout far down the order (a dense
+    H100 search's 0.14 s one) priced every near-best layout out of the front, and the planner
+    simulated from the 3,398th best estimate on (dg-l70-64: best 14.967 s, slower than the
+    published layout; with no cap 13.642 s; docs/plan.md "Published layouts placed again")."""
+    return float(cost[:max(1, WIDEN * size)].min())
+
+
 def front(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[int], list[int]]:
     """Positions (in ``ranked``, best estimate first) of the front picks, in that order: the
-    ``top_n`` best estimates predicted at most :data:`CHEAP` x the cheapest candidate's cost,
+    ``top_n`` best estimates predicted at most :data:`CHEAP` x :func:`cost_floor`,
     then, of the :data:`WIDEN` x :func:`front_size` best under that cap, the cheapest to
     simulate (ties: the better estimate), all while they fit what is left of
     :data:`FRONT_SHARE` of the budget, at most :func:`front_size` in all; and the positions
@@ -66,7 +76,7 @@ def front_parts(ranked: pd.DataFrame, budget: float, top_n: int) -> tuple[list[i
     size, cost = front_size(budget, top_n), ranked["sim_cost_s"].to_numpy()
     if not len(cost):
         return [], []
-    cheapest, limit = float(cost.min()), budget * FRONT_SHARE
+    cheapest, limit = cost_floor(cost, size), budget * FRONT_SHARE
     eligible = np.flatnonzero(cost <= CHEAP * cheapest)
     best, spent = [], 0.0
     for pos in eligible:  # the best estimates, in order
@@ -106,8 +116,8 @@ def spread(ranked: pd.DataFrame, budget: float, taken: set[int]) -> list[int]:
 
 def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float, top_n: int) -> list[int]:
     """Positions not yet simulated whose scaled estimate beats the ``top_n``-th best
-    simulated step time, best first, each at most :data:`CHEAP` x the cheapest candidate's
-    predicted cost, while the budget lasts (empty when none)."""
+    simulated step time, best first, each at most :data:`CHEAP` x :func:`cost_floor` (as the
+    front), while the budget lasts (empty when none)."""
     if not simulated:
         return []
     est = ranked["estimate_s"].to_numpy()
@@ -115,6 +125,7 @@ def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float,
     times = sorted(simulated.values())
     bar = times[min(top_n, len(times)) - 1]
     cost = ranked["sim_cost_s"].to_numpy()
+    cap = CHEAP * cost_floor(cost, front_size(budget, top_n))
     spent = sum(cost[p] for p in simulated)
     picked = []
     for p in np.flatnonzero(est * ratio < bar):
@@ -123,7 +134,7 @@ def contenders(ranked: pd.DataFrame, simulated: dict[int, float], budget: float,
             continue
         if len(picked) >= top_n:
             break
-        if spent + cost[p] > budget or cost[p] > CHEAP * cost.min():
+        if spent + cost[p] > budget or cost[p] > cap:
             continue
         picked.append(p)
         spent += cost[p]
