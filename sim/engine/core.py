@@ -263,8 +263,7 @@ class Engine:
         the meeting (its ``_ended`` hung on ``done``; with one member, ``done`` is the stream
         itself); without it the caller waits on ``done``."""
         now = self.env._now
-        found = self._shapes.get((call.op, call.algo, call.group, call.siblings, call.nbytes, call.shares))
-        sent, expected, phases = self._shape_of(call) if found is None else found  # (_shape_of's hit inlined)
+        sent, expected, phases = self._shape_of(call)
         if expected > 1:
             meeting = self._rendezvous.get(call.key)
             if meeting is None:
@@ -284,13 +283,10 @@ class Engine:
             late = self.folded_arrival(call, members, self.ready) if self.folded_arrival is not None else None
             if late is not None and late > now:  # folded members still on their way
                 wake_after(self.env, late - now, lambda _ev: self._begin(call, meeting))
-            else:  # (_begin and _run_phases' first step inlined)
+            else:  # (_begin inlined)
                 meeting.start = now
                 self.collectives_run += 1
-                if phases:
-                    self.net.start(phases[0], partial(self._run_phases, phases, 1, meeting))
-                else:
-                    self._run_phases(phases, 0, meeting)
+                self._run_phases(phases, 0, meeting)
         return meeting
 
     def _shape_of(self, call: Collective) -> tuple:

@@ -328,7 +328,7 @@ class Network:
         return [rates[ends[k]:ends[k + 1]] for k in range(len(order))]
 
     def _on_wake(self, act: _Active, _event=None) -> None:  # (its planned wake-up; a superseded one calls nothing)
-        shared = not (act.solo and act.generation == 1) and self._sharing.others(act.phase)  # (_solo_since_start)
+        shared = not _solo_since_start(act, act.generation) and self._sharing.others(act.phase)
         if not self._ends_untouched(act):
             moved = self.env.now > act.updated
             self._advance(act)
