@@ -3,9 +3,13 @@
 
 Closed forms, E local experts of equal load, BF16: the GPU runs the same GEMMs and the
 activation's bytes in one launch, (E - 1) launches fewer forward, 2 (E - 1) backward; the host
-issues each of fc1 and fc2 as one GEMM call plus E - 1 GEMMs at ``GROUPED_GEMM_ISSUE_S`` and one
-activation, where one expert after the other pays E GEMM calls and E activations. The simulated
-MoE layer's host time moves by exactly that, forward and backward; bad values exit 2 naming the key.
+issues each of fc1 and fc2 as one GEMM call plus E - 1 GEMMs at ``GROUPED_GEMM_ISSUE_S`` (two
+each backward) with each of those experts' Python once per direction (``EXPERT_PYTHON_S``), and
+one activation, where one expert after the other pays E GEMM calls (2 E backward) and E
+activations. MXFP8 (Transformer Engine's ``split_quantize``, one quantize kernel per expert): each
+linear's cast is E launches of the same bytes, E - 1 of them at ``SPLIT_QUANTIZE_S`` on the host
+and ``LAUNCH_S`` on the GPU; under FP8 delayed scaling it stays one launch. The simulated MoE
+layer's host time moves by exactly that, forward and backward; bad values exit 2 naming the key.
 
 Run: ``python -m pytest -q tests/test_grouped_gemm.py``
 """
@@ -15,9 +19,10 @@ import pytest
 from conftest import assert_input_error, clustersim
 from sim.input.load import scenario_from_dict
 from sim.model import host
-from sim.model.compute import LAUNCH_S, ComputeModel
+from sim.model.compute import LAUNCH_S, ComputeModel, Kernel
 from sim.model.layers import backward
-from sim.model.moe_kernels import experts
+from sim.model.layers import mlp
+from sim.model.moe_kernels import experts, grouped_mlp, split_quantize
 from sim.model.transformer import dims
 from sim.hardware.gpus import gpu_preset
 from sim.parallel import layer_program as lp
@@ -32,8 +37,17 @@ GEMM = host.GEMM_ISSUE_S + host.STEP_PYTHON_S
 KERNEL = host.KERNEL_ISSUE_S + host.STEP_PYTHON_S
 
 
-def _scenario(grouped: bool):
-    return scenario_from_dict({**SPEC, "parallel": {**SPEC["parallel"], "moe_grouped_gemm": grouped}})
+def _scenario(grouped: bool, precision: str = "bf16", topology: str = "dgx-h100"):
+    return scenario_from_dict({**SPEC, "training": {**SPEC["training"], "precision": precision},
+                               "cluster": {**SPEC["cluster"], "topology": topology},
+                               "parallel": {**SPEC["parallel"], "moe_grouped_gemm": grouped}})
+
+
+def _saved(local: int) -> tuple[float, float]:
+    """Host seconds one expert after the other pays over the grouped MLP, BF16: forward, backward."""
+    fwd = (local - 1) * (2 * (GEMM - host.GROUPED_GEMM_ISSUE_S - host.EXPERT_PYTHON_S) + KERNEL)
+    bwd = (local - 1) * (2 * (2 * GEMM - 2 * host.GROUPED_GEMM_ISSUE_S - host.EXPERT_PYTHON_S) + 2 * KERNEL)
+    return fwd, bwd
 
 
 @pytest.mark.parametrize("local", [2, 8, 16])
@@ -48,9 +62,10 @@ def test_kernels_gpu_and_host_closed_forms(local):
     compute = ComputeModel(gpu_preset("h100-sxm"))
     assert compute.time(p) - compute.time(g) == pytest.approx((local - 1) * LAUNCH_S, rel=1e-9)
     assert compute.time(backward(p)) - compute.time(backward(g)) == pytest.approx(2 * (local - 1) * LAUNCH_S, rel=1e-9)
-    saved = (local - 1) * (2 * (GEMM - host.GROUPED_GEMM_ISSUE_S) + KERNEL)  # per direction's launch
-    assert host.issue_s(p) - host.issue_s(g) == pytest.approx(saved, rel=1e-12)
-    assert host.issue_s(backward(p)) - host.issue_s(backward(g)) == pytest.approx(2 * saved, rel=1e-12)
+    fwd, bwd = _saved(local)
+    assert host.issue_s(p) - host.issue_s(g) == pytest.approx(fwd, rel=1e-12)
+    assert host.issue_s(backward(p)) - host.issue_s(backward(g)) == pytest.approx(bwd, rel=1e-12)
+    assert sum(host.issue_cost(k) for k in g) == pytest.approx(host.issue_s(g), rel=1e-12)
 
 
 def test_simulated_moe_layer_host_time_moves_by_the_closed_form():
@@ -59,8 +74,46 @@ def test_simulated_moe_layer_host_time_moves_by_the_closed_form():
         s = _scenario(grouped)
         per[grouped] = lp.programs(s, "h100-sxm", kinds=(lp.Kind.MOE,))[lp.Kind.MOE].issue_s
     local = SPEC["model"]["moe"]["experts"] // SPEC["parallel"]["ep"]
-    saved = (local - 1) * (2 * (GEMM - host.GROUPED_GEMM_ISSUE_S) + KERNEL)
-    assert per[False] - per[True] == pytest.approx(3 * saved, rel=1e-9)  # forward, then twice that backward
+    assert per[False] - per[True] == pytest.approx(sum(_saved(local)), rel=1e-9)  # forward and backward
+
+
+@pytest.mark.parametrize("local", [2, 8, 16])
+def test_mxfp8_quantizes_each_expert_apart(local):
+    """Under MXFP8 the grouped MLP's two casts (fc1's and fc2's inputs) are E launches each where one
+    merged cast per linear was: the GPU pays 2 (E - 1) LAUNCH_S more forward, 4 (E - 1) backward, the
+    host 2 (E - 1) SPLIT_QUANTIZE_S forward and twice that backward; the bytes do not change. Under
+    FP8 (delayed scaling: one fused multi-tensor cast) nothing is split."""
+    compute = ComputeModel(gpu_preset("b200"))
+    for precision, split in (("mxfp8", True), ("fp8", False)):
+        s = _scenario(True, precision, "dgx-b200")
+        d, sh = dims(s.model), shard_of(s)
+        per_expert = [mlp(d, sh, d.f_expert, 512.0)] * local
+        g, one = grouped_mlp(per_expert, split_quantize(sh)), grouped_mlp(per_expert)  # one: a cast per linear
+        assert split_quantize(sh) is split
+        casts = [k for k in g if not k.flops and k.grouped]
+        assert len(casts) == (2 if split and local > 1 else 0)
+        assert all(k.count == local - 1 for k in casts)
+        assert sum(k.count for k in g) - sum(k.count for k in one) == len(casts) * (local - 1)
+        assert sum(k.bytes for k in g) == pytest.approx(sum(k.bytes for k in one), rel=1e-12)
+        extra = len(casts) * (local - 1)
+        assert compute.time(g) - compute.time(one) == pytest.approx(extra * LAUNCH_S, rel=1e-9)
+        assert compute.time(backward(g)) - compute.time(backward(one)) == pytest.approx(2 * extra * LAUNCH_S,
+                                                                                        rel=1e-9)
+        assert host.issue_s(g) - host.issue_s(one) == pytest.approx(extra * host.SPLIT_QUANTIZE_S, rel=1e-12)
+        assert host.issue_s(backward(g)) - host.issue_s(backward(one)) == pytest.approx(
+            2 * extra * host.SPLIT_QUANTIZE_S, rel=1e-12)
+
+
+def test_grouped_kernel_issue_closed_form():
+    """One expert's grouped GEMM: GROUPED_GEMM_ISSUE_S per launch, EXPERT_PYTHON_S once; a grouped
+    memory-bound kernel of n launches: n SPLIT_QUANTIZE_S; torch.compile's fusion leaves both alone."""
+    g = Kernel(1e9, 512, grouped=True)
+    assert host.issue_cost(g) == host.GROUPED_GEMM_ISSUE_S + host.EXPERT_PYTHON_S
+    assert host.issue_cost(g.backward()) == 2 * host.GROUPED_GEMM_ISSUE_S + host.EXPERT_PYTHON_S
+    q = Kernel(bytes=1e6, count=7, grouped=True)
+    assert host.issue_cost(q) == 7 * host.SPLIT_QUANTIZE_S == host.issue_s([q])
+    norm = Kernel(bytes=1e6)
+    assert host.fused([norm, q, norm]) == (norm, q, norm)
 
 
 @pytest.mark.parametrize("value", ["yes", "2"])

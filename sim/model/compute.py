@@ -254,8 +254,10 @@ class Kernel(NamedTuple):
     hbm_share: float = 0.0  # > 0: the measured share of the HBM bandwidth this memory-bound kernel
     #                         reaches, in place of HBM_EFFICIENCY (sim.model.quant.MX_CAST_SHARE)
     grouped: bool = False  # launched from inside a grouped GEMM's one library call (Transformer Engine's
-    #                        GroupedLinear, not its first GEMM): the host pays the library's per-GEMM
-    #                        work only (sim.model.host.GROUPED_GEMM_ISSUE_S); the GPU time is the same
+    #                        GroupedLinear, not its first expert): the host pays the library's per-GEMM
+    #                        work and the expert's Python (sim.model.host.GROUPED_GEMM_ISSUE_S,
+    #                        EXPERT_PYTHON_S), or for a memory-bound kernel split_quantize's per-expert
+    #                        quantize launches (SPLIT_QUANTIZE_S each); the GPU time is the same
     inv_k: float = 0.0  # a GEMM's 1 / K (its reduction dim), the FLOP-weighted mean over the GEMMs it
     #                     stands for (:data:`FP8_K_HALF`'s term is linear in it, so the mean is exact)
     bwd_inv_k: float = 0.0  # the same of its backward: dgrad reduces over n, wgrad over m, half the FLOPs each

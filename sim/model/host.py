@@ -32,8 +32,30 @@ sim/parallel/program.py ``RankBuilder._issue``).
   experts in C++, TransformerEngine 07afda98 common/gemm/cublaslt_gemm.cu
   ``nvte_multi_stream_cublas_gemm``): the library's host work of a GEMM launch beyond an eager
   operator's (``GEMM_ISSUE_S - KERNEL_ISSUE_S``, both measured) plus the launch (:data:`CUDA_LAUNCH_S`),
-  11.15 us, no :data:`STEP_PYTHON_S` (no Python per expert). TE's per-GEMM list handling in Python
-  is not counted: a lower bound.
+  11.15 us. The Python TE and Megatron-Core run per expert around that call is
+  :data:`EXPERT_PYTHON_S`, once per expert and direction.
+- :data:`EXPERT_PYTHON_S`: the Python one grouped linear runs per expert and direction beyond its
+  first (the first pays the call's own :data:`STEP_PYTHON_S`). Transformer Engine's GroupedLinear
+  loops over its experts in Python (TransformerEngine release_v2.9
+  transformer_engine/pytorch/module/grouped_linear.py ``_GroupedLinear.forward``: each expert's input
+  and weight quantizer ``set_usage``, ``module.get_weight_workspace``, the saved inputs' and weights'
+  ``update_usage``, ``prepare_for_saving`` of its input, weight and FP8 weight, its ``main_grad``
+  closure; ``backward``: its ``main_grad`` call, the weight's ``update_usage`` before the dgrad, and
+  ``handle_custom_ddp_from_mcore``, a ``torch.empty`` dummy gradient per expert weight), and autograd
+  then runs each expert weight's AccumulateGrad and Megatron-Core's per-parameter backward hook
+  (Megatron-LM 23dd639c megatron/core/distributed/distributed_data_parallel.py
+  ``_make_backward_post_hook``: ``main_grad.add_`` guard, ``param.grad = None``,
+  ``register_grad_ready``), every micro-batch. Not measured alone: taken as :data:`STEP_PYTHON_S`, the
+  measured Python a launch costs inside a plain PyTorch step (its module calls, autograd recording,
+  AccumulateGrad and hooks), which is what one expert's GEMM already paid when the experts ran one
+  after the other (Megatron-Core's SequentialMLP); before, a grouped GEMM's experts paid none of it.
+- :data:`SPLIT_QUANTIZE_S`: one quantize kernel Transformer Engine's ``split_quantize`` launches per
+  expert after the first (``Kernel.grouped`` on a memory-bound kernel: MXFP8, NVFP4; only delayed
+  scaling's quantizers take the one fused ``nvte_multi_cast_transpose``: release_v2.9
+  transformer_engine/pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``, "Quantize
+  kernels individually" otherwise, and ``split_quantize`` builds each split's Python tensor object in
+  C++, ``bulk_allocate_mxfp8_tensors``): the launch (:data:`CUDA_LAUNCH_S`) and that object, taken as
+  one eager operator's dispatch (:data:`EAGER_OP_S`), 10 us. An estimate.
 - :data:`NCCL_CALL_S`: one c10d call into ProcessGroupNCCL (``collective()``: the eager op,
   ``syncStream``'s event record and wait, the NCCL enqueue and its kernel launch), per kind
   (:class:`~sim.collectives.kinds.CollectiveOp`), on a world of one GPU (the c10d + NCCL host path, no data moved):
@@ -148,6 +170,13 @@ GROUPED_GEMM_ISSUE_S = GEMM_ISSUE_S - KERNEL_ISSUE_S + CUDA_LAUNCH_S
 # over its 385 launches (tests/test_host_step.py recomputes it; 28.1 us before the embedding's
 # weight-gradient kernels, sim/model/vocab.py, added two launches to that step)
 STEP_PYTHON_S = 27.9e-6
+# Per expert and direction of a grouped linear after its first expert (module docstring): TE release_v2.9
+# grouped_linear.py's per-expert Python loops and Megatron-Core's per-parameter backward hook, taken as the
+# measured per-launch step Python (not measured alone)
+EXPERT_PYTHON_S = STEP_PYTHON_S
+# One per-expert quantize kernel of TE's split_quantize after the first (MXFP8, NVFP4; release_v2.9 cast.cpp
+# multi_tensor_quantize_impl): its launch and the split's Python tensor object (estimate, module docstring)
+SPLIT_QUANTIZE_S = CUDA_LAUNCH_S + EAGER_OP_S
 
 
 # Transformer Engine userbuffers (``parallel.tp_comm_overlap``; sim/parallel/tp_overlap.py): one Python-level
@@ -182,13 +211,15 @@ def nccl_call_s(op: CollectiveOp | str) -> float:
 
 
 def issue_cost(k: Kernel) -> float:
-    """Host seconds to issue one launch of ``k`` eagerly in a training step: a library call
-    (GEMM, flash attention) or a memory-bound kernel's operator, plus the step's Python around
-    it (:data:`STEP_PYTHON_S`); a GEMM a grouped GEMM's call launches (``k.grouped``) only
-    :data:`GROUPED_GEMM_ISSUE_S`."""
+    """Host seconds to issue ``k`` (its ``count`` launches) eagerly in a training step: a library
+    call (GEMM, flash attention) or a memory-bound kernel's operator, plus the step's Python around
+    it (:data:`STEP_PYTHON_S`), per launch; one expert's GEMMs a grouped GEMM's call launches
+    (``k.grouped``): :data:`GROUPED_GEMM_ISSUE_S` per launch and the expert's Python once
+    (:data:`EXPERT_PYTHON_S`); the per-expert quantize kernels of ``split_quantize`` (grouped,
+    memory-bound): :data:`SPLIT_QUANTIZE_S` per launch."""
     if k.grouped:
-        return GROUPED_GEMM_ISSUE_S
-    return (KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S) + STEP_PYTHON_S
+        return k.count * SPLIT_QUANTIZE_S if _memory_bound(k) else k.count * GROUPED_GEMM_ISSUE_S + EXPERT_PYTHON_S
+    return k.count * ((KERNEL_ISSUE_S if _memory_bound(k) else GEMM_ISSUE_S) + STEP_PYTHON_S)
 
 
 def collective_issue_s(op: CollectiveOp | str) -> float:
@@ -206,8 +237,8 @@ def issue_s(kernels) -> float:
     """Host seconds to issue ``kernels`` eagerly, one launch at a time (:func:`issue_cost`
     inlined: a MoE layer's op issues thousands of expert kernels; the same sum, term by term)."""
     gemm, kernel = GEMM_ISSUE_S + STEP_PYTHON_S, KERNEL_ISSUE_S + STEP_PYTHON_S
-    return sum(k.count * (GROUPED_GEMM_ISSUE_S if k.grouped else kernel if not k.flops and not k.attn else gemm)
-               for k in kernels)
+    return sum((k.count * SPLIT_QUANTIZE_S if not k.flops else k.count * GROUPED_GEMM_ISSUE_S + EXPERT_PYTHON_S)
+               if k.grouped else k.count * (kernel if not k.flops and not k.attn else gemm) for k in kernels)
 
 
 def _memory_bound(k: Kernel) -> bool:
@@ -223,10 +254,10 @@ def fused(kernels) -> tuple:
     for k in kernels:
         prev = out[-1] if out else None
         if prev is not None and _memory_bound(k) and _memory_bound(prev) and prev.tp == k.tp \
-                and prev.hbm_share == k.hbm_share:
+                and prev.hbm_share == k.hbm_share and not (k.grouped or prev.grouped):
             out[-1] = prev._replace(bytes=prev.bytes + k.bytes)
         else:
-            out.append(k._replace(count=1) if _memory_bound(k) else k)
+            out.append(k._replace(count=1) if _memory_bound(k) and not k.grouped else k)
     return tuple(out)
 
 

@@ -6,6 +6,7 @@ is :mod:`sim.parallel.ep`."""
 
 from functools import lru_cache
 
+from ..input.choices import Precision, Recipe
 from .compute import LAUNCH_S, Kernel, elementwise, gemm
 from .layers import ELEM, Shard, mlp, norm_and_residual
 from .transformer import Dims
@@ -103,23 +104,39 @@ def routed_experts(d: Dims, sh: Shard, local_loads: tuple[float, ...], scale: in
     sort = local_sort(len(local_loads), scale * sum(local_loads), d.h)
     each = {load: mlp(d, sh, d.f_expert, load * scale) for load in set(local_loads)}  # (equal loads: one list)
     if sh.grouped_gemm:
-        return sort + grouped_mlp([each[load] for load in local_loads if load > 0]) + sort
+        return sort + grouped_mlp([each[load] for load in local_loads if load > 0], split_quantize(sh)) + sort
     return sort + [k for load in local_loads for k in each[load]] + sort
 
 
-def grouped_mlp(per_expert: list) -> list[Kernel]:
+def split_quantize(sh: Shard) -> bool:
+    """Whether Transformer Engine's ``split_quantize`` launches one quantize kernel per expert for a
+    grouped linear's input (and output gradient): every recipe but delayed scaling, whose quantizers
+    alone take the fused ``nvte_multi_cast_transpose`` (TransformerEngine release_v2.9
+    transformer_engine/pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``: "Quantize
+    kernels individually" otherwise). Here: MXFP8 and NVFP4 under ``training.fp8_recipe = "te"``
+    (``fp8`` with it is delayed scaling, sim/model/delayed_scaling.py)."""
+    return sh.fp8 and sh.recipe is Recipe.TE and sh.quant is not Precision.FP8
+
+
+def grouped_mlp(per_expert: list, per_split: bool = False) -> list[Kernel]:
     """The experts' MLPs (kernel lists of one shape) as Megatron-Core's TEGroupedMLP runs them
     (Megatron-LM 1e057005 moe/experts.py: fc1, one activation over all tokens, fc2), each linear one
     Transformer Engine GroupedLinear call launching a cuBLAS GEMM per expert from C++ (TE 07afda98
     common/gemm/cublaslt_gemm.cu ``nvte_multi_stream_cublas_gemm``): every GEMM after the first is
-    ``grouped`` (host cost: sim/model/host.py), each memory-bound kernel one launch of the summed bytes."""
+    ``grouped`` (host cost: sim/model/host.py), each memory-bound kernel one launch of the summed bytes
+    -- but with ``per_split`` (:func:`split_quantize`) a linear's quantize kernel (the memory-bound
+    kernel right before its GEMM) is one launch per expert: the first expert's, then the others'
+    as one ``grouped`` kernel of ``E - 1`` launches (host: ``SPLIT_QUANTIZE_S`` each)."""
     out: list[Kernel] = []
-    for same in zip(*per_expert):
+    kinds = per_expert[0] if per_expert else ()
+    for i, same in enumerate(zip(*per_expert)):
         first = same[0]
-        if not first.flops:
-            out.append(first._replace(bytes=sum(k.bytes for k in same)))
-        else:
+        if first.flops:
             out += [first] + [k._replace(grouped=True) for k in same[1:]]
+        elif per_split and len(same) > 1 and i + 1 < len(kinds) and kinds[i + 1].flops:
+            out += [first, first._replace(bytes=sum(k.bytes for k in same[1:]), count=len(same) - 1, grouped=True)]
+        else:
+            out.append(first._replace(bytes=sum(k.bytes for k in same)))
     return out
 
 
