@@ -267,9 +267,14 @@ class Kernel(NamedTuple):
     #                     GEMM's backward (dgrad and wgrad), 1 the wgrad alone (sim/parallel/tp.py splits them)
 
     def backward(self) -> "Kernel":
-        """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision)."""
+        """The kernel's backward pass (a GEMM's dgrad and wgrad run in its precision); two launches per
+        forward launch, but one for split_quantize's per-expert casts (``grouped``, memory-bound): the
+        backward quantizes the output gradient once per expert, the input's columnwise copy came with
+        the forward (TransformerEngine release_v2.9 pytorch/module/grouped_linear.py ``backward``:
+        ``tex.split_quantize(grad_output_view, ctx.m_splits, ctx.grad_output_quantizers)``)."""
         nbytes = self.bytes * (2 if self.flops else self.bwd)
-        return Kernel(self.flops * self.bwd, self.min_dim, nbytes, self.count * 2, self.bwd, self.fp8,
+        count = self.count if self.grouped and not self.flops else self.count * 2
+        return Kernel(self.flops * self.bwd, self.min_dim, nbytes, count, self.bwd, self.fp8,
                       2 if self.attn else 0, self.keys, self.tp, self.hbm_share, self.grouped, self.bwd_inv_k,
                       self.bwd_inv_k, self.acc, 0.5 if self.acc else 0.0)
 
