@@ -149,10 +149,10 @@ GAP: dict = {"nb_gb200_l405b_128g_mxfp8": _MX405 + ": +15.8%",
              # charged: docs/moe_costs.md, "A grouped GEMM's experts on the host"). Its GPU runs at 223 TFLOP/s
              # (the table's own figure), a third of the GB200's 600 at MBS 4 with HybridEP; the simulated
              # step is host-bound, the rest of the host's time per layer is not found
-             "nb_b200_q30b_8g_mxfp8": "Qwen3-30B-A3B on 8 B200, MXFP8, MBS 1, alltoall: +36.1%",
-             # unseen (issue 29): 26.02's 405B NVFP4 on GB200 at PP 16 x VP 8, one layer a chunk (its GB300
-             # twin at PP 8 x VP 4 is +3.5%); predicted slower than measured, not diagnosed
-             "nb_gb200_l405b_256g_gbs1536_nvfp4": "405B NVFP4 on 256 GB200, TP4 PP16 VP8, GBS 1536: -18.6%"}
+             "nb_b200_q30b_8g_mxfp8": "Qwen3-30B-A3B on 8 B200, MXFP8, MBS 1, alltoall: +36.1%"}
+# (26.02's 405B NVFP4 on GB200 at PP 16 x VP 8, -18.6% with the B300's NVFP4 share, is within 15% since
+# the B200 / GB200 take their own: sim.model.gemm_sources.nvfp4_share_ratio, docs/precision.md "NVFP4 on
+# Blackwell and Blackwell Ultra".)
 
 
 def _marks(row_id: str) -> tuple:

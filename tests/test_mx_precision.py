@@ -46,10 +46,14 @@ def test_mxfp8_nearly_halves_linear_layers_in_the_compute_bound_limit_on_b200():
 
 def test_nvfp4_and_mxfp8_in_the_limit_run_at_the_measured_kernel_ratios():
     """In the compute-bound limit NVFP4 takes a quarter of BF16's time (the B200's 9 against 2.25
-    PFLOP/s) over its kernel share, 0.633 of BF16's (13.102 / 3.764 / 6 x 4608 / 4224: TE's
-    pre-quantized B300 layer, since 2026-11-27), and MXFP8 7.161 / 6.812 of FP8's time: the two
-    kernels' pre-quantized layer times on a B300 (NVIDIA/TransformerEngine gemm_profiling.rst)."""
-    nvfp4_share = 13.102 / 3.764 / 6 * 4608 / 4224
+    PFLOP/s) over its kernel share, 0.720 of BF16's on a B200 (TE's pre-quantized B300 layer read as
+    MMAs plus a rest, sim.model.gemm_sources.nvfp4_share_ratio, since 2026-11-28: the FP8 share
+    13.102 / 6.812 / 2 x 4352 / 4224 times kappa / (kappa + rho), kappa = 0.5 x 4608 / 4352 on a part
+    whose FP4 peak is 2x its FP8 one, rho = 3.764 / 6.812 - 4608 / 4352 / 3), and MXFP8 7.161 / 6.812
+    of FP8's time: the two kernels' pre-quantized layer times on a B300 (NVIDIA/TransformerEngine
+    gemm_profiling.rst)."""
+    kappa, rho = 0.5 * 4608 / 4352, 3.764 / 6.812 - 4608 / 4352 / 3
+    nvfp4_share = 13.102 / 6.812 / 2 * 4352 / 4224 * kappa / (kappa + rho)
     assert linear_time("nvfp4", 1 << 22) / linear_time(None, 1 << 22) == pytest.approx(2250 / 9000 / nvfp4_share, rel=2e-2)
     assert linear_time("mxfp8", 1 << 22) / linear_time("fp8", 1 << 22) == pytest.approx(7.161 / 6.812, rel=2e-3)
 

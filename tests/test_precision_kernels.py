@@ -14,7 +14,7 @@ from sim.hardware.gpus import gpu_preset
 from sim.model import host
 from sim.model import layers as L
 from sim.model.compute import GEMM_KERNEL, LAUNCH_S, SUSTAINED, ComputeModel, Kernel, elementwise, gemm
-from sim.model.gemm_sources import BLACKWELL_FP8_RATIO, NVFP4_RATIO, te_fp8_ratio, te_tutorial_gemms
+from sim.model.gemm_sources import BLACKWELL_FP8_RATIO, NVFP4_RATIO, nvfp4_share_ratio, te_fp8_ratio, te_tutorial_gemms
 from sim.model.quant import MX_CAST_SHARE
 
 B200 = gpu_preset("b200")
@@ -27,6 +27,13 @@ FP8_SHARE_BY_HAND = 13.102 / 6.812 / 2 * 4352 / 4224
 # NVFP4 likewise: half size 512, and the B300's dense NVFP4 peak is 6x its BF16 one (13.5 / 2.25
 # PFLOP/s): 13.102 / 3.764 / 6 x 4608 / 4224.
 NVFP4_SHARE_BY_HAND = 13.102 / 3.764 / 6 * 4608 / 4224
+# NVFP4 on a part whose FP4 MMA is 2x its FP8 one (B200, GB200), from the same B300 layer read as
+# MMAs + a rest: kappa = the MMAs' share-1 time over FP8's (peaks and curves), rho = 3.764 / 6.812 -
+# kappa(B300); share / FP8 share = kappa / (kappa + rho).
+KAPPA_B300 = 4.5 / 13.5 * 4608 / 4352
+RHO = 3.764 / 6.812 - KAPPA_B300
+KAPPA_2X = 0.5 * 4608 / 4352
+NVFP4_2X_BY_HAND = FP8_SHARE_BY_HAND * KAPPA_2X / (KAPPA_2X + RHO)
 
 
 def test_blackwell_fp8_ratio_is_transformer_engines_b300_layer_by_hand():
@@ -38,8 +45,28 @@ def test_blackwell_fp8_ratio_is_transformer_engines_b300_layer_by_hand():
     for gpu in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300"):
         assert GEMM_KERNEL[gpu]["fp8"] == pytest.approx(0.806 * FP8_SHARE_BY_HAND, rel=1e-12)
         assert GEMM_KERNEL[gpu]["mxfp8"] == pytest.approx(0.806 * FP8_SHARE_BY_HAND * 6.812 / 7.161, rel=1e-12)
-        assert GEMM_KERNEL[gpu]["nvfp4"] == pytest.approx(0.806 * NVFP4_SHARE_BY_HAND, rel=1e-12)
         assert GEMM_KERNEL[gpu]["bf16"] == 0.806
+    for gpu in ("b300", "gb300"):
+        assert GEMM_KERNEL[gpu]["nvfp4"] == pytest.approx(0.806 * NVFP4_SHARE_BY_HAND, rel=1e-12)
+    for gpu in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan"):
+        assert GEMM_KERNEL[gpu]["nvfp4"] == pytest.approx(0.806 * NVFP4_2X_BY_HAND, rel=1e-12)
+
+
+def test_nvfp4_on_blackwell_is_the_b300_layer_read_as_mmas_plus_a_rest():
+    """The B300's layer gives back its own share exactly (rho is defined there); on the B200 and
+    GB200 (FP4 peak 2x FP8, not 3x) the NVFP4 share is 0.580, not the B300's 0.510; and the compute
+    model times the tutorial's layer in NVFP4 at kappa + rho of its FP8 time there (0.729), where
+    the B300 measured 3.764 / 6.812 = 0.553 (the 12 launches aside)."""
+    assert nvfp4_share_ratio("b300") == pytest.approx(NVFP4_RATIO, rel=1e-12)
+    assert nvfp4_share_ratio("gb300") == pytest.approx(NVFP4_RATIO, rel=1e-12)
+    assert RHO == pytest.approx(0.1996, abs=1e-4)
+    assert 0.806 * NVFP4_2X_BY_HAND == pytest.approx(0.5799, abs=1e-4)
+    shapes = te_tutorial_gemms()
+    for gpu, want in (("gb200", KAPPA_2X + RHO), ("b200", KAPPA_2X + RHO), ("b300", 3.764 / 6.812)):
+        fp8, fp4 = (ComputeModel(gpu_preset(gpu), e_max=0.806, precision=p) for p in ("fp8", "nvfp4"))
+        ratio = (sum(fp4.time([gemm(m, n, k, fp8=True)]) for m, n, k in shapes)
+                 / sum(fp8.time([gemm(m, n, k, fp8=True)]) for m, n, k in shapes))
+        assert ratio == pytest.approx(want, rel=0.01)
 
 
 def test_nvfp4_share_is_transformer_engines_b300_layer_by_hand():

@@ -38,7 +38,7 @@ from ..hardware.gpus import GPU, Precision, low_peak
 from ..input.choices import AttentionBackend
 from .attention_rates import ATTENTION_KERNEL
 from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_SIZE, HALF_SIZE, MX_FP8_RATIO,
-                           NVFP4_RATIO, maf_fp8_ratio)
+                           maf_fp8_ratio, nvfp4_share_ratio)
 
 # Kernel-level share of the dense peak a large GEMM reaches (cuBLAS, no training around it).
 # a100-80gb bf16: ~0.80 (NVIDIA A100 whitepaper: cuBLAS large BF16/FP16 GEMMs at ~250 of 312
@@ -82,8 +82,10 @@ from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_S
 #   fixed cost per kernel weighs on the twice-as-fast FP8 kernel; a training step's linears are
 #   the tutorial's size (docs/precision.md, "Blackwell's FP8 share"). NVFP4: the tutorial's NVFP4
 #   layer (3.764 ms, 3.48x BF16 of a 6x peak) keeps 0.63 of the BF16 share (:data:`.gemm_sources.NVFP4_RATIO`):
-#   nvfp4 = 0.806 x that; adopted 2026-11-27 with the first NVFP4 row (nb_gb200_l70b_64g_nvfp4,
-#   Megatron-Bridge 26.02's Llama 3 70B on 64 GB200; docs/precision.md, "Full-power Blackwell rows").
+#   nvfp4 = 0.806 x that on the B300 and GB300; adopted 2026-11-27 with the first NVFP4 row (docs/precision.md,
+#   "Full-power Blackwell rows"). On the B200 and GB200, whose FP4 MMA is 2x (not 3x) their FP8 one, the
+#   same layer read as MMAs plus a rest that does not speed up with them: 0.580 (:func:`.gemm_sources.
+#   nvfp4_share_ratio`, since 2026-11-28; docs/precision.md, "NVFP4 on Blackwell and Blackwell Ultra").
 # AMD Instinct CDNA3 (mi300x, mi325x): FP8 against BF16 from AMD's max-achievable FLOPs (ROCm
 #   blogs, "Measuring Max-Achievable FLOPs - Part 2", ROCm/rocm-blogs blogs/software-tools-
 #   optimization/measuring-max-achievable-flops-part2, Table 1: hipBLASLt-bench, BF16 at m 4096,
@@ -96,13 +98,13 @@ from .gemm_sources import (AMD_MAF, BLACKWELL_FP8_RATIO, FP8_K_HALF, GEMM_HALF_S
 _BF16 = 0.806  # the H100 SXM's large BF16 GEMM share (above): every part's BF16, the base of the others' ratios
 _ASSUMED = {"bf16": _BF16, "fp8": _BF16, "mxfp8": _BF16, "nvfp4": _BF16}
 _CDNA3 = {g: {**_ASSUMED, "fp8": _BF16 * maf_fp8_ratio(g)} for g in AMD_MAF}
-_BLACKWELL = {**_ASSUMED, "fp8": _BF16 * BLACKWELL_FP8_RATIO, "mxfp8": _BF16 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO,
-              "nvfp4": _BF16 * NVFP4_RATIO}
+_BLACKWELL = {g: {**_ASSUMED, "fp8": _BF16 * BLACKWELL_FP8_RATIO, "mxfp8": _BF16 * BLACKWELL_FP8_RATIO * MX_FP8_RATIO,
+                  "nvfp4": _BF16 * nvfp4_share_ratio(g)}
+              for g in ("b200", "b200-power-limited", "gb200", "gb200-torchtitan", "b300", "gb300")}
 _H100 = {"bf16": _BF16, "fp8": 0.804}
 _H200 = {"bf16": _BF16, "fp8": 0.811}
 GEMM_KERNEL = {"a100-80gb": {"bf16": 0.80}, "h100-sxm": _H100, "h100-500w": _H100, "h200": _H200, "h800": _H100,
-               "b200": _BLACKWELL, "b200-power-limited": _BLACKWELL, "gb200": _BLACKWELL,
-               "gb200-torchtitan": _BLACKWELL, "b300": _BLACKWELL, "gb300": _BLACKWELL,
+               **_BLACKWELL,
                "mi300x": _CDNA3["mi300x"], "mi325x": _CDNA3["mi325x"], "mi355x": _ASSUMED}
 
 # The sustained factor per GPU type: `clustersim validate --fit` over every shipped row of

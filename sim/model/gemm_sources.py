@@ -79,16 +79,23 @@ def te_share_ratio(gpu: str, fmt: Precision) -> float:
     """:func:`te_fp8_ratio` for any quantized format the tutorial timed on ``gpu``: that format's
     share of its own dense peak (``GPU.fp8_flops``, ``mxfp8_flops``, ``fp4_flops``) through its
     curve (:data:`HALF_SIZE`), over the BF16 share through the BF16 curve."""
-    part, times = GPUS[gpu], TE_TUTORIAL_PREQUANTIZED_S[gpu]
+    times = TE_TUTORIAL_PREQUANTIZED_S[gpu]
+    share = full_share_s(gpu, fmt) / times[fmt]
+    return share / (full_share_s(gpu, Precision.BF16) / times[Precision.BF16])
 
-    def at_full_share(peak: float, half: float, c_k: float = 0.0) -> float:  # seconds at share 1 of ``peak``
-        return sum(2 * m * n * k / (peak * min(m, n, k) / (min(m, n, k) + half)) + 2 * m * n * c_k / peak
-                   for m, n, k in te_tutorial_gemms())
 
-    peak = getattr(part, LOW_PRECISION_PEAK[fmt])
-    c_k = FP8_K_HALF.get(gpu, 0.0) if fmt is Precision.FP8 else 0.0
-    share = at_full_share(peak, HALF_SIZE[fmt], c_k) / times[fmt]
-    return share / (at_full_share(part.peak_flops, GEMM_HALF_SIZE) / times[Precision.BF16])
+def full_share_s(gpu: str, fmt: Precision) -> float:
+    """Seconds the tutorial's 12 GEMMs take on ``gpu`` in ``fmt`` at share 1 of that format's dense
+    peak, through its curve (:data:`HALF_SIZE`; BF16 :data:`GEMM_HALF_SIZE`; Hopper FP8 with
+    :data:`FP8_K_HALF`'s c_K / K)."""
+    part = GPUS[gpu]
+    if fmt is Precision.BF16:
+        peak, half, c_k = part.peak_flops, GEMM_HALF_SIZE, 0.0
+    else:
+        peak, half = getattr(part, LOW_PRECISION_PEAK[fmt]), HALF_SIZE[fmt]
+        c_k = FP8_K_HALF.get(gpu, 0.0) if fmt is Precision.FP8 else 0.0
+    return sum(2 * m * n * k / (peak * min(m, n, k) / (min(m, n, k) + half)) + 2 * m * n * c_k / peak
+               for m, n, k in te_tutorial_gemms())
 
 
 # Blackwell's FP8 GEMM against its BF16 one: the tutorial's B300 layer (above), 0.991.
@@ -102,8 +109,32 @@ MX_FP8_RATIO = TE_TUTORIAL_PREQUANTIZED_S["b300"][Precision.FP8] / TE_TUTORIAL_P
 # the tutorial's "NVFP4 vs BF16: 3.48x" of the pre-quantized table, @8f2e635 line 148), on a part
 # whose dense NVFP4 peak is 6x its BF16 one (15 of 2.5 PFLOP/s: sim.hardware.gpus ``b300``). Through
 # the curves (half size 512 for NVFP4: :data:`HALF_SIZE`) the NVFP4 kernel keeps about 0.63 of the
-# BF16 share (:func:`te_share_ratio`). Taken for every Blackwell part as the FP8 ratio is: the B200
-# and GB200 have 4x, not 6x, their BF16 peak in NVFP4, and no NVFP4 GEMM was timed on them, so
-# that the share carries over between Blackwell and Blackwell Ultra is an assumption; it is
-# checked by the one NVFP4 row shipped (sim/data/frontier_runs.csv nb_gb200_l70b_64g_nvfp4).
+# BF16 share (:func:`te_share_ratio`): the B300's (and GB300's) NVFP4 share, :func:`nvfp4_share_ratio`.
 NVFP4_RATIO = te_share_ratio("b300", Precision.NVFP4)
+
+
+def nvfp4_share_ratio(gpu: str) -> float:
+    """NVFP4's share over the BF16 share on a Blackwell part, from the tutorial's B300 layer, as a
+    k-tile of a block-scaled GEMM runs: the MMAs at the FP4 rate plus the rest of the tile's work
+    at the rate of the SM's other units. CUTLASS's SM100 block-scaled mainloop
+    (NVIDIA/cutlass@7107b055 include/cutlass/gemm/collective/sm100_blockscaled_mma_warpspecialized.hpp
+    lines 1017-1034) has the MMA warp copy each k-tile's scale factors from shared into tensor memory
+    (``tiled_copy_s2t_SFA`` / ``_SFB``, UTCCP) and then issue that tile's MMAs, in one stream; the
+    copy does not get faster with the FP4 MMA. Blackwell Ultra raised the dense FP4 MMA rate 1.5x
+    and nothing else (B300 / GB300 NVFP4 peak 3x FP8, B200 / GB200 2x, FP8 equal: sim.hardware.gpus).
+    So NVFP4 time = the tile's MMAs at the FP8 kernel's efficiency of the FP4 peak + a rest that is
+    a fixed fraction ``rho`` of the FP8 layer's time on every part: on the B300, NVFP4 / FP8 =
+    3.764 / 6.812 = 0.553 measured, the MMAs at share 1 over FP8's through the curves
+    (:func:`full_share_s`) kappa = 0.353, rho = 0.200. On a part with kappa_X: NVFP4 share / FP8 share
+    = kappa_X / (kappa_X + rho). B300, GB300: 0.639 (= :data:`NVFP4_RATIO` / :data:`BLACKWELL_FP8_RATIO`,
+    exactly); B200, GB200 (kappa 0.529): 0.726, an NVFP4 GEMM 1.14x faster than a B300-share one.
+    Not a Blackwell part (no ``fp4_flops``): the B300's ratio (the rules refuse NVFP4 there).
+    Both GPU presets' peaks are cited in sim/hardware/gpus.py."""
+    part, b300 = GPUS[gpu], GPUS["b300"]
+    if not part.fp4_flops or not part.fp8_flops or part.fp4_flops / part.fp8_flops == b300.fp4_flops / b300.fp8_flops:
+        return NVFP4_RATIO  # (the measured part's FP4 : FP8 ratio, or no FP4: the measured share itself)
+    times = TE_TUTORIAL_PREQUANTIZED_S["b300"]
+    kappa_b300 = full_share_s("b300", Precision.NVFP4) / full_share_s("b300", Precision.FP8)
+    rho = times[Precision.NVFP4] / times[Precision.FP8] - kappa_b300
+    kappa = full_share_s(gpu, Precision.NVFP4) / full_share_s(gpu, Precision.FP8)
+    return BLACKWELL_FP8_RATIO * kappa / (kappa + rho)
