@@ -74,7 +74,7 @@ def weight_bytes(t) -> float:
     --fp8-param-gather builds the model's linears as Transformer Engine's quantized parameters;
     with the distributed optimizer and MXFP8 parameters a bucket's param_data is its gradient
     buffer (Megatron-LM d98e8a6 megatron/core/distributed/param_and_grad_buffer.py lines
-    1163-1179: ``self.param_data = self.shared_buffer``), which the all-gather borrows and
+    1160-1179: ``self.param_data = self.shared_buffer``), which the all-gather borrows and
     ``_post_param_sync`` casts back into the quantized storage (lines 301-330): no BF16 copy
     is kept. Megatron-Bridge's FP8 current-scaling and MXFP8 recipes switch it on
     (NVIDIA-NeMo/Megatron-Bridge@c0b9a000 src/megatron/bridge/training/mixed_precision.py:
