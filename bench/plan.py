@@ -57,6 +57,10 @@ Issue 28, what bounds the DeepSeek-V3 count (2026-11-28, ``nice -n 10 ... --only
 past 60 s of its own CPU), 372 -> 374 s CPU, 1,284 -> 1,698 s wall, best 7.020 s both; each simulated row now
 says why it was picked (printed: 16 best, 8 cheap, 8 spread). The picks' own cost (4-10 s of CPU each near the
 best estimate) bounds the count, not the pick rule: docs/plan.md "What bounds the DeepSeek-V3 search's count".
+Stop 52, after select.cost_floor (main bd696ed, 2026-11-28, ``nice -n 5 ... --only CASE`` one after the other,
+load 2-11): 70b 70 simulated, 6.836 s; mi355x 101, 3.420 s; gb200 70 -> 22 simulated, best 3.406 -> 3.423 s;
+dsv3 32 -> 12 simulated (5 stopped), best 7.020 -> 7.123 s; 405b 8 simulated, 5.013 s, its predictor ~5x high
+(docs/plan.md "Stop 52: the planner re-run").
 """
 
 import argparse

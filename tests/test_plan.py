@@ -114,6 +114,7 @@ def test_rules_are_the_loaders(tmp_path, text, flags):
 
 
 @pytest.mark.parametrize("text,flags", [(TINY, {}), (SMALL_MOE, {}), (SMALL_MOE, {"precision": "fp8"}),
+                                        (TINY, {"precision": "fp8", "overrides": ["training.fp8_params=true"]}),
                                         (SMALL_MOE, {"overrides": ["model.moe.routing=token_choice"]})])
 def test_memory_is_the_simulators(tmp_path, text, flags):
     """The planner's vectorized peak equals sim.parallel.memory.peak_memory on every valid

@@ -107,6 +107,10 @@ def _check_recipe(t) -> None:
                                                       f"amax reduction, but precision is '{t.precision}' with "
                                                       f"fp8_recipe '{t.fp8_recipe}' (no amax history is reduced): "
                                                       f"drop it, or use precision 'fp8' with fp8_recipe 'te'")
+    if t.fp8_params and (t.precision not in _NEEDS or t.fp8_recipe is not Recipe.TE):
+        raise InputError("training.fp8_params", f"keeps Transformer Engine's quantized weights without their BF16 "
+                                                f"copy, but precision is '{t.precision}' with fp8_recipe "
+                                                f"'{t.fp8_recipe}': drop it, or quantize with fp8_recipe 'te'")
     if "fp8_recipe" not in t.model_fields_set:
         return
     if t.precision not in _NEEDS:  # (the quantized formats)

@@ -130,6 +130,12 @@ class Training(_Section):
     # of the pipeline stage, tp x cp x dp (sim/parallel/amax.py). Only with precision "fp8" and
     # fp8_recipe "te".
     tp_only_amax_red: Flag = False
+    # Quantized parameters (Megatron-Core --fp8-param-gather; Megatron-Bridge's fp8_param_gather,
+    # on in its FP8 and MXFP8 recipes; NeMo's fp8_params): Transformer Engine keeps each weight
+    # in its quantized copies only, without the BF16 one beside them (sim/parallel/memory.py
+    # weight_bytes). Memory only: the parameter all-gather is still BF16 (docs/precision.md).
+    # Only with a quantized precision and fp8_recipe "te".
+    fp8_params: Flag = False
     # The elementwise kernels the model code runs: "fused" (Transformer Engine / Megatron fused
     # norms, RoPE and bias-SwiGLU; what torch.compile makes of plain code too) or "pytorch"
     # (plain PyTorch operators one kernel each, as torchtitan's Llama runs eagerly:

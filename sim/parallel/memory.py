@@ -4,16 +4,21 @@ Mixed-precision Adam holds 16 bytes per parameter (ZeRO paper, Rajbhandari et al
 section 3.1): 2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master weights, momentum,
 variance). ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 also the weights,
 over the data-parallel ranks. Activations follow Korthikanti et al. 2022 for the
-micro-batches a schedule keeps in flight (counted from the schedule itself). Under FP8,
-Transformer Engine keeps an FP8 copy of each weight and of its transpose (1 + 1 bytes per
-parameter, transformer_engine/pytorch/module/linear.py: weight_fp8, weight_t_fp8) beside
-the BF16 weights, and saves FP8 linear-layer inputs (sim/model/transformer.py).
+micro-batches a schedule keeps in flight (counted from the schedule itself). Under a
+quantized precision Transformer Engine keeps two quantized copies of each weight, its
+rowwise one and the columnwise (transposed) one the dgrad GEMM reads (FP8: weight_fp8 and
+weight_t_fp8, transformer_engine/pytorch/module/linear.py; MXFP8 and NVFP4: rowwise_data and
+columnwise_data with their scales), each at the format's bytes per element with its scales
+(``sim.model.compute.QUANTIZED``: 1, 1 + 1/32, 0.5 + 1/16), beside the BF16 weights, and saves
+quantized linear-layer inputs (sim/model/transformer.py). With ``training.fp8_params`` the
+weights are those quantized copies alone (:func:`weight_bytes`).
 """
 
 from dataclasses import dataclass
 
 from ..engine.kinds import Category
 from ..input.choices import Recompute
+from ..model.compute import QUANTIZED, quantized
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
 from . import pp, pp_zero_bubble as zb
@@ -50,10 +55,38 @@ def stage_memory(ctx, stage: int) -> Memory:
     ne = ctx.layout.expert_dp
     sharded = dense / nd + expert / ne
     full = dense + expert
-    weights = 2 * (sharded if zero >= 3 else full) + (2 * full if ctx.shard.fp8 and zero < 3 else 0)
+    t = ctx.scenario.training
+    weights = shard_bytes(t) * sharded if zero >= 3 else weight_bytes(t) * full
     grads = grad_bytes(p) if zero < 3 else 2  # (fp32 buffer with parallel.grad_reduce_in_fp32: sim/parallel/dp.py)
     return Memory(stage, weights, grads * (sharded if zero >= 2 else full),
                   12 * (sharded if zero >= 1 else full), activations(ctx, stage), gathered(ctx, stage))
+
+
+def quantized_copies(t) -> float:
+    """Bytes per parameter of Transformer Engine's two quantized copies of a weight (rowwise and
+    columnwise, each with its scales: ``QUANTIZED``); 0 under BF16."""
+    return 2 * QUANTIZED[t.precision] if quantized(t.precision) else 0.0
+
+
+def weight_bytes(t) -> float:
+    """Bytes per parameter of a weight held whole (ZeRO 0-2, or gathered under ZeRO 3): BF16 and
+    its quantized copies; with ``training.fp8_params`` the copies alone. Megatron-Core with
+    --fp8-param-gather builds the model's linears as Transformer Engine's quantized parameters;
+    with the distributed optimizer and MXFP8 parameters a bucket's param_data is its gradient
+    buffer (Megatron-LM d98e8a6 megatron/core/distributed/param_and_grad_buffer.py lines
+    1160-1179: ``self.param_data = self.shared_buffer``), which the all-gather borrows and
+    ``_post_param_sync`` casts back into the quantized storage (lines 301-330): no BF16 copy
+    is kept. Megatron-Bridge's FP8 current-scaling and MXFP8 recipes switch it on
+    (NVIDIA-NeMo/Megatron-Bridge@c0b9a000 src/megatron/bridge/training/mixed_precision.py:
+    bf16_with_mxfp8_mixed lines 242-253, fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag
+    True; bf16_with_fp8_current_scaling_mixed line 289; bf16_with_nvfp4_mixed line 402: False)."""
+    return (0.0 if t.fp8_params else ELEM) + quantized_copies(t)
+
+
+def shard_bytes(t) -> float:
+    """Bytes per parameter of ZeRO 3's shard of a weight: BF16, or its rowwise quantized copy
+    with ``training.fp8_params``."""
+    return QUANTIZED[t.precision] if t.fp8_params else ELEM
 
 
 def activations(ctx, stage: int) -> float:
@@ -116,7 +149,7 @@ def gathered(ctx, stage: int) -> float:
         return 0.0
     ids = [l for vs in held_stages(ctx, stage) for l in stage_layer_ids(ctx, vs)]
     sizes = [sum(layer_params(ctx, l)) for l in ids]
-    weight, grad = ELEM + (2 if ctx.shard.fp8 else 0), grad_bytes(p)
+    weight, grad = weight_bytes(ctx.scenario.training), grad_bytes(p)
     fresh = max(sizes) * ELEM if grad != ELEM else 0.0  # (fp32: the bf16 gradient before its add)
     if reshards(p):
         return 2 * max(sizes) * (weight + grad) + fresh

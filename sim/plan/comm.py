@@ -7,7 +7,12 @@ domain of this cluster (:func:`sim.studies.nccl_tests.time_collective`, what ``c
 collective`` prints), once per (op, bytes, members). The tuner's own prediction, latency +
 bytes / bandwidth, differs from it (tp 8 all-gather of 64 MiB on a DGX H100: 190.9 us
 predicted, 165.7 us simulated; an NVLS all-reduce: 224 vs 267 us), and the estimate is
-checked against the simulation. Groups across domains keep the tuner's prediction.
+checked against the simulation. A group across domains is priced the same way, at its
+members' own ranks on a cluster of this spec (the simulator's ring, tree or PAT crossing
+the domains' NICs, :mod:`sim.collectives`), not at the tuner's prediction: an FSDP all-gather
+of a 405B layer (1.6 GB) over 32 ranks of two NVL72 racks is 2.29 ms by the tuner and 3.75 ms
+simulated, and the estimate had priced it at the former (docs/plan.md, "Published layouts
+placed again").
 All-to-alls (which NCCL runs as point-to-point sends) and send/recv move each byte once,
 over NVLink inside a domain and over the GPU's NIC outside it; the slower of the two sets
 the time. Groups are those of rank 0 of the layout (Megatron order tp-cp-dp-pp), which
@@ -33,27 +38,39 @@ class Comm:
     """Closed-form collective times on one cluster (a topology spec and a GPU)."""
 
     def __init__(self, spec, gpu_name: str, calibration=None):
-        self.fabric = fabric_of(spec, gpu_name, calibration)
+        self.fabric, self.spec = fabric_of(spec, gpu_name, calibration), spec
         self.domain = spec.gpus_per_domain
         self._one_domain = lambda: topology.build(spec, max(spec.gpus_per_node, spec.gpus_per_domain),
                                                   gpu_preset(gpu_name), calibration=calibration)
+        self._build = lambda gpus: topology.build(spec, gpus, gpu_preset(gpu_name), calibration=calibration)
         self._topo = None
+        self._clusters: dict[int, topology.Topology] = {}  # GPUs -> a cluster of this spec that many GPUs large
         self.reduce = lru_cache(maxsize=None)(self._reduce)
         self.groups = lru_cache(maxsize=None)(self._groups)  # (tp, cp, dp, pp, ep, etp) -> Groups
 
     def _groups(self, tp: int, cp: int, dp: int, pp: int, ep: int, etp: int) -> "Groups":
         return Groups(self.domain, Layout.megatron(tp, cp, dp, pp, ep, etp))
 
-    def _reduce(self, op: CollectiveOp, nbytes: float, domains: tuple[int, ...]) -> float:
-        """Seconds of an all_reduce / all_gather / reduce_scatter as NCCL's tuner predicts it."""
-        if len(domains) < 2 or nbytes <= 0:
+    def _reduce(self, op: CollectiveOp, nbytes: float, members: tuple[int, ...]) -> float:
+        """Seconds of an all_reduce / all_gather / reduce_scatter over the ranks ``members``,
+        as the simulator runs it alone (the algorithm and protocol NCCL's tuner picks)."""
+        if len(members) < 2 or nbytes <= 0:
             return 0.0
+        domains = tuple(r // self.domain for r in members)
         pick = tuner.pick(op, nbytes, domains, self.fabric)
         if len(set(domains)) > 1:
-            return pick.time_s
+            return time_collective(self._cluster(max(members) + 1), op, pick.name, members, nbytes)
         if self._topo is None:
             self._topo = self._one_domain()
         return time_collective(self._topo, op, pick.name, tuple(range(len(domains))), nbytes)
+
+    def _cluster(self, gpus: int):
+        """A cluster of this spec holding ranks 0..gpus-1, in whole domains (built once per size)."""
+        per = max(self.spec.gpus_per_node, self.domain)
+        total = -(-gpus // per) * per
+        if total not in self._clusters:
+            self._clusters[total] = self._build(total)
+        return self._clusters[total]
 
     def all_to_all(self, nbytes: float, domains: tuple[int, ...], shares: tuple | None = None) -> float:
         """Each member sends ``nbytes`` spread evenly over the group: the share for its own
@@ -86,7 +103,8 @@ class Comm:
 class Groups:
     """NVLink domains of the members of rank 0's group on each axis, each built on first
     use: tp, cp, dp (cp x dp), pp (rank 0 and its next stage), ep, edp (expert-dp), etp
-    (expert-tp)."""
+    (expert-tp); and the members' ranks of the groups reductions run over (``of``,
+    ``dp_ranks``, ``edp_ranks``)."""
 
     def __init__(self, domain: int, layout: Layout):
         self.domain, self.layout = domain, layout
@@ -112,8 +130,19 @@ class Groups:
         return self._domains((0, self.layout.stage_rank(0, 1)) if self.layout.sizes[Category.PP] > 1 else (0,))
 
     def of(self, *axes: Category) -> tuple[int, ...]:
-        """Rank 0's group over ``axes`` (e.g. the FP8 amax reduction's: sim/parallel/amax.py)."""
-        return self._domains(self.layout.group(0, *axes))
+        """Rank 0's group over ``axes`` (e.g. the FP8 amax reduction's: sim/parallel/amax.py):
+        its members' ranks (what :meth:`Comm.reduce` prices)."""
+        return tuple(self.layout.group(0, *axes))
+
+    @cached_property
+    def dp_ranks(self) -> tuple[int, ...]:
+        """The gradient reduction's group (cp x dp), its members' ranks."""
+        return tuple(self.layout.group(0, Category.CP, Category.DP))
+
+    @cached_property
+    def edp_ranks(self) -> tuple[int, ...]:
+        """The expert-dp group, its members' ranks."""
+        return tuple(self.layout.expert_dp_group(0))
 
     @cached_property
     def ep(self) -> tuple[int, ...]:

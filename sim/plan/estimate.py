@@ -283,7 +283,7 @@ class Estimator:
         2 x KINDS, over the data-parallel group (sim/parallel/fsdp.py: per layer, unbucketed;
         the reduce-scatter, once per step, moves what the gather moved, twice that with fp32
         gradients: ``parallel.grad_reduce_in_fp32``)."""
-        group = self.comm.groups(tp, cp, dp, 1, ep, etp).dp
+        group = self.comm.groups(tp, cp, dp, 1, ep, etp).dp_ranks
         scale = {ALL_GATHER: 1.0, REDUCE_SCATTER: layer_program.grad_bytes(self.s.parallel)
                  / layer_program.fsdp_param_bytes}
         return np.array([[self.comm.reduce(op, b * scale[op], group) for b in nbytes]
@@ -368,7 +368,7 @@ class Estimator:
         bucket = layer_program.grad_bucket_bytes(self.s.parallel, dp * cp, 0, 0)
         size = bucket if np.isfinite(bucket) else layer_program.DEFAULT_BUCKET_BYTES
         out = []
-        for group in (groups.dp, groups.edp):
+        for group in (groups.dp_ranks, groups.edp_ranks):
             for op in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):
                 small, big = (self.comm.reduce(op, k * size, group) for k in (1, 8))
                 per_byte = (big - small) / (7 * size)

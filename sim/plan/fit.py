@@ -24,7 +24,7 @@ from ..input.choices import Recompute
 from ..model.compute import quantized
 from ..model.layers import ELEM
 from ..model.transformer import activation_bytes_per_layer
-from ..parallel.memory import RUNTIME_BYTES, w_share
+from ..parallel.memory import RUNTIME_BYTES, shard_bytes, w_share, weight_bytes
 
 HEADROOM = 0.05  # share of HBM kept free for allocator fragmentation
 
@@ -97,17 +97,17 @@ def _shape_peak(g: pd.DataFrame, pp: int, v: int, stages, scenario, act: np.ndar
                     ["schedule", "micro", "ep_comm_overlap", "share"],
                     lambda sched, micro, combined, share: stages.in_flight(sched, pp, v, micro, bool(combined),
                                                                            share))
-    fp8 = quantized(scenario.training.precision)
+    t = scenario.training
     zero = g["zero"].to_numpy()[:, None]
     nd = (g["dp"] * g["cp"]).to_numpy()[:, None]
     ne = (g["tp"] * g["cp"] * g["dp"] // (g["expert_tp"] * g["ep"])).to_numpy()[:, None]
     sharded = dense / nd + expert / ne
     full = dense + expert
-    weights = 2 * np.where(zero >= 3, sharded, full) + np.where(zero < 3, 2 * full if fp8 else 0.0, 0.0)
+    weights = np.where(zero >= 3, shard_bytes(t) * sharded, weight_bytes(t) * full)
     gradients = 2 * np.where(zero >= 2, sharded, full)
     optimizer = 12 * np.where(zero >= 1, sharded, full)
     activations = act[:, :1] * split[:, 0] * flight + act[:, 1:2] + act[:, 2:3] * split[:, 1]
-    weight = ELEM + (2 if fp8 else 0)  # memory.gathered: resharded after the forward or kept (FSDP2)
+    weight = weight_bytes(t)  # memory.gathered: resharded after the forward or kept (FSDP2)
     p = scenario.parallel
     if (p.reshard_after_forward if p.reshard_after_forward is not None else pp == 1):
         kept = 2 * biggest * (weight + ELEM)

@@ -65,7 +65,7 @@ class Pricer:
             elif c.op in (RING_SHIFT, SEND_RECV):
                 found = self.comm.p2p(c.nbytes, domains)
             else:
-                found = self.comm.reduce(c.op, c.nbytes, domains)
+                found = self.comm.reduce(c.op, c.nbytes, c.group)
             self._memo[key] = found
         return found
 
