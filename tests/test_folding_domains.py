@@ -92,3 +92,19 @@ def test_census_of_the_gb200_rows(row, stage, simulated):
     reasons = census.fold_reasons(s)
     assert census.simulated_ranks(s) == simulated
     assert reasons["stage"] == stage and reasons["pp.domain"] == simulated
+
+
+def test_census_of_the_530b_row_names_only_the_units():
+    """GPT 530B (pp 35 x dp 9 of tp 8 on 20-node units): replica d of stage s is node 9 s + d,
+    its send leaves the unit iff (9 s + d) mod 20 >= 11; 9 is prime to 20, so the 9 replicas
+    cross at 9 different sets of stages and nothing else splits them (no domain, server or rail)."""
+    s = scenario_from_dict(next(r for r in load_rows() if r.id == "N21-T1-529.6B-2520").scenario)
+    crossings = {frozenset(st for st in range(34) if (9 * st + d) % 20 >= 11) for d in range(9)}
+    assert len(crossings) == 9
+    assert census.fold_reasons(s) == {"stage": 35, "pp.unit": 35 * 9, "mp.unit": 35 * 9}
+
+
+def test_census_says_when_nothing_folds():
+    s = scenario(False)
+    assert census.fold_reasons(s) == {"stage": 3, "unfolded": 24, "pp.domain": 6, "pp.unit": 6,
+                                      "mp.domain": 6, "mp.unit": 6}

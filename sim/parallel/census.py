@@ -44,7 +44,9 @@ def fold_reasons(s) -> dict[str, int]:
     differ in which members share a placement column (``domain``, ``server``, ``unit``, ``rail``:
     :func:`sim.hardware.rails.placement`). Only sources that add ranks are listed, e.g.
     ``{"stage": 8, "pp.domain": 32, ...}``: pipelines that cross NVLink domains at different
-    stages (docs/scaling.md, "What the slowest rows simulate more than once")."""
+    stages (docs/scaling.md, "What the slowest rows simulate more than once"). Where the
+    workload does not fold the classes (:func:`workload.can_fold`: ``parallel.fold`` off, jitter,
+    a perturbed step on another fabric) ``"unfolded"`` gives the ranks it simulates instead."""
     from ..hardware.rails import placement
     from . import folding as fo
 
@@ -58,6 +60,8 @@ def fold_reasons(s) -> dict[str, int]:
         return int(fo.closure(classes, tables).sum())
 
     out = {"stage": ranks([])}
+    if not workload.can_fold(s, spec):
+        out["unfolded"] = simulated_ranks(s)  # (sampled jitter: its replicas, sim.parallel.jitter)
     for name, codes in (("stragglers", fo.scale_codes(s, world, spec.gpus_per_node)),
                         ("faults", fo.link_codes(s, tables, world, spec, domains))):
         if codes.any():
