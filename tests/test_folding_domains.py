@@ -3,8 +3,9 @@ whose stages are 8 GPUs apart on domains of 20 GPUs (5 trays of 4; the last doma
 4 GPUs) sends stage to stage over NVLink inside a domain and over InfiniBand between
 domains. Which sends leave the domain depends on the data-parallel replica, so replicas fold
 only where their pipelines cross domains at the same stages; the GB200/GB300 Llama 3.1 405B
-rows of ``clustersim validate`` (72-GPU domains, 32 or 64 GPUs a stage) are this case
-(docs/scaling.md, "What the slowest rows simulate more than once").
+rows of ``clustersim validate`` packed into whole 72-GPU racks (32 or 64 GPUs a stage) are
+this case (docs/scaling.md, "What the slowest rows simulate more than once"); placed in
+their launchers' Slurm segments of 16 trays they fold to one rank a stage (tests/test_segment.py).
 
 Checked: the census names the reason (:func:`sim.parallel.census.fold_reasons`: one rank a
 stage without the domains, two with them, counted from the layout by hand), folded and
@@ -82,13 +83,17 @@ def test_replicas_kept_apart_differ_and_folded_ones_agree(runs):
     assert differ == 3  # every stage: the replicas crossing at stage 1 -> 2 run another timeline
 
 
-# The rows themselves, counted by hand: a stage is tp 4 x cp 2 x dp (4 or 8) GPUs = 32 or 64,
-# so the 72-GPU domains' edges (72 k) fall inside stages at multiples of 8, the GPUs of one dp
-# replica; every replica's pipeline crosses at its own set of stages: dp classes a stage.
+# The rows themselves packed into whole racks (as the rows ran before their launchers' Slurm
+# segments, ``cluster.segment``, were read: tests/test_segment.py), counted by hand: a stage is
+# tp 4 x cp 2 x dp (4 or 8) GPUs = 32 or 64, so the 72-GPU domains' edges (72 k) fall inside
+# stages at multiples of 8, the GPUs of one dp replica; every replica's pipeline crosses at its
+# own set of stages: dp classes a stage.
 @pytest.mark.parametrize("row, stage, simulated", [("nb_gb200_l405b_256g_bf16", 8, 32),
                                                    ("nb_gb200_l405b_512g_fp8", 8, 64)])
 def test_census_of_the_gb200_rows(row, stage, simulated):
-    s = scenario_from_dict(next(r for r in load_rows() if r.id == row).scenario)
+    packed = dict(next(r for r in load_rows() if r.id == row).scenario)
+    packed["cluster"] = {k: v for k, v in packed["cluster"].items() if k != "segment"}
+    s = scenario_from_dict(packed)
     reasons = census.fold_reasons(s)
     assert census.simulated_ranks(s) == simulated
     assert reasons["stage"] == stage and reasons["pp.domain"] == simulated
