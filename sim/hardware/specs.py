@@ -6,6 +6,7 @@ builders and routings known. :func:`sim.hardware.topology.fat_tree` builds the g
 Run: ``python -m pytest -q tests/test_topology.py tests/test_bounds.py``
 """
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -134,3 +135,30 @@ def _spec_from_dict(data: dict, path: Path, key: str) -> FatTreeSpec:
         raise InputError(f"{key}.builder", "an xGMI mesh is one node: gpus_per_domain = gpus_per_node, "
                                            "nvls = false, planes = 1")
     return spec
+
+
+def segmented(spec: FatTreeSpec, segment: int, gpus: int, key: str = "cluster.segment") -> FatTreeSpec:
+    """The fabric a job of ``gpus`` GPUs sees when Slurm places it in segments of ``segment``
+    nodes (``sbatch --segment``): with the block topology plugin every segment's nodes sit in
+    one block, here one NVLink domain (Slurm topology.conf "BlockName"/"BlockSizes" and sbatch
+    ``--segment``: https://slurm.schedmd.com/topology.conf.html, https://slurm.schedmd.com/sbatch.html).
+    Each run of ``segment`` consecutive nodes is then its own domain, the rest of the rack
+    holding none of the job's GPUs: the domain the job sees is ``segment`` x gpus_per_node
+    GPUs, and a scalable unit holds as many segments as it holds domains (its leaves serve the
+    job's nodes of those domains). InputError(key) where the key means nothing (an NVLink
+    domain of one node), does not fit the domain, or does not divide the job's nodes."""
+    per, dom = spec.gpus_per_node, spec.gpus_per_domain
+    if dom <= per:
+        raise InputError(key, f"means nothing on topology {spec.name!r}: its NVLink domain is one node "
+                              f"({dom} GPUs, gpus_per_node = {per})")
+    if segment * per > dom:
+        raise InputError(key, f"{segment} nodes x {per} GPUs = {segment * per} GPUs exceed the NVLink domain "
+                              f"of {dom} GPUs")
+    if gpus % per or (gpus // per) % segment:
+        raise InputError(key, f"{segment} does not divide the job's nodes ({gpus} GPUs / {per} a node"
+                              f" = {gpus / per:g})")
+    if spec.nodes_per_su % (dom // per):
+        raise InputError(key, f"needs whole NVLink domains in a scalable unit: nodes_per_su = {spec.nodes_per_su}"
+                              f" is not a multiple of the domain's {dom // per} nodes")
+    domains_per_su = spec.nodes_per_su // (dom // per)
+    return dataclasses.replace(spec, gpus_per_domain=segment * per, nodes_per_su=segment * domains_per_su)

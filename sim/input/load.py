@@ -182,6 +182,7 @@ def check(s: Scenario) -> Scenario:
     s = s.model_copy(update={"model": model, "parallel": p, "training": t,
                              "cluster": s.cluster.model_copy(update={"gpus": gpus})})
     rules.check_all(s, gpu, gpus, _per_node(s, spec))
+    topology_spec(s)  # cluster.segment: fits the domain, divides the job's nodes (specs.segmented)
     if s.jitter.floor != 1.0 and s.jitter.distribution is not Distribution.NORMAL:
         raise InputError("jitter.floor", f"bounds the normal distribution's draws; with '{s.jitter.distribution}' "
                                          "it would do nothing (set distribution = \"normal\")")
@@ -189,15 +190,17 @@ def check(s: Scenario) -> Scenario:
 
 
 def topology_spec(s: Scenario) -> specs.FatTreeSpec:
-    """The cluster's topology parameters with the scenario's overrides applied (what
-    sim.step builds the graph from)."""
+    """The cluster's topology parameters with the scenario's overrides applied, then its
+    Slurm segments (``cluster.segment``: :func:`sim.hardware.specs.segmented`): what
+    sim.step builds the graph from."""
     spec = specs.load_spec(s.cluster.topology)
     overrides = dict(s.cluster.topology_overrides)
     if s.cluster.gpus_per_node:
         overrides["gpus_per_node"] = s.cluster.gpus_per_node
         overrides.setdefault("gpus_per_domain", max(spec.gpus_per_domain, s.cluster.gpus_per_node)
                              if spec.gpus_per_domain >= spec.gpus_per_node else s.cluster.gpus_per_node)
-    return dataclasses.replace(spec, **overrides)
+    spec = dataclasses.replace(spec, **overrides)
+    return specs.segmented(spec, s.cluster.segment, s.cluster.gpus) if s.cluster.segment else spec
 
 
 def clean_copy(s: Scenario) -> Scenario:

@@ -58,6 +58,7 @@ SECTIONS = {  # column -> (section, scenario key)
                                      "tp_overlap_fp8_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
                                      "mla_down_proj")},
     "topology": ("cluster", "topology"),  # empty: the GPU's DGX preset (sim/studies/validation.py)
+    "slurm_segment": ("cluster", "segment"),  # sbatch --segment of the launcher (sim/data/README.md); empty: packed
 }
 
 
