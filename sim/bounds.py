@@ -59,6 +59,7 @@ EXACT_INT = 2**53  # every count is multiplied into float64 byte and FLOP totals
 GPUS = Bound(1, 2**20, "5x the largest announced GPU clusters (~200k GPUs)")
 RANK = Bound(0, GPUS.hi - 1, "a rank or node index inside the largest cluster")
 DOMAIN = Bound(1, 1024, "GPUs per server or NVLink domain: NVL576 is the largest announced")
+SEGMENT = Bound(1, 1024, "nodes per Slurm segment: at most a domain's GPUs (NVL576 is the largest announced)")
 NODES_PER_SU = Bound(1, 4096, "servers per scalable unit (DGX SuperPOD: 32)")
 SPINES = Bound(1, 2048, "spine switches of a two-level fat tree: at most a leaf's radix (64-144 ports)")
 OVERSUBSCRIPTION = Bound(1 / 64, 64, "leaf downlink / uplink bandwidth; real fabrics stay within 4:1")

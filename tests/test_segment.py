@@ -92,3 +92,18 @@ def test_bad_segments_exit_2_naming_the_key(tmp_path):
 def test_segment_sets_the_domain_and_unit_sizes():
     s = scenario_from_dict(gb200(16, 128))
     assert (s.cluster.segment, build_topology(s).spec.gpus_per_domain, build_topology(s).spec.nodes_per_su) == (16, 64, 16)
+
+
+def test_a_segment_is_refused_on_a_shared_fabric_and_read_by_the_studies(tmp_path):
+    """A shared fabric places each job with --placement, so a job's segment would do nothing
+    there: refused naming the key. The studies' hardware summary sees the segment's domain."""
+    from conftest import assert_input_error, clustersim
+    from sim.studies.base import hardware
+    body = ('[model]\npreset = "llama3-8b"\n[training]\nseq_len = 1024\nglobal_batch = 128\nmicro_batch = 1\n'
+            '[cluster]\ntopology = "gb200-nvl72"\ngpus = 128\nsegment = 16\n[parallel]\ndp = 128\n')
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text('name = "a"\n' + body)
+    b.write_text('name = "b"\n' + body)
+    assert_input_error(clustersim("run", str(a), str(b), "--shared-fabric"), "cluster.segment")
+    assert hardware(a, {}).domain == 64
+    assert hardware(a, {"cluster.segment": 8}).domain == 32

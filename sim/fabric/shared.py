@@ -127,6 +127,9 @@ def _check_cluster(scenarios: list[Scenario]) -> int:
         if s.rl is not None:
             raise InputError("rl", f"job {s.name!r} is an [rl] scenario: it runs with `clustersim rl`, not on a "
                                    "shared fabric of training steps")
+        if s.cluster.segment:
+            raise InputError("cluster.segment", f"job {s.name!r}: Slurm segments place one job's nodes; on a shared "
+                                                "fabric the jobs' nodes are placed by --placement")
     def cluster_of(s):
         c = s.cluster
         return (c.topology, c.gpu, dict(c.topology_overrides), c.gpus_per_node)

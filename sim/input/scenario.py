@@ -200,7 +200,7 @@ class Cluster(_Section):
     topology_overrides: dict[Text, Any] = {}  # values checked as a topology file's (load.py)
     # Slurm ``sbatch --segment``: nodes per segment, each segment in its own NVLink domain
     # (sim/hardware/specs.py segmented); None: the job packed into whole domains
-    segment: count(B.DOMAIN) | None = None
+    segment: count(B.SEGMENT) | None = None
     faults: list[LinkFault] = Field([], max_length=B.FAULTS.hi)
     # A calibration profile (`clustersim calibrate`): its path in a file; the loader replaces it
     # with the profile's overrides (sim/hardware/calibration.py), which the hardware and compute

@@ -94,6 +94,8 @@ def hardware(scenario: Path, overrides: dict) -> Hardware:
     """Resolve one point of the study's scenario into :class:`Hardware`."""
     s = scenario_from_dict(tomllib.loads(Path(scenario).read_text()), overrides, Path(scenario).parent)
     spec = dataclasses.replace(specs.load_spec(s.cluster.topology), **s.cluster.topology_overrides)
+    if s.cluster.segment:  # Slurm segments: a domain is the segment's GPUs (sim.input.load.topology_spec)
+        spec = specs.segmented(spec, s.cluster.segment, s.cluster.gpus)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     nic = spec.nic_gbps * GB if spec.nic_gbps else gpu.nic_bw
     nvlink = spec.nvlink_gbps * GB if spec.nvlink_gbps else gpu.nvlink_bw
