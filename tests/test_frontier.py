@@ -141,9 +141,10 @@ def compared(row_id: str) -> validation.Comparison:
 # the layers are GPU-bound again and the gap is back (docs/precision.md, "Userbuffers on the host"). With
 # Transformer Engine's ring copies and merges of context parallelism (sim/model/cp_merge.py) the GB300's
 # layer is bound by its Grace host and the row is within 15% (+12.9%); the GB200's layer stays GPU-bound
-# (docs/precision.md, "Context parallelism's copies and merges").
+# (docs/precision.md, "Context parallelism's copies and merges"). Placed in the launcher's Slurm segments
+# of 16 nodes (cluster.segment, sim/data/README.md "slurm_segment"), the GB200 row is +19.2%, the GB300 +14.4%.
 _MX405 = "25.11's 405B MXFP8 recipe at TP4 PP8 CP2 on GB200 is 9.8% below the B200's (not a GPU property)"
-GAP: dict = {"nb_gb200_l405b_128g_mxfp8": _MX405 + ": +15.8%",
+GAP: dict = {"nb_gb200_l405b_128g_mxfp8": _MX405 + ": +19.2%",
              # an unseen MoE row (issue 29): 9,691 published against 13,193 tokens/s/GPU predicted (20,941
              # before its grouped GEMM's per-expert Python and MXFP8's per-expert quantize launches were
              # charged: docs/moe_costs.md, "A grouped GEMM's experts on the host"). Its GPU runs at 223 TFLOP/s
