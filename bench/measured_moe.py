@@ -109,6 +109,9 @@ def scenario(source, gpu: str, overrides: dict, **training) -> dict:
     # RoPE fused: the measured layers ran under torch.compile, whose Inductor fuses it (the row's
     # own unfused Megatron-Core RoPE, training.rope_fusion = false, is no part of the measurement)
     data["training"].update(recompute="none", rope_fusion=True, **training)
+    # The FP8 row's NeMo fp8_params (Transformer Engine's FP8 weights) is memory only, and refused
+    # under torchao's recipe (the measured one): no part of a layer's time
+    data["training"].pop("fp8_params", None)
     data["parallel"]["tp_comm_overlap"] = False
     # The table splits the measured layers' own PyTorch scatter-adds out (``scatter``) and sets
     # the rest against the model's fused permutation; the unfused charge (the Grok-1 rows'

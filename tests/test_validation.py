@@ -285,3 +285,28 @@ def test_every_row_note_on_the_gradient_dtype_agrees_with_its_column():
                 assert r["grad_reduce_in_fp32"] == said.group(1), r["id"]
                 noted += 1
     assert noted >= len([r for r in GRAD_ROWS if not r.id.startswith(("ms-", "l3-"))])
+
+
+# what each row's recipe ran (sim/data/README.md, "moe_grouped_gemm and fp8_params of modern_runs.csv")
+GROUPED_GEMM = {"dg-grok-512": False, "dg-grok-2048": False, "dg-grok-fp8-2048": False,  # grok1_314b.yaml
+                "dg-dsv3-1024": True,  # NeMo 7a8f1cc DeepSeekConfig
+                **{f"mz-q235-{x}": True for x in ("tp2pp8ep32", "tp2pp8ep32-ovl", "fsdp-ep8", "tp2pp32ep8",
+                                                   "tp4pp8ep8")}}  # Megatron-MoE-ModelZoo run_235b.sh
+FP8_PARAMS = {"dg-l70-fp8-64", "dg-l405-fp8-1024", "dg-grok-fp8-2048"}  # NeMo's fp8_params=True
+
+
+def test_moe_rows_state_the_grouped_gemm_and_fp8_rows_their_fp8_params():
+    """The loader reads modern_runs.csv's ``moe_grouped_gemm`` and ``fp8_params`` columns into
+    ``parallel.moe_grouped_gemm`` and ``training.fp8_params``: every MoE row spells the grouped GEMM
+    out as its recipe ran it, every NeMo FP8 row keeps FP8 weights, and no other row sets either."""
+    from sim.input.load import scenario_from_dict
+
+    rows = validation.modern_rows()
+    assert {r.id for r in rows if "moe" in r.scenario["model"]} == set(GROUPED_GEMM)
+    assert {r.id for r in rows if r.precision != "bf16"} == FP8_PARAMS
+    for r in rows:
+        s = scenario_from_dict(r.scenario)
+        assert r.scenario["parallel"].get("moe_grouped_gemm") is GROUPED_GEMM.get(r.id), r.id
+        assert s.parallel.moe_grouped_gemm is GROUPED_GEMM.get(r.id, False), r.id
+        assert r.scenario["training"].get("fp8_params") is (True if r.id in FP8_PARAMS else None), r.id
+        assert s.training.fp8_params is (r.id in FP8_PARAMS), r.id
