@@ -83,6 +83,22 @@ def same(a, b) -> bool:
     return a == b
 
 
+def timeline(result, rank: int):
+    """One rank's spans (op, start, end) in op order: what two runs of that rank must share."""
+    spans = result.spans
+    return spans[spans["rank"] == rank].sort_values("op", kind="stable")[["op", "start_s", "end_s"]].to_numpy()
+
+
+def assert_fold_exact(folded, full) -> None:
+    """A folded run and the every-rank run of one scenario: the same summary, and every rank the
+    folded run simulated runs the timeline it runs unfolded."""
+    a, b = flat(folded.summary), flat(full.summary)
+    assert a.keys() == b.keys()
+    assert {k: (a[k], b[k]) for k in a if not same(a[k], b[k])} == {}
+    for rank in folded.facts.simulated_ranks:
+        assert (timeline(folded, rank) == timeline(full, rank)).all(), rank
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_folded_step_time_equals_every_rank_simulated(name):
     (folded, info_f), (full, info_u) = pair(name)

@@ -23,7 +23,7 @@ from sim.input.load import scenario_from_dict
 from sim.parallel import census
 from sim.step import simulate
 from sim.studies.validation import load_rows
-from tests.test_folding import flat, same
+from tests.test_folding import assert_fold_exact, timeline
 
 MODEL = {"layers": 6, "hidden": 1024, "heads": 8, "kv_heads": 8, "vocab": 32000, "mlp": "swiglu", "ffn_hidden": 2816}
 # tp 2, dp 4, pp 3 v 2: stage s of replica d on GPUs 8 s + 2 d, + 1; domains of 20 GPUs (the
@@ -56,21 +56,8 @@ def test_census_names_the_domains_as_the_reason(runs):
     assert max(reasons.values()) == SIMULATED
 
 
-def test_folded_summary_equals_every_rank_simulated(runs):
-    a, b = (flat(r.summary) for r in runs)
-    assert a.keys() == b.keys()
-    assert {k: (a[k], b[k]) for k in a if not same(a[k], b[k])} == {}
-
-
-def timeline(result, rank: int) -> np.ndarray:
-    spans = result.spans
-    return spans[spans["rank"] == rank].sort_values("op", kind="stable")[["op", "start_s", "end_s"]].to_numpy()
-
-
-def test_every_simulated_rank_runs_its_unfolded_timeline(runs):
-    folded, full = runs
-    for rank in folded.facts.simulated_ranks:
-        assert np.array_equal(timeline(folded, rank), timeline(full, rank)), rank
+def test_folded_run_equals_every_rank_simulated(runs):
+    assert_fold_exact(*runs)
 
 
 def test_replicas_kept_apart_differ_and_folded_ones_agree(runs):

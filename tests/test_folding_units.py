@@ -20,7 +20,7 @@ import pytest
 from sim.input.load import scenario_from_dict
 from sim.parallel import census
 from sim.step import simulate
-from tests.test_folding import flat, same
+from tests.test_folding import assert_fold_exact, timeline
 
 MODEL = {"layers": 3, "hidden": 1024, "heads": 8, "kv_heads": 8, "vocab": 32000, "mlp": "swiglu", "ffn_hidden": 2816}
 # tp 8 (one node), dp 4, pp 3: stage p of replica d on GPUs 32p + 8d ... + 7; units of 40 GPUs
@@ -48,21 +48,8 @@ def test_census_counts_the_ranks_simulated(runs):
     assert len(full.facts.simulated_ranks) == 96
 
 
-def test_folded_summary_equals_every_rank_simulated(runs):
-    a, b = (flat(r.summary) for r in runs)
-    assert a.keys() == b.keys()
-    assert {k: (a[k], b[k]) for k in a if not same(a[k], b[k])} == {}
-
-
-def timeline(result, rank: int) -> np.ndarray:
-    spans = result.spans
-    return spans[spans["rank"] == rank][["op", "start_s", "end_s"]].to_numpy()
-
-
-def test_every_simulated_rank_runs_its_unfolded_timeline(runs):
-    folded, full = runs
-    for rank in folded.facts.simulated_ranks:
-        assert np.array_equal(timeline(folded, rank), timeline(full, rank)), rank
+def test_folded_run_equals_every_rank_simulated(runs):
+    assert_fold_exact(*runs)
 
 
 def test_replicas_kept_apart_differ_and_folded_ones_agree(runs):
