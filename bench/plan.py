@@ -61,6 +61,9 @@ Stop 52, after select.cost_floor (main bd696ed, 2026-11-28, ``nice -n 5 ... --on
 load 2-11): 70b 70 simulated, 6.836 s; mi355x 101, 3.420 s; gb200 70 -> 22 simulated, best 3.406 -> 3.423 s;
 dsv3 32 -> 12 simulated (5 stopped), best 7.020 -> 7.123 s; 405b 8 simulated, 5.013 s, its predictor ~5x high
 (docs/plan.md "Stop 52: the planner re-run").
+Stop 52, the predictor refitted and its folding made the workload's (i28-plancost, 2026-11-28, load 4-5): 405b 8 ->
+26 simulated, measured / predicted CPU 0.07-0.30x -> 0.50-0.87x, the same best 5.013 s; gb200 22 -> 86 simulated,
+157 -> 325 s CPU, the same best 3.423 s, 0.76-2.37x (docs/plan.md "The predictor against measured CPU").
 """
 
 import argparse

@@ -50,10 +50,9 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plan import CASES  # noqa: E402 -- bench/plan.py's searches
 
-from sim import work  # noqa: E402
 from sim.input.load import scenario_from_dict  # noqa: E402
 from sim.plan import cost, driver, fit, select  # noqa: E402
-from sim.plan.cost import COUNTS  # noqa: E402
+from sim.plan.cost import CONSTANTS, COUNTS, TERMS  # noqa: E402 -- TERMS: cost.sim_cost's terms, CONSTANTS their prices
 from sim.plan.estimate import COUNTS_AT, LAYER_KEY, Estimator  # noqa: E402
 from sim.plan.explain import simulate_point  # noqa: E402
 from sim.plan.fit import keyed, lookup  # noqa: E402
@@ -61,8 +60,6 @@ from sim.plan.inputs import request  # noqa: E402
 from sim.plan.space import overrides  # noqa: E402
 from sim.plan.stages import Stages  # noqa: E402
 
-TERMS = ("work_s", "flows", "cp_flows", "a2a_pairs")  # cost.sim_cost's terms: the work estimate's, flows with their crowd factor
-CONSTANTS = ("WORK_SCALE", "SECONDS_PER_FLOW", "SECONDS_PER_CP_FLOW", "SECONDS_PER_A2A_PAIR")
 
 
 def argv_request(argv: list[str]):
@@ -88,11 +85,7 @@ def picks(req) -> tuple[pd.DataFrame, np.ndarray]:
     c = chosen.assign(micro=est.micro_of(chosen).to_numpy())
     both = lookup(keyed(c), LAYER_KEY, est._layer_costs)
     layer = both[:, :, COUNTS_AT:COUNTS_AT + len(COUNTS)]
-    ops, flows, cp_flows, a2a, ranks = cost.counts(c, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
-    crowd = np.maximum(1.0, ranks / cost.CROWD_RANKS) ** 2
-    _, runs = cost.simulated_micro_batches(c, req.scenario)
-    work_s = work.cluster_seconds(req.scenario) * runs + work.ops_seconds(ops, cost.simulated_ranks(c, req.scenario))
-    terms = np.stack([work_s, flows * crowd, cp_flows, a2a], axis=1)
+    terms = cost.terms(c, est.d, req.scenario, est.domain, layer, stages.split(1, 1))
     return chosen, terms
 
 
