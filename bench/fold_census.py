@@ -3,7 +3,7 @@
 Run: ``python bench/fold_census.py [ID[,ID...]] [--set K=V ...]``: for each row of
 ``clustersim validate`` (all rows without IDs), one JSON line: GPUs, the layout (tp pp v dp cp
 ep), micro-batches per pipeline, the ranks simulated (:func:`sim.parallel.census.simulated_ranks`)
-and what makes them more than one a stage (:func:`sim.parallel.census.fold_reasons`: ``stage``
+and what makes them more than one a stage (:func:`sim.parallel.fold_reasons.fold_reasons`: ``stage``
 is the count without any placement or perturbation; ``pp.domain`` = pipelines that leave their
 NVLink domain at different stages, ``pp.unit`` = ... their scalable unit). ``--set`` overrides the
 row's scenario (e.g. ``cluster.topology_overrides.gpus_per_domain=64``).
@@ -14,6 +14,7 @@ import sys
 
 from sim.input.load import parse_value, scenario_from_dict
 from sim.parallel import census
+from sim.parallel.fold_reasons import fold_reasons
 from sim.studies.validation import load_rows
 
 
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps({"row": row.id, "gpus": s.cluster.gpus,
                           "tp_pp_v_dp_cp_ep": [p.tp, p.pp, p.virtual_stages, p.dp, p.cp, p.ep],
                           "micro_batches": census.micro_batches(s), "simulated": census.simulated_ranks(s),
-                          "reasons": census.fold_reasons(s)}))
+                          "reasons": fold_reasons(s)}))
 
 
 if __name__ == "__main__":

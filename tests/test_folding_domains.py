@@ -7,7 +7,7 @@ rows of ``clustersim validate`` packed into whole 72-GPU racks (32 or 64 GPUs a 
 this case (docs/scaling.md, "What the slowest rows simulate more than once"); placed in
 their launchers' Slurm segments of 16 trays they fold to one rank a stage (tests/test_segment.py).
 
-Checked: the census names the reason (:func:`sim.parallel.census.fold_reasons`: one rank a
+Checked: the census names the reason (:func:`sim.parallel.fold_reasons.fold_reasons`: one rank a
 stage without the domains, two with them, counted from the layout by hand), folded and
 every-rank simulations give the same summary and the same timeline for every simulated rank,
 and the replicas folding keeps apart run different timelines (so folding them would change
@@ -21,6 +21,7 @@ import pytest
 
 from sim.input.load import scenario_from_dict
 from sim.parallel import census
+from sim.parallel.fold_reasons import fold_reasons
 from sim.step import simulate
 from sim.studies.validation import load_rows
 from tests.test_folding import assert_fold_exact, timeline
@@ -50,7 +51,7 @@ def test_census_names_the_domains_as_the_reason(runs):
     folded, full = runs
     assert census.simulated_ranks(scenario(True)) == len(folded.facts.simulated_ranks) == SIMULATED
     assert len(full.facts.simulated_ranks) == 24
-    reasons = census.fold_reasons(scenario(True))
+    reasons = fold_reasons(scenario(True))
     assert reasons["stage"] == 3  # one rank a stage without the domains
     assert reasons["pp.domain"] == SIMULATED  # the pipelines' domains alone make the classes
     assert max(reasons.values()) == SIMULATED
@@ -81,7 +82,7 @@ def test_census_of_the_gb200_rows(row, stage, simulated):
     packed = dict(next(r for r in load_rows() if r.id == row).scenario)
     packed["cluster"] = {k: v for k, v in packed["cluster"].items() if k != "segment"}
     s = scenario_from_dict(packed)
-    reasons = census.fold_reasons(s)
+    reasons = fold_reasons(s)
     assert census.simulated_ranks(s) == simulated
     assert reasons["stage"] == stage and reasons["pp.domain"] == simulated
 
@@ -93,10 +94,10 @@ def test_census_of_the_530b_row_names_only_the_units():
     s = scenario_from_dict(next(r for r in load_rows() if r.id == "N21-T1-529.6B-2520").scenario)
     crossings = {frozenset(st for st in range(34) if (9 * st + d) % 20 >= 11) for d in range(9)}
     assert len(crossings) == 9
-    assert census.fold_reasons(s) == {"stage": 35, "pp.unit": 35 * 9, "mp.unit": 35 * 9}
+    assert fold_reasons(s) == {"stage": 35, "pp.unit": 35 * 9, "mp.unit": 35 * 9}
 
 
 def test_census_says_when_nothing_folds():
     s = scenario(False)
-    assert census.fold_reasons(s) == {"stage": 3, "unfolded": 24, "pp.domain": 6, "pp.unit": 6,
+    assert fold_reasons(s) == {"stage": 3, "unfolded": 24, "pp.domain": 6, "pp.unit": 6,
                                       "mp.domain": 6, "mp.unit": 6}

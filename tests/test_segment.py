@@ -18,6 +18,7 @@ import pytest
 from conftest import assert_refusals
 from sim.input.load import scenario_from_dict
 from sim.parallel import census
+from sim.parallel.fold_reasons import fold_reasons
 from sim.step import build_topology
 from sim.studies.validation import load_rows
 
@@ -66,7 +67,7 @@ def test_segmented_512_gpu_gb200_row_folds_to_one_rank_a_stage():
     segmented = scenario_from_dict(row.scenario)
     packed = copy.deepcopy(row.scenario)
     del packed["cluster"]["segment"]
-    assert census.fold_reasons(segmented) == {"stage": 8}
+    assert fold_reasons(segmented) == {"stage": 8}
     assert census.simulated_ranks(segmented) == 8
     assert census.simulated_ranks(scenario_from_dict(packed)) == 64
 

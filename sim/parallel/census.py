@@ -31,51 +31,15 @@ def simulated_ranks(s) -> int:
     uneven whenever the routing can make them so (:func:`uneven_routing`), without drawing
     them: an upper estimate where they come out even."""
     layout = Layout.from_parallel(s.parallel)
-    spec = topology_spec(s)
+    return ranks_of(s, layout, topology_spec(s), uneven_routing(s, layout))
+
+
+def ranks_of(s, layout: Layout, spec, uneven: bool) -> int:
+    """The ranks the workload's folding rule simulates for ``layout`` of scenario ``s`` on the
+    topology ``spec`` (what :func:`simulated_ranks` counts; the planner's cost predictor asks it
+    per layout: sim/plan/cost.py ``folded_ranks``)."""
     domains = np.arange(layout.world) // spec.gpus_per_domain  # (as topology.fat_tree places GPUs)
-    return int(workload.folding(s, layout, spec, domains, uneven_routing(s, layout)).simulated.sum())
-
-
-def fold_reasons(s) -> dict[str, int]:
-    """Why a stage's ranks are simulated more than once: the ranks simulated (classes refined
-    and closed as :func:`sim.parallel.folding.fold` does) with the stage and expert position
-    alone (``"stage"``), and with each other source of difference the labels read added on its
-    own: ``"stragglers"``, ``"faults"``, and ``"TYPE.COLUMN"`` for a group type whose groups
-    differ in which members share a placement column (``domain``, ``server``, ``unit``, ``rail``:
-    :func:`sim.hardware.rails.placement`). Only sources that add ranks are listed, e.g.
-    ``{"stage": 8, "pp.domain": 32, ...}``: pipelines that cross NVLink domains at different
-    stages (docs/scaling.md, "What the slowest rows simulate more than once"). Where the
-    workload does not fold the classes (:func:`workload.can_fold`: ``parallel.fold`` off, jitter,
-    a perturbed step on another fabric) ``"unfolded"`` gives the ranks it simulates instead."""
-    from ..hardware.rails import placement
-    from . import folding as fo
-
-    layout = Layout.from_parallel(s.parallel)
-    spec, world = topology_spec(s), layout.world
-    domains = np.arange(world) // spec.gpus_per_domain  # (as simulated_ranks)
-    tables = fo.group_tables(layout)
-
-    def ranks(extra: list) -> int:
-        classes = fo.refine(fo.dense(fo.positions(tables, world, uneven_routing(s, layout)) + extra), tables)
-        return int(fo.closure(classes, tables).sum())
-
-    out = {"stage": ranks([])}
-    if not workload.can_fold(s, spec):
-        out["unfolded"] = simulated_ranks(s)  # (sampled jitter: its replicas, sim.parallel.jitter)
-    for name, codes in (("stragglers", fo.scale_codes(s, world, spec.gpus_per_node)),
-                        ("faults", fo.link_codes(s, tables, world, spec, domains))):
-        if codes.any():
-            out[name] = ranks([codes])
-    where = placement(spec, domains, world)
-    for t in fo._distinct(tables):
-        for k, column in enumerate(PLACEMENT):
-            n = ranks([fo.shape_ids(t, where[:, [k]])[t.row_of]])
-            if n > out["stage"]:
-                out[f"{t.name}.{column}"] = n
-    return out
-
-
-PLACEMENT = ("domain", "server", "unit", "rail")  # the columns of sim.hardware.rails.placement, in order
+    return int(workload.folding(s, layout, spec, domains, uneven).simulated.sum())
 
 
 def uneven_routing(s, layout: Layout) -> bool:

@@ -166,7 +166,7 @@ def refine(classes: np.ndarray, tables: dict[GroupType, GroupTable]) -> np.ndarr
     count = int(classes.max()) + 1
     while True:
         cols = [classes]
-        for t in _distinct(tables):
+        for t in distinct(tables):
             cols.append(row_ids(classes[t.rows])[t.row_of])
         classes = dense(cols)
         if int(classes.max()) + 1 == count:
@@ -174,7 +174,7 @@ def refine(classes: np.ndarray, tables: dict[GroupType, GroupTable]) -> np.ndarr
         count = int(classes.max()) + 1
 
 
-def _distinct(tables: dict[GroupType, GroupTable]) -> list[GroupTable]:
+def distinct(tables: dict[GroupType, GroupTable]) -> list[GroupTable]:
     seen, out = set(), []
     for t in tables.values():
         if id(t) not in seen:
@@ -193,7 +193,7 @@ def closure(classes: np.ndarray, tables: dict[GroupType, GroupTable]) -> np.ndar
     changed = True
     while changed:
         changed = False
-        for t in _distinct(tables):
+        for t in distinct(tables):
             rows = t.rows[sim[t.rows].any(axis=1)]
             keys = (np.arange(len(rows))[:, None] * n_classes + classes[rows]).reshape(-1)
             covered = np.unique(keys[sim[rows].reshape(-1)])
@@ -304,7 +304,7 @@ def labels(s, tables: dict[GroupType, GroupTable], world: int, fabric, domains: 
     for codes in (scale_codes(s, world, fabric.gpus_per_node), link_codes(s, tables, world, fabric, domains)):
         if codes.any():
             cols.append(codes)
-    cols += [shape_ids(t, placement(fabric, domains, world))[t.row_of] for t in _distinct(tables)]
+    cols += [shape_ids(t, placement(fabric, domains, world))[t.row_of] for t in distinct(tables)]
     return dense(cols)
 
 
@@ -372,7 +372,7 @@ def _failed_server(server: int, vector: tuple, world: int, fabric) -> dict[int, 
 def _peers(tables: dict[GroupType, GroupTable], g: int) -> np.ndarray:
     """Every member of every group of ``g`` (but the step-end sync's group of every rank, one
     instance of a 4-byte all-reduce whose members all end together, labels no one)."""
-    return np.concatenate([t.rows[t.row_of[g]] for t in _distinct(tables) if t.name is not G.INST or len(t.rows) > 1])
+    return np.concatenate([t.rows[t.row_of[g]] for t in distinct(tables) if t.name is not G.INST or len(t.rows) > 1])
 
 
 def _codes(world: int, by_rank: dict[int, tuple]) -> np.ndarray:

@@ -64,7 +64,7 @@ import numpy as np
 from .. import work
 from ..input.choices import ExpertRouting, MicroBatches
 from ..input.load import topology_spec
-from ..parallel import steady, workload
+from ..parallel import census, steady
 from ..parallel.layout import Layout
 from .layers import KINDS
 
@@ -170,9 +170,7 @@ def _folded(s, spec, *key: int) -> int:
     if full not in _FOLDS:
         tp, cp, dp, pp, ep, etp = key
         p = s.parallel.model_copy(update=dict(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, expert_tp=etp, dp_shard=None))
-        layout = Layout.from_parallel(p)
-        domains = np.arange(layout.world) // spec.gpus_per_domain  # (as census.simulated_ranks)
-        _FOLDS[full] = int(workload.folding(s, layout, spec, domains, uneven(s)).simulated.sum())
+        _FOLDS[full] = census.ranks_of(s, Layout.from_parallel(p), spec, uneven(s))
     return _FOLDS[full]
 
 
