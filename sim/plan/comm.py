@@ -40,10 +40,7 @@ class Comm:
     def __init__(self, spec, gpu_name: str, calibration=None):
         self.fabric, self.spec = fabric_of(spec, gpu_name, calibration), spec
         self.domain = spec.gpus_per_domain
-        self._one_domain = lambda: topology.build(spec, max(spec.gpus_per_node, spec.gpus_per_domain),
-                                                  gpu_preset(gpu_name), calibration=calibration)
         self._build = lambda gpus: topology.build(spec, gpus, gpu_preset(gpu_name), calibration=calibration)
-        self._topo = None
         self._clusters: dict[int, topology.Topology] = {}  # GPUs -> a cluster of this spec that many GPUs large
         self.reduce = lru_cache(maxsize=None)(self._reduce)
         self.groups = lru_cache(maxsize=None)(self._groups)  # (tp, cp, dp, pp, ep, etp) -> Groups
@@ -60,12 +57,11 @@ class Comm:
         pick = tuner.pick(op, nbytes, domains, self.fabric)
         if len(set(domains)) > 1:
             return time_collective(self._cluster(max(members) + 1), op, pick.name, members, nbytes)
-        if self._topo is None:
-            self._topo = self._one_domain()
-        return time_collective(self._topo, op, pick.name, tuple(range(len(domains))), nbytes)
+        return time_collective(self._cluster(1), op, pick.name, tuple(range(len(domains))), nbytes)  # one domain
 
     def _cluster(self, gpus: int):
-        """A cluster of this spec holding ranks 0..gpus-1, in whole domains (built once per size)."""
+        """A cluster of this spec holding ranks 0..gpus-1, in whole domains (built once per size;
+        ``gpus`` 1: one domain, or one node where the domain is smaller)."""
         per = max(self.spec.gpus_per_node, self.domain)
         total = -(-gpus // per) * per
         if total not in self._clusters:
@@ -101,29 +97,15 @@ class Comm:
 
 
 class Groups:
-    """NVLink domains of the members of rank 0's group on each axis, each built on first
-    use: tp, cp, dp (cp x dp), pp (rank 0 and its next stage), ep, edp (expert-dp), etp
-    (expert-tp); and the members' ranks of the groups reductions run over (``of``,
-    ``dp_ranks``, ``edp_ranks``)."""
+    """Rank 0's groups, each built on first use: the NVLink domains of rank 0 and its next
+    stage (``pp``, what a pipeline send crosses), and the members' ranks of the groups
+    reductions run over (``of``, ``dp_ranks``: cp x dp, ``edp_ranks``: expert-dp)."""
 
     def __init__(self, domain: int, layout: Layout):
         self.domain, self.layout = domain, layout
 
     def _domains(self, members) -> tuple[int, ...]:
         return tuple(r // self.domain for r in members)
-
-    @cached_property
-    def tp(self) -> tuple[int, ...]:
-        return self._domains(self.layout.group(0, Category.TP))
-
-    @cached_property
-    def cp(self) -> tuple[int, ...]:
-        return self._domains(self.layout.group(0, Category.CP))
-
-    @cached_property
-    def dp(self) -> tuple[int, ...]:
-        """The gradient reduction's group: cp x dp (Megatron's data-parallel-with-context group)."""
-        return self._domains(self.layout.group(0, Category.CP, Category.DP))
 
     @cached_property
     def pp(self) -> tuple[int, ...]:
@@ -143,15 +125,3 @@ class Groups:
     def edp_ranks(self) -> tuple[int, ...]:
         """The expert-dp group, its members' ranks."""
         return tuple(self.layout.expert_dp_group(0))
-
-    @cached_property
-    def ep(self) -> tuple[int, ...]:
-        return self._domains(self.layout.ep_group(0))
-
-    @cached_property
-    def edp(self) -> tuple[int, ...]:
-        return self._domains(self.layout.expert_dp_group(0))
-
-    @cached_property
-    def etp(self) -> tuple[int, ...]:
-        return self._domains(self.layout.expert_tp_group(0))
