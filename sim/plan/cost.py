@@ -104,12 +104,13 @@ def layer_counts(lp) -> tuple[int, int, int, int]:
     return lp.count - by["dp"], by["dp"], by["cp"], by["ep"]
 
 
-def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, ...]:
+def counts(c, d, s, domain: int, layer: np.ndarray, split, folded: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """(ops, flows, CP flows, cross-domain all-to-all pairs, GPUs per stage) of one step's
     simulation of every candidate of table ``c`` (with its ``micro`` column: micro-batches
     per step). ``layer``: n x kinds x :data:`COUNTS` of its layer programs
     (:meth:`.estimate.Estimator._layer_costs`); ``split``: the layers of each kind of the
-    whole model (one stage's :class:`.stages.Split`)."""
+    whole model (one stage's :class:`.stages.Split`); ``folded``: :func:`folded_ranks` of
+    ``c`` where the caller has it already."""
     tp, cp, dp, ep, etp, pp, v = (c[k].to_numpy() for k in ("tp", "cp", "dp", "ep", "expert_tp", "pp",
                                                             "virtual_stages"))
     micro, _ = simulated_micro_batches(c, s)
@@ -123,7 +124,8 @@ def counts(c, d, s, domain: int, layer: np.ndarray, split) -> tuple[np.ndarray, 
     flows = (micro * fsdp_l * zero3 * cross_dp + 2 * micro * v * pp * cross_pp) * ranks
     cp_flows = micro * shifts_l * cross_cp * ranks
     a2a_out = micro * a2a_l * cross_ep * ranks * (ep - 1)  # pairs of the simulated rank's cross-domain all-to-alls
-    ops = ops * folded_ranks(c, s) / pp  # the ranks the workload simulates, one per stage where it folds
+    folded = folded_ranks(c, s) if folded is None else folded
+    ops = ops * folded / pp  # the ranks the workload simulates, one per stage where it folds
     if uneven(s):
         a2a_out = a2a_out * ep  # whole expert groups are simulated
     overlap = c["ep_comm_overlap"].to_numpy(dtype=bool) & (ep > 1)
@@ -208,10 +210,11 @@ def terms(c, d, s, domain: int, layer: np.ndarray, split) -> np.ndarray:
     """n x :data:`TERMS` of each candidate (arguments as :func:`counts`): the work estimate's
     seconds of its simulated ranks, its cross-domain flows times their crowd factor, CP flows
     and all-to-all pairs; :func:`sim_cost` weighs them by :data:`CONSTANTS`."""
-    ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split)
+    folded = folded_ranks(c, s)
+    ops, flows, cp_flows, a2a, ranks = counts(c, d, s, domain, layer, split, folded)
     crowd = np.maximum(1.0, ranks / CROWD_RANKS) ** 2
     _, runs = simulated_micro_batches(c, s)  # (steady mode: each run builds the cluster)
-    work_s = work.cluster_seconds(s) * runs + work.ops_seconds(ops, folded_ranks(c, s))
+    work_s = work.cluster_seconds(s) * runs + work.ops_seconds(ops, folded)
     return np.stack([work_s, flows * crowd, cp_flows, a2a], axis=1)
 
 
