@@ -4,7 +4,6 @@ writing and printing its tables, the hardware numbers and crossover arithmetic.
 Run ``clustersim study NAME`` (see :mod:`sim.studies`).
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 import math
 from pathlib import Path
@@ -12,9 +11,8 @@ import tomllib
 
 import pandas as pd
 
-from ..hardware import specs
 from ..hardware.gpus import FABRIC_EFFICIENCY, gpu_preset
-from ..input.load import scenario_from_dict
+from ..input.load import scenario_from_dict, topology_spec
 from ..model.transformer import dims, non_embedding_params, total_params
 from ..outputs.paths import make_dir, output_dir, written
 from ..sweeps.grid import point_key, sweep
@@ -93,9 +91,7 @@ class Hardware:
 def hardware(scenario: Path, overrides: dict) -> Hardware:
     """Resolve one point of the study's scenario into :class:`Hardware`."""
     s = scenario_from_dict(tomllib.loads(Path(scenario).read_text()), overrides, Path(scenario).parent)
-    spec = dataclasses.replace(specs.load_spec(s.cluster.topology), **s.cluster.topology_overrides)
-    if s.cluster.segment:  # Slurm segments: a domain is the segment's GPUs (sim.input.load.topology_spec)
-        spec = specs.segmented(spec, s.cluster.segment, s.cluster.gpus)
+    spec = topology_spec(s)  # (the simulator's: overrides, GPUs a node, Slurm segments)
     gpu = gpu_preset(s.cluster.gpu or spec.gpu)
     nic = spec.nic_gbps * GB if spec.nic_gbps else gpu.nic_bw
     nvlink = spec.nvlink_gbps * GB if spec.nvlink_gbps else gpu.nvlink_bw
