@@ -31,8 +31,10 @@ def fold_reasons(s) -> dict[str, int]:
     domains = np.arange(world) // spec.gpus_per_domain  # (as simulated_ranks)
     tables = fo.group_tables(layout)
 
+    positions = fo.positions(tables, world, uneven_routing(s, layout))
+
     def ranks(extra: list) -> int:
-        classes = fo.refine(fo.dense(fo.positions(tables, world, uneven_routing(s, layout)) + extra), tables)
+        classes = fo.refine(fo.dense(positions + extra), tables)
         return int(fo.closure(classes, tables).sum())
 
     out = {"stage": ranks([])}
